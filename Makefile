@@ -1,0 +1,76 @@
+# qvl — build with `make`, test with `make test`.
+# Build modes: `make SAN=1` (ASan+UBSan, in build/san), `make CC=clang`.
+
+CC ?= cc
+comma := ,
+SAN ?= 0
+BUILD ?= build/$(if $(filter 1,$(SAN)),san,rel)$(if $(filter clang,$(notdir $(CC))),-clang,)
+
+PKGS := libjpeg libpng libwebp libcjson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Werror
+SAN_FLAGS := -fsanitize=address$(comma)undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+OPT := $(if $(filter 1,$(SAN)),-O1 $(SAN_FLAGS),-O2)
+CFLAGS_ALL := -std=c11 -g $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude -Isrc -pthread -MMD -MP $(PKG_CFLAGS) $(CFLAGS)
+LDFLAGS_ALL := $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined,) -pthread $(LDFLAGS)
+LIBS := $(PKG_LIBS) -lm
+
+# Each ISA file is compiled with only its own -m flags (see src/kernels/kernels.h).
+ISA_FLAGS_avx2 := -mavx2 -mfma -mf16c
+ISA_FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
+
+LIB_SRC := $(shell find src -name '*.c' | sort)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+APP_SRC := $(wildcard apps/*.c)
+TEST_SRC := $(wildcard tests/unit/*.c tests/kernels/*.c tests/golden/*.c)
+TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
+
+.PHONY: all test test-san fuzz clean
+all: $(BUILD)/qvl $(TEST_BIN) $(FUZZ_REPLAY)
+	@ln -sf $(BUILD)/qvl qvl
+
+$(BUILD)/libqvl.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/src/kernels/x86/%.o: src/kernels/x86/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(ISA_FLAGS_$(basename $(notdir $<))) -c $< -o $@
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/qvl: $(APP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libqvl.a
+	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libqvl.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
+
+# Fuzz targets: a replay driver (tests/fuzz/replay.c) runs each corpus file through the target.
+$(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libqvl.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
+
+# libFuzzer builds (clang): make fuzz; run e.g. build/fuzz/fuzz_gguf tests/fuzz/corpus/gguf
+fuzz:
+	@mkdir -p build/fuzz
+	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
+	    -o build/fuzz/$$n $$f $(LIB_SRC:%=%) $(LIBS) -pthread || exit 1; done
+
+test: all
+	@BUILD=$(BUILD) tests/run.sh
+
+test-san:
+	$(MAKE) SAN=1 test
+
+clean:
+	rm -rf build qvl
+
+-include $(shell find build -name '*.d' 2>/dev/null)

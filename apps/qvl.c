@@ -1,0 +1,26 @@
+/* qvl command line: run, tokenize, dump, bench, serve. The only code that exits the process. */
+#include <stdio.h>
+#include <string.h>
+
+#include "qvl.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "qvl %s — Qwen3-VL on CPUs\n"
+          "usage: qvl <command> [options]\n"
+          "commands:\n"
+          "  run       generate a reply: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image F] -p PROMPT\n"
+          "  tokenize  print token ids: qvl tokenize -m MODEL.gguf TEXT|-\n"
+          "  dump      run a fixture case: qvl dump CASE.json OUT.safetensors\n",
+          QVL_VERSION);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  fprintf(stderr, "qvl: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,77 @@
+/*
+ * Compute kernels used by the model code. Callers see plain functions; inside, each entry is
+ * dispatched through one table of function pointers chosen once at start from the CPU's features
+ * (CPUID + XGETBV) or forced with QVL_ISA=ref|avx2|avx512. The scalar reference (src/kernels/ref/)
+ * implements every entry and is the oracle the SIMD variants are tested against.
+ *
+ * Shapes use row-major C order: x[n_tokens][n_in] means n_tokens rows of n_in floats.
+ * Thread safety: kernels_init() once before use; afterwards all functions may be called from one
+ * thread at a time (they use the shared worker pool internally).
+ */
+#ifndef QVL_KERNELS_H
+#define QVL_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qvl.h"
+#include "tensor/tensor.h"
+
+/* Chooses the ISA variant (NULL or "" = best available; else "ref", "avx2", "avx512") and the
+ * number of worker threads (<= 0: QVL_THREADS or the number of physical cores). Safe to call again. */
+qvl_status kernels_init(const char *isa, int n_threads);
+const char *kernels_isa(void);
+int kernels_threads(void);
+
+/* A weight matrix prepared for matmul: W[n_out][n_in] (ggml ne0 = n_in, ne1 = n_out).
+ * kn_weight_init may repack the data into the layout the active ISA wants (owned memory). */
+typedef struct kn_weight {
+  qvl_dtype type;   /* storage type of the rows as loaded */
+  int64_t n_in;
+  int64_t n_out;
+  const void *data; /* rows in ggml block format, n_out rows of row_bytes each */
+  size_t row_bytes;
+  void *packed;     /* ISA-specific repacked copy, or NULL */
+  int layout;       /* 0 = plain rows; other values are private to the kernels */
+} kn_weight;
+
+qvl_status kn_weight_init(kn_weight *w, const tensor *t);
+void kn_weight_free(kn_weight *w);
+
+/* y[t][o] = sum_i W[o][i] * x[t][i] (+ bias[o] if bias != NULL), for t < n_tokens. */
+void kn_matmul(const kn_weight *w, const float *x, int64_t n_tokens, const float *bias, float *y);
+
+/* out[n_in] = row r of W, dequantized. */
+void kn_weight_row(const kn_weight *w, int64_t r, float *out);
+
+/* y = x / sqrt(mean(x^2) + eps) * w, per row of n floats (w may be NULL for no scale). */
+void kn_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t n, float eps, float *y);
+/* y = (x - mean) / sqrt(var + eps) * w + b, per row (biased variance). */
+void kn_layernorm(const float *x, const float *w, const float *b, int64_t n_rows, int64_t n,
+                  float eps, float *y);
+/* In place: x = gelu_tanh(x) (PyTorch gelu approximate='tanh'). */
+void kn_gelu_tanh(float *x, int64_t n);
+/* In place: x = 0.5 x (1 + erf(x / sqrt 2)) (exact GELU). */
+void kn_gelu_erf(float *x, int64_t n);
+/* gate[i] = silu(gate[i]) * up[i]. */
+void kn_silu_mul(float *gate, const float *up, int64_t n);
+/* y[i] += x[i]. */
+void kn_add(float *y, const float *x, int64_t n);
+
+/*
+ * Multi-head attention with grouped KV heads (query head h reads kv head h / (n_head / n_kv_head)).
+ *   q   [n_q][n_head][head_dim]      rows q_stride floats apart
+ *   k,v [n_kv][n_kv_head][head_dim]  rows kv_stride floats apart
+ *   out [n_q][n_head][head_dim]      rows out_stride floats apart
+ * causal_base < 0: every query sees every key. Otherwise query i sees keys 0 .. causal_base + i.
+ * Softmax in float32 of scale * q.k. Never materializes n_q x n_kv scores.
+ */
+void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
+                  int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                  float scale, int64_t causal_base, float *out, int64_t out_stride);
+
+/* Runs fn(arg, i) for i in [0, n) on the worker pool, returning when all are done. */
+typedef void (*kn_task_fn)(void *arg, int64_t i);
+void kn_parallel_for(int64_t n, kn_task_fn fn, void *arg);
+
+#endif
