@@ -1,0 +1,320 @@
+#include "text/chat.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+#define VISION_PLACEHOLDER "<|vision_start|><|image_pad|><|vision_end|>"
+#define VIDEO_PLACEHOLDER "<|vision_start|><|video_pad|><|vision_end|>"
+
+static bool has_key(const cJSON *obj, const char *key) {
+  return cJSON_IsObject(obj) && cJSON_GetObjectItemCaseSensitive(obj, key) != NULL;
+}
+
+static const char *type_of(const cJSON *item) {
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(item, "type");
+  return cJSON_IsString(t) ? t->valuestring : NULL;
+}
+
+/* The template's test for an image: type == 'image' or an 'image' / 'image_url' key. */
+static bool is_image_item(const cJSON *item) {
+  const char *t = type_of(item);
+  return (t && !strcmp(t, "image")) || has_key(item, "image") || has_key(item, "image_url");
+}
+
+static bool is_video_item(const cJSON *item) {
+  const char *t = type_of(item);
+  return (t && !strcmp(t, "video")) || has_key(item, "video");
+}
+
+static const char *image_url_of(const cJSON *item) {
+  const cJSON *u = cJSON_GetObjectItemCaseSensitive(item, "image_url");
+  if (cJSON_IsString(u))
+    return u->valuestring;
+  if (cJSON_IsObject(u)) {
+    const cJSON *url = cJSON_GetObjectItemCaseSensitive(u, "url");
+    if (cJSON_IsString(url))
+      return url->valuestring;
+  }
+  const cJSON *im = cJSON_GetObjectItemCaseSensitive(item, "image");
+  return cJSON_IsString(im) ? im->valuestring : NULL;
+}
+
+static qvl_status add_image(chat_prompt *p, const cJSON *item, int msg) {
+  chat_image *grown = realloc(p->images, sizeof *grown * (size_t)(p->n_images + 1));
+  if (!grown)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory listing images");
+  p->images = grown;
+  p->images[p->n_images++] = (chat_image){item, image_url_of(item), msg};
+  return QVL_OK;
+}
+
+/* Appends item.text; the template prints whatever is there, so a non-string text is an error
+ * rather than a guess at Python's str() of it. */
+static qvl_status append_text_item(buf *b, const cJSON *item, int msg, int idx) {
+  const cJSON *text = cJSON_GetObjectItemCaseSensitive(item, "text");
+  if (cJSON_IsNull(text))
+    return QVL_OK;
+  if (!cJSON_IsString(text))
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d].text must be a string", msg, idx);
+  return buf_append_str(b, text->valuestring);
+}
+
+/* Content of a user or tool message: string, or a list of text / image / video items. */
+static qvl_status render_media_content(chat_prompt *p, const cJSON *content, int msg) {
+  if (cJSON_IsString(content))
+    return buf_append_str(&p->text, content->valuestring);
+  if (!content || cJSON_IsNull(content))
+    return QVL_OK;
+  if (!cJSON_IsArray(content))
+    return qvl_errorf(QVL_ERR_INVALID_ARG,
+                      "messages[%d].content must be a string or an array of content parts", msg);
+  int idx = 0;
+  for (const cJSON *item = content->child; item; item = item->next, idx++) {
+    if (!cJSON_IsObject(item))
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d] must be an object", msg, idx);
+    if (is_image_item(item)) {
+      QVL_TRY(buf_append_str(&p->text, VISION_PLACEHOLDER));
+      QVL_TRY(add_image(p, item, msg));
+    } else if (is_video_item(item)) {
+      return qvl_errorf(QVL_ERR_UNSUPPORTED, "messages[%d].content[%d]: video input is not supported",
+                        msg, idx);
+    } else if (has_key(item, "text")) {
+      QVL_TRY(append_text_item(&p->text, item, msg, idx));
+    } else {
+      const char *t = type_of(item);
+      return qvl_errorf(QVL_ERR_INVALID_ARG,
+                        "messages[%d].content[%d]: unknown content part type '%s' (expected text or "
+                        "image_url)",
+                        msg, idx, t ? t : "(none)");
+    }
+  }
+  return QVL_OK;
+}
+
+/* System and assistant content: a string, or the text of every item that has one. */
+static qvl_status render_text_content(buf *b, const cJSON *content, int msg) {
+  if (cJSON_IsString(content))
+    return buf_append_str(b, content->valuestring);
+  if (!content || cJSON_IsNull(content))
+    return QVL_OK;
+  if (!cJSON_IsArray(content))
+    return qvl_errorf(QVL_ERR_INVALID_ARG,
+                      "messages[%d].content must be a string or an array of content parts", msg);
+  int idx = 0;
+  for (const cJSON *item = content->child; item; item = item->next, idx++) {
+    if (!cJSON_IsObject(item))
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d] must be an object", msg, idx);
+    if (has_key(item, "text"))
+      QVL_TRY(append_text_item(b, item, msg, idx));
+  }
+  return QVL_OK;
+}
+
+static bool content_truthy(const cJSON *content) {
+  if (cJSON_IsString(content))
+    return content->valuestring[0] != 0;
+  if (cJSON_IsArray(content))
+    return content->child != NULL;
+  return false;
+}
+
+static qvl_status render_tool_calls(buf *b, const cJSON *msg_obj, int msg) {
+  const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg_obj, "tool_calls");
+  if (!calls || cJSON_IsNull(calls))
+    return QVL_OK;
+  if (!cJSON_IsArray(calls))
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].tool_calls must be an array", msg);
+  bool has_content = content_truthy(cJSON_GetObjectItemCaseSensitive(msg_obj, "content"));
+  int i = 0;
+  for (const cJSON *call = calls->child; call; call = call->next, i++) {
+    if (i > 0 || has_content)
+      QVL_TRY(buf_append_str(b, "\n"));
+    const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+    const cJSON *def = fn ? fn : call;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(def, "name");
+    const cJSON *args = cJSON_GetObjectItemCaseSensitive(def, "arguments");
+    if (!cJSON_IsString(name))
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].tool_calls[%d] has no function name", msg, i);
+    QVL_TRY(buf_append_str(b, "<tool_call>\n{\"name\": \""));
+    QVL_TRY(buf_append_str(b, name->valuestring));
+    QVL_TRY(buf_append_str(b, "\", \"arguments\": "));
+    if (cJSON_IsString(args))
+      QVL_TRY(buf_append_str(b, args->valuestring));
+    else
+      QVL_TRY(chat_tojson(args, b));
+    QVL_TRY(buf_append_str(b, "}\n</tool_call>"));
+  }
+  return QVL_OK;
+}
+
+static const char *role_of(const cJSON *m) {
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "role");
+  return cJSON_IsString(r) ? r->valuestring : NULL;
+}
+
+static qvl_status render_system_block(chat_prompt *p, const cJSON *messages, const cJSON *tools) {
+  const cJSON *first = messages->child;
+  bool first_is_system = first && role_of(first) && !strcmp(role_of(first), "system");
+  const cJSON *sys_content = first_is_system ? cJSON_GetObjectItemCaseSensitive(first, "content") : NULL;
+  bool have_tools = cJSON_IsArray(tools) && tools->child;
+  if (have_tools) {
+    QVL_TRY(buf_append_str(&p->text, "<|im_start|>system\n"));
+    if (first_is_system) {
+      QVL_TRY(render_text_content(&p->text, sys_content, 0));
+      QVL_TRY(buf_append_str(&p->text, "\n\n"));
+    }
+    QVL_TRY(buf_append_str(&p->text,
+                           "# Tools\n\nYou may call one or more functions to assist with the user "
+                           "query.\n\nYou are provided with function signatures within <tools></tools> "
+                           "XML tags:\n<tools>"));
+    for (const cJSON *tool = tools->child; tool; tool = tool->next) {
+      QVL_TRY(buf_append_str(&p->text, "\n"));
+      QVL_TRY(chat_tojson(tool, &p->text));
+    }
+    QVL_TRY(buf_append_str(&p->text,
+                           "\n</tools>\n\nFor each function call, return a json object with function "
+                           "name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                           "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+                           "</tool_call><|im_end|>\n"));
+  } else if (first_is_system) {
+    QVL_TRY(buf_append_str(&p->text, "<|im_start|>system\n"));
+    QVL_TRY(render_text_content(&p->text, sys_content, 0));
+    QVL_TRY(buf_append_str(&p->text, "<|im_end|>\n"));
+  }
+  return QVL_OK;
+}
+
+static qvl_status render_all(const cJSON *messages, const cJSON *tools, bool add_generation_prompt,
+                             chat_prompt *p) {
+  if (!cJSON_IsArray(messages))
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "messages must be an array");
+  if (!messages->child)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "messages must not be empty");
+  if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools))
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "tools must be an array");
+  int i = 0;
+  for (const cJSON *m = messages->child; m; m = m->next, i++) {
+    if (!cJSON_IsObject(m))
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d] must be an object", i);
+    const char *role = role_of(m);
+    if (!role)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d] has no string 'role'", i);
+    if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
+        strcmp(role, "tool"))
+      return qvl_errorf(QVL_ERR_INVALID_ARG,
+                        "messages[%d].role '%s' is not one of system, user, assistant, tool", i, role);
+  }
+  QVL_TRY(render_system_block(p, messages, tools));
+  i = 0;
+  for (const cJSON *m = messages->child; m; m = m->next, i++) {
+    const char *role = role_of(m);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (!strcmp(role, "user")) {
+      QVL_TRY(buf_append_str(&p->text, "<|im_start|>user\n"));
+      QVL_TRY(render_media_content(p, content, i));
+      QVL_TRY(buf_append_str(&p->text, "<|im_end|>\n"));
+    } else if (!strcmp(role, "assistant")) {
+      QVL_TRY(buf_append_str(&p->text, "<|im_start|>assistant\n"));
+      QVL_TRY(render_text_content(&p->text, content, i));
+      QVL_TRY(render_tool_calls(&p->text, m, i));
+      QVL_TRY(buf_append_str(&p->text, "<|im_end|>\n"));
+    } else if (!strcmp(role, "tool")) {
+      const char *prev = m->prev && m != messages->child ? role_of(m->prev) : NULL;
+      const char *next = m->next ? role_of(m->next) : NULL;
+      if (!prev || strcmp(prev, "tool"))
+        QVL_TRY(buf_append_str(&p->text, "<|im_start|>user"));
+      QVL_TRY(buf_append_str(&p->text, "\n<tool_response>\n"));
+      QVL_TRY(render_media_content(p, content, i));
+      QVL_TRY(buf_append_str(&p->text, "\n</tool_response>"));
+      if (!next || strcmp(next, "tool"))
+        QVL_TRY(buf_append_str(&p->text, "<|im_end|>\n"));
+    }
+    /* A system message renders only as the first message (above); later ones are dropped, as in
+     * the template. */
+  }
+  if (add_generation_prompt)
+    QVL_TRY(buf_append_str(&p->text, "<|im_start|>assistant\n"));
+  return QVL_OK;
+}
+
+qvl_status chat_render(const cJSON *messages, const cJSON *tools, bool add_generation_prompt,
+                       chat_prompt *out) {
+  memset(out, 0, sizeof *out);
+  qvl_status s = buf_append(&out->text, "", 0);
+  if (s == QVL_OK)
+    s = render_all(messages, tools, add_generation_prompt, out);
+  if (s != QVL_OK)
+    chat_prompt_free(out);
+  return s;
+}
+
+void chat_prompt_free(chat_prompt *p) {
+  buf_free(&p->text);
+  free(p->images);
+  p->images = NULL;
+  p->n_images = 0;
+}
+
+static qvl_status json_string(buf *b, const char *s) {
+  QVL_TRY(buf_append_str(b, "\""));
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    switch (*c) {
+    case '"': QVL_TRY(buf_append_str(b, "\\\"")); break;
+    case '\\': QVL_TRY(buf_append_str(b, "\\\\")); break;
+    case '\n': QVL_TRY(buf_append_str(b, "\\n")); break;
+    case '\r': QVL_TRY(buf_append_str(b, "\\r")); break;
+    case '\t': QVL_TRY(buf_append_str(b, "\\t")); break;
+    case '\b': QVL_TRY(buf_append_str(b, "\\b")); break;
+    case '\f': QVL_TRY(buf_append_str(b, "\\f")); break;
+    default:
+      if (*c < 0x20)
+        QVL_TRY(buf_printf(b, "\\u%04x", *c));
+      else
+        QVL_TRY(buf_append(b, c, 1));
+    }
+  }
+  return buf_append_str(b, "\"");
+}
+
+/* Python's float repr is the shortest round-tripping form; integral values print without a point
+ * because cJSON does not keep the int/float distinction (1.0 in the input prints as 1). */
+static qvl_status json_number(buf *b, double v) {
+  if (v == floor(v) && fabs(v) < 1e15)
+    return buf_printf(b, "%.0f", v);
+  char tmp[32];
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+    if (strtod(tmp, NULL) == v)
+      break;
+  }
+  return buf_append_str(b, tmp);
+}
+
+qvl_status chat_tojson(const cJSON *v, buf *b) {
+  if (!v || cJSON_IsNull(v))
+    return buf_append_str(b, "null");
+  if (cJSON_IsTrue(v))
+    return buf_append_str(b, "true");
+  if (cJSON_IsFalse(v))
+    return buf_append_str(b, "false");
+  if (cJSON_IsNumber(v))
+    return json_number(b, v->valuedouble);
+  if (cJSON_IsString(v))
+    return json_string(b, v->valuestring);
+  bool obj = cJSON_IsObject(v);
+  QVL_TRY(buf_append_str(b, obj ? "{" : "["));
+  for (const cJSON *c = v->child; c; c = c->next) {
+    if (c != v->child)
+      QVL_TRY(buf_append_str(b, ", "));
+    if (obj) {
+      QVL_TRY(json_string(b, c->string ? c->string : ""));
+      QVL_TRY(buf_append_str(b, ": "));
+    }
+    QVL_TRY(chat_tojson(c, b));
+  }
+  return buf_append_str(b, obj ? "}" : "]");
+}

@@ -1,0 +1,41 @@
+/*
+ * The Qwen3-VL Instruct chat template, rendered natively (no Jinja engine): OpenAI-style messages in,
+ * prompt text out, identical to what transformers' apply_chat_template produces with the template in
+ * tests/fixtures/tokenizer/qwen3vl_instruct_chat_template.jinja.
+ *
+ * Each image item renders as "<|vision_start|><|image_pad|><|vision_end|>"; the caller expands the
+ * pad token to the image's token count after tokenizing. Images are reported in prompt order.
+ * Thread safety: pure functions.
+ */
+#ifndef QVL_TEXT_CHAT_H
+#define QVL_TEXT_CHAT_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+
+#include "base/buf.h"
+#include "qvl.h"
+
+typedef struct chat_image {
+  const cJSON *item; /* the content item (type image / image_url), owned by the messages JSON */
+  const char *url;   /* image_url.url, image_url (string) or image (string); NULL if absent */
+  int message_index; /* which message holds it */
+} chat_image;
+
+typedef struct chat_prompt {
+  buf text;           /* rendered prompt */
+  chat_image *images; /* [n_images] in prompt order */
+  int n_images;
+} chat_prompt;
+
+/* Renders messages (a JSON array) and optional tools (JSON array or NULL). Validates the shape of
+ * every message; errors name the message index and field. */
+qvl_status chat_render(const cJSON *messages, const cJSON *tools, bool add_generation_prompt,
+                       chat_prompt *out);
+void chat_prompt_free(chat_prompt *p);
+
+/* Serializes JSON like Python's json.dumps(ensure_ascii=False) with default separators, which is
+ * what the template's `tojson` filter produces for tools and tool-call arguments. */
+qvl_status chat_tojson(const cJSON *value, buf *out);
+
+#endif

@@ -1,0 +1,121 @@
+/* Chat template: every fixture case's messages must render to its prompt_text exactly; bad message
+ * shapes give errors naming the message; tools and tool calls follow the template text. */
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "test.h"
+#include "text/chat.h"
+
+static cJSON *read_json(const char *path) {
+  buf b = {0};
+  if (buf_read_file(path, 1 << 26, &b) != QVL_OK)
+    return NULL;
+  cJSON *j = cJSON_Parse(b.data);
+  buf_free(&b);
+  return j;
+}
+
+static void check_fixture_cases(void) {
+  glob_t g;
+  int rc = glob("tests/fixtures/cases/*/*/*/case.json", 0, NULL, &g);
+  CHECK(rc == 0 && g.gl_pathc >= 40, "expected the fixture cases, found %zu", rc ? 0 : g.gl_pathc);
+  for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) {
+    cJSON *c = read_json(g.gl_pathv[i]);
+    CHECK(c != NULL, "cannot parse %s", g.gl_pathv[i]);
+    if (!c)
+      continue;
+    const cJSON *agp = cJSON_GetObjectItem(c, "add_generation_prompt");
+    chat_prompt p;
+    qvl_status s = chat_render(cJSON_GetObjectItem(c, "messages"), NULL, !cJSON_IsFalse(agp), &p);
+    CHECK(s == QVL_OK, "%s: %s", g.gl_pathv[i], qvl_last_error());
+    if (s == QVL_OK) {
+      const char *want = cJSON_GetObjectItem(c, "prompt_text")->valuestring;
+      CHECK(!strcmp(p.text.data, want), "%s: rendered\n%s\nexpected\n%s", g.gl_pathv[i], p.text.data, want);
+      int n_images = cJSON_GetArraySize(cJSON_GetObjectItem(c, "images"));
+      CHECK(p.n_images == n_images, "%s: %d images, expected %d", g.gl_pathv[i], p.n_images, n_images);
+      for (int k = 0; k < p.n_images && k < n_images; k++) {
+        const char *path = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "images"), k),
+                                               "path")->valuestring;
+        CHECK(p.images[k].url && !strcmp(p.images[k].url, path), "%s: image %d url", g.gl_pathv[i], k);
+      }
+      chat_prompt_free(&p);
+    }
+    cJSON_Delete(c);
+  }
+  if (rc == 0)
+    globfree(&g);
+}
+
+static void expect_render(const char *messages_json, const char *tools_json, bool agp,
+                          const char *want) {
+  cJSON *m = cJSON_Parse(messages_json);
+  cJSON *t = tools_json ? cJSON_Parse(tools_json) : NULL;
+  chat_prompt p;
+  qvl_status s = chat_render(m, t, agp, &p);
+  CHECK(s == QVL_OK, "%s: %s", messages_json, qvl_last_error());
+  if (s == QVL_OK) {
+    CHECK(!strcmp(p.text.data, want), "%s rendered\n[%s]\nexpected\n[%s]", messages_json, p.text.data, want);
+    chat_prompt_free(&p);
+  }
+  cJSON_Delete(m);
+  cJSON_Delete(t);
+}
+
+static void expect_error(const char *messages_json, const char *needle) {
+  cJSON *m = cJSON_Parse(messages_json);
+  chat_prompt p;
+  qvl_status s = chat_render(m, NULL, true, &p);
+  CHECK(s == QVL_ERR_INVALID_ARG || s == QVL_ERR_UNSUPPORTED, "%s: expected an error", messages_json);
+  CHECK(strstr(qvl_last_error(), needle) != NULL, "%s: message '%s' lacks '%s'", messages_json,
+        qvl_last_error(), needle);
+  if (s == QVL_OK)
+    chat_prompt_free(&p);
+  cJSON_Delete(m);
+}
+
+int main(void) {
+  check_fixture_cases();
+  /* Expected strings below are written from the template text by hand. */
+  expect_render("[{\"role\":\"system\",\"content\":\"\"},{\"role\":\"user\",\"content\":\"hi\"}]", NULL, true,
+                "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  expect_render("[{\"role\":\"user\",\"content\":\"hi\"}]", NULL, false, "<|im_start|>user\nhi<|im_end|>\n");
+  expect_render("[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},{\"type\":\"text\",\"text\":\"a\"},"
+                "{\"image_url\":\"x.png\"}]}]",
+                NULL, true,
+                "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>a<|vision_start|><|image_pad|>"
+                "<|vision_end|><|im_end|>\n<|im_start|>assistant\n");
+  /* A system message after the first one is dropped by the template. */
+  expect_render("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"s\"}]", NULL, false,
+                "<|im_start|>user\na<|im_end|>\n");
+  /* System content given as parts. */
+  expect_render("[{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"x\"},{\"type\":\"text\",\"text\":\"y\"}]}]",
+                NULL, false, "<|im_start|>system\nxy<|im_end|>\n");
+  expect_render("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":"
+                "[{\"function\":{\"name\":\"f\",\"arguments\":{\"a\":1,\"b\":\"\\u00e9\"}}},{\"name\":\"g\","
+                "\"arguments\":\"{}\"}]},{\"role\":\"tool\",\"content\":\"r1\"},{\"role\":\"tool\",\"content\":\"r2\"}]",
+                NULL, true,
+                "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+                "{\"a\": 1, \"b\": \"\xc3\xa9\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n"
+                "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nr1\n</tool_response>\n<tool_response>\n"
+                "r2\n</tool_response><|im_end|>\n<|im_start|>assistant\n");
+  expect_render("[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"q\"}]",
+                "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{}}}]", true,
+                "<|im_start|>system\nS\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+                "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+                "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}\n</tools>\n\nFor each "
+                "function call, return a json object with function name and arguments within <tool_call></tool_call> "
+                "XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
+                "<|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n");
+  expect_error("{}", "messages must be an array");
+  expect_error("[]", "must not be empty");
+  expect_error("[1]", "messages[0] must be an object");
+  expect_error("[{\"content\":\"x\"}]", "messages[0] has no string 'role'");
+  expect_error("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"bot\",\"content\":\"x\"}]", "messages[1].role 'bot'");
+  expect_error("[{\"role\":\"user\",\"content\":5}]", "messages[0].content must be");
+  expect_error("[{\"role\":\"user\",\"content\":[{\"type\":\"audio\"}]}]", "unknown content part type 'audio'");
+  expect_error("[{\"role\":\"user\",\"content\":[{\"type\":\"video\",\"video\":\"v.mp4\"}]}]", "video");
+  expect_error("[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":3}]}]", "content[0].text must be a string");
+  return TEST_SUMMARY("chat");
+}
