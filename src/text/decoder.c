@@ -1,0 +1,746 @@
+#include "text/decoder.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/status.h"
+
+/* Caps that keep every size product below 2^63 and reject absurd metadata early. */
+#define DECODER_MAX_DIM (1 << 20)
+#define DECODER_MAX_LAYERS 4096
+#define DECODER_MAX_VOCAB (1 << 24)
+
+/* ---- hyperparameters ------------------------------------------------------------------------ */
+
+static qvl_status key_missing(const gguf *g, const char *key) {
+  return qvl_errorf(QVL_ERR_FORMAT, "%s: missing required key '%s'", gguf_path(g), key);
+}
+
+/* Reads an integer that llama.cpp allows to be a scalar or a per-layer array; an array must hold
+ * one value for every layer, all equal (this engine has no per-layer widths). */
+static qvl_status get_uniform_int(const gguf *g, const char *key, int64_t n_layer, bool required,
+                                  int64_t *out) {
+  int64_t idx = gguf_find_key(g, key);
+  if (idx < 0) {
+    if (required)
+      return key_missing(g, key);
+    return QVL_ERR_NOT_FOUND;
+  }
+  if (gguf_key_type(g, idx) == GGUF_TYPE_ARRAY) {
+    int64_t *v = NULL;
+    uint64_t n = 0;
+    QVL_TRY(gguf_get_int_array(g, key, &v, &n));
+    if (n == 0 || (n_layer > 0 && n != (uint64_t)n_layer)) {
+      free(v);
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': expected one value or %lld (one per layer), found %llu",
+                        gguf_path(g), key, (long long)n_layer, (unsigned long long)n);
+    }
+    for (uint64_t i = 1; i < n; i++)
+      if (v[i] != v[0]) {
+        int64_t a = v[0], b = v[i];
+        free(v);
+        return qvl_errorf(QVL_ERR_UNSUPPORTED,
+                          "%s: key '%s': per-layer values differ (layer 0: %lld, layer %llu: %lld); "
+                          "only uniform layers are supported",
+                          gguf_path(g), key, (long long)a, (unsigned long long)i, (long long)b);
+      }
+    *out = v[0];
+    free(v);
+    return QVL_OK;
+  }
+  return gguf_get_i64(g, key, out);
+}
+
+static qvl_status check_range(const gguf *g, const char *key, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': expected a value in %lld..%lld, found %lld", gguf_path(g),
+                      key, (long long)lo, (long long)hi, (long long)v);
+  return QVL_OK;
+}
+
+qvl_status decoder_hparams_from_gguf(const gguf *g, decoder_hparams *hp) {
+  memset(hp, 0, sizeof *hp);
+  const char *path = gguf_path(g);
+  const char *arch = NULL;
+  if (gguf_find_key(g, "general.architecture") < 0)
+    return qvl_errorf(QVL_ERR_FORMAT,
+                      "%s: missing required key 'general.architecture' (not a llama.cpp model file?)", path);
+  QVL_TRY(gguf_get_str(g, "general.architecture", &arch));
+  const char *type = NULL;
+  if (gguf_find_key(g, "general.type") >= 0 && gguf_get_str(g, "general.type", &type) != QVL_OK)
+    type = NULL;
+  if (strcmp(arch, "clip") == 0 || (type && strcmp(type, "mmproj") == 0))
+    return qvl_errorf(QVL_ERR_UNSUPPORTED,
+                      "%s: this is an mmproj (vision projector) file; pass it with --mmproj", path);
+  if (strcmp(arch, "qwen3vl") != 0)
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported, expected qwen3vl", path,
+                      arch);
+
+  char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "qwen3vl.%s", suffix), key)
+  int64_t v;
+  /* block_count first: per-layer arrays are checked against it. */
+  QVL_TRY(get_uniform_int(g, KEY("block_count"), 0, true, &v));
+  QVL_TRY(check_range(g, key, v, 1, DECODER_MAX_LAYERS));
+  hp->n_layer = v;
+  QVL_TRY(get_uniform_int(g, KEY("context_length"), 0, true, &v));
+  QVL_TRY(check_range(g, key, v, 1, INT32_MAX));
+  hp->n_ctx_train = v;
+  QVL_TRY(get_uniform_int(g, KEY("embedding_length"), 0, true, &v));
+  QVL_TRY(check_range(g, key, v, 1, DECODER_MAX_DIM));
+  hp->n_embd = v;
+  /* llama.cpp loads files without these two but cannot run them; say so at load time. */
+  QVL_TRY(get_uniform_int(g, KEY("feed_forward_length"), hp->n_layer, true, &v));
+  QVL_TRY(check_range(g, key, v, 1, DECODER_MAX_DIM));
+  hp->n_ff = v;
+  QVL_TRY(get_uniform_int(g, KEY("attention.head_count"), hp->n_layer, true, &v));
+  QVL_TRY(check_range(g, key, v, 1, 4096));
+  hp->n_head = v;
+  qvl_status st = get_uniform_int(g, KEY("attention.head_count_kv"), hp->n_layer, false, &v);
+  if (st == QVL_ERR_NOT_FOUND)
+    v = hp->n_head;
+  else if (st != QVL_OK)
+    return st;
+  QVL_TRY(check_range(g, key, v, 1, hp->n_head));
+  if (hp->n_head % v != 0)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': %lld key/value heads do not divide %lld query heads", path,
+                      key, (long long)v, (long long)hp->n_head);
+  hp->n_head_kv = v;
+  if (hp->n_embd % hp->n_head != 0 && gguf_find_key(g, KEY("attention.key_length")) < 0)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: missing key 'qwen3vl.attention.key_length' and n_embd %lld is not a "
+                      "multiple of head_count %lld", path, (long long)hp->n_embd, (long long)hp->n_head);
+  st = get_uniform_int(g, KEY("attention.key_length"), 0, false, &v);
+  if (st == QVL_ERR_NOT_FOUND)
+    v = hp->n_embd / hp->n_head;
+  else if (st != QVL_OK)
+    return st;
+  QVL_TRY(check_range(g, key, v, 2, 2 * MROPE_MAX_HALF));
+  if (v % 2 != 0)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': head dimension %lld must be even", path, key, (long long)v);
+  hp->head_dim = v;
+  int64_t vl;
+  st = get_uniform_int(g, KEY("attention.value_length"), 0, false, &vl);
+  if (st == QVL_OK && vl != hp->head_dim)
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: key 'qwen3vl.attention.value_length' is %lld, expected the key "
+                      "length %lld", path, (long long)vl, (long long)hp->head_dim);
+  if (st != QVL_OK && st != QVL_ERR_NOT_FOUND)
+    return st;
+  st = get_uniform_int(g, KEY("n_deepstack_layers"), 0, false, &v);
+  if (st == QVL_ERR_NOT_FOUND)
+    v = 0;
+  else if (st != QVL_OK)
+    return st;
+  QVL_TRY(check_range(g, key, v, 0, hp->n_layer));
+  hp->n_deepstack = v;
+
+  if (gguf_find_key(g, KEY("attention.layer_norm_rms_epsilon")) < 0)
+    return key_missing(g, key);
+  QVL_TRY(gguf_get_f32(g, key, &hp->rms_eps));
+  if (!(hp->rms_eps > 0.0f) || !isfinite(hp->rms_eps))
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': expected a positive epsilon, found %g", path, key,
+                      (double)hp->rms_eps);
+
+  /* llama.cpp's default when the key is absent; the converter always writes it (5e6 for Qwen3-VL). */
+  if (gguf_find_key(g, KEY("rope.freq_base")) < 0) {
+    hp->rope_theta = 10000.0f;
+    log_warn("%s: no 'qwen3vl.rope.freq_base'; using llama.cpp's default 10000 (Qwen3-VL uses 5000000)", path);
+  } else {
+    QVL_TRY(gguf_get_f32(g, key, &hp->rope_theta));
+    if (!(hp->rope_theta > 0.0f) || !isfinite(hp->rope_theta))
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': expected a positive value, found %g", path, key,
+                        (double)hp->rope_theta);
+  }
+
+  if (gguf_find_key(g, KEY("rope.dimension_sections")) < 0)
+    return key_missing(g, key);
+  {
+    int64_t *sec = NULL;
+    uint64_t n = 0;
+    QVL_TRY(gguf_get_int_array(g, key, &sec, &n));
+    if (n != 4) {
+      free(sec);
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': expected 4 values, found %llu", path, key,
+                        (unsigned long long)n);
+    }
+    for (int i = 0; i < 4; i++) {
+      if (sec[i] < 0 || sec[i] > hp->head_dim) {
+        int64_t bad = sec[i];
+        free(sec);
+        return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': value %d is %lld, expected 0..%lld", path, key, i,
+                          (long long)bad, (long long)hp->head_dim);
+      }
+      hp->rope_sections[i] = (int)sec[i];
+    }
+    free(sec);
+  }
+#undef KEY
+
+  const tensor *te = gguf_find_tensor(g, "token_embd.weight");
+  if (!te)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: missing tensor 'token_embd.weight'", path);
+  if (te->ne[1] < 1 || te->ne[1] > DECODER_MAX_VOCAB)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor 'token_embd.weight': vocabulary of %lld rows, expected 1..%d",
+                      path, (long long)te->ne[1], DECODER_MAX_VOCAB);
+  hp->n_vocab = te->ne[1];
+  return QVL_OK;
+}
+
+/* ---- weight binding --------------------------------------------------------------------------- */
+
+static const char *shape_str(char *b, size_t cap, const int64_t *ne, int n_dims) {
+  size_t o = 0;
+  o += (size_t)snprintf(b + o, cap - o, "{");
+  for (int i = 0; i < n_dims && o < cap; i++)
+    o += (size_t)snprintf(b + o, cap - o, i ? ", %lld" : "%lld", (long long)ne[i]);
+  if (o < cap)
+    snprintf(b + o, cap - o, "}");
+  return b;
+}
+
+static qvl_status shape_check(const decoder_source *src, const char *name, const tensor *t,
+                              const int64_t *want, int n_want) {
+  bool ok = true;
+  for (int i = 0; i < TENSOR_MAX_DIMS; i++) {
+    int64_t w = i < n_want ? want[i] : 1;
+    if (t->ne[i] != w)
+      ok = false;
+  }
+  if (ok)
+    return QVL_OK;
+  char a[96], b[96];
+  int nd = t->n_dims > 0 && t->n_dims <= TENSOR_MAX_DIMS ? t->n_dims : TENSOR_MAX_DIMS;
+  return qvl_errorf(QVL_ERR_MISMATCH, "%s: tensor '%s': expected shape %s, found %s", src->label, name,
+                    shape_str(a, sizeof a, want, n_want), shape_str(b, sizeof b, t->ne, nd));
+}
+
+static const tensor *find_tensor(const decoder_source *src, const char *name) {
+  return src->find(src->user, name);
+}
+
+static qvl_status bind_matrix(const decoder_source *src, const char *name, int64_t n_in, int64_t n_out,
+                              kn_weight *w) {
+  const tensor *t = find_tensor(src, name);
+  if (!t)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: missing tensor '%s'", src->label, name);
+  int64_t want[2] = {n_in, n_out};
+  QVL_TRY(shape_check(src, name, t, want, 2));
+  if (!dtype_supported(t->type))
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: tensor '%s': type %s (%d) is not supported", src->label, name,
+                      dtype_name(t->type), (int)t->type);
+  qvl_status st = kn_weight_init(w, t);
+  if (st != QVL_OK)
+    return qvl_error_prefix(st, "%s: tensor '%s': ", src->label, name);
+  return QVL_OK;
+}
+
+static qvl_status bind_vector(const decoder_source *src, const char *name, int64_t n, float **out) {
+  const tensor *t = find_tensor(src, name);
+  if (!t)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: missing tensor '%s'", src->label, name);
+  int64_t want[1] = {n};
+  QVL_TRY(shape_check(src, name, t, want, 1));
+  if (t->type != QVL_DTYPE_F32 && t->type != QVL_DTYPE_F16 && t->type != QVL_DTYPE_BF16)
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: tensor '%s': type %s, expected F32 (or F16/BF16) for a norm weight",
+                      src->label, name, dtype_name(t->type));
+  size_t need = (size_t)n * (t->type == QVL_DTYPE_F32 ? 4 : 2);
+  if (t->nbytes < need)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': %zu bytes of data, expected %zu", src->label, name,
+                      t->nbytes, need);
+  float *v = malloc((size_t)n * sizeof(float));
+  if (!v)
+    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory for tensor '%s'", src->label, name);
+  dtype_dequantize_row(t->type, t->data, v, n);
+  *out = v;
+  return QVL_OK;
+}
+
+static qvl_status bind_layer(const decoder_model *m, int64_t il, decoder_layer *L) {
+  const decoder_hparams *hp = &m->hp;
+  const decoder_source *src = &m->src;
+  int64_t D = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+  char n[96];
+#define NAME(s) (snprintf(n, sizeof n, "blk.%lld.%s", (long long)il, s), n)
+  QVL_TRY(bind_vector(src, NAME("attn_norm.weight"), D, &L->attn_norm));
+  QVL_TRY(bind_matrix(src, NAME("attn_q.weight"), D, qd, &L->wq));
+  QVL_TRY(bind_matrix(src, NAME("attn_k.weight"), D, kvd, &L->wk));
+  QVL_TRY(bind_matrix(src, NAME("attn_v.weight"), D, kvd, &L->wv));
+  QVL_TRY(bind_matrix(src, NAME("attn_output.weight"), qd, D, &L->wo));
+  QVL_TRY(bind_vector(src, NAME("attn_q_norm.weight"), hp->head_dim, &L->q_norm));
+  QVL_TRY(bind_vector(src, NAME("attn_k_norm.weight"), hp->head_dim, &L->k_norm));
+  QVL_TRY(bind_vector(src, NAME("ffn_norm.weight"), D, &L->ffn_norm));
+  QVL_TRY(bind_matrix(src, NAME("ffn_gate.weight"), D, hp->n_ff, &L->w_gate));
+  QVL_TRY(bind_matrix(src, NAME("ffn_up.weight"), D, hp->n_ff, &L->w_up));
+  QVL_TRY(bind_matrix(src, NAME("ffn_down.weight"), hp->n_ff, D, &L->w_down));
+#undef NAME
+  /* Biases would change the maths silently if ignored; Qwen3 has none. */
+  static const char *const biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
+  for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
+    snprintf(n, sizeof n, "blk.%lld.%s", (long long)il, biases[i]);
+    if (find_tensor(src, n))
+      return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: tensor '%s': attention biases are not supported (Qwen3 has none)",
+                        src->label, n);
+  }
+  return QVL_OK;
+}
+
+static qvl_status check_hparams(const decoder_hparams *hp, const char *label) {
+  if (hp->n_vocab < 1 || hp->n_vocab > DECODER_MAX_VOCAB || hp->n_embd < 1 || hp->n_embd > DECODER_MAX_DIM ||
+      hp->n_layer < 1 || hp->n_layer > DECODER_MAX_LAYERS || hp->n_ff < 1 || hp->n_ff > DECODER_MAX_DIM ||
+      hp->n_head < 1 || hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv != 0 || hp->head_dim < 2 ||
+      hp->head_dim % 2 != 0 || hp->head_dim > 2 * MROPE_MAX_HALF ||
+      hp->n_head * hp->head_dim > DECODER_MAX_DIM || hp->n_deepstack < 0 || hp->n_deepstack > hp->n_layer ||
+      hp->n_ctx_train < 1 || !(hp->rms_eps > 0.0f))
+    return qvl_errorf(QVL_ERR_INVALID_ARG,
+                      "%s: invalid decoder hyperparameters (vocab %lld, embd %lld, layers %lld, ff %lld, heads "
+                      "%lld/%lld, head_dim %lld, deepstack %lld, ctx %lld)",
+                      label, (long long)hp->n_vocab, (long long)hp->n_embd, (long long)hp->n_layer,
+                      (long long)hp->n_ff, (long long)hp->n_head, (long long)hp->n_head_kv,
+                      (long long)hp->head_dim, (long long)hp->n_deepstack, (long long)hp->n_ctx_train);
+  return QVL_OK;
+}
+
+qvl_status decoder_init(const decoder_hparams *hp, const decoder_source *src, decoder_model **out) {
+  *out = NULL;
+  decoder_model *m = calloc(1, sizeof *m);
+  if (!m) {
+    if (src->release)
+      src->release(src->user);
+    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", src->label);
+  }
+  m->hp = *hp;
+  m->src = *src;
+  if (!m->src.label)
+    m->src.label = "model";
+  qvl_status st = check_hparams(hp, m->src.label);
+  if (st == QVL_OK) {
+    st = mrope_init(&m->rope, (int)hp->head_dim, hp->rope_theta, hp->rope_sections);
+    if (st != QVL_OK)
+      qvl_error_prefix(st, "%s: ", m->src.label);
+  }
+  if (st == QVL_OK)
+    st = bind_matrix(&m->src, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->tok_embd);
+  if (st == QVL_OK) {
+    if (find_tensor(&m->src, "output.weight")) {
+      st = bind_matrix(&m->src, "output.weight", hp->n_embd, hp->n_vocab, &m->output);
+      m->head = &m->output;
+    } else {
+      m->tied = true;
+      m->head = &m->tok_embd;
+    }
+  }
+  if (st == QVL_OK)
+    st = bind_vector(&m->src, "output_norm.weight", hp->n_embd, &m->output_norm);
+  if (st == QVL_OK) {
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->layers)
+      st = qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", m->src.label);
+  }
+  for (int64_t il = 0; st == QVL_OK && il < hp->n_layer; il++)
+    st = bind_layer(m, il, &m->layers[il]);
+  if (st != QVL_OK) {
+    decoder_free(m);
+    return st;
+  }
+  *out = m;
+  return QVL_OK;
+}
+
+static const tensor *gguf_source_find(void *user, const char *name) {
+  return gguf_find_tensor((const gguf *)user, name);
+}
+
+static void gguf_source_release(void *user) { gguf_close((gguf *)user); }
+
+qvl_status decoder_load_gguf_file(gguf *g, decoder_model **out) {
+  *out = NULL;
+  decoder_hparams hp;
+  qvl_status st = decoder_hparams_from_gguf(g, &hp);
+  if (st != QVL_OK) {
+    gguf_close(g);
+    return st;
+  }
+  decoder_source src = {gguf_path(g), g, gguf_source_find, gguf_source_release};
+  return decoder_init(&hp, &src, out);
+}
+
+qvl_status decoder_load_gguf(const char *path, decoder_model **out) {
+  *out = NULL;
+  gguf *g = NULL;
+  QVL_TRY(gguf_open(path, &g));
+  return decoder_load_gguf_file(g, out);
+}
+
+static void layer_free(decoder_layer *L) {
+  free(L->attn_norm);
+  free(L->q_norm);
+  free(L->k_norm);
+  free(L->ffn_norm);
+  kn_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+  for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+    kn_weight_free(w[i]);
+}
+
+void decoder_free(decoder_model *m) {
+  if (!m)
+    return;
+  if (m->layers)
+    for (int64_t i = 0; i < m->hp.n_layer; i++)
+      layer_free(&m->layers[i]);
+  free(m->layers);
+  free(m->output_norm);
+  kn_weight_free(&m->tok_embd);
+  if (!m->tied)
+    kn_weight_free(&m->output);
+  if (m->src.release)
+    m->src.release(m->src.user);
+  free(m);
+}
+
+qvl_status decoder_embed(const decoder_model *m, const int32_t *ids, int64_t n, float *out) {
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= m->hp.n_vocab)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "token id %d at index %lld is outside the vocabulary (0..%lld)",
+                        (int)ids[i], (long long)i, (long long)m->hp.n_vocab - 1);
+  for (int64_t i = 0; i < n; i++)
+    kn_weight_row(&m->tok_embd, ids[i], out + i * m->hp.n_embd);
+  return QVL_OK;
+}
+
+/* ---- sequences -------------------------------------------------------------------------------- */
+
+/* Per-chunk work buffers, sized for cap tokens. */
+typedef struct scratch {
+  int64_t cap;
+  float *x;      /* [cap][n_embd] residual stream */
+  float *xn;     /* [cap][n_embd] normed input of a sublayer */
+  float *q0;     /* [cap][n_head*head_dim] q projection */
+  float *q;      /* [cap][n_head*head_dim] after q_norm and RoPE */
+  float *k0;     /* [cap][n_head_kv*head_dim] */
+  float *k;      /* [cap][n_head_kv*head_dim] */
+  float *v;      /* [cap][n_head_kv*head_dim] */
+  float *att;    /* [cap][n_head*head_dim] attention output */
+  float *tmp;    /* [cap][n_embd] sublayer output */
+  float *gate;   /* [cap][n_ff] */
+  float *up;     /* [cap][n_ff] */
+  float *cos;    /* [cap][head_dim] */
+  float *sin;    /* [cap][head_dim] */
+  int32_t *pos;  /* [3][cap] positions of the chunk */
+} scratch;
+
+struct decoder_seq {
+  const decoder_model *m;
+  kv_cache kv;
+  int64_t next_pos;  /* max position stored + 1 */
+  int64_t n_batch;
+  scratch w;
+  float *logits;     /* [n_vocab] last token */
+  trace_fn trace;
+  void *trace_user;
+};
+
+static void scratch_free(scratch *w) {
+  float **f[] = {&w->x, &w->xn, &w->q0, &w->q, &w->k0, &w->k, &w->v, &w->att, &w->tmp,
+                 &w->gate, &w->up, &w->cos, &w->sin};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    free(*f[i]);
+    *f[i] = NULL;
+  }
+  free(w->pos);
+  w->pos = NULL;
+  w->cap = 0;
+}
+
+static qvl_status scratch_alloc(scratch *w, const decoder_hparams *hp, int64_t cap) {
+  scratch_free(w);
+  int64_t D = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
+  struct {
+    float **p;
+    int64_t cols;
+  } f[] = {{&w->x, D},     {&w->xn, D},    {&w->q0, qd},        {&w->q, qd},         {&w->k0, kvd},
+           {&w->k, kvd},   {&w->v, kvd},   {&w->att, qd},       {&w->tmp, D},        {&w->gate, hp->n_ff},
+           {&w->up, hp->n_ff}, {&w->cos, hp->head_dim}, {&w->sin, hp->head_dim}};
+  bool ok = true;
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    size_t bytes;
+    if (__builtin_mul_overflow((size_t)cap, (size_t)f[i].cols * sizeof(float), &bytes) ||
+        !(*f[i].p = malloc(bytes)))
+      ok = false;
+  }
+  w->pos = malloc((size_t)cap * 3 * sizeof(int32_t));
+  if (!ok || !w->pos) {
+    scratch_free(w);
+    return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for work buffers of %lld tokens", (long long)cap);
+  }
+  w->cap = cap;
+  return QVL_OK;
+}
+
+qvl_status decoder_seq_init(const decoder_model *m, const decoder_seq_params *p, decoder_seq **out) {
+  *out = NULL;
+  int64_t n_ctx = p && p->n_ctx > 0 ? p->n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+  int64_t n_batch = p && p->n_batch > 0 ? p->n_batch : 512;
+  if (n_ctx > INT32_MAX)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "context of %lld tokens is too large", (long long)n_ctx);
+  if (n_batch > n_ctx)
+    n_batch = n_ctx;
+  if (n_ctx > m->hp.n_ctx_train)
+    log_warn("context of %lld tokens exceeds the %lld the model was trained for", (long long)n_ctx,
+             (long long)m->hp.n_ctx_train);
+  decoder_seq *s = calloc(1, sizeof *s);
+  if (!s)
+    return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory");
+  s->m = m;
+  s->n_batch = n_batch;
+  qvl_status st = kv_cache_init(&s->kv, m->hp.n_layer, n_ctx, m->hp.n_head_kv * m->hp.head_dim);
+  if (st == QVL_OK)
+    st = scratch_alloc(&s->w, &m->hp, n_batch);
+  if (st == QVL_OK && !(s->logits = malloc((size_t)m->hp.n_vocab * sizeof(float))))
+    st = qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for logits");
+  if (st != QVL_OK) {
+    decoder_seq_free(s);
+    return st;
+  }
+  *out = s;
+  return QVL_OK;
+}
+
+void decoder_seq_free(decoder_seq *s) {
+  if (!s)
+    return;
+  kv_cache_free(&s->kv);
+  scratch_free(&s->w);
+  free(s->logits);
+  free(s);
+}
+
+void decoder_seq_reset(decoder_seq *s) {
+  s->kv.n = 0;
+  s->next_pos = 0;
+}
+
+int64_t decoder_seq_n_past(const decoder_seq *s) { return s->kv.n; }
+int64_t decoder_seq_n_ctx(const decoder_seq *s) { return s->kv.n_ctx; }
+int64_t decoder_seq_next_pos(const decoder_seq *s) { return s->next_pos; }
+
+void decoder_seq_set_trace(decoder_seq *s, trace_fn fn, void *user) {
+  s->trace = fn;
+  s->trace_user = user;
+}
+
+qvl_status decoder_seq_check_fit(const decoder_seq *s, int64_t n_prompt, int64_t n_generate) {
+  if (n_prompt < 0 || n_generate < 0)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "negative token count (prompt %lld, generate %lld)",
+                      (long long)n_prompt, (long long)n_generate);
+  int64_t room = s->kv.n_ctx - s->kv.n;
+  if (n_prompt > room || n_generate > room - n_prompt) {
+    if (s->kv.n > 0)
+      return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
+                        "prompt of %lld tokens + %lld to generate exceeds the context of %lld (%lld tokens "
+                        "already cached)",
+                        (long long)n_prompt, (long long)n_generate, (long long)s->kv.n_ctx, (long long)s->kv.n);
+    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "prompt of %lld tokens + %lld to generate exceeds the context of %lld",
+                      (long long)n_prompt, (long long)n_generate, (long long)s->kv.n_ctx);
+  }
+  return QVL_OK;
+}
+
+/*
+ * One decoder layer over n tokens x[n][n_embd] (updated in place) whose positions' RoPE tables are
+ * cos/sin, attending to the kv view's n_past stored rows plus these n; writes the n new key/value
+ * rows at kv.n_past.. . Everything a batched or paged caller needs is in the arguments.
+ */
+static void layer_forward(const decoder_model *m, const decoder_layer *L, float *x, int64_t n,
+                          const float *cos, const float *sin, kv_view kv, scratch *w) {
+  const decoder_hparams *hp = &m->hp;
+  int64_t D = hp->n_embd, H = hp->n_head, KV = hp->n_head_kv, hd = hp->head_dim;
+  int64_t qd = H * hd, kvd = KV * hd;
+  float eps = hp->rms_eps;
+
+  kn_rmsnorm(x, L->attn_norm, n, D, eps, w->xn);
+  kn_matmul(&L->wq, w->xn, n, NULL, w->q0);
+  kn_matmul(&L->wk, w->xn, n, NULL, w->k0);
+  kn_matmul(&L->wv, w->xn, n, NULL, w->v);
+  /* Qwen3: RMSNorm over each head's head_dim values, before RoPE. */
+  kn_rmsnorm(w->q0, L->q_norm, n * H, hd, eps, w->q);
+  kn_rmsnorm(w->k0, L->k_norm, n * KV, hd, eps, w->k);
+  mrope_apply(&m->rope, w->q, n, (int)H, qd, cos, sin);
+  mrope_apply(&m->rope, w->k, n, (int)KV, kvd, cos, sin);
+  for (int64_t i = 0; i < n; i++) {
+    memcpy(kv.k + (kv.n_past + i) * kv.stride, w->k + i * kvd, (size_t)kvd * sizeof(float));
+    memcpy(kv.v + (kv.n_past + i) * kv.stride, w->v + i * kvd, (size_t)kvd * sizeof(float));
+  }
+  float scale = (float)(1.0 / sqrt((double)hd));
+  kn_attention(w->q, n, qd, kv.k, kv.v, kv.n_past + n, kv.stride, (int)H, (int)KV, (int)hd, scale, kv.n_past,
+               w->att, qd);
+  kn_matmul(&L->wo, w->att, n, NULL, w->tmp);
+  kn_add(x, w->tmp, n * D);
+
+  kn_rmsnorm(x, L->ffn_norm, n, D, eps, w->xn);
+  kn_matmul(&L->w_gate, w->xn, n, NULL, w->gate);
+  kn_matmul(&L->w_up, w->xn, n, NULL, w->up);
+  kn_silu_mul(w->gate, w->up, n * hp->n_ff);
+  kn_matmul(&L->w_down, w->gate, n, NULL, w->tmp);
+  kn_add(x, w->tmp, n * D);
+}
+
+static qvl_status check_input(const decoder_seq *s, const decoder_input *in) {
+  const decoder_hparams *hp = &s->m->hp;
+  int64_t n = in->n_tokens;
+  if (n <= 0)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: empty input (%lld tokens)", (long long)n);
+  if (!in->tokens && !in->embd)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: input has neither token ids nor embeddings");
+  if (n > s->kv.n_ctx - s->kv.n)
+    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "%lld tokens cached + %lld new exceed the context of %lld",
+                      (long long)s->kv.n, (long long)n, (long long)s->kv.n_ctx);
+  if (in->tokens)
+    for (int64_t i = 0; i < n; i++)
+      if (in->tokens[i] < 0 || in->tokens[i] >= hp->n_vocab)
+        return qvl_errorf(QVL_ERR_INVALID_ARG, "token id %d at index %lld is outside the vocabulary (0..%lld)",
+                          (int)in->tokens[i], (long long)i, (long long)hp->n_vocab - 1);
+  if (in->pos)
+    for (int64_t a = 0; a < 3; a++)
+      for (int64_t i = 0; i < n; i++)
+        if (in->pos[a * n + i] < 0)
+          return qvl_errorf(QVL_ERR_INVALID_ARG, "position %d (axis %lld) of token %lld is negative",
+                            (int)in->pos[a * n + i], (long long)a, (long long)i);
+  if (!in->pos && s->next_pos + n > INT32_MAX)
+    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "positions beyond %d", INT32_MAX);
+  if (in->n_img < 0 || in->n_img > n || (in->n_img > 0 && !in->img_idx))
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: %lld image rows for %lld tokens", (long long)in->n_img,
+                      (long long)n);
+  for (int64_t j = 0; j < in->n_img; j++)
+    if (in->img_idx[j] < 0 || in->img_idx[j] >= n || (j > 0 && in->img_idx[j] <= in->img_idx[j - 1]))
+      return qvl_errorf(QVL_ERR_INVALID_ARG,
+                        "decoder: image row %lld has token index %lld; indices must be ascending within 0..%lld",
+                        (long long)j, (long long)in->img_idx[j], (long long)n - 1);
+  if (in->n_deepstack < 0 || in->n_deepstack > hp->n_deepstack)
+    return qvl_errorf(QVL_ERR_MISMATCH, "decoder: %lld DeepStack levels given, the model has %lld",
+                      (long long)in->n_deepstack, (long long)hp->n_deepstack);
+  if (in->n_deepstack > 0 && in->n_img > 0 && !in->deepstack)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: DeepStack levels given without data");
+  return QVL_OK;
+}
+
+static void emit(decoder_seq *s, const char *name, const float *data, int64_t rows, int64_t cols) {
+  if (s->trace)
+    s->trace(s->trace_user, name, data, rows, cols);
+}
+
+/* Final norm + head for rows x[n] into out[n][n_vocab]. */
+static void head_forward(decoder_seq *s, const float *x, int64_t n, float *out) {
+  const decoder_model *m = s->m;
+  kn_rmsnorm(x, m->output_norm, n, m->hp.n_embd, m->hp.rms_eps, s->w.xn);
+  kn_matmul(m->head, s->w.xn, n, NULL, out);
+}
+
+qvl_status decoder_prefill(decoder_seq *s, const decoder_input *in, float *logits_all,
+                           const float **logits_last) {
+  const decoder_model *m = s->m;
+  const decoder_hparams *hp = &m->hp;
+  QVL_TRY(check_input(s, in));
+  int64_t n = in->n_tokens, D = hp->n_embd, V = hp->n_vocab;
+  float *trace_logits = NULL;
+  if (s->trace) {
+    /* Dumps want whole-prompt tensors: run the call as one chunk. */
+    if (s->w.cap < n)
+      QVL_TRY(scratch_alloc(&s->w, hp, n));
+    if (!logits_all) {
+      size_t bytes;
+      if (__builtin_mul_overflow((size_t)n, (size_t)V * sizeof(float), &bytes) || !(trace_logits = malloc(bytes)))
+        return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for traced logits of %lld tokens", (long long)n);
+      logits_all = trace_logits;
+    }
+  }
+  scratch *w = &s->w;
+  int64_t chunk = s->trace ? n : (s->n_batch < w->cap ? s->n_batch : w->cap);
+  int64_t base = s->kv.n;
+  int64_t next_pos = s->next_pos;
+  int64_t j_img = 0; /* first image row not yet placed */
+  char name[64];
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    int64_t nc = n - c0 < chunk ? n - c0 : chunk;
+    /* Inputs. */
+    if (in->tokens) {
+      for (int64_t i = 0; i < nc; i++)
+        kn_weight_row(&m->tok_embd, in->tokens[c0 + i], w->x + i * D);
+    } else {
+      memcpy(w->x, in->embd + c0 * D, (size_t)(nc * D) * sizeof(float));
+    }
+    int64_t j0 = j_img;
+    while (j_img < in->n_img && in->img_idx[j_img] < c0 + nc)
+      j_img++;
+    if (in->img_embd)
+      for (int64_t j = j0; j < j_img; j++)
+        memcpy(w->x + (in->img_idx[j] - c0) * D, in->img_embd + j * D, (size_t)D * sizeof(float));
+    emit(s, "inputs_embeds", w->x, nc, D);
+    /* Positions and RoPE tables. */
+    for (int64_t i = 0; i < nc; i++) {
+      for (int a = 0; a < 3; a++) {
+        int64_t p = in->pos ? in->pos[a * n + c0 + i] : s->next_pos + c0 + i;
+        w->pos[a * nc + i] = (int32_t)p;
+        if (p + 1 > next_pos)
+          next_pos = p + 1;
+      }
+    }
+    mrope_tables(&m->rope, w->pos, nc, nc, w->cos, w->sin);
+    emit(s, "text_rope_cos", w->cos, nc, hp->head_dim);
+    emit(s, "text_rope_sin", w->sin, nc, hp->head_dim);
+    /* Layers. */
+    for (int64_t il = 0; il < hp->n_layer; il++) {
+      kv_view kv = kv_cache_layer(&s->kv, il);
+      kv.n_past = base + c0;
+      layer_forward(m, &m->layers[il], w->x, nc, w->cos, w->sin, kv, w);
+      if (il < in->n_deepstack)
+        for (int64_t j = j0; j < j_img; j++)
+          kn_add(w->x + (in->img_idx[j] - c0) * D, in->deepstack + (il * in->n_img + j) * D, D);
+      if (s->trace) {
+        snprintf(name, sizeof name, "text_hidden.%lld", (long long)il);
+        emit(s, name, w->x, nc, D);
+      }
+    }
+    /* Output. */
+    if (logits_all) {
+      head_forward(s, w->x, nc, logits_all + c0 * V);
+      emit(s, "final_norm", w->xn, nc, D);
+      if (c0 + nc == n)
+        memcpy(s->logits, logits_all + (n - 1) * V, (size_t)V * sizeof(float));
+    } else if (c0 + nc == n) {
+      head_forward(s, w->x + (nc - 1) * D, 1, s->logits);
+    }
+  }
+  emit(s, "logits", logits_all, n, V);
+  free(trace_logits);
+  s->kv.n = base + n;
+  s->next_pos = next_pos;
+  if (logits_last)
+    *logits_last = s->logits;
+  return QVL_OK;
+}
+
+qvl_status decoder_step(decoder_seq *s, int32_t token, const float **logits) {
+  const decoder_model *m = s->m;
+  const decoder_hparams *hp = &m->hp;
+  if (token < 0 || token >= hp->n_vocab)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "token id %d is outside the vocabulary (0..%lld)", (int)token,
+                      (long long)hp->n_vocab - 1);
+  if (s->kv.n >= s->kv.n_ctx)
+    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "context of %lld tokens is full", (long long)s->kv.n_ctx);
+  if (s->next_pos >= INT32_MAX)
+    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "positions beyond %d", INT32_MAX);
+  scratch *w = &s->w;
+  kn_weight_row(&m->tok_embd, token, w->x);
+  w->pos[0] = w->pos[1] = w->pos[2] = (int32_t)s->next_pos;
+  mrope_tables(&m->rope, w->pos, 1, 1, w->cos, w->sin);
+  for (int64_t il = 0; il < hp->n_layer; il++)
+    layer_forward(m, &m->layers[il], w->x, 1, w->cos, w->sin, kv_cache_layer(&s->kv, il), w);
+  head_forward(s, w->x, 1, s->logits);
+  s->kv.n++;
+  s->next_pos++;
+  if (logits)
+    *logits = s->logits;
+  return QVL_OK;
+}

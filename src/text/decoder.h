@@ -1,0 +1,189 @@
+/*
+ * The Qwen3-VL text decoder (transformers' Qwen3VLTextModel + lm_head; spec section 5): token
+ * embedding, pre-norm Qwen3 layers (q/k RMSNorm per head before interleaved M-RoPE, GQA causal
+ * attention, SwiGLU), DeepStack injection after the first n_deepstack layers, final RMSNorm and the
+ * (possibly tied) output matrix. Weights come from a llama.cpp GGUF (general.architecture "qwen3vl")
+ * or from any other decoder_source that hands out tensor views under the GGUF names.
+ *
+ * Usage (text only; errors via qvl_last_error()):
+ *
+ *   decoder_model *m;
+ *   QVL_TRY(decoder_load_gguf("model.gguf", &m));
+ *   decoder_seq *s;
+ *   decoder_seq_params sp = {.n_ctx = 4096};
+ *   QVL_TRY(decoder_seq_init(m, &sp, &s));
+ *   QVL_TRY(decoder_seq_check_fit(s, n_prompt, max_new_tokens));  // the context-overflow message
+ *   decoder_input in = {.n_tokens = n_prompt, .tokens = ids};      // positions: 0..n-1
+ *   const float *logits;                                            // [n_vocab], last position
+ *   QVL_TRY(decoder_prefill(s, &in, NULL, &logits));
+ *   for (...) {
+ *     int32_t tok = sample(logits);                                 // sampler.h
+ *     if (stop) break;
+ *     QVL_TRY(decoder_step(s, tok, &logits));                       // position = next_pos
+ *   }
+ *   decoder_seq_free(s);
+ *   decoder_free(m);
+ *
+ * With images: compute positions with mrope_positions() (mrope.h) over the expanded prompt ids,
+ * then pass tokens + positions + the image rows:
+ *   in.pos = pos;                  // [3][n]
+ *   in.n_img = number of <|image_pad|> tokens; in.img_idx = their indices (ascending)
+ *   in.img_embd = merger rows [n_img][n_embd] (vision_encode's embeds, images concatenated in order)
+ *   in.n_deepstack = levels; in.deepstack = [n_deepstack][n_img][n_embd]
+ * The positions of generated tokens then continue at max(pos) + 1 (= cache index + rope_delta).
+ *
+ * Numerics: float32 activations, weights as stored (kn_matmul); RMSNorm statistics, softmax and
+ * RoPE tables in float32 as HF builds them (spec section 8).
+ *
+ * Thread safety: a decoder_model is immutable after loading and may be shared by sequences; a
+ * decoder_seq belongs to one thread at a time; model code uses the kernel worker pool, so only one
+ * thread may run forward passes at a time (kernels.h).
+ */
+#ifndef QVL_TEXT_DECODER_H
+#define QVL_TEXT_DECODER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/trace.h"
+#include "kernels/kernels.h"
+#include "model/gguf.h"
+#include "qvl.h"
+#include "tensor/tensor.h"
+#include "text/kv_cache.h"
+#include "text/mrope.h"
+
+typedef struct decoder_hparams {
+  int64_t n_vocab;     /* rows of token_embd.weight */
+  int64_t n_embd;      /* D, hidden size (qwen3vl.embedding_length) */
+  int64_t n_layer;     /* qwen3vl.block_count */
+  int64_t n_ff;        /* SwiGLU width (qwen3vl.feed_forward_length) */
+  int64_t n_head;      /* query heads (qwen3vl.attention.head_count) */
+  int64_t n_head_kv;   /* key/value heads (qwen3vl.attention.head_count_kv, default n_head) */
+  int64_t head_dim;    /* qwen3vl.attention.key_length, default n_embd / n_head */
+  int64_t n_ctx_train; /* qwen3vl.context_length */
+  int64_t n_deepstack; /* qwen3vl.n_deepstack_layers (default 0): DeepStack adds after layers < this */
+  float rms_eps;       /* qwen3vl.attention.layer_norm_rms_epsilon */
+  float rope_theta;    /* qwen3vl.rope.freq_base (default 10000, as llama.cpp) */
+  int rope_sections[4]; /* qwen3vl.rope.dimension_sections: HF mrope_section + a 4th unused entry */
+} decoder_hparams;
+
+/* Where weights come from. find() returns a view of the tensor stored under a text GGUF name
+ * ("blk.3.attn_q.weight"), in ggml ne order, or NULL if there is none; the views must stay valid
+ * until release(user) is called (by decoder_free, or by decoder_init when it fails). A safetensors
+ * adapter maps "model.language_model.layers.3.self_attn.q_proj.weight" to that name. */
+typedef struct decoder_source {
+  const char *label;                                 /* file/directory named in errors */
+  void *user;
+  const tensor *(*find)(void *user, const char *name);
+  void (*release)(void *user);                       /* may be NULL */
+} decoder_source;
+
+typedef struct decoder_layer {
+  float *attn_norm;   /* [n_embd] */
+  kn_weight wq;       /* [n_head*head_dim][n_embd], head-major rows */
+  kn_weight wk;       /* [n_head_kv*head_dim][n_embd] */
+  kn_weight wv;       /* [n_head_kv*head_dim][n_embd] */
+  kn_weight wo;       /* [n_embd][n_head*head_dim] */
+  float *q_norm;      /* [head_dim], shared by all query heads */
+  float *k_norm;      /* [head_dim] */
+  float *ffn_norm;    /* [n_embd] */
+  kn_weight w_gate;   /* [n_ff][n_embd] */
+  kn_weight w_up;     /* [n_ff][n_embd] */
+  kn_weight w_down;   /* [n_embd][n_ff] */
+} decoder_layer;
+
+typedef struct decoder_model {
+  decoder_hparams hp;
+  kn_weight tok_embd;     /* [n_vocab][n_embd]; rows are read with kn_weight_row */
+  kn_weight output;       /* [n_vocab][n_embd]; unused (zeroed) when tied */
+  bool tied;              /* no output.weight: the head is tok_embd (tie_word_embeddings) */
+  const kn_weight *head;  /* &output or &tok_embd */
+  float *output_norm;     /* [n_embd] */
+  decoder_layer *layers;  /* [n_layer] */
+  mrope rope;             /* inv_freq and slot -> axis tables */
+  decoder_source src;     /* keeps the weights' storage alive */
+} decoder_model;
+
+/*
+ * Reads the qwen3vl.* hyperparameters of a text GGUF and the vocabulary size from token_embd.weight.
+ * Errors: an mmproj (clip) file ("this is an mmproj (vision projector) file; pass it with --mmproj"),
+ * another architecture ("architecture 'llama' is not supported, expected qwen3vl"), a missing
+ * required key (named), a key of the wrong type or an invalid value (expected vs found).
+ */
+qvl_status decoder_hparams_from_gguf(const gguf *g, decoder_hparams *hp);
+
+/* Builds a model from hyperparameters and a tensor source, checking every tensor's presence, shape
+ * ("tensor 'blk.0.attn_q.weight': expected shape {64, 64}, found {64, 32}") and type. Matrices become
+ * kn_weight (kn_weight_init may repack them); norm vectors are F32 in files, F16/BF16 are accepted
+ * and dequantized. Takes ownership of src: src->release is called on failure too. */
+qvl_status decoder_init(const decoder_hparams *hp, const decoder_source *src, decoder_model **out);
+
+/* Opens a text GGUF and loads it (the file stays mapped until decoder_free). */
+qvl_status decoder_load_gguf(const char *path, decoder_model **out);
+/* Same, taking ownership of an already opened GGUF (closed on failure too). */
+qvl_status decoder_load_gguf_file(gguf *g, decoder_model **out);
+
+void decoder_free(decoder_model *m);
+
+/* out[i][n_embd] = token embedding of ids[i]. QVL_ERR_INVALID_ARG for an id outside the vocabulary. */
+qvl_status decoder_embed(const decoder_model *m, const int32_t *ids, int64_t n, float *out);
+
+/* ---- sequences ---------------------------------------------------------------------------- */
+
+typedef struct decoder_seq_params {
+  int64_t n_ctx;   /* KV capacity in tokens; <= 0: min(n_ctx_train, 4096) */
+  int64_t n_batch; /* tokens per forward chunk (sizes the scratch buffers); <= 0: 512 */
+} decoder_seq_params;
+
+/* One sequence: its KV cache, position state and scratch memory (allocated here, once; the decode
+ * loop allocates nothing). */
+typedef struct decoder_seq decoder_seq;
+
+qvl_status decoder_seq_init(const decoder_model *m, const decoder_seq_params *p, decoder_seq **out);
+void decoder_seq_free(decoder_seq *s);
+/* Forgets every cached token (positions restart at 0). */
+void decoder_seq_reset(decoder_seq *s);
+int64_t decoder_seq_n_past(const decoder_seq *s); /* tokens in the cache */
+int64_t decoder_seq_n_ctx(const decoder_seq *s);  /* capacity */
+int64_t decoder_seq_next_pos(const decoder_seq *s); /* position of the next generated token */
+
+/* QVL_ERR_CONTEXT_OVERFLOW, "prompt of N tokens + M to generate exceeds the context of C", if the
+ * tokens already cached + n_prompt + n_generate do not fit. */
+qvl_status decoder_seq_check_fit(const decoder_seq *s, int64_t n_prompt, int64_t n_generate);
+
+/* Trace hook for dumps (NULL: off). decoder_prefill then calls it with "inputs_embeds",
+ * "text_rope_cos", "text_rope_sin" ([n][head_dim]), "text_hidden.k" (after layer k, DeepStack add
+ * included), "final_norm" ([n][n_embd]) and "logits" ([n][n_vocab]), for the tokens of that call;
+ * prefill then runs the call as one chunk (its scratch grows to fit, once). */
+void decoder_seq_set_trace(decoder_seq *s, trace_fn fn, void *user);
+
+/* Tokens to append to a sequence. Either tokens or embd must be given. */
+typedef struct decoder_input {
+  int64_t n_tokens;
+  const int32_t *tokens;    /* [n_tokens] ids looked up in token_embd, or NULL */
+  const float *embd;        /* [n_tokens][n_embd] input rows, or NULL (used when tokens is NULL) */
+  const int32_t *pos;       /* [3][n_tokens] (t, h, w) rows; NULL: text positions next_pos, +1, ... */
+  /* Image tokens: indices into this input (strictly ascending). */
+  int64_t n_img;
+  const int64_t *img_idx;   /* [n_img] */
+  const float *img_embd;    /* [n_img][n_embd]: replace those rows' embeddings, or NULL */
+  int64_t n_deepstack;      /* levels given, <= hp.n_deepstack (0: none) */
+  const float *deepstack;   /* [n_deepstack][n_img][n_embd]: level k is added after layer k */
+} decoder_input;
+
+/*
+ * Runs the input through the decoder (in chunks of n_batch tokens), appending it to the cache.
+ * logits_all, if non-NULL, receives [n_tokens][n_vocab]; *logits_last (if non-NULL) points to the
+ * last token's logits [n_vocab], valid until the next call on s. On error the sequence is left as
+ * it was before the call (cache rows written past n_past are ignored).
+ * Errors: QVL_ERR_CONTEXT_OVERFLOW when the cache cannot hold the tokens, QVL_ERR_INVALID_ARG for
+ * ids outside the vocabulary, bad image indices or too many DeepStack levels.
+ */
+qvl_status decoder_prefill(decoder_seq *s, const decoder_input *in, float *logits_all,
+                           const float **logits_last);
+
+/* Appends one token at position next_pos on all three axes; *logits = its logits [n_vocab]. */
+qvl_status decoder_step(decoder_seq *s, int32_t token, const float **logits);
+
+#endif
