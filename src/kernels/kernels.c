@@ -1,0 +1,507 @@
+/*
+ * Dispatcher: picks the variant once (CPUID + XGETBV, or QVL_ISA), owns the worker pool and the
+ * per-thread scratch, and splits every call into independent tiles. The variants only compute
+ * tiles; they never see threads.
+ */
+#include "kernels/kernels_impl.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/status.h"
+#include "base/threadpool.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * CPU features
+ */
+typedef struct cpu_features {
+  bool avx2, fma, f16c;
+  bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
+} cpu_features;
+
+#if defined(__x86_64__) || defined(__i386__)
+static void cpuid(uint32_t leaf, uint32_t sub, uint32_t r[4]) {
+  __asm__ __volatile__("cpuid" : "=a"(r[0]), "=b"(r[1]), "=c"(r[2]), "=d"(r[3]) : "a"(leaf), "c"(sub));
+}
+static uint64_t xgetbv0(void) {
+  uint32_t lo, hi;
+  __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static cpu_features detect_cpu(void) {
+  cpu_features f = {0};
+#if defined(__x86_64__) || defined(__i386__)
+  uint32_t r[4];
+  cpuid(0, 0, r);
+  uint32_t max_leaf = r[0];
+  if (max_leaf < 7)
+    return f;
+  cpuid(1, 0, r);
+  bool osxsave = (r[2] >> 27) & 1;
+  bool avx = (r[2] >> 28) & 1;
+  f.fma = (r[2] >> 12) & 1;
+  f.f16c = (r[2] >> 29) & 1;
+  if (!osxsave || !avx)
+    return (cpu_features){0};
+  uint64_t xcr0 = xgetbv0();
+  bool os_avx = (xcr0 & 0x6) == 0x6;         /* XMM and YMM state */
+  bool os_avx512 = (xcr0 & 0xe6) == 0xe6;    /* + opmask, ZMM_Hi256, Hi16_ZMM */
+  if (!os_avx)
+    return (cpu_features){0};
+  cpuid(7, 0, r);
+  uint32_t max_sub7 = r[0];
+  f.avx2 = (r[1] >> 5) & 1;
+  if (os_avx512) {
+    f.avx512f = (r[1] >> 16) & 1;
+    f.avx512dq = (r[1] >> 17) & 1;
+    f.avx512bw = (r[1] >> 30) & 1;
+    f.avx512vl = (r[1] >> 31) & 1;
+    f.avx512vnni = (r[2] >> 11) & 1;
+    if (max_sub7 >= 1) {
+      cpuid(7, 1, r);
+      f.avx512bf16 = (r[0] >> 5) & 1;
+    }
+  }
+#endif
+  return f;
+}
+
+static bool has_avx2(const cpu_features *f) { return f->avx2 && f->fma && f->f16c; }
+static bool has_avx512(const cpu_features *f) {
+  return has_avx2(f) && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni &&
+         f->avx512bf16;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * State
+ */
+typedef struct scratch {
+  void *p;
+  size_t size;
+} scratch;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_bool g_ready;
+static kn_ops g_ops;
+static threadpool *g_pool;
+static int g_threads = 1;
+static scratch *g_scratch;  /* [g_threads] */
+static void *g_act;         /* quantized activations of the current matmul */
+static size_t g_act_size;
+
+void *kn_scratch(int thread, size_t bytes) {
+  assert(thread >= 0 && thread < g_threads);
+  scratch *s = &g_scratch[thread];
+  if (s->size < bytes) {
+    size_t size = (bytes + 4095) & ~(size_t)4095;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, size) != 0) {
+      log_error("kernels: cannot allocate %zu bytes of scratch", size);
+      return NULL;
+    }
+    free(s->p);
+    s->p = p;
+    s->size = size;
+  }
+  return s->p;
+}
+
+static qvl_status set_threads(int n) {
+  if (n == g_threads && (g_pool || n == 1) && g_scratch)
+    return QVL_OK;
+  threadpool *pool = NULL;
+  if (n > 1)
+    QVL_TRY(threadpool_init(n, &pool));
+  scratch *s = calloc((size_t)n, sizeof *s);
+  if (!s) {
+    threadpool_free(pool);
+    return qvl_errorf(QVL_ERR_NOMEM, "kernels: out of memory");
+  }
+  threadpool_free(g_pool);
+  if (g_scratch)
+    for (int i = 0; i < g_threads; i++)
+      free(g_scratch[i].p);
+  free(g_scratch);
+  g_pool = pool;
+  g_scratch = s;
+  g_threads = n;
+  return QVL_OK;
+}
+
+static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
+  pthread_mutex_lock(&g_lock);
+  qvl_status st = QVL_OK;
+  cpu_features f = detect_cpu();
+  const char *want = isa && *isa ? isa : use_env ? getenv("QVL_ISA") : NULL;
+  if (want && !*want)
+    want = NULL;
+  const char *best = has_avx512(&f) ? "avx512" : has_avx2(&f) ? "avx2" : "ref";
+  const char *pick = best;
+  if (want) {
+    if (!strcmp(want, "ref")) {
+      pick = "ref";
+    } else if (!strcmp(want, "avx2")) {
+      if (!has_avx2(&f)) {
+        st = qvl_errorf(QVL_ERR_UNSUPPORTED, "kernels: ISA 'avx2' requested but this CPU lacks "
+                                             "AVX2+FMA+F16C (avx2=%d fma=%d f16c=%d)",
+                        f.avx2, f.fma, f.f16c);
+        goto out;
+      }
+      pick = "avx2";
+    } else if (!strcmp(want, "avx512")) {
+      if (!has_avx512(&f)) {
+        st = qvl_errorf(QVL_ERR_UNSUPPORTED,
+                        "kernels: ISA 'avx512' requested but this CPU lacks part of AVX-512 "
+                        "F/BW/VL/DQ/VNNI/BF16 (f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d)",
+                        f.avx512f, f.avx512bw, f.avx512vl, f.avx512dq, f.avx512vnni, f.avx512bf16);
+        goto out;
+      }
+      pick = "avx512";
+    } else {
+      st = qvl_errorf(QVL_ERR_INVALID_ARG,
+                      "kernels: unknown ISA '%s', expected one of ref, avx2, avx512", want);
+      goto out;
+    }
+  }
+  int n = n_threads;
+  if (n <= 0) {
+    const char *e = use_env ? getenv("QVL_THREADS") : NULL;
+    if (e && *e) {
+      char *end;
+      long v = strtol(e, &end, 10);
+      if (*end || v < 1 || v > 1024) {
+        st = qvl_errorf(QVL_ERR_INVALID_ARG, "kernels: QVL_THREADS='%s', expected 1..1024", e);
+        goto out;
+      }
+      n = (int)v;
+    } else {
+      n = threadpool_physical_cores();
+    }
+  }
+  if (n > 1024) {
+    st = qvl_errorf(QVL_ERR_INVALID_ARG, "kernels: %d threads requested, expected 1..1024", n);
+    goto out;
+  }
+  st = set_threads(n);
+  if (st != QVL_OK)
+    goto out;
+
+  kn_ops ops = kn_ops_ref;
+  if (!strcmp(pick, "avx2") || !strcmp(pick, "avx512"))
+    kn_avx2_override(&ops);
+  if (!strcmp(pick, "avx512"))
+    kn_avx512_override(&ops);
+  ops.name = !strcmp(pick, "avx512") ? "avx512" : !strcmp(pick, "avx2") ? "avx2" : "ref";
+  g_ops = ops;
+  log_info("kernels: ISA %s (best available: %s; avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d "
+           "dq=%d vnni=%d bf16=%d), %d threads",
+           g_ops.name, best, f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw, f.avx512vl, f.avx512dq,
+           f.avx512vnni, f.avx512bf16, g_threads);
+  atomic_store(&g_ready, true);
+out:
+  pthread_mutex_unlock(&g_lock);
+  return st;
+}
+
+qvl_status kernels_init(const char *isa, int n_threads) { return init_impl(isa, n_threads, true); }
+
+/* Lazy initialisation for callers that never called kernels_init. A bad QVL_ISA/QVL_THREADS
+ * cannot be reported from here, so it is logged and the defaults are used instead. */
+static void lazy_init(void) {
+  if (kernels_init(NULL, 0) == QVL_OK)
+    return;
+  log_error("%s; using the best available variant and the default thread count", qvl_last_error());
+  if (init_impl(NULL, 0, false) != QVL_OK && init_impl("ref", 1, false) != QVL_OK) {
+    log_error("kernels: cannot initialise: %s", qvl_last_error());
+    abort(); /* "ref" with one thread needs only a few small allocations */
+  }
+}
+
+static inline const kn_ops *ops(void) {
+  if (!atomic_load_explicit(&g_ready, memory_order_acquire))
+    lazy_init();
+  return &g_ops;
+}
+
+const char *kernels_isa(void) { return ops()->name; }
+int kernels_threads(void) {
+  ops();
+  return g_threads;
+}
+
+static void run_parallel(int64_t n, int64_t chunk, threadpool_fn fn, void *arg) {
+  threadpool_for(g_pool, n, chunk, fn, arg);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Parallel for (public)
+ */
+typedef struct pf_ctx {
+  kn_task_fn fn;
+  void *arg;
+} pf_ctx;
+
+static void pf_body(void *arg, int64_t i, int thread) {
+  (void)thread;
+  pf_ctx *c = arg;
+  c->fn(c->arg, i);
+}
+
+void kn_parallel_for(int64_t n, kn_task_fn fn, void *arg) {
+  ops();
+  pf_ctx c = {fn, arg};
+  run_parallel(n, 1, pf_body, &c);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Weights and matmul
+ */
+qvl_status kn_weight_init(kn_weight *w, const tensor *t) {
+  memset(w, 0, sizeof *w);
+  const char *name = t->name ? t->name : "(unnamed)";
+  if (!dtype_supported(t->type))
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "kernels: tensor '%s' has type %s (%d), which matmul "
+                                           "does not support (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q6_K)",
+                      name, dtype_name(t->type), (int)t->type);
+  if (t->ne[2] != 1 || t->ne[3] != 1 || t->ne[0] <= 0 || t->ne[1] <= 0)
+    return qvl_errorf(QVL_ERR_FORMAT,
+                      "kernels: tensor '%s' has shape {%lld, %lld, %lld, %lld}, expected a matrix "
+                      "{n_in, n_out}",
+                      name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                      (long long)t->ne[3]);
+  size_t rb;
+  if (!dtype_row_bytes(t->type, t->ne[0], &rb))
+    return qvl_errorf(QVL_ERR_FORMAT,
+                      "kernels: tensor '%s' (%s) has rows of %lld elements, expected a multiple of "
+                      "%d",
+                      name, dtype_name(t->type), (long long)t->ne[0], dtype_block_elems(t->type));
+  if ((uint64_t)t->ne[1] > SIZE_MAX / rb || rb * (size_t)t->ne[1] > t->nbytes || !t->data)
+    return qvl_errorf(QVL_ERR_FORMAT, "kernels: tensor '%s' holds %zu bytes, expected %lld rows of %zu",
+                      name, t->nbytes, (long long)t->ne[1], rb);
+  w->type = t->type;
+  w->n_in = t->ne[0];
+  w->n_out = t->ne[1];
+  w->data = t->data;
+  w->row_bytes = rb;
+  w->packed = NULL;
+  w->layout = KN_LAYOUT_PLAIN;
+  qvl_status st = ops()->weight_pack(w);
+  if (st != QVL_OK) {
+    kn_weight_free(w);
+    return qvl_error_prefix(st, "kernels: preparing tensor '%s': ", name);
+  }
+  return QVL_OK;
+}
+
+void kn_weight_free(kn_weight *w) {
+  if (!w)
+    return;
+  free(w->packed);
+  w->packed = NULL;
+  w->layout = KN_LAYOUT_PLAIN;
+}
+
+void kn_weight_row(const kn_weight *w, int64_t r, float *out) {
+  assert(r >= 0 && r < w->n_out);
+  ops()->weight_row(w, r, out);
+}
+
+typedef struct mm_job {
+  kn_mm m;
+  const kn_mm_kernel *k;
+  int64_t rows_per_task, toks_per_task, n_row_tasks;
+} mm_job;
+
+static void mm_body(void *arg, int64_t i, int thread) {
+  const mm_job *j = arg;
+  int64_t rt = i % j->n_row_tasks, tt = i / j->n_row_tasks;
+  int64_t r0 = rt * j->rows_per_task, t0 = tt * j->toks_per_task;
+  int64_t r1 = r0 + j->rows_per_task, t1 = t0 + j->toks_per_task;
+  if (r1 > j->m.w->n_out)
+    r1 = j->m.w->n_out;
+  if (t1 > j->m.n_tokens)
+    t1 = j->m.n_tokens;
+  j->k->tile(&j->m, r0, r1, t0, t1, thread);
+}
+
+typedef struct aq_job {
+  const kn_mm_kernel *k;
+  const float *x;
+  char *xq;
+  size_t stride;
+  int64_t n_in;
+} aq_job;
+
+static void aq_body(void *arg, int64_t t, int thread) {
+  (void)thread;
+  const aq_job *j = arg;
+  j->k->act_quantize(j->x + t * j->n_in, j->xq + (size_t)t * j->stride, j->n_in);
+}
+
+void kn_matmul(const kn_weight *w, const float *x, int64_t n_tokens, const float *bias, float *y) {
+  const kn_ops *o = ops();
+  if (n_tokens <= 0)
+    return;
+  mm_job j = {.m = {.w = w, .x = x, .n_tokens = n_tokens, .bias = bias, .y = y}};
+  j.k = o->mm_select(w, n_tokens);
+  for (int i = 0; i < g_threads; i++)
+    if (!kn_scratch(i, (size_t)w->n_in * 16 + 4096))
+      abort(); /* a few KiB per thread; nothing sensible is left to do without them */
+  if (j.k->act_row_bytes) {
+    size_t stride = (j.k->act_row_bytes(w->n_in) + 63) & ~(size_t)63;
+    size_t need = stride * (size_t)n_tokens;
+    if (need > g_act_size) {
+      void *p = NULL;
+      if (posix_memalign(&p, 64, need) != 0)
+        abort();
+      free(g_act);
+      g_act = p;
+      g_act_size = need;
+    }
+    aq_job a = {j.k, x, g_act, stride, w->n_in};
+    run_parallel(n_tokens, 1, aq_body, &a);
+    j.m.xq = g_act;
+    j.m.xq_stride = stride;
+  }
+  /* Split: token blocks of up to 64 (the weights are streamed once per block), row blocks sized
+   * so there are several tasks per thread for balance. */
+  int64_t align = j.k->row_align > 0 ? j.k->row_align : 1;
+  j.toks_per_task = n_tokens < 64 ? n_tokens : 64;
+  int64_t n_tok_tasks = (n_tokens + j.toks_per_task - 1) / j.toks_per_task;
+  int64_t want_tasks = (int64_t)g_threads * 8;
+  int64_t rows = (w->n_out * n_tok_tasks + want_tasks - 1) / want_tasks;
+  if (rows < 16)
+    rows = 16;
+  rows = (rows + align - 1) / align * align;
+  j.rows_per_task = rows;
+  j.n_row_tasks = (w->n_out + rows - 1) / rows;
+  run_parallel(j.n_row_tasks * n_tok_tasks, 1, mm_body, &j);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Row-wise and element-wise operations
+ */
+typedef struct rows_job {
+  const float *x, *w, *b;
+  float *y;
+  int64_t n_rows, n, rows_per_task;
+  float eps;
+  bool layer;
+} rows_job;
+
+static void rows_body(void *arg, int64_t i, int thread) {
+  (void)thread;
+  const rows_job *j = arg;
+  int64_t r0 = i * j->rows_per_task;
+  int64_t r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
+  if (j->layer)
+    g_ops.layernorm(j->x + r0 * j->n, j->w, j->b, r1 - r0, j->n, j->eps, j->y + r0 * j->n);
+  else
+    g_ops.rmsnorm(j->x + r0 * j->n, j->w, r1 - r0, j->n, j->eps, j->y + r0 * j->n);
+}
+
+/* Rows per task: small inputs run on the calling thread (waking workers costs more). */
+static int64_t rows_per_task(int64_t n_rows, int64_t n) {
+  int64_t per = (32 * 1024 + n - 1) / (n > 0 ? n : 1);
+  return per < 1 ? 1 : per > n_rows ? n_rows : per;
+}
+
+void kn_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t n, float eps, float *y) {
+  ops();
+  if (n_rows <= 0)
+    return;
+  rows_job j = {x, w, NULL, y, n_rows, n, rows_per_task(n_rows, n), eps, false};
+  run_parallel((n_rows + j.rows_per_task - 1) / j.rows_per_task, 1, rows_body, &j);
+}
+
+void kn_layernorm(const float *x, const float *w, const float *b, int64_t n_rows, int64_t n,
+                  float eps, float *y) {
+  ops();
+  if (n_rows <= 0)
+    return;
+  rows_job j = {x, w, b, y, n_rows, n, rows_per_task(n_rows, n), eps, true};
+  run_parallel((n_rows + j.rows_per_task - 1) / j.rows_per_task, 1, rows_body, &j);
+}
+
+enum { EW_GELU_TANH, EW_GELU_ERF, EW_SILU_MUL, EW_ADD };
+#define EW_CHUNK 16384 /* elements per task; a multiple of every SIMD width */
+
+typedef struct ew_job {
+  int op;
+  float *a;
+  const float *b;
+  int64_t n;
+} ew_job;
+
+static void ew_body(void *arg, int64_t i, int thread) {
+  (void)thread;
+  const ew_job *j = arg;
+  int64_t s = i * EW_CHUNK;
+  int64_t len = j->n - s < EW_CHUNK ? j->n - s : EW_CHUNK;
+  switch (j->op) {
+  case EW_GELU_TANH:
+    g_ops.gelu_tanh(j->a + s, len);
+    break;
+  case EW_GELU_ERF:
+    g_ops.gelu_erf(j->a + s, len);
+    break;
+  case EW_SILU_MUL:
+    g_ops.silu_mul(j->a + s, j->b + s, len);
+    break;
+  default:
+    g_ops.add(j->a + s, j->b + s, len);
+    break;
+  }
+}
+
+static void ew_run(int op, float *a, const float *b, int64_t n) {
+  ops();
+  if (n <= 0)
+    return;
+  ew_job j = {op, a, b, n};
+  run_parallel((n + EW_CHUNK - 1) / EW_CHUNK, 1, ew_body, &j);
+}
+
+void kn_gelu_tanh(float *x, int64_t n) { ew_run(EW_GELU_TANH, x, NULL, n); }
+void kn_gelu_erf(float *x, int64_t n) { ew_run(EW_GELU_ERF, x, NULL, n); }
+void kn_silu_mul(float *gate, const float *up, int64_t n) { ew_run(EW_SILU_MUL, gate, up, n); }
+void kn_add(float *y, const float *x, int64_t n) { ew_run(EW_ADD, y, x, n); }
+
+/* ---------------------------------------------------------------------------------------------
+ * Attention
+ */
+typedef struct attn_job {
+  kn_attn a;
+  int64_t q_per_task, n_q_tasks;
+} attn_job;
+
+static void attn_body(void *arg, int64_t i, int thread) {
+  const attn_job *j = arg;
+  int h = (int)(i % j->a.n_head);
+  int64_t q0 = (i / j->a.n_head) * j->q_per_task;
+  int64_t q1 = q0 + j->q_per_task < j->a.n_q ? q0 + j->q_per_task : j->a.n_q;
+  g_ops.attention(&j->a, h, q0, q1, thread);
+}
+
+void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
+                  int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                  float scale, int64_t causal_base, float *out, int64_t out_stride) {
+  ops();
+  if (n_q <= 0)
+    return;
+  assert(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
+  attn_job j = {.a = {q, k, v, out, n_q, q_stride, n_kv, kv_stride, out_stride, n_head, n_kv_head,
+                      head_dim, scale, causal_base}};
+  for (int i = 0; i < g_threads; i++)
+    if (!kn_scratch(i, (size_t)head_dim * 16 + 64 * 1024))
+      abort();
+  j.q_per_task = n_q < 32 ? n_q : 32;
+  j.n_q_tasks = (n_q + j.q_per_task - 1) / j.q_per_task;
+  run_parallel(j.n_q_tasks * n_head, 1, attn_body, &j);
+}
