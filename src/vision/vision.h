@@ -52,7 +52,23 @@ typedef struct vision_hparams {
 
 /* Where weights come from. find() returns a view of the tensor stored under an mmproj GGUF name
  * ("v.blk.3.attn_qkv.weight"), in ggml ne order, or NULL if there is none; the views must stay valid
- * until release(user) is called (by vision_free, or by vision_init when it fails). */
+ * until release(user) is called (by vision_free, or by vision_init when it fails). Matrices are
+ * referenced, not copied (kn_weight may add a repacked copy); vectors are copied to float at load.
+ *
+ * For an HF checkpoint (prefix model.visual.) a source serves these names (shapes in ne order):
+ *   v.patch_embd.weight, .weight.1  {P, P, 3, Dv}  patch_embed.proj.weight [Dv,3,2,P,P][:, :, t]
+ *                                                   (a strided slice: the source copies it out)
+ *   v.patch_embd.bias               {Dv}           patch_embed.proj.bias
+ *   v.position_embd.weight          {Dv, S*S}      pos_embed.weight
+ *   v.blk.N.ln1/ln2 .weight/.bias                  blocks.N.norm1 / norm2
+ *   v.blk.N.attn_qkv / attn_out                    blocks.N.attn.qkv / attn.proj
+ *   v.blk.N.ffn_up / ffn_down                      blocks.N.mlp.linear_fc1 / linear_fc2
+ *   v.post_ln, mm.0, mm.2                          merger.norm, merger.linear_fc1, merger.linear_fc2
+ *   v.deepstack.L.norm/fc1/fc2                     deepstack_merger_list.j.norm/linear_fc1/linear_fc2
+ *                                                   with L = deepstack_visual_indexes[j] (absolute)
+ * and vision_hparams comes from config.json's vision_config (hidden_size, num_heads,
+ * intermediate_size, depth, out_hidden_size, patch_size, spatial_merge_size, temporal_patch_size;
+ * eps 1e-6) and preprocessor_config.json (image_mean, image_std). */
 typedef struct vision_source {
   const char *label;                                      /* file/directory named in errors */
   void *user;
