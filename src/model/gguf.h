@@ -41,6 +41,9 @@ void gguf_close(gguf *g);
 const char *gguf_path(const gguf *g);
 uint32_t gguf_version(const gguf *g);
 const char *gguf_type_name(gguf_type t);
+/* general.alignment (default 32) and the file offset where the data section starts. */
+uint32_t gguf_alignment(const gguf *g);
+uint64_t gguf_data_offset(const gguf *g);
 
 /* Metadata. Index lookups return -1 when the key is absent. */
 int64_t gguf_n_kv(const gguf *g);
@@ -49,10 +52,15 @@ const char *gguf_key_name(const gguf *g, int64_t idx);
 gguf_type gguf_key_type(const gguf *g, int64_t idx);
 gguf_type gguf_array_type(const gguf *g, int64_t idx); /* element type of an ARRAY value */
 uint64_t gguf_array_len(const gguf *g, int64_t idx);
-/* Raw element data of a non-string array (little-endian, packed), or NULL. */
+/* gguf_key_type / gguf_array_type give GGUF_TYPE_COUNT for a bad index or a non-array key. */
+/* Raw element data of a non-string array (little-endian, packed), or NULL. The pointer is into the
+ * file image and may be unaligned: read elements with memcpy. Arrays of arrays are rejected at open. */
 const void *gguf_array_data(const gguf *g, int64_t idx);
-/* Element i of a string array; *len receives its byte length (strings may hold NULs). */
+/* Element i of a string array; *len receives its byte length (strings may hold NULs). The pointer is
+ * into the file image and NOT NUL-terminated; NULL (and *len = 0) if idx/i is out of range. */
 const char *gguf_array_str(const gguf *g, int64_t idx, uint64_t i, size_t *len);
+/* Value of a STRING key by index: NUL-terminated copy owned by g, *len its byte length; else NULL. */
+const char *gguf_key_str(const gguf *g, int64_t idx, size_t *len);
 
 /* Typed getters: QVL_ERR_NOT_FOUND if absent, QVL_ERR_FORMAT (with expected vs found type) if the
  * stored type differs. Integer getters accept any integer type whose value fits. */
@@ -67,7 +75,8 @@ qvl_status gguf_get_int_array(const gguf *g, const char *key, int64_t **out, uin
 /* Float array converted to float (caller frees *out). */
 qvl_status gguf_get_f32_array(const gguf *g, const char *key, float **out, uint64_t *n);
 
-/* Tensors. */
+/* Tensors. data points into the file image at data_start + offset (a multiple of the alignment);
+ * nbytes is the exact size implied by type and ne. Regions of different tensors may overlap. */
 int64_t gguf_n_tensors(const gguf *g);
 const tensor *gguf_tensor_at(const gguf *g, int64_t i);
 const tensor *gguf_find_tensor(const gguf *g, const char *name); /* NULL if absent */
