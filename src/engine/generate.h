@@ -1,0 +1,45 @@
+/*
+ * One request, one sequence: prefill the prompt, then sample until a stop condition, streaming the
+ * text. This is the path of `qvl run`; the server's scheduler batches many sequences instead.
+ */
+#ifndef QVL_ENGINE_GENERATE_H
+#define QVL_ENGINE_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "engine/vlm.h"
+#include "text/sampler.h"
+#include "text/stop.h"
+
+typedef struct gen_params {
+  sampler_params sampling;
+  int64_t max_tokens;        /* > 0 */
+  const char *const *stop;   /* stop strings */
+  int n_stop;
+  bool ignore_eos;           /* keep going past <|im_end|> (benchmarks, dumps) */
+  int64_t n_ctx;             /* KV capacity; <= 0: prompt + max_tokens */
+} gen_params;
+
+typedef struct gen_result {
+  buf text;                  /* generated text (specials skipped, stop string removed) */
+  int32_t *ids;              /* [n_ids] every generated id, EOS included */
+  int64_t n_ids;
+  int64_t n_prompt;
+  stop_reason reason;
+  double prefill_ms;         /* prompt through the decoder (vision not included) */
+  double decode_ms;          /* after the first token */
+  double ttft_ms;            /* prefill + the first sampled token */
+} gen_result;
+
+/* Called with each piece of final text; return false to cancel (generate then returns
+ * QVL_ERR_CANCELLED with what was generated so far in the result). */
+typedef bool (*gen_stream_fn)(void *user, const char *text, size_t len);
+
+gen_params gen_params_default(void);
+qvl_status generate(const vlm *m, const vlm_prompt *p, const gen_params *gp, gen_stream_fn stream,
+                    void *user, gen_result *out);
+void gen_result_free(gen_result *r);
+
+#endif

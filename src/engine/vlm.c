@@ -1,0 +1,281 @@
+#include "engine/vlm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/status.h"
+#include "base/timing.h"
+#include "text/chat.h"
+#include "text/mrope.h"
+
+static int32_t require_token(const tokenizer *t, const char *text, const char *path, qvl_status *s) {
+  int32_t id = tokenizer_find(t, text);
+  if (id < 0 && *s == QVL_OK)
+    *s = qvl_errorf(QVL_ERR_FORMAT, "%s: the vocabulary has no '%s' token (not a Qwen3-VL tokenizer?)", path, text);
+  return id;
+}
+
+qvl_status vlm_load(const vlm_paths *p, vlm **out) {
+  *out = NULL;
+  if (!p->model || !*p->model)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "no model file given (-m MODEL.gguf)");
+  vlm *m = calloc(1, sizeof *m);
+  if (!m)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  gguf *g = NULL;
+  qvl_status s = gguf_open(p->model, &g);
+  if (s == QVL_OK)
+    s = tokenizer_init_gguf(g, &m->tok);
+  if (s == QVL_OK) {
+    s = decoder_load_gguf_file(g, &m->text); /* takes ownership of g */
+    g = NULL;
+  }
+  gguf_close(g);
+  if (s == QVL_OK && p->mmproj && *p->mmproj) {
+    s = vision_load_gguf(p->mmproj, &m->vision);
+    if (s == QVL_OK)
+      s = vision_check_text(m->vision, m->text->hp.n_embd, m->text->hp.n_deepstack);
+    if (s != QVL_OK)
+      qvl_error_prefix(s, "%s does not fit %s: ", p->mmproj, p->model);
+  }
+  if (s == QVL_OK) {
+    m->image_pad_id = require_token(m->tok, "<|image_pad|>", p->model, &s);
+    m->vision_start_id = require_token(m->tok, "<|vision_start|>", p->model, &s);
+    m->vision_end_id = require_token(m->tok, "<|vision_end|>", p->model, &s);
+    int32_t im_end = tokenizer_find(m->tok, "<|im_end|>");
+    int32_t eot = tokenizer_find(m->tok, "<|endoftext|>");
+    if (im_end >= 0)
+      m->eos_ids[m->n_eos++] = im_end;
+    if (eot >= 0)
+      m->eos_ids[m->n_eos++] = eot;
+    if (m->n_eos == 0 && tokenizer_eos_id(m->tok) >= 0)
+      m->eos_ids[m->n_eos++] = tokenizer_eos_id(m->tok);
+    if (s == QVL_OK && tokenizer_vocab_size(m->tok) > m->text->hp.n_vocab)
+      s = qvl_errorf(QVL_ERR_MISMATCH, "%s: tokenizer has %d tokens but the embedding only %lld rows", p->model,
+                     tokenizer_vocab_size(m->tok), (long long)m->text->hp.n_vocab);
+  }
+  if (s != QVL_OK) {
+    vlm_free(m);
+    return s;
+  }
+  *out = m;
+  return QVL_OK;
+}
+
+void vlm_free(vlm *m) {
+  if (!m)
+    return;
+  decoder_free(m->text);
+  vision_free(m->vision);
+  tokenizer_free(m->tok);
+  free(m);
+}
+
+void vlm_prompt_opts_default(vlm_prompt_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->add_generation_prompt = true;
+  preprocess_opts_default(&o->pre);
+  image_limits_default(&o->limits);
+}
+
+void vlm_prompt_free(vlm_prompt *p) {
+  free(p->ids);
+  free(p->pos);
+  for (int i = 0; i < p->n_images; i++)
+    image_patches_free(&p->images[i].patches);
+  free(p->images);
+  free(p->img_idx);
+  free(p->img_embd);
+  free(p->deepstack);
+  memset(p, 0, sizeof *p);
+}
+
+decoder_input vlm_prompt_input(const vlm_prompt *p) {
+  decoder_input in = {0};
+  in.n_tokens = p->n;
+  in.tokens = p->ids;
+  in.pos = p->pos;
+  in.n_img = p->n_img;
+  in.img_idx = p->img_idx;
+  in.img_embd = p->img_embd;
+  in.n_deepstack = p->n_img ? p->n_deepstack : 0;
+  in.deepstack = p->deepstack;
+  return in;
+}
+
+/* Fetches, decodes and preprocesses image i. */
+static qvl_status load_image(const chat_image *ci, int i, const vlm_prompt_opts *o, vlm_image *out) {
+  buf bytes = {0};
+  image_rgb rgb = {0};
+  qvl_status s = image_source_read(ci->url, &o->source, &bytes);
+  if (s == QVL_OK)
+    s = image_decode(bytes.data, bytes.len, &o->limits, &rgb, NULL);
+  if (s == QVL_OK)
+    s = image_preprocess(&rgb, &o->pre, &out->patches);
+  buf_free(&bytes);
+  image_rgb_free(&rgb);
+  if (s != QVL_OK)
+    return qvl_error_prefix(s, "image %d (messages[%d]): ", i + 1, ci->message_index);
+  out->grid_t = out->patches.grid_t;
+  out->grid_h = out->patches.grid_h;
+  out->grid_w = out->patches.grid_w;
+  out->n_tokens = out->patches.n_tokens;
+  return QVL_OK;
+}
+
+/* Replaces the k-th image_pad id by images[k].n_tokens copies. */
+static qvl_status expand_pads(const vlm *m, const int32_t *ids, size_t n, const vlm_prompt *p, int32_t **out,
+                              int64_t *n_out) {
+  int64_t total = 0, pads = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ids[i] == m->image_pad_id) {
+      if (pads >= p->n_images)
+        return qvl_errorf(QVL_ERR_INVALID_ARG,
+                          "the prompt text contains more <|image_pad|> tokens than there are images (%d)",
+                          p->n_images);
+      total += p->images[pads++].n_tokens;
+    } else {
+      total++;
+    }
+  }
+  if (pads != p->n_images)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "the prompt has %lld image placeholders for %d images",
+                      (long long)pads, p->n_images);
+  int32_t *e = malloc(sizeof *e * (size_t)(total ? total : 1));
+  if (!e)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory for a prompt of %lld tokens", (long long)total);
+  int64_t k = 0, img = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (ids[i] == m->image_pad_id) {
+      for (int64_t j = 0; j < p->images[img].n_tokens; j++)
+        e[k++] = m->image_pad_id;
+      img++;
+    } else {
+      e[k++] = ids[i];
+    }
+  }
+  *out = e;
+  *n_out = total;
+  return QVL_OK;
+}
+
+static qvl_status encode_images(const vlm *m, const vlm_prompt_opts *o, vlm_prompt *p) {
+  int64_t d = m->text->hp.n_embd;
+  p->n_deepstack = m->vision->n_deepstack;
+  size_t rows = (size_t)p->n_img;
+  p->img_idx = malloc(sizeof *p->img_idx * rows);
+  p->img_embd = malloc(sizeof *p->img_embd * rows * (size_t)d);
+  p->deepstack = malloc(sizeof *p->deepstack * rows * (size_t)d * (size_t)(p->n_deepstack ? p->n_deepstack : 1));
+  if (!p->img_idx || !p->img_embd || !p->deepstack)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory for %lld image tokens", (long long)p->n_img);
+  int64_t k = 0;
+  for (int64_t i = 0; i < p->n; i++)
+    if (p->ids[i] == m->image_pad_id)
+      p->img_idx[k++] = i;
+  double t0 = time_now_s();
+  int64_t row0 = 0;
+  float *ds_tmp = NULL;
+  for (int i = 0; i < p->n_images; i++) {
+    vlm_image *im = &p->images[i];
+    int64_t nt = im->n_tokens;
+    free(ds_tmp);
+    ds_tmp = malloc(sizeof *ds_tmp * (size_t)(nt * d * (p->n_deepstack ? p->n_deepstack : 1)));
+    if (!ds_tmp)
+      return qvl_errorf(QVL_ERR_NOMEM, "out of memory for image %d's DeepStack features", i + 1);
+    qvl_status s = vision_encode(m->vision, im->patches.pixel_values, im->grid_t, im->grid_h, im->grid_w,
+                                 p->img_embd + row0 * d, ds_tmp, o->trace, o->trace_user);
+    if (s != QVL_OK) {
+      free(ds_tmp);
+      return qvl_error_prefix(s, "image %d: ", i + 1);
+    }
+    /* vision_encode writes [n_deepstack][nt][d] per image; the decoder wants levels over all images. */
+    for (int64_t l = 0; l < p->n_deepstack; l++)
+      memcpy(p->deepstack + (l * p->n_img + row0) * d, ds_tmp + l * nt * d, sizeof(float) * (size_t)(nt * d));
+    row0 += nt;
+    if (!o->keep_images) {
+      free(im->patches.pixel_values);
+      im->patches.pixel_values = NULL;
+    }
+  }
+  free(ds_tmp);
+  p->vision_ms = (time_now_s() - t0) * 1e3;
+  return QVL_OK;
+}
+
+static qvl_status build(const vlm *m, const cJSON *messages, const vlm_prompt_opts *o, vlm_prompt *p) {
+  chat_prompt cp;
+  QVL_TRY(chat_render(messages, NULL, o->add_generation_prompt, &cp));
+  qvl_status s = QVL_OK;
+  if (cp.n_images > 0 && !m->vision)
+    s = qvl_errorf(QVL_ERR_INVALID_ARG, "the request has %d image(s) but no vision projector is loaded (--mmproj)",
+                   cp.n_images);
+  if (s == QVL_OK && o->max_images > 0 && cp.n_images > o->max_images)
+    s = qvl_errorf(QVL_ERR_TOO_LARGE, "the request has %d images; the limit is %d", cp.n_images, o->max_images);
+  if (s == QVL_OK && cp.n_images > 0) {
+    p->images = calloc((size_t)cp.n_images, sizeof *p->images);
+    if (!p->images)
+      s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  }
+  double t0 = time_now_s();
+  for (int i = 0; s == QVL_OK && i < cp.n_images; i++) {
+    s = load_image(&cp.images[i], i, o, &p->images[i]);
+    p->n_images = i + 1;
+  }
+  p->preprocess_ms = (time_now_s() - t0) * 1e3;
+  int32_t *ids = NULL;
+  size_t n_ids = 0;
+  if (s == QVL_OK)
+    s = tokenizer_encode(m->tok, cp.text.data, cp.text.len, &ids, &n_ids);
+  if (s == QVL_OK)
+    s = expand_pads(m, ids, n_ids, p, &p->ids, &p->n);
+  free(ids);
+  chat_prompt_free(&cp);
+  if (s != QVL_OK)
+    return s;
+  for (int i = 0; i < p->n_images; i++)
+    p->n_img += p->images[i].n_tokens;
+  p->pos = malloc(sizeof *p->pos * 3 * (size_t)(p->n ? p->n : 1));
+  if (!p->pos)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  mrope_image *grids = calloc((size_t)(p->n_images ? p->n_images : 1), sizeof *grids);
+  if (!grids)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < p->n_images; i++)
+    grids[i] = (mrope_image){p->images[i].grid_t, p->images[i].grid_h, p->images[i].grid_w};
+  s = mrope_positions(p->ids, p->n, m->image_pad_id, m->vision_start_id, grids, p->n_images, IMAGE_MERGE_SIZE,
+                      p->pos, &p->rope_delta);
+  free(grids);
+  if (s == QVL_OK && p->n_images > 0)
+    s = encode_images(m, o, p);
+  return s;
+}
+
+qvl_status vlm_prompt_build(const vlm *m, const cJSON *messages, const vlm_prompt_opts *o, vlm_prompt *out) {
+  memset(out, 0, sizeof *out);
+  qvl_status s = build(m, messages, o, out);
+  if (s != QVL_OK)
+    vlm_prompt_free(out);
+  return s;
+}
+
+qvl_status vlm_prompt_from_text(const vlm *m, const char *text, size_t len, vlm_prompt *out) {
+  memset(out, 0, sizeof *out);
+  size_t n = 0;
+  qvl_status s = tokenizer_encode(m->tok, text, len, &out->ids, &n);
+  out->n = (int64_t)n;
+  for (size_t i = 0; s == QVL_OK && i < n; i++)
+    if (out->ids[i] == m->image_pad_id)
+      s = qvl_errorf(QVL_ERR_INVALID_ARG, "a raw prompt cannot contain <|image_pad|> (no image is attached)");
+  if (s == QVL_OK) {
+    out->pos = malloc(sizeof *out->pos * 3 * (n ? n : 1));
+    if (!out->pos)
+      s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+    else
+      s = mrope_positions(out->ids, out->n, m->image_pad_id, m->vision_start_id, NULL, 0, IMAGE_MERGE_SIZE,
+                          out->pos, &out->rope_delta);
+  }
+  if (s != QVL_OK)
+    vlm_prompt_free(out);
+  return s;
+}

@@ -1,0 +1,85 @@
+/*
+ * A loaded vision-language model (text decoder + tokenizer + optional vision tower) and the path
+ * from OpenAI-style chat messages to decoder input: chat template -> images fetched, decoded and
+ * preprocessed -> tokens with each <|image_pad|> expanded to the image's token count -> vision tower
+ * -> M-RoPE positions. Used by `qvl run`, `qvl dump` and the server.
+ *
+ * Thread safety: a vlm is immutable after vlm_load; building prompts runs model code (the vision
+ * tower), so like every kernels.h user only one thread at a time may call vlm_prompt_build.
+ */
+#ifndef QVL_ENGINE_VLM_H
+#define QVL_ENGINE_VLM_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/trace.h"
+#include "engine/image_source.h"
+#include "image/decode.h"
+#include "image/preprocess.h"
+#include "qvl.h"
+#include "text/decoder.h"
+#include "text/tokenizer.h"
+#include "vision/vision.h"
+
+typedef struct vlm_paths {
+  const char *model;  /* text GGUF */
+  const char *mmproj; /* mmproj GGUF or NULL (text only) */
+} vlm_paths;
+
+typedef struct vlm {
+  decoder_model *text;
+  vision_model *vision; /* NULL without an mmproj */
+  tokenizer *tok;
+  int32_t image_pad_id, vision_start_id, vision_end_id;
+  int32_t eos_ids[2]; /* <|im_end|>, <|endoftext|> (-1 when absent) */
+  int n_eos;
+} vlm;
+
+qvl_status vlm_load(const vlm_paths *p, vlm **out);
+void vlm_free(vlm *m);
+
+typedef struct vlm_prompt_opts {
+  bool add_generation_prompt;
+  preprocess_opts pre;     /* min/max pixels for every image of the request */
+  image_limits limits;     /* decode caps */
+  image_source_opts source;
+  int max_images;          /* 0 = no limit */
+  bool keep_images;        /* keep resized images and pixel_values (for dumps) */
+  trace_fn trace;          /* vision stages (NULL = off) */
+  void *trace_user;
+} vlm_prompt_opts;
+
+typedef struct vlm_image {
+  image_patches patches;   /* resized image + pixel_values (freed unless keep_images) */
+  int grid_t, grid_h, grid_w;
+  int64_t n_tokens;
+} vlm_image;
+
+typedef struct vlm_prompt {
+  int32_t *ids;           /* [n] expanded prompt ids */
+  int64_t n;
+  int32_t *pos;           /* [3][n] M-RoPE positions */
+  int64_t rope_delta;
+  int n_images;
+  vlm_image *images;      /* [n_images] */
+  int64_t n_img;          /* image tokens in the prompt */
+  int64_t *img_idx;       /* [n_img] their indices */
+  float *img_embd;        /* [n_img][n_embd] */
+  int64_t n_deepstack;
+  float *deepstack;       /* [n_deepstack][n_img][n_embd] */
+  double vision_ms;       /* time spent in the vision tower */
+  double preprocess_ms;   /* decode + resize + patchify */
+} vlm_prompt;
+
+void vlm_prompt_opts_default(vlm_prompt_opts *o);
+/* Renders, tokenizes and encodes. Errors name the message or image at fault. */
+qvl_status vlm_prompt_build(const vlm *m, const cJSON *messages, const vlm_prompt_opts *o, vlm_prompt *out);
+/* A prompt from raw text (no template, no images). */
+qvl_status vlm_prompt_from_text(const vlm *m, const char *text, size_t len, vlm_prompt *out);
+void vlm_prompt_free(vlm_prompt *p);
+/* The decoder input for the whole prompt. */
+decoder_input vlm_prompt_input(const vlm_prompt *p);
+
+#endif

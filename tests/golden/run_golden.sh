@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Golden fixture cases: `qvl dump` every case that has GGUF files, compare every stage with the
+# expected values. With the scalar reference kernels (QVL_ISA=ref) the strict f32 tolerances apply;
+# with the default (SIMD) kernels, quantized weight types use the fixture's llama_style tolerances,
+# because the fast kernels round activations to 8-bit blocks (or bf16) like ggml does.
+set -u
+BUILD=${BUILD:-build/rel}
+cd "$(dirname "$0")/../.."
+QVL=$BUILD/qvl
+CMP=$BUILD/tests/golden/compare
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+pass=0 fail=0
+isas=${GOLDEN_ISAS:-"ref default"}
+for case_json in tests/fixtures/cases/*/*/*/case.json; do
+  id=${case_json#tests/fixtures/cases/}; id=${id%/case.json}
+  wtype=$(sed -n 's/.*"text_weight_type": "\([^"]*\)".*/\1/p' "$case_json" | head -1)
+  if grep -q '"gguf_text": null' "$case_json"; then
+    continue # HF-directory-only cases run through `qvl dump --hf` (tests/golden/run_golden_hf.sh)
+  fi
+  for isa in $isas; do
+    tol=f32
+    if [ "$isa" != ref ] && [ "$wtype" != F32 ]; then tol=llama_style; fi
+    dump="$out/$(echo "$id" | tr / _)-$isa.safetensors"
+    if [ "$isa" = default ]; then env_isa=(); else env_isa=(QVL_ISA=$isa); fi
+    if ! env "${env_isa[@]}" "$QVL" dump "$case_json" "$dump" >"$out/log" 2>&1; then
+      echo "FAIL $id [$isa]: qvl dump failed"; sed 's/^/    /' "$out/log" | tail -5
+      fail=$((fail + 1)); continue
+    fi
+    if "$CMP" "$case_json" "$dump" "$tol" >"$out/cmp" 2>&1; then
+      pass=$((pass + 1))
+    else
+      echo "FAIL $id [$isa, $tol]"; grep -E 'FAIL|error' "$out/cmp" | sed 's/^/    /' | head -12
+      fail=$((fail + 1))
+    fi
+  done
+done
+echo "golden: $pass passed, $fail failed"
+[ $fail -eq 0 ]
