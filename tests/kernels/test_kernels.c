@@ -1,0 +1,460 @@
+/*
+ * Every kernels.h entry of every variant this CPU runs (ref, avx2, avx512) against independent
+ * double-precision computations written here (matmul on exactly dequantized weights, attention
+ * with an explicit softmax over all scores), on ragged sizes, with the named tolerances below
+ * (documented in docs/KERNELS.md). Also: results bit-identical for 1 and 3 threads, and for a
+ * token computed alone or inside a batch.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "test.h"
+
+/* ---- Named tolerances. Error metric for matmul element y[t][o]:
+ *   |y - exact| <= prod * sum_i |w_i x_i|  +  act * sum_i |w_i| * amax(block of x_i)
+ * prod covers float rounding of products and sums; act covers activation quantization (a value
+ * moves by at most half a step = amax/254 of its block, plus the fp16 rounding of the Q8_0 scale). */
+typedef struct tol {
+  const char *name;
+  double prod, act;
+} tol;
+
+static const tol TOL_REF = {"ref (double accumulation)", 1e-6, 0};
+static const tol TOL_F32_SIMD = {"simd fp32 accumulation", 1e-5, 0};
+static const tol TOL_BF16_DOT = {"bf16 activations (vdpbf16ps)", 1.0 / 128, 0};
+static const tol TOL_Q8_ACT = {"q8_0 activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1.0 / 2048};
+static const tol TOL_Q8K_ACT = {"q8_K activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1e-6};
+
+/* Attention, norms and activations: |got - exact| <= rel * scale of the output (max |v| for
+ * attention, |exact| + 1e-30 elementwise otherwise) + abs. */
+#define TOL_ATTN_REL 2e-6
+#define TOL_ELEM_REF_REL 1e-6  /* ref: double math, one rounding */
+#define TOL_ELEM_SIMD_REL 4e-6 /* simd: float math, polynomial exp/tanh/erf */
+#define TOL_ELEM_ABS 1e-7
+
+static uint64_t rs = 88172645463325252ull;
+static double rnd(void) { /* uniform in [-1, 1) */
+  rs ^= rs << 13;
+  rs ^= rs >> 7;
+  rs ^= rs << 17;
+  return (double)(rs >> 11) / 4503599627370496.0 - 1.0;
+}
+
+static const char *isa_now;
+
+static tol matmul_tol(qvl_dtype t) {
+  if (!strcmp(isa_now, "ref"))
+    return TOL_REF;
+  switch (t) {
+  case QVL_DTYPE_Q8_0:
+  case QVL_DTYPE_Q4_0:
+    return TOL_Q8_ACT;
+  case QVL_DTYPE_Q4_K:
+  case QVL_DTYPE_Q6_K:
+    return TOL_Q8K_ACT;
+  case QVL_DTYPE_BF16:
+    return TOL_BF16_DOT;
+  default:
+    return TOL_F32_SIMD;
+  }
+}
+
+/* Random weight in type t: values drawn in float, stored with our quantizer. */
+typedef struct test_w {
+  tensor t;
+  void *data;
+  float *deq; /* [n_out][n_in] exactly dequantized */
+} test_w;
+
+static void make_weight(test_w *w, qvl_dtype type, int64_t n_in, int64_t n_out) {
+  size_t rb;
+  dtype_row_bytes(type, n_in, &rb);
+  w->data = malloc(rb * (size_t)n_out);
+  w->deq = malloc(sizeof(float) * (size_t)(n_in * n_out));
+  float *row = malloc(sizeof(float) * (size_t)n_in);
+  for (int64_t o = 0; o < n_out; o++) {
+    double s = (o % 5 == 0) ? 0.01 : 1.0; /* rows of different magnitude */
+    for (int64_t i = 0; i < n_in; i++)
+      row[i] = (float)(rnd() * s);
+    dtype_quantize_row(type, row, (char *)w->data + rb * (size_t)o, n_in);
+    dtype_dequantize_row(type, (char *)w->data + rb * (size_t)o, w->deq + o * n_in, n_in);
+  }
+  free(row);
+  w->t = (tensor){.name = "test", .type = type, .n_dims = 2, .ne = {n_in, n_out, 1, 1},
+                  .data = w->data, .nbytes = rb * (size_t)n_out};
+}
+
+static void free_weight(test_w *w) {
+  free(w->data);
+  free(w->deq);
+}
+
+static int64_t blk_of(qvl_dtype t) {
+  return t == QVL_DTYPE_Q4_K || t == QVL_DTYPE_Q6_K ? 256 : t == QVL_DTYPE_Q8_0 || t == QVL_DTYPE_Q4_0 ? 32 : 1;
+}
+
+static double worst_ratio; /* largest error / allowed seen, for the report */
+
+static void check_matmul(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_tok, bool bias) {
+  test_w w;
+  make_weight(&w, type, n_in, n_out);
+  kn_weight kw;
+  qvl_status st = kn_weight_init(&kw, &w.t);
+  CHECK(st == QVL_OK, "kn_weight_init: %s", qvl_last_error());
+  if (st != QVL_OK) {
+    free_weight(&w);
+    return;
+  }
+  float *x = malloc(sizeof(float) * (size_t)(n_tok * n_in));
+  float *b = malloc(sizeof(float) * (size_t)n_out);
+  float *y = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+  float *y1 = malloc(sizeof(float) * (size_t)n_out);
+  for (int64_t i = 0; i < n_tok * n_in; i++)
+    x[i] = (float)(rnd() * ((i / 32) % 7 == 3 ? 50.0 : 1.0)); /* some loud blocks */
+  for (int64_t o = 0; o < n_out; o++)
+    b[o] = (float)rnd();
+  kn_matmul(&kw, x, n_tok, bias ? b : NULL, y);
+  tol tl = matmul_tol(type);
+  int64_t blk = blk_of(type);
+  int bad = 0;
+  for (int64_t t = 0; t < n_tok; t++) {
+    const float *xt = x + t * n_in;
+    for (int64_t o = 0; o < n_out; o++) {
+      const float *wr = w.deq + o * n_in;
+      double exact = bias ? b[o] : 0.0, sabs = fabs(exact), sact = 0.0;
+      for (int64_t i0 = 0; i0 < n_in; i0 += blk) {
+        double amax = 0;
+        for (int64_t i = i0; i < i0 + blk && i < n_in; i++)
+          amax = fmax(amax, fabs(xt[i]));
+        for (int64_t i = i0; i < i0 + blk && i < n_in; i++) {
+          exact += (double)wr[i] * xt[i];
+          sabs += fabs((double)wr[i] * xt[i]);
+          sact += fabs((double)wr[i]) * amax;
+        }
+      }
+      double allowed = tl.prod * sabs + tl.act * sact + 1e-30;
+      double err = fabs((double)y[t * n_out + o] - exact);
+      if (err / allowed > worst_ratio)
+        worst_ratio = err / allowed;
+      if (!(err <= allowed) && bad++ < 3)
+        fprintf(stderr, "  %s %s n_in=%lld n_out=%lld tok=%lld: y[%lld][%lld]=%.9g exact %.9g "
+                        "err %.3g allowed %.3g (%s)\n",
+                isa_now, dtype_name(type), (long long)n_in, (long long)n_out, (long long)n_tok,
+                (long long)t, (long long)o, y[t * n_out + o], exact, err, allowed, tl.name);
+    }
+  }
+  CHECK(bad == 0, "%s matmul %s %lldx%lld tokens %lld: %d elements out of tolerance '%s'", isa_now,
+        dtype_name(type), (long long)n_out, (long long)n_in, (long long)n_tok, bad, tl.name);
+  /* Batch invariance: each token computed alone gives the same bits as inside the batch. */
+  if (n_tok > 1) {
+    int diff = 0;
+    for (int64_t t = 0; t < n_tok; t++) {
+      kn_matmul(&kw, x + t * n_in, 1, bias ? b : NULL, y1);
+      diff += memcmp(y1, y + t * n_out, sizeof(float) * (size_t)n_out) != 0;
+    }
+    CHECK(diff == 0, "%s matmul %s %lldx%lld: %d of %lld tokens differ when computed alone",
+          isa_now, dtype_name(type), (long long)n_out, (long long)n_in, diff, (long long)n_tok);
+  }
+  /* kn_weight_row is exact. */
+  float *row = malloc(sizeof(float) * (size_t)n_in);
+  int rbad = 0;
+  for (int64_t o = 0; o < n_out; o += 3) {
+    kn_weight_row(&kw, o, row);
+    rbad += memcmp(row, w.deq + o * n_in, sizeof(float) * (size_t)n_in) != 0;
+  }
+  CHECK(rbad == 0, "%s kn_weight_row %s: %d rows differ", isa_now, dtype_name(type), rbad);
+  free(row);
+  kn_weight_free(&kw);
+  free(x);
+  free(b);
+  free(y);
+  free(y1);
+  free_weight(&w);
+}
+
+static void test_matmul(void) {
+  static const qvl_dtype types[] = {QVL_DTYPE_F32, QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_Q8_0,
+                                    QVL_DTYPE_Q4_0, QVL_DTYPE_Q4_K, QVL_DTYPE_Q6_K};
+  static const int64_t n_in_float[] = {1, 7, 33, 100, 273};
+  static const int64_t n_in_q32[] = {32, 96, 320};
+  static const int64_t n_in_k[] = {256, 768};
+  static const int64_t n_outs[] = {1, 5, 17, 67};
+  static const int64_t toks[] = {1, 2, 3, 7, 17, 64};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    qvl_dtype t = types[ti];
+    const int64_t *ins = blk_of(t) == 1 ? n_in_float : blk_of(t) == 32 ? n_in_q32 : n_in_k;
+    size_t n_ins = blk_of(t) == 1 ? 5 : blk_of(t) == 32 ? 3 : 2;
+    for (size_t a = 0; a < n_ins; a++)
+      for (size_t o = 0; o < sizeof n_outs / sizeof n_outs[0]; o++)
+        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
+          check_matmul(t, ins[a], n_outs[o], toks[k], (a + o + k) % 2 == 0);
+  }
+}
+
+/* The same matmul with 1 and 3 threads gives the same bits. */
+static void test_thread_invariance(const char *isa) {
+  static const qvl_dtype types[] = {QVL_DTYPE_F32, QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_Q8_0,
+                                    QVL_DTYPE_Q4_0, QVL_DTYPE_Q4_K, QVL_DTYPE_Q6_K};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    int64_t n_in = 512, n_out = 203, n_tok = 37;
+    test_w w;
+    make_weight(&w, types[ti], n_in, n_out);
+    float *x = malloc(sizeof(float) * (size_t)(n_tok * n_in));
+    float *y[2];
+    for (int64_t i = 0; i < n_tok * n_in; i++)
+      x[i] = (float)rnd();
+    for (int r = 0; r < 2; r++) {
+      kernels_init(isa, r == 0 ? 1 : 3);
+      kn_weight kw;
+      kn_weight_init(&kw, &w.t);
+      y[r] = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+      kn_matmul(&kw, x, n_tok, NULL, y[r]);
+      kn_weight_free(&kw);
+    }
+    CHECK(!memcmp(y[0], y[1], sizeof(float) * (size_t)(n_tok * n_out)),
+          "%s matmul %s: 1 and 3 threads differ", isa, dtype_name(types[ti]));
+    free(y[0]);
+    free(y[1]);
+    free(x);
+    free_weight(&w);
+  }
+}
+
+/* ---- attention */
+static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
+                            int64_t causal_base) {
+  int64_t q_stride = (int64_t)n_head * head_dim + 3, kv_stride = (int64_t)n_kv_head * head_dim + 5;
+  int64_t out_stride = (int64_t)n_head * head_dim + 1;
+  float *q = malloc(sizeof(float) * (size_t)(n_q * q_stride));
+  float *k = malloc(sizeof(float) * (size_t)(n_kv * kv_stride));
+  float *v = malloc(sizeof(float) * (size_t)(n_kv * kv_stride));
+  float *out = malloc(sizeof(float) * (size_t)(n_q * out_stride));
+  double *sc = malloc(sizeof(double) * (size_t)n_kv);
+  for (int64_t i = 0; i < n_q * q_stride; i++)
+    q[i] = (float)(rnd() * 2);
+  for (int64_t i = 0; i < n_kv * kv_stride; i++) {
+    k[i] = (float)(rnd() * 2);
+    v[i] = (float)rnd();
+  }
+  for (int64_t i = 0; i < n_q * out_stride; i++)
+    out[i] = 12345.0f; /* the padding must stay untouched */
+  float scale = 1.0f / sqrtf((float)head_dim);
+  kn_attention(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
+               causal_base, out, out_stride);
+  int bad = 0, pad_bad = 0;
+  int group = n_head / n_kv_head;
+  for (int64_t i = 0; i < n_q; i++) {
+    int64_t nk = causal_base < 0 ? n_kv : causal_base + i + 1 < n_kv ? causal_base + i + 1 : n_kv;
+    for (int h = 0; h < n_head; h++) {
+      const float *qh = q + i * q_stride + (int64_t)h * head_dim;
+      int kvh = h / group;
+      double mx = -INFINITY, sum = 0, vmax = 0;
+      for (int64_t j = 0; j < nk; j++) {
+        double s = 0;
+        for (int d = 0; d < head_dim; d++)
+          s += (double)qh[d] * k[j * kv_stride + (int64_t)kvh * head_dim + d];
+        sc[j] = s * scale;
+        mx = fmax(mx, sc[j]);
+      }
+      for (int64_t j = 0; j < nk; j++) {
+        sc[j] = exp(sc[j] - mx);
+        sum += sc[j];
+      }
+      for (int d = 0; d < head_dim; d++) {
+        double o = 0;
+        for (int64_t j = 0; j < nk; j++) {
+          double vv = v[j * kv_stride + (int64_t)kvh * head_dim + d];
+          o += sc[j] * vv;
+          vmax = fmax(vmax, fabs(vv));
+        }
+        o /= sum;
+        double got = out[i * out_stride + (int64_t)h * head_dim + d];
+        if (!(fabs(got - o) <= TOL_ATTN_REL * vmax + 1e-30) && bad++ < 3)
+          fprintf(stderr, "  %s attention q=%lld h=%d d=%d: %.9g vs %.9g\n", isa_now,
+                  (long long)i, h, d, got, o);
+      }
+    }
+    pad_bad += out[i * out_stride + out_stride - 1] != 12345.0f;
+  }
+  CHECK(bad == 0 && pad_bad == 0,
+        "%s attention heads %d/%d dim %d n_q %lld n_kv %lld causal %lld: %d values off, %d "
+        "padding writes",
+        isa_now, n_head, n_kv_head, head_dim, (long long)n_q, (long long)n_kv,
+        (long long)causal_base, bad, pad_bad);
+  free(q);
+  free(k);
+  free(v);
+  free(out);
+  free(sc);
+}
+
+static void test_attention(void) {
+  /* decode (1 query over a long cache), prefill (causal), vision (full), GQA, odd heads */
+  check_attention(4, 2, 16, 1, 1, 0);
+  check_attention(4, 2, 16, 1, 77, 76);
+  check_attention(16, 8, 128, 1, 300, 299);
+  check_attention(4, 1, 64, 17, 17, 0);
+  check_attention(4, 2, 16, 7, 30, 23);  /* prefill after a cached prefix */
+  check_attention(3, 3, 16, 64, 64, -1); /* odd head count, non-causal */
+  check_attention(2, 2, 16, 33, 33, -1);
+  check_attention(16, 16, 64, 70, 70, -1);
+  check_attention(5, 1, 32, 3, 9, 6);
+  check_attention(2, 1, 128, 200, 200, 0);
+  check_attention(6, 3, 72, 10, 129, -1); /* head_dim not a multiple of 16 */
+}
+
+/* ---- norms and element-wise */
+static void check_elem(const char *what, const float *got, const double *exact, int64_t n,
+                       double rel) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (!(fabs((double)got[i] - exact[i]) <= rel * fabs(exact[i]) + TOL_ELEM_ABS) && bad++ < 3)
+      fprintf(stderr, "  %s %s [%lld]: %.9g vs %.9g\n", isa_now, what, (long long)i, got[i],
+              exact[i]);
+  CHECK(bad == 0, "%s %s n=%lld: %d values off", isa_now, what, (long long)n, bad);
+}
+
+static void test_elementwise(void) {
+  double rel = !strcmp(isa_now, "ref") ? TOL_ELEM_REF_REL : TOL_ELEM_SIMD_REL;
+  static const int64_t sizes[] = {1, 7, 16, 33, 64, 129, 1000, 40000};
+  for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+    int64_t n = sizes[si];
+    float *x = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
+    float *u = malloc(sizeof(float) * (size_t)n);
+    double *e = malloc(sizeof(double) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+      x[i] = (float)(rnd() * 12);
+      u[i] = (float)(rnd() * 3);
+    }
+    x[0] = n > 1 ? -30.0f : 0.5f;
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    kn_gelu_tanh(y, n);
+    for (int64_t i = 0; i < n; i++) {
+      double v = x[i];
+      e[i] = 0.5 * v * (1.0 + tanh(sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+    }
+    check_elem("gelu_tanh", y, e, n, rel);
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    kn_gelu_erf(y, n);
+    for (int64_t i = 0; i < n; i++)
+      e[i] = 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
+    check_elem("gelu_erf", y, e, n, rel);
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    kn_silu_mul(y, u, n);
+    for (int64_t i = 0; i < n; i++)
+      e[i] = x[i] / (1.0 + exp(-(double)x[i])) * u[i];
+    check_elem("silu_mul", y, e, n, rel);
+    memcpy(y, x, sizeof(float) * (size_t)n);
+    kn_add(y, u, n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++)
+      bad += y[i] != x[i] + u[i];
+    CHECK(bad == 0, "%s add n=%lld: %d values differ", isa_now, (long long)n, bad);
+    free(x);
+    free(y);
+    free(u);
+    free(e);
+  }
+  /* Norms: ragged rows, with and without weights/bias. */
+  static const int64_t widths[] = {1, 16, 17, 64, 100, 1024, 2048};
+  for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+    int64_t n = widths[wi], rows = 9;
+    float *x = malloc(sizeof(float) * (size_t)(n * rows)), *y = malloc(sizeof(float) * (size_t)(n * rows));
+    float *g = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+    double *e = malloc(sizeof(double) * (size_t)(n * rows));
+    for (int64_t i = 0; i < n * rows; i++)
+      x[i] = (float)(rnd() * 5 + 2);
+    for (int64_t i = 0; i < n; i++) {
+      g[i] = (float)(1 + 0.1 * rnd());
+      b[i] = (float)(0.02 * rnd());
+    }
+    for (int pass = 0; pass < 2; pass++) {
+      const float *gw = pass ? g : NULL;
+      kn_rmsnorm(x, gw, rows, n, 1e-6f, y);
+      for (int64_t r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++)
+          ss += (double)x[r * n + i] * x[r * n + i];
+        double inv = 1 / sqrt(ss / n + 1e-6);
+        for (int64_t i = 0; i < n; i++)
+          e[r * n + i] = x[r * n + i] * inv * (gw ? gw[i] : 1.0);
+      }
+      check_elem(pass ? "rmsnorm(w)" : "rmsnorm", y, e, n * rows, rel);
+      const float *bb = pass ? b : NULL;
+      kn_layernorm(x, gw, bb, rows, n, 1e-6f, y);
+      for (int64_t r = 0; r < rows; r++) {
+        double m = 0, var = 0;
+        for (int64_t i = 0; i < n; i++)
+          m += x[r * n + i];
+        m /= n;
+        for (int64_t i = 0; i < n; i++)
+          var += (x[r * n + i] - m) * (x[r * n + i] - m);
+        var /= n;
+        double inv = 1 / sqrt(var + 1e-6);
+        for (int64_t i = 0; i < n; i++)
+          e[r * n + i] = (x[r * n + i] - m) * inv * (gw ? gw[i] : 1.0) + (bb ? bb[i] : 0.0);
+      }
+      check_elem(pass ? "layernorm(w,b)" : "layernorm", y, e, n * rows, rel);
+    }
+    free(x);
+    free(y);
+    free(g);
+    free(b);
+    free(e);
+  }
+}
+
+/* ---- parallel_for */
+static void count_fn(void *arg, int64_t i) { __atomic_fetch_add(&((int *)arg)[i], 1, __ATOMIC_RELAXED); }
+
+static void test_parallel_for(void) {
+  static int hits[1000];
+  memset(hits, 0, sizeof hits);
+  kn_parallel_for(1000, count_fn, hits);
+  int bad = 0;
+  for (int i = 0; i < 1000; i++)
+    bad += hits[i] != 1;
+  CHECK(bad == 0, "%s parallel_for: %d indices not run exactly once", isa_now, bad);
+  kn_parallel_for(0, count_fn, hits);
+}
+
+int main(void) {
+  /* Bad requests are errors, not crashes. */
+  CHECK(kernels_init("sse9", 2) == QVL_ERR_INVALID_ARG, "unknown ISA rejected");
+  CHECK(strstr(qvl_last_error(), "sse9") != NULL, "message names the ISA: %s", qvl_last_error());
+  const char *isas[] = {"ref", "avx2", "avx512"};
+  for (size_t ii = 0; ii < 3; ii++) {
+    if (kernels_init(isas[ii], 2) != QVL_OK) {
+      printf("  %s: not available on this CPU (%s)\n", isas[ii], qvl_last_error());
+      continue;
+    }
+    isa_now = kernels_isa();
+    CHECK(!strcmp(isa_now, isas[ii]), "kernels_isa() = %s, expected %s", isa_now, isas[ii]);
+    CHECK(kernels_threads() == 2, "threads = %d", kernels_threads());
+    worst_ratio = 0;
+    test_matmul();
+    printf("  %s: matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
+    test_attention();
+    test_elementwise();
+    test_parallel_for();
+    test_thread_invariance(isas[ii]);
+    kernels_init(isas[ii], 2);
+  }
+  /* Invalid weight shapes. */
+  tensor bad = {.name = "w", .type = QVL_DTYPE_Q8_0, .n_dims = 2, .ne = {33, 4, 1, 1}};
+  static char data[1024];
+  bad.data = data;
+  bad.nbytes = sizeof data;
+  kn_weight kw;
+  CHECK(kn_weight_init(&kw, &bad) == QVL_ERR_FORMAT, "ragged Q8_0 row rejected");
+  bad.type = (qvl_dtype)6;
+  bad.ne[0] = 32;
+  CHECK(kn_weight_init(&kw, &bad) == QVL_ERR_UNSUPPORTED, "Q5_0 rejected");
+  CHECK(strstr(qvl_last_error(), "Q5_0") != NULL, "message names the type: %s", qvl_last_error());
+  bad.type = QVL_DTYPE_F32;
+  bad.ne[0] = 1000;
+  CHECK(kn_weight_init(&kw, &bad) == QVL_ERR_FORMAT, "too few bytes rejected");
+  return TEST_SUMMARY("test_kernels");
+}
