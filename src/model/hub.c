@@ -539,11 +539,12 @@ static qvl_status select_impl(const char *const *paths, size_t n, const char *qu
                           repo, quant, names);
       }
     } else {
-      count = gguf_models(paths, n, NULL, &first);
-      if (count > 1) {
-        /* Q8_0 is the default published quantization: near-lossless at half the bf16 size. */
-        count = gguf_models(paths, n, "Q8_0", &first);
+      /* Q8_0 is the default published quantization: near-lossless at half the bf16 size. */
+      count = gguf_models(paths, n, "Q8_0", &first);
+      if (count > 0) {
         *quant_used = "Q8_0";
+      } else if (gguf_models(paths, n, NULL, &first) == 1) {
+        count = 1; /* the repo's only model, whatever its type */
       }
       if (count == 0) {
         list_names(paths, n, 0, names, sizeof names);
@@ -939,7 +940,14 @@ static qvl_status network_error(const ctx *c, CURLcode rc, const char *what, int
 static qvl_status http_error(const ctx *c, const xfer *x, const char *file) {
   const char *em = x->err_msg[0] ? x->err_msg : "";
   const char *sep = x->err_msg[0] ? ": " : "";
-  if (x->code == 404 || !strcmp(x->err_code, "RepoNotFound") || !strcmp(x->err_code, "RevisionNotFound")) {
+  /* The hub answers 401 + RepoNotFound for private and for nonexistent repos alike. */
+  if (x->code == 401)
+    return qvl_errorf(QVL_ERR_INVALID_ARG,
+                      "repo '%s': access denied (HTTP 401)%s%s. It does not exist, or it is private or gated: %s",
+                      c->repo, sep, em,
+                      c->token ? "the token in HF_TOKEN was rejected or has no access to it"
+                               : "check the name, or set HF_TOKEN to an access token of an account that may read it");
+  if (x->code == 404) {
     if (!strcmp(x->err_code, "RevisionNotFound"))
       return qvl_errorf(QVL_ERR_NOT_FOUND, "revision '%s' not found in repo '%s' (HTTP %ld)", c->revision, c->repo,
                         x->code);
@@ -948,12 +956,6 @@ static qvl_status http_error(const ctx *c, const xfer *x, const char *file) {
     return qvl_errorf(QVL_ERR_NOT_FOUND, "repo '%s' not found on %s (HTTP %ld)%s%s; check the name", c->repo,
                       c->endpoint, x->code, sep, em);
   }
-  if (x->code == 401)
-    return qvl_errorf(QVL_ERR_INVALID_ARG,
-                      "repo '%s': access denied (HTTP 401)%s%s. It does not exist, or it is private or gated: %s",
-                      c->repo, sep, em,
-                      c->token ? "the token in HF_TOKEN was rejected or has no access to it"
-                               : "set HF_TOKEN to an access token of an account that may read it");
   if (x->code == 403 || !strcmp(x->err_code, "GatedRepo"))
     return qvl_errorf(QVL_ERR_INVALID_ARG,
                       "repo '%s' is gated (HTTP %ld)%s%s: accept its terms at %s/%s and set HF_TOKEN to an access "
