@@ -22,7 +22,7 @@ typedef struct st_tensor {
   st_dtype dtype;
   int n_dims;
   int64_t shape[ST_MAX_DIMS]; /* PyTorch order: shape[n_dims-1] is contiguous */
-  const void *data;
+  const void *data; /* [nbytes] in the file image; only as aligned as the file's header padding */
   size_t nbytes;
 } st_tensor;
 
@@ -44,7 +44,13 @@ typedef struct st_writer st_writer;
 st_writer *st_writer_init(void);
 qvl_status st_writer_add(st_writer *w, const char *name, st_dtype dtype, int n_dims,
                          const int64_t *shape, const void *data);
+/* A "__metadata__" string entry (e.g. "format" = "pt"); setting a key again replaces its value. */
+qvl_status st_writer_set_metadata(st_writer *w, const char *key, const char *value);
+/* Writes tensors in the order added, the header padded with spaces to a multiple of 8 bytes, via
+ * "<path>.tmp" then rename. */
 qvl_status st_writer_save(const st_writer *w, const char *path);
+/* The same bytes into a malloc'd buffer (caller frees *out). */
+qvl_status st_writer_save_mem(const st_writer *w, void **out, size_t *size);
 void st_writer_free(st_writer *w);
 
 #endif
