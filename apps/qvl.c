@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "commands.h"
 #include "qvl.h"
 
 static void usage(FILE *f) {
@@ -20,6 +21,12 @@ int main(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (!strcmp(argv[1], "run"))
+    return cmd_run(argc, argv);
+  if (!strcmp(argv[1], "tokenize"))
+    return cmd_tokenize(argc, argv);
+  if (!strcmp(argv[1], "dump"))
+    return cmd_dump(argc, argv);
   fprintf(stderr, "qvl: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

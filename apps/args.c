@@ -1,0 +1,59 @@
+#include "args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qvl.h"
+
+bool arg_value(int argc, char **argv, int *i, const char *long_name, const char *short_name, const char **out) {
+  const char *a = argv[*i];
+  size_t ln = strlen(long_name);
+  if (!strncmp(a, long_name, ln) && a[ln] == '=') {
+    *out = a + ln + 1;
+    return true;
+  }
+  if (strcmp(a, long_name) && (!short_name || strcmp(a, short_name)))
+    return false;
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "qvl: %s needs a value\n", a);
+    exit(2);
+  }
+  *out = argv[++*i];
+  return true;
+}
+
+bool arg_flag(char **argv, int i, const char *long_name, const char *short_name) {
+  return !strcmp(argv[i], long_name) || (short_name && !strcmp(argv[i], short_name));
+}
+
+int64_t arg_int(const char *flag, const char *v, int64_t min, int64_t max) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  if (errno || end == v || *end || x < min || x > max) {
+    fprintf(stderr, "qvl: %s expects an integer in [%lld, %lld], got '%s'\n", flag, (long long)min,
+            (long long)max, v);
+    exit(2);
+  }
+  return x;
+}
+
+double arg_double(const char *flag, const char *v, double min, double max) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(x) || x < min || x > max) {
+    fprintf(stderr, "qvl: %s expects a number in [%g, %g], got '%s'\n", flag, min, max, v);
+    exit(2);
+  }
+  return x;
+}
+
+int report_error(const char *what, int status) {
+  const char *msg = qvl_last_error();
+  fprintf(stderr, "qvl: %s: %s\n", what, msg && *msg ? msg : qvl_status_text((qvl_status)status));
+  return 1;
+}

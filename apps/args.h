@@ -1,0 +1,18 @@
+/* Small command-line helpers shared by the qvl subcommands. */
+#ifndef QVL_APPS_ARGS_H
+#define QVL_APPS_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Matches argv[*i] against a long/short flag with a value ("--top-k 5", "--top-k=5"); on a match
+ * stores the value, advances *i and returns true. Exits with a usage error if the value is missing. */
+bool arg_value(int argc, char **argv, int *i, const char *long_name, const char *short_name, const char **out);
+bool arg_flag(char **argv, int i, const char *long_name, const char *short_name);
+/* Parse numbers or exit(2) with a message naming the flag. */
+int64_t arg_int(const char *flag, const char *v, int64_t min, int64_t max);
+double arg_double(const char *flag, const char *v, double min, double max);
+/* Prints "qvl: <msg>: <qvl_last_error()>" and returns the exit code for a status. */
+int report_error(const char *what, int status);
+
+#endif

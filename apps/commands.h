@@ -1,0 +1,9 @@
+/* The qvl subcommands; each returns the process exit code. */
+#ifndef QVL_APPS_COMMANDS_H
+#define QVL_APPS_COMMANDS_H
+
+int cmd_dump(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+
+#endif
