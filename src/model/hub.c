@@ -720,7 +720,9 @@ static size_t on_header(char *data, size_t size, size_t nmemb, void *ud) {
       v[n - 1] = 0;
       v++;
     }
-    snprintf(x->linked_etag, sizeof x->linked_etag, "%s", v);
+    /* Only a sha256 (64 hex) is of use; anything longer is not one. */
+    if (strlen(v) < sizeof x->linked_etag)
+      memcpy(x->linked_etag, v, strlen(v) + 1);
   }
   tmp[0] = 0;
   header_value(data, len, "X-Linked-Size", tmp, sizeof tmp);
