@@ -765,7 +765,8 @@ static void progress_draw(xfer *x, int done) {
   double t = now_s();
   uint64_t have = x->start + x->written;
   double el = t - x->t0;
-  double rate = el > 0.05 ? (double)x->written / el : 0;
+  /* The first few milliseconds give no useful rate; the final line always gets one. */
+  double rate = (el > 0.5 || (done && el > 0)) ? (double)x->written / el : 0;
   int pct = x->total ? (int)(100.0 * (double)have / (double)x->total) : 0;
   char h[32], tot[32];
   human_bytes((double)have, h, sizeof h);
@@ -1105,7 +1106,7 @@ static qvl_status download(resolve_state *rs, const entry *e, const char *local)
         break;
       }
       xfer x = {.c = c, .fd = fd, .start = have, .body_to_file = 1, .label = e->path, .total = e->size,
-                .t0 = now_s(), .last_decile = -1};
+                .t0 = now_s()};
       if (c->progress == 0 && attempt == 0) {
         char tot[32];
         human_bytes((double)e->size, tot, sizeof tot);
