@@ -32,7 +32,7 @@ for r in "$BUILD"/fuzz/*-replay; do
   name=$(basename "$r" -replay); name=${name#fuzz_}
   [ -d tests/fuzz/corpus/$name ] && run "$r" tests/fuzz/corpus/$name
 done
-for g in tests/golden/*.sh; do
+for g in tests/golden/*.sh tests/cli/*.sh; do
   [ -x "$g" ] && run env BUILD="$BUILD" "$g"
 done
 echo "total: $total_pass passed, $total_fail failed"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Command-line behaviour: `qvl run` reproduces the reference greedy continuation of the e2e cases
+# (text and image), `qvl tokenize` the reference ids, and the errors people hit are clear.
+set -u
+BUILD=${BUILD:-build/rel}
+cd "$(dirname "$0")/../.."
+QVL=$BUILD/qvl
+E2E=tests/fixtures/models/e2e/gguf
+CASES=tests/fixtures/cases/e2e/q8_0
+PY=/usr/bin/python3
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# json_ids FILE: the "ids" array of qvl run --json output, space-separated (no python needed).
+json_ids() { tr -d '\n\t ' <"$1" | sed -n 's/.*"ids":\[\([^]]*\)\].*/\1/p' | tr ',' ' '; }
+case_field() { tr -d '\n\t ' <"$1" | sed -n "s/.*\"$2\":\[\([^]]*\)\].*/\1/p" | tr ',' ' '; }
+
+# 1. Reference greedy continuations. The fixture generates 8 tokens without stopping at EOS, so
+#    compare up to the first EOS qvl stops at.
+for c in text_only one_image two_images; do
+  cj=$CASES/$c/case.json
+  want=$(tr -d '\n\t ' <"$cj" | sed -n 's/.*"generated":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')
+  minp=$(tr -d '\n\t ' <"$cj" | sed -n 's/.*"min_pixels":\([0-9]*\).*/\1/p')
+  maxp=$(tr -d '\n\t ' <"$cj" | sed -n 's/.*"max_pixels":\([0-9]*\).*/\1/p')
+  args=(-m "$E2E/e2e-Q8_0.gguf" --temp 0 -n 8 --json --min-pixels "$minp" --max-pixels "$maxp")
+  case $c in
+  text_only) args+=(-p "What is the capital of France? Answer in one word.") ;;
+  one_image) args+=(--mmproj "$E2E/mmproj-e2e-F16.gguf" --image tests/fixtures/images/scene_64x128.png -p "Describe this image.") ;;
+  two_images) continue ;; # text before the images: not expressible with -p; covered by the golden dump
+  esac
+  if "$QVL" run "${args[@]}" >"$tmp/out.json" 2>"$tmp/err"; then
+    got=$(json_ids "$tmp/out.json")
+    if [ "$got" = "$want" ]; then ok; else bad "qvl run $c: ids [$got], reference [$want]"; fi
+  else
+    bad "qvl run $c failed: $(cat "$tmp/err")"
+  fi
+done
+
+# 2. The streamed text equals the --json text.
+"$QVL" run -m "$E2E/e2e-Q8_0.gguf" --temp 0 -n 8 -p "What is the capital of France? Answer in one word." >"$tmp/stream.txt" 2>"$tmp/err" || bad "stream run failed"
+if grep -q "Larry Larry" "$tmp/stream.txt"; then ok; else bad "streamed text: $(cat "$tmp/stream.txt")"; fi
+
+# 3. tokenize: the public tokenizer vector 0 and stdin input.
+got=$("$QVL" tokenize -m "$E2E/e2e-Q8_0.gguf" "Hello world" 2>&1)
+if [ "$got" = "[9707, 1879]" ]; then ok; else bad "tokenize 'Hello world' gave $got"; fi
+got=$(printf 'Hello world' | "$QVL" tokenize -m "$E2E/e2e-Q8_0.gguf" - 2>&1)
+if [ "$got" = "[9707, 1879]" ]; then ok; else bad "tokenize from stdin gave $got"; fi
+
+# 4. Errors: exit status 1 or 2 and a message that says what is wrong.
+expect_error() { # expect_error NEEDLE CMD...
+  local needle=$1; shift
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then
+    bad "expected failure: $*"
+  elif grep -qi -- "$needle" "$tmp/err"; then
+    ok
+  else
+    bad "'$*': message lacks '$needle': $(head -3 "$tmp/err")"
+  fi
+}
+expect_error "cannot open" "$QVL" run -m /nonexistent/model.gguf -p hi
+expect_error "not a GGUF" "$QVL" run -m tests/fixtures/images/rgb_128x64.png -p hi
+expect_error "mmproj" "$QVL" run -m "$E2E/mmproj-e2e-F16.gguf" -p hi
+expect_error "mmproj" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/e2e-Q8_0.gguf" -p hi
+expect_error "does not fit" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj tests/fixtures/models/micro-a/gguf/mmproj-micro-a-F32.gguf -p hi
+expect_error "exceeds the context" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --ctx 12 -n 8 -p "What is the capital of France?"
+expect_error "--mmproj" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --image tests/fixtures/images/rgb_128x64.png -p hi
+expect_error "aspect ratio" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image tests/fixtures/images/wide_404x2.png -p hi
+expect_error "image" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image tests/fixtures/README.md -p hi
+expect_error "unknown option" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --bogus -p hi
+expect_error "expects" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --temp abc -p hi
+expect_error "unknown command" "$QVL" frobnicate
+
+echo "cli: $pass passed, $fail failed"
+[ $fail -eq 0 ]
