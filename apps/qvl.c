@@ -12,7 +12,8 @@ static void usage(FILE *f) {
           "commands:\n"
           "  run       generate a reply: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image F] -p PROMPT\n"
           "  tokenize  print token ids: qvl tokenize -m MODEL.gguf TEXT|-\n"
-          "  dump      run a fixture case: qvl dump CASE.json OUT.safetensors\n",
+          "  dump      run a fixture case: qvl dump CASE.json OUT.safetensors\n"
+          "  make-random  write a random-weight model with the 2B shapes (benchmarks)\n",
           QVL_VERSION);
 }
 
@@ -25,6 +26,8 @@ int main(int argc, char **argv) {
     return cmd_run(argc, argv);
   if (!strcmp(argv[1], "tokenize"))
     return cmd_tokenize(argc, argv);
+  if (!strcmp(argv[1], "make-random"))
+    return cmd_make_random(argc, argv);
   if (!strcmp(argv[1], "dump"))
     return cmd_dump(argc, argv);
   fprintf(stderr, "qvl: unknown command '%s'\n", argv[1]);
