@@ -818,7 +818,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *ud) {
   }
   if (!x->positioned) {
     /* 206: the server honoured our Range and continues the .part; 200: it starts over. */
-    if (code == 200) {
+    if (code == 200 && x->start > 0) {
       x->start = 0;
       if (ftruncate(x->fd, 0) != 0) {
         x->write_errno = errno;
@@ -1217,6 +1217,10 @@ static qvl_status download(resolve_state *rs, const entry *e, const char *local)
     s = verify_manifest_put(rs->dir, c->repo, c->revision, e->path, e->size, sha);
     break;
   }
+  /* An empty .part helps no later run; a non-empty one is kept for resuming. */
+  struct stat pst;
+  if (s != QVL_OK && fstat(fd, &pst) == 0 && S_ISREG(pst.st_mode) && pst.st_size == 0)
+    unlink(part);
   close(fd);
 out:
   free(part);
@@ -1470,6 +1474,8 @@ qvl_status hub_resolve(const hub_opts *o, const char *spec, hub_files *out) {
   char *endpoint = NULL;
   qvl_status s = hub_cache_root(o, &root);
   const char *ep = o->endpoint ? o->endpoint : getenv("QVL_HF_ENDPOINT");
+  if (!ep || !*ep)
+    ep = getenv("HF_ENDPOINT"); /* huggingface_hub's name, so mirrors set up for it work too */
   if (!ep || !*ep)
     ep = HUB_DEFAULT_ENDPOINT;
   if (s == QVL_OK && !(endpoint = strdup(ep)))

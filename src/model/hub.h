@@ -13,10 +13,10 @@
  * same selection works offline.
  *
  * Environment (each overridden by a non-NULL/non-zero hub_opts field):
- *   QVL_HF_ENDPOINT  hub base URL (default https://huggingface.co)
+ *   QVL_HF_ENDPOINT  hub base URL (else HF_ENDPOINT, else https://huggingface.co)
  *   HF_TOKEN         sent as "Authorization: Bearer ..." (gated or private repos)
  *   QVL_CACHE        cache directory; else $XDG_CACHE_HOME/qvl; else ~/.cache/qvl
- *   QVL_OFFLINE=1    use the cache only
+ *   QVL_OFFLINE=1    use the cache only (HF_HUB_OFFLINE=1 works too)
  *
  * Thread safety: hub_resolve may run on several threads (each uses its own curl handle); two
  * processes downloading the same file are kept apart by a lock on the .part file.
@@ -30,7 +30,7 @@
 #include "qvl.h"
 
 typedef struct hub_opts {
-  const char *endpoint;  /* NULL: $QVL_HF_ENDPOINT or https://huggingface.co */
+  const char *endpoint;  /* NULL: $QVL_HF_ENDPOINT, $HF_ENDPOINT, https://huggingface.co */
   const char *token;     /* NULL: $HF_TOKEN (empty string: send none) */
   const char *cache_dir; /* NULL: $QVL_CACHE, $XDG_CACHE_HOME/qvl, ~/.cache/qvl */
   const char *revision;  /* NULL: "main" */

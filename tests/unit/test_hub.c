@@ -706,6 +706,19 @@ static void test_errors(const char *cache) {
   CHECK(s == QVL_ERR_NOT_FOUND, "missing file: %d", s);
   CHECK(strstr(qvl_last_error(), "file 'mmproj-e2e-F16.gguf' not found in repo 'test/e2e-GGUF' (HTTP 404)"), "msg: %s",
         qvl_last_error());
+  char p[512];
+  snprintf(p, sizeof p, "%s/test--e2e-GGUF/main/mmproj-e2e-F16.gguf.part", cache);
+  CHECK(!exists(p), "empty .part left after a 404");
+  /* Disk full: the .part is a link to /dev/full, so every write fails with ENOSPC. */
+  snprintf(p, sizeof p, "%s/test--e2e-GGUF/main/mmproj-e2e-F16.gguf", cache);
+  unlink(p);
+  strcat(p, ".part");
+  if (symlink("/dev/full", p) == 0) {
+    s = hub_resolve(&o, "test/e2e-GGUF:Q8_0", &h);
+    CHECK(s == QVL_ERR_IO && strstr(qvl_last_error(), "disk full") && strstr(qvl_last_error(), "mmproj-e2e-F16.gguf"),
+          "disk full: %s", qvl_last_error());
+    unlink(p);
+  }
   s = hub_resolve(&o, "test/nope", &h);
   CHECK(s == QVL_ERR_NOT_FOUND && strstr(qvl_last_error(), "repo 'test/nope' not found"), "missing repo: %s",
         qvl_last_error());
