@@ -35,9 +35,9 @@
  * Why: vision cost grows a little faster than linearly with the number of patches (24 ViT blocks of
  * width 1024, attention quadratic in patches), and every image token then goes through the 28
  * decoder layers in prefill; at HF's default a 12-Mpixel phone photo becomes ~11750 tokens, minutes
- * of CPU time. One Mpixel keeps a 4032x3024 photo at 1152x864 (972 tokens) and an A4 page scan at
- * ~864x1216 (1026 -> floor 972 tokens), where 10-12 pt text is still legible, so OCR and documents
- * stay usable; small images are not affected (the 64-token minimum is HF's). A request can lower it
+ * of CPU time. One Mpixel keeps a 4032x3024 photo at 1152x864 (972 tokens) and a 300 dpi A4 scan
+ * at 832x1216 (988 tokens, ~100 dpi, where 10-12 pt text is still ~14 px high), so OCR and
+ * documents stay usable; small images are not affected (the 64-token minimum is HF's). A request can lower it
  * for speed (256-512 tokens is enough for "what is in this photo") or raise it up to
  * IMAGE_HF_MAX_PIXELS for dense documents. docs/IMAGES.md has the trade-off with measurements.
  */
