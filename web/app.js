@@ -1,0 +1,1058 @@
+// qvl web UI: talks to the OpenAI-compatible API of `qvl serve` on the same origin.
+// Model output is only ever inserted as text nodes or as a DOMPurify-sanitized DOM fragment of
+// marked's rendering; no HTML string is built from it here.
+import {
+  smartResize,
+  createSSEParser,
+  parseGrounding,
+  describeHttpError,
+  describeNetworkError,
+  buildMessages,
+  formatBytes,
+  DEFAULT_MIN_PIXELS,
+} from './lib.js';
+
+const STORE_KEY = 'qvl.conversations.v1';
+const SETTINGS_KEY = 'qvl.settings.v1';
+const DEFAULTS = Object.freeze({ maxPixels: 1048576, temperature: 0.7, maxTokens: 1024, system: '', apiKey: '' });
+const MAX_FILE_BYTES = 20 * 1024 * 1024;
+const MAX_PENDING = 8;
+const MAX_AUTO_RETRIES = 5;
+const ACCEPTED = ['image/png', 'image/jpeg', 'image/webp'];
+
+const PRESETS = {
+  describe: { text: 'Describe this image in detail.' },
+  ocr: {
+    text:
+      'Extract all the text in this image, in reading order. Render tables as Markdown tables and keep ' +
+      'headings and lists as Markdown.',
+  },
+  chart: {
+    text:
+      'Read this chart. Say what kind of chart it is and what the axes and series show, list the values you ' +
+      'can read as a Markdown table, then summarise the main trend in one or two sentences.',
+  },
+  ground: {
+    text:
+      'Locate every instance of: all objects. Report bounding boxes in JSON format as a list of ' +
+      '{"bbox_2d": [x1, y1, x2, y2], "label": "name"}.',
+    select: 'all objects',
+  },
+};
+
+// ---- Small DOM helpers ---------------------------------------------------------------------------
+
+const $ = (id) => document.getElementById(id);
+
+// el('div', {class: 'x', text: 'hello', onclick: f, 'aria-label': '…'}, child, …). Children that are
+// strings become text nodes.
+function el(tag, props = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') e.className = v;
+    else if (k === 'text') e.textContent = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else if (k === 'hidden' || k === 'disabled') e[k] = !!v;
+    else e.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children) if (c !== null && c !== undefined && c !== false) e.append(c);
+  return e;
+}
+
+function icon(path) {
+  const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+  svg.setAttribute('viewBox', '0 0 24 24');
+  svg.setAttribute('aria-hidden', 'true');
+  const p = document.createElementNS('http://www.w3.org/2000/svg', 'path');
+  p.setAttribute('d', path);
+  svg.append(p);
+  return svg;
+}
+const ICON_COPY = 'M9 9h10v11H9zM5 15V4h10';
+const ICON_CHECK = 'M5 12.5l4.5 4.5L19 7.5';
+const ICON_TRASH = 'M5 7h14M10 7V5h4v2M7 7l1 12h8l1-12';
+const ICON_RETRY = 'M4 12a8 8 0 0114-5.3M20 12a8 8 0 01-14 5.3M18 3v4h-4M6 21v-4h4';
+
+function announce(text) {
+  const a = $('announcer');
+  a.textContent = '';
+  // A change the next frame is announced even when the text repeats.
+  requestAnimationFrame(() => (a.textContent = text));
+}
+
+let toastTimer = null;
+function toast(text, action) {
+  const t = $('toast');
+  t.replaceChildren(el('span', { text }));
+  if (action) t.append(el('button', { type: 'button', class: 'link-btn', text: action.label, onclick: () => { t.hidden = true; action.run(); } }));
+  t.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => (t.hidden = true), action ? 7000 : 4500);
+}
+
+// ---- Settings ------------------------------------------------------------------------------------
+
+function loadSettings() {
+  try {
+    const s = JSON.parse(localStorage.getItem(SETTINGS_KEY) || '{}');
+    return { ...DEFAULTS, ...s };
+  } catch {
+    return { ...DEFAULTS };
+  }
+}
+let settings = loadSettings();
+function saveSettings() {
+  try {
+    localStorage.setItem(SETTINGS_KEY, JSON.stringify(settings));
+  } catch {
+    /* storage unavailable (private mode): settings last for this page only */
+  }
+}
+const minPixels = () => Math.min(DEFAULT_MIN_PIXELS, settings.maxPixels);
+
+// ---- Conversations (localStorage) ----------------------------------------------------------------
+
+function loadConversations() {
+  try {
+    const v = JSON.parse(localStorage.getItem(STORE_KEY) || '[]');
+    return Array.isArray(v) ? v.filter((c) => c && Array.isArray(c.messages)) : [];
+  } catch {
+    return [];
+  }
+}
+let conversations = loadConversations();
+let current = null; // the conversation on screen; null until the first message of a new one
+
+// Saves all conversations. When the browser's storage is full, images (the bulk) are left out of the
+// stored copy, oldest conversations first, then whole old conversations; what is on screen keeps them.
+function saveConversations() {
+  conversations.sort((a, b) => b.updated - a.updated);
+  const copy = JSON.parse(JSON.stringify(conversations));
+  const tryStore = () => {
+    try {
+      localStorage.setItem(STORE_KEY, JSON.stringify(copy));
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  if (tryStore()) return;
+  for (let i = copy.length - 1; i >= 0; i--) {
+    for (const m of copy[i].messages) for (const img of m.images ?? []) if (img.dataUrl) { img.dataUrl = null; img.dropped = true; }
+    if (tryStore()) {
+      toast('Browser storage is full: some images will not be kept after a reload.');
+      return;
+    }
+  }
+  while (copy.length > 1) {
+    copy.pop();
+    if (tryStore()) {
+      toast('Browser storage is full: the oldest conversations were not kept.');
+      return;
+    }
+  }
+}
+
+function newId() {
+  return Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
+}
+
+function titleFor(msg) {
+  const t = (msg.text || '').replace(/\s+/g, ' ').trim();
+  if (t) return t.length > 60 ? t.slice(0, 57) + '…' : t;
+  return msg.images?.[0]?.name || 'Image question';
+}
+
+// ---- Image attachments ---------------------------------------------------------------------------
+
+let pending = []; // [{id, name, type, bytes, dataUrl, width, height}]
+
+function readAsDataURL(file) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+    r.readAsDataURL(file);
+  });
+}
+
+async function addFiles(fileList) {
+  const files = [...fileList];
+  for (const f of files) {
+    if (pending.length >= MAX_PENDING) {
+      toast(`At most ${MAX_PENDING} images per message.`);
+      break;
+    }
+    if (!ACCEPTED.includes(f.type)) {
+      toast(`“${f.name || 'pasted file'}” is not a PNG, JPEG or WebP image.`);
+      continue;
+    }
+    if (f.size > MAX_FILE_BYTES) {
+      toast(`“${f.name}” is ${formatBytes(f.size)}; images up to ${formatBytes(MAX_FILE_BYTES)} can be sent.`);
+      continue;
+    }
+    try {
+      const dataUrl = await readAsDataURL(f);
+      const img = new Image();
+      img.src = dataUrl;
+      await img.decode();
+      pending.push({
+        id: newId(),
+        name: f.name || `pasted-image.${f.type.split('/')[1]}`,
+        type: f.type,
+        bytes: f.size,
+        dataUrl,
+        width: img.naturalWidth,
+        height: img.naturalHeight,
+      });
+      announce(`Added image ${f.name || ''}, ${img.naturalWidth} by ${img.naturalHeight} pixels.`);
+    } catch {
+      toast(`Could not read “${f.name}” as an image.`);
+    }
+  }
+  renderAttachments();
+  updateSendState();
+}
+
+function sizeInfo(img) {
+  const r = smartResize(img.height, img.width, minPixels(), settings.maxPixels);
+  return r;
+}
+
+function renderAttachments() {
+  const ul = $('attachments');
+  ul.hidden = pending.length === 0;
+  ul.replaceChildren(
+    ...pending.map((p) => {
+      const r = sizeInfo(p);
+      const meta = r.error
+        ? el('span', { class: 'att-meta att-warn', text: 'Aspect ratio too extreme (over 200:1)' })
+        : el(
+            'span',
+            { class: 'att-meta', title: `Sent to the model as ${r.width}×${r.height} pixels` },
+            `${p.width}×${p.height} · `,
+            el('strong', { class: 'att-tokens', text: `${r.tokens.toLocaleString('en-US')} tokens` }),
+          );
+      return el(
+        'li',
+        { class: 'att', 'data-id': p.id },
+        el('img', { class: 'att-thumb', src: p.dataUrl, alt: p.name }),
+        el('span', { class: 'att-info' }, el('span', { class: 'att-name', text: p.name }), meta),
+        el(
+          'button',
+          {
+            type: 'button',
+            class: 'att-remove',
+            'aria-label': `Remove ${p.name}`,
+            onclick: () => {
+              pending = pending.filter((x) => x.id !== p.id);
+              renderAttachments();
+              updateSendState();
+              announce(`Removed ${p.name}.`);
+              $('prompt').focus();
+            },
+          },
+          icon('M6 6l12 12M18 6L6 18'),
+        ),
+      );
+    }),
+  );
+}
+
+// ---- Markdown ------------------------------------------------------------------------------------
+
+let markdownReady = false;
+function setupMarkdown() {
+  if (markdownReady || !window.marked || !window.DOMPurify) return markdownReady;
+  window.marked.use({ gfm: true, breaks: false });
+  window.DOMPurify.addHook('afterSanitizeAttributes', (node) => {
+    if (node.tagName === 'A') {
+      node.setAttribute('target', '_blank');
+      node.setAttribute('rel', 'noopener noreferrer');
+    }
+  });
+  markdownReady = true;
+  return true;
+}
+
+const PURIFY_CONFIG = {
+  RETURN_DOM_FRAGMENT: true,
+  // Model output must not load anything (tracking pixels, remote media) or carry styles/forms.
+  FORBID_TAGS: ['style', 'img', 'svg', 'math', 'form', 'input', 'button', 'textarea', 'select', 'iframe', 'video', 'audio', 'source', 'picture', 'link', 'meta'],
+  FORBID_ATTR: ['style', 'class', 'id'],
+};
+
+function renderMarkdown(target, text) {
+  if (!setupMarkdown()) {
+    target.textContent = text; // libraries missing: plain text is still correct
+    return;
+  }
+  const frag = window.DOMPurify.sanitize(window.marked.parse(text, { async: false }), PURIFY_CONFIG);
+  for (const t of frag.querySelectorAll('table')) {
+    const wrap = document.createElement('div');
+    wrap.className = 'table-wrap';
+    t.replaceWith(wrap);
+    wrap.append(t);
+  }
+  target.replaceChildren(frag);
+}
+
+// ---- Rendering the conversation ------------------------------------------------------------------
+
+const views = new WeakMap(); // message object → its DOM parts
+
+function fmtNum(x, digits = 1) {
+  return x >= 100 ? Math.round(x).toLocaleString('en-US') : x.toFixed(digits);
+}
+function fmtMs(ms) {
+  return ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${Math.round(ms)} ms`;
+}
+
+function timingItems(m) {
+  const items = [];
+  const t = m.timings && typeof m.timings === 'object' ? m.timings : null;
+  const fin = (x) => typeof x === 'number' && Number.isFinite(x);
+  if (t) {
+    if (fin(t.ttft_ms)) items.push({ text: `first token ${fmtMs(t.ttft_ms)}`, title: 'Time to first token' });
+    if (fin(t.prefill_tok_s) && t.prefill_tok_s > 0) items.push({ text: `prefill ${fmtNum(t.prefill_tok_s)} tok/s`, title: 'Prompt processing speed' });
+    if (fin(t.decode_tok_s) && t.decode_tok_s > 0) items.push({ text: `${fmtNum(t.decode_tok_s)} tok/s`, title: 'Generation speed' });
+    if (fin(t.image_tokens) && t.image_tokens > 0) items.push({ text: `${t.image_tokens.toLocaleString('en-US')} image tokens` });
+    if (typeof t.image_cache_hit === 'boolean')
+      items.push({ text: t.image_cache_hit ? 'image cache hit' : 'image encoded', hit: t.image_cache_hit, title: 'Whether the image features came from the cache' });
+    if (typeof t.prefix_cache_hit === 'boolean')
+      items.push({ text: t.prefix_cache_hit ? 'prefix cache hit' : 'no prefix reuse', hit: t.prefix_cache_hit, title: 'Whether earlier turns were reused from the KV cache' });
+  } else if (m.client) {
+    if (fin(m.client.ttft_ms)) items.push({ text: `first token ${fmtMs(m.client.ttft_ms)}`, title: 'Measured in the browser' });
+    if (fin(m.client.tok_s)) items.push({ text: `≈${fmtNum(m.client.tok_s)} tok/s`, title: 'Measured in the browser' });
+  }
+  if (m.usage && fin(m.usage.completion_tokens)) items.push({ text: `${m.usage.completion_tokens.toLocaleString('en-US')} tokens` });
+  return items;
+}
+
+function imagesBefore(msg) {
+  const list = [];
+  if (!current) return list;
+  for (const m of current.messages) {
+    if (m === msg) break;
+    if (m.role === 'user') for (const img of m.images ?? []) list.push(img);
+  }
+  return list;
+}
+
+function hueFor(label) {
+  let h = 0;
+  for (const ch of label) h = (h * 31 + ch.codePointAt(0)) >>> 0;
+  return (h * 137.508) % 360;
+}
+
+// Draws boxes/points over the image as percentage-positioned elements, so they follow the image at
+// whatever size it is displayed (0..1000 grid → 0..100 %).
+function groundingFigure(msg, marks) {
+  const imgs = imagesBefore(msg).filter((i) => i.dataUrl);
+  if (!marks.length || !imgs.length) return null;
+  let which = imgs.length - 1;
+  const stage = el('div', { class: 'ground-stage' });
+  const caption = el('figcaption', { class: 'ground-caption' });
+  const fig = el('figure', { class: 'ground' }, stage, caption);
+  const draw = () => {
+    const img = imgs[which];
+    const nodes = [el('img', { class: 'ground-img', src: img.dataUrl, alt: `${img.name} with ${marks.length} marked regions` })];
+    marks.forEach((mk, i) => {
+      const label = mk.label || `#${i + 1}`;
+      const hue = hueFor(label);
+      const node =
+        mk.kind === 'box'
+          ? el('div', { class: 'gbox', 'aria-hidden': 'true' }, el('span', { class: 'glabel', text: label }))
+          : el('div', { class: 'gpoint', 'aria-hidden': 'true' }, el('span', { class: 'glabel', text: label }));
+      node.style.setProperty('--hue', hue.toFixed(0));
+      if (mk.kind === 'box') {
+        node.style.left = `${mk.x1 / 10}%`;
+        node.style.top = `${mk.y1 / 10}%`;
+        node.style.width = `${(mk.x2 - mk.x1) / 10}%`;
+        node.style.height = `${(mk.y2 - mk.y1) / 10}%`;
+        if (mk.y1 < 60) node.classList.add('label-inside');
+      } else {
+        node.style.left = `${mk.x / 10}%`;
+        node.style.top = `${mk.y / 10}%`;
+      }
+      nodes.push(node);
+    });
+    stage.replaceChildren(...nodes);
+    const n = marks.filter((m) => m.kind === 'box').length;
+    const p = marks.length - n;
+    const labels = [...new Set(marks.map((m) => m.label).filter(Boolean))];
+    const parts = [];
+    if (n) parts.push(`${n} box${n === 1 ? '' : 'es'}`);
+    if (p) parts.push(`${p} point${p === 1 ? '' : 's'}`);
+    caption.replaceChildren(
+      el('span', { text: `${parts.join(' and ')} on ${img.name}` + (labels.length ? `: ${labels.slice(0, 12).join(', ')}${labels.length > 12 ? '…' : ''}` : '') }),
+    );
+    if (imgs.length > 1) {
+      const group = el('span', { class: 'ground-pick', role: 'group', 'aria-label': 'Draw on image' });
+      imgs.forEach((im, i) =>
+        group.append(
+          el('button', {
+            type: 'button',
+            class: 'chip chip-small',
+            'aria-pressed': String(i === which),
+            text: `Image ${i + 1}`,
+            onclick: () => {
+              which = i;
+              draw();
+            },
+          }),
+        ),
+      );
+      caption.append(group);
+    }
+  };
+  draw();
+  return fig;
+}
+
+function errorCard(msg) {
+  const e = msg.error;
+  const card = el('div', { class: `error-card err-${e.kind}`, role: 'alert' });
+  card.append(el('strong', { class: 'error-title', text: e.title }), el('p', { class: 'error-detail', text: e.detail }));
+  const actions = el('div', { class: 'error-actions' });
+  if (retry && retry.msg === msg) {
+    actions.append(
+      el('span', { class: 'retry-count', id: 'retry-count', text: `Retrying in ${retry.remaining} s…` }),
+      el('button', { type: 'button', class: 'btn btn-small', text: 'Retry now', onclick: () => retryNow(msg) }),
+      el('button', { type: 'button', class: 'btn btn-small btn-ghost', text: 'Cancel', onclick: cancelRetry }),
+    );
+  } else {
+    actions.append(el('button', { type: 'button', class: 'btn btn-small', onclick: () => retryNow(msg) }, icon(ICON_RETRY), 'Try again'));
+    if (e.kind === 'too_large' || e.kind === 'auth')
+      actions.append(el('button', { type: 'button', class: 'btn btn-small btn-ghost', text: 'Open settings', onclick: openSettings }));
+  }
+  card.append(actions);
+  return card;
+}
+
+function fillAssistant(msg) {
+  const v = views.get(msg);
+  if (!v) return;
+  const streaming = active && active.msg === msg;
+  v.li.setAttribute('aria-busy', String(!!streaming));
+  v.li.classList.toggle('streaming', !!streaming);
+  if (msg.text) renderMarkdown(v.md, msg.text);
+  else if (streaming) v.md.replaceChildren(el('span', { class: 'thinking', text: 'Thinking' }, el('span', { class: 'dots', 'aria-hidden': 'true' })));
+  else v.md.replaceChildren();
+  v.extra.replaceChildren();
+  if (!streaming) {
+    const fig = groundingFigure(msg, parseGrounding(msg.text));
+    if (fig) v.extra.append(fig);
+  }
+  if (msg.error) v.extra.append(errorCard(msg));
+  // Footer: badges, timings, copy.
+  v.meta.replaceChildren();
+  if (streaming) return;
+  const badges = [];
+  if (msg.stopped) badges.push(el('span', { class: 'badge badge-warn', text: 'Stopped' }));
+  if (msg.finish === 'length') badges.push(el('span', { class: 'badge badge-warn', text: 'Cut at max length' }));
+  const times = timingItems(msg).map((t) => el('span', { class: `t-item${t.hit ? ' t-hit' : ''}`, title: t.title, text: t.text }));
+  if (msg.text) {
+    const copyBtn = el('button', { type: 'button', class: 'icon-btn copy-btn', 'aria-label': 'Copy answer', title: 'Copy answer' }, icon(ICON_COPY));
+    copyBtn.addEventListener('click', async () => {
+      const ok = await copyText(msg.text);
+      copyBtn.replaceChildren(icon(ok ? ICON_CHECK : ICON_COPY));
+      copyBtn.classList.toggle('copied', ok);
+      announce(ok ? 'Answer copied to the clipboard.' : 'Could not copy.');
+      setTimeout(() => {
+        copyBtn.replaceChildren(icon(ICON_COPY));
+        copyBtn.classList.remove('copied');
+      }, 1600);
+    });
+    v.meta.append(copyBtn);
+  }
+  v.meta.append(...badges);
+  if (times.length) v.meta.append(el('span', { class: 'timings', 'aria-label': 'Timings' }, ...times));
+}
+
+function messageView(msg) {
+  if (msg.role === 'user') {
+    const imgs = (msg.images ?? []).map((img) =>
+      img.dataUrl
+        ? el('img', { class: 'msg-img', src: img.dataUrl, alt: img.name, title: `${img.name} · ${img.width}×${img.height}` })
+        : el('span', { class: 'msg-img msg-img-missing', text: `${img.name} (not kept in this browser)` }),
+    );
+    return el(
+      'li',
+      { class: 'msg user' },
+      el('h3', { class: 'sr-only', text: 'You' }),
+      el('div', { class: 'bubble' }, imgs.length ? el('div', { class: 'msg-images' }, ...imgs) : null, msg.text ? el('p', { class: 'msg-text', text: msg.text }) : null),
+    );
+  }
+  const md = el('div', { class: 'md' });
+  const extra = el('div', { class: 'extra' });
+  const meta = el('div', { class: 'meta' });
+  const li = el(
+    'li',
+    { class: 'msg assistant' },
+    el('div', { class: 'avatar', 'aria-hidden': 'true', text: 'Q' }),
+    el('div', { class: 'answer' }, el('h3', { class: 'sr-only', text: 'Answer' }), md, extra, meta),
+  );
+  views.set(msg, { li, md, extra, meta });
+  fillAssistant(msg);
+  return li;
+}
+
+function renderLog() {
+  const log = $('log');
+  const msgs = current ? current.messages : [];
+  log.replaceChildren(...msgs.map(messageView));
+  $('empty').hidden = msgs.length > 0;
+  $('app').classList.toggle('is-empty', msgs.length === 0);
+  log.hidden = msgs.length === 0;
+  $('conv-title').textContent = current ? current.title : 'New conversation';
+  document.title = current ? `${current.title} — qvl` : 'qvl — ask about your images';
+}
+
+function relTime(ts) {
+  const d = Date.now() - ts;
+  if (d < 60e3) return 'just now';
+  if (d < 3600e3) return `${Math.floor(d / 60e3)} min ago`;
+  if (d < 86400e3) return `${Math.floor(d / 3600e3)} h ago`;
+  return new Date(ts).toLocaleDateString(undefined, { month: 'short', day: 'numeric' });
+}
+
+function renderSidebar() {
+  const ul = $('conv-list');
+  if (!conversations.length) {
+    ul.replaceChildren(el('li', { class: 'conv-empty', text: 'No conversations yet.' }));
+    return;
+  }
+  ul.replaceChildren(
+    ...conversations.map((c) =>
+      el(
+        'li',
+        { class: 'conv' + (c === current ? ' current' : '') },
+        el(
+          'button',
+          { type: 'button', class: 'conv-open', 'aria-current': c === current ? 'true' : null, onclick: () => openConversation(c) },
+          el('span', { class: 'conv-name', text: c.title }),
+          el('span', { class: 'conv-time', text: relTime(c.updated) }),
+        ),
+        el('button', { type: 'button', class: 'icon-btn conv-del', 'aria-label': `Delete “${c.title}”`, onclick: () => deleteConversation(c) }, icon(ICON_TRASH)),
+      ),
+    ),
+  );
+}
+
+function renderAll() {
+  renderLog();
+  renderSidebar();
+  renderAttachments();
+  updateSendState();
+  scrollToBottom(true);
+}
+
+function nearBottom() {
+  const c = $('chat');
+  return c.scrollHeight - c.scrollTop - c.clientHeight < 120;
+}
+function scrollToBottom(force) {
+  const c = $('chat');
+  if (force || nearBottom()) c.scrollTop = c.scrollHeight;
+}
+
+// ---- Conversation actions -----------------------------------------------------------------------
+
+function stopActive() {
+  if (active) active.controller.abort();
+}
+
+function openConversation(c) {
+  stopActive();
+  cancelRetry();
+  current = c;
+  closeSidebar();
+  renderAll();
+  $('prompt').focus();
+}
+
+function newConversation() {
+  stopActive();
+  cancelRetry();
+  current = null;
+  closeSidebar();
+  renderAll();
+  $('prompt').focus();
+}
+
+function deleteConversation(c) {
+  if (active && current === c) stopActive();
+  const i = conversations.indexOf(c);
+  if (i < 0) return;
+  conversations.splice(i, 1);
+  const wasCurrent = current === c;
+  if (wasCurrent) current = null;
+  saveConversations();
+  renderAll();
+  toast(`Deleted “${c.title}”.`, {
+    label: 'Undo',
+    run: () => {
+      conversations.push(c);
+      if (wasCurrent) current = c;
+      saveConversations();
+      renderAll();
+    },
+  });
+}
+
+// ---- Sending and streaming ----------------------------------------------------------------------
+
+let active = null; // {controller, msg}
+let retry = null; // {msg, remaining, timer, attempt}
+let modelId = 'qvl';
+
+function updateSendState() {
+  const busy = !!active;
+  $('send-btn').hidden = busy;
+  $('stop-btn').hidden = !busy;
+  const hasContent = $('prompt').value.trim() !== '' || pending.length > 0;
+  $('send-btn').disabled = !hasContent;
+}
+
+async function send() {
+  if (active) return;
+  const text = $('prompt').value.trim();
+  if (!text && !pending.length) return;
+  const bad = pending.find((p) => sizeInfo(p).error);
+  if (bad) {
+    toast(`“${bad.name}” cannot be sent: its aspect ratio is above 200:1.`);
+    return;
+  }
+  cancelRetry();
+  const now = Date.now();
+  if (!current) {
+    current = { id: newId(), title: '', created: now, updated: now, messages: [] };
+    conversations.unshift(current);
+  }
+  const user = {
+    role: 'user',
+    text,
+    images: pending.map(({ name, type, bytes, dataUrl, width, height }) => ({ name, type, bytes, dataUrl, width, height })),
+    at: now,
+  };
+  current.messages.push(user);
+  if (!current.title) current.title = titleFor(user);
+  pending = [];
+  $('prompt').value = '';
+  autoGrow();
+  const msg = { role: 'assistant', text: '', at: now };
+  current.messages.push(msg);
+  current.updated = now;
+  saveConversations();
+  renderAll();
+  await stream(msg, 0);
+}
+
+function requestBody(msg) {
+  const upto = current.messages.slice(0, current.messages.indexOf(msg));
+  return {
+    model: modelId,
+    messages: buildMessages({ messages: upto }, settings.system),
+    stream: true,
+    stream_options: { include_usage: true },
+    temperature: Number(settings.temperature),
+    max_tokens: Number(settings.maxTokens),
+    // qvl extensions: the image size limits for this request (smart_resize bounds, in pixels).
+    max_pixels: Number(settings.maxPixels),
+    min_pixels: minPixels(),
+  };
+}
+
+class StreamError extends Error {
+  constructor(info) {
+    super(info.title);
+    this.info = info;
+  }
+}
+
+async function stream(msg, attempt) {
+  const conv = current;
+  const controller = new AbortController();
+  active = { controller, msg };
+  msg.text = '';
+  delete msg.error;
+  delete msg.stopped;
+  delete msg.finish;
+  delete msg.usage;
+  delete msg.timings;
+  delete msg.client;
+  updateSendState();
+  fillAssistant(msg);
+  scrollToBottom(true);
+
+  const t0 = performance.now();
+  let tFirst = null;
+  let nDeltas = 0;
+  let frame = 0;
+  const paint = () => {
+    frame = 0;
+    const stick = nearBottom();
+    fillAssistant(msg);
+    if (stick) scrollToBottom(true);
+  };
+  const onDelta = (s) => {
+    if (!s) return;
+    if (tFirst === null) tFirst = performance.now();
+    nDeltas++;
+    msg.text += s;
+    if (!frame) frame = requestAnimationFrame(paint);
+  };
+  const onChunk = (c) => {
+    if (c.error) throw new StreamError({ kind: 'server', title: 'The answer was interrupted', detail: c.error.message || 'Server error while generating.', retryAfter: null });
+    const ch = c.choices && c.choices[0];
+    if (ch) {
+      if (ch.delta && typeof ch.delta.content === 'string') onDelta(ch.delta.content);
+      if (ch.finish_reason) msg.finish = ch.finish_reason;
+    }
+    if (c.usage) msg.usage = c.usage;
+    if (c.timings) msg.timings = c.timings;
+  };
+
+  const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
+  if (settings.apiKey) headers.Authorization = `Bearer ${settings.apiKey}`;
+  try {
+    let res;
+    try {
+      res = await fetch('v1/chat/completions', { method: 'POST', headers, body: JSON.stringify(requestBody(msg)), signal: controller.signal });
+    } catch (e) {
+      if (controller.signal.aborted) throw e;
+      throw new StreamError(describeNetworkError());
+    }
+    if (!res.ok) {
+      let err = null;
+      try {
+        err = (await res.json()).error;
+      } catch {
+        /* not JSON */
+      }
+      throw new StreamError(describeHttpError(res.status, err, res.headers.get('Retry-After')));
+    }
+    if (!(res.headers.get('Content-Type') || '').includes('text/event-stream')) {
+      const j = await res.json(); // a server that ignored stream:true
+      onChunk({ choices: [{ delta: { content: j.choices?.[0]?.message?.content ?? '' }, finish_reason: j.choices?.[0]?.finish_reason }], usage: j.usage, timings: j.timings });
+    } else {
+      const reader = res.body.getReader();
+      const dec = new TextDecoder();
+      let done = false;
+      const sse = createSSEParser((data) => {
+        if (data === '[DONE]') {
+          done = true;
+          return;
+        }
+        let chunk;
+        try {
+          chunk = JSON.parse(data);
+        } catch {
+          return; // a malformed event is skipped rather than ending the answer
+        }
+        onChunk(chunk);
+      });
+      while (!done) {
+        let r;
+        try {
+          r = await reader.read();
+        } catch (e) {
+          if (controller.signal.aborted) throw e;
+          throw new StreamError({ kind: 'offline', title: 'The connection was lost', detail: 'The server closed the connection before the answer was complete.', retryAfter: null });
+        }
+        if (r.done) break;
+        sse.push(dec.decode(r.value, { stream: true }));
+      }
+      if (!done) {
+        sse.end();
+        if (!done) throw new StreamError({ kind: 'offline', title: 'The connection was lost', detail: 'The answer ended before the server said it was complete.', retryAfter: null });
+      }
+      reader.cancel().catch(() => {});
+    }
+  } catch (e) {
+    if (controller.signal.aborted) msg.stopped = true;
+    else if (e instanceof StreamError) msg.error = e.info;
+    else msg.error = { kind: 'server', title: 'Something went wrong', detail: String((e && e.message) || e), retryAfter: null };
+  } finally {
+    if (frame) cancelAnimationFrame(frame);
+    if (tFirst !== null) {
+      const tEnd = performance.now();
+      msg.client = { ttft_ms: tFirst - t0, tok_s: nDeltas > 1 && tEnd > tFirst ? ((nDeltas - 1) * 1000) / (tEnd - tFirst) : undefined };
+    }
+    active = null;
+    conv.updated = Date.now();
+    saveConversations();
+    updateSendState();
+    if (msg.error && msg.error.retryAfter != null && attempt < MAX_AUTO_RETRIES) scheduleRetry(msg, attempt + 1, msg.error.retryAfter);
+    fillAssistant(msg);
+    renderSidebar();
+    if (current === conv) scrollToBottom(false);
+    if (msg.error) announce(`${msg.error.title}. ${msg.error.detail}`);
+    else if (msg.stopped) announce('Stopped.');
+    else announce('Answer complete.');
+  }
+}
+
+function scheduleRetry(msg, attempt, seconds) {
+  cancelRetry();
+  retry = { msg, attempt, remaining: Math.max(1, seconds), timer: null };
+  retry.timer = setInterval(() => {
+    if (!retry) return;
+    retry.remaining--;
+    const c = document.getElementById('retry-count');
+    if (c) c.textContent = `Retrying in ${retry.remaining} s…`;
+    if (retry.remaining <= 0) {
+      const r = retry;
+      cancelRetry();
+      if (current && current.messages.includes(r.msg) && !active) stream(r.msg, r.attempt);
+    }
+  }, 1000);
+}
+
+function cancelRetry() {
+  if (!retry) return;
+  clearInterval(retry.timer);
+  const m = retry.msg;
+  retry = null;
+  fillAssistant(m);
+}
+
+function retryNow(msg) {
+  if (active) return;
+  const attempt = retry && retry.msg === msg ? retry.attempt : 0;
+  cancelRetry();
+  stream(msg, attempt);
+}
+
+async function copyText(text) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    // Clipboard API is only for secure contexts (https or localhost); fall back for plain http.
+    const ta = el('textarea', { class: 'offscreen', 'aria-hidden': 'true' });
+    ta.value = text;
+    document.body.append(ta);
+    ta.select();
+    let ok = false;
+    try {
+      ok = document.execCommand('copy');
+    } catch {
+      ok = false;
+    }
+    ta.remove();
+    return ok;
+  }
+}
+
+// ---- Server status ------------------------------------------------------------------------------
+
+let healthTimer = null;
+async function pollHealth() {
+  clearTimeout(healthTimer);
+  let state = 'offline';
+  let detail = '';
+  try {
+    const r = await fetch('health', { cache: 'no-store' });
+    state = r.ok ? 'ready' : r.status === 503 ? 'loading' : 'error';
+    if (!r.ok) detail = `HTTP ${r.status}`;
+  } catch {
+    state = 'offline';
+  }
+  if (state === 'ready' && modelId === 'qvl') await loadModel();
+  const s = $('status');
+  s.dataset.state = state;
+  $('status-text').textContent =
+    state === 'ready' ? `Ready · ${modelId}` : state === 'loading' ? 'Loading model…' : state === 'offline' ? 'Server unreachable' : `Server error ${detail}`;
+  healthTimer = setTimeout(pollHealth, state === 'ready' ? 15000 : 3000);
+}
+
+async function loadModel() {
+  try {
+    const r = await fetch('v1/models', { cache: 'no-store', headers: settings.apiKey ? { Authorization: `Bearer ${settings.apiKey}` } : {} });
+    if (!r.ok) return;
+    const j = await r.json();
+    if (j && Array.isArray(j.data) && j.data[0] && typeof j.data[0].id === 'string') modelId = j.data[0].id;
+  } catch {
+    /* keep the default name */
+  }
+}
+
+// ---- Settings dialog ----------------------------------------------------------------------------
+
+function syncSettingsForm() {
+  const sel = $('set-maxpix');
+  if (![...sel.options].some((o) => Number(o.value) === Number(settings.maxPixels)))
+    sel.append(el('option', { value: String(settings.maxPixels), text: `${Math.round(settings.maxPixels / 1024)} tokens (custom)` }));
+  sel.value = String(settings.maxPixels);
+  $('set-temp').value = String(settings.temperature);
+  $('set-temp-out').textContent = Number(settings.temperature).toFixed(2);
+  $('set-maxtok').value = String(settings.maxTokens);
+  $('set-system').value = settings.system;
+  $('set-apikey').value = settings.apiKey;
+  $('size-label').textContent = Math.round(settings.maxPixels / 1024).toLocaleString('en-US');
+}
+
+function readSettingsForm() {
+  settings.maxPixels = Number($('set-maxpix').value) || DEFAULTS.maxPixels;
+  const t = Number($('set-temp').value);
+  settings.temperature = Number.isFinite(t) ? Math.min(2, Math.max(0, t)) : DEFAULTS.temperature;
+  const n = Math.floor(Number($('set-maxtok').value));
+  if (Number.isFinite(n) && n >= 1) settings.maxTokens = Math.min(32768, n);
+  settings.system = $('set-system').value;
+  settings.apiKey = $('set-apikey').value.trim();
+  saveSettings();
+  $('set-temp-out').textContent = settings.temperature.toFixed(2);
+  $('size-label').textContent = Math.round(settings.maxPixels / 1024).toLocaleString('en-US');
+  renderAttachments();
+}
+
+function openSettings() {
+  syncSettingsForm();
+  $('settings').showModal();
+}
+
+// ---- Sidebar (drawer on phones) -----------------------------------------------------------------
+
+function openSidebar() {
+  $('app').classList.add('sidebar-open');
+  $('scrim').hidden = false;
+  $('menu-btn').setAttribute('aria-expanded', 'true');
+  $('new-chat').focus();
+}
+function closeSidebar() {
+  if (!$('app').classList.contains('sidebar-open')) return;
+  $('app').classList.remove('sidebar-open');
+  $('scrim').hidden = true;
+  $('menu-btn').setAttribute('aria-expanded', 'false');
+}
+
+// ---- Presets ------------------------------------------------------------------------------------
+
+function applyPreset(name) {
+  const p = PRESETS[name];
+  if (!p) return;
+  const ta = $('prompt');
+  ta.value = p.text;
+  autoGrow();
+  updateSendState();
+  ta.focus();
+  if (p.select) {
+    const i = p.text.indexOf(p.select);
+    ta.setSelectionRange(i, i + p.select.length); // type to replace "all objects" with what to find
+  } else ta.setSelectionRange(ta.value.length, ta.value.length);
+  const hasImage = pending.length > 0 || (current && current.messages.some((m) => m.images && m.images.length));
+  if (!hasImage) $('file-input').click();
+}
+
+function autoGrow() {
+  const ta = $('prompt');
+  ta.style.height = 'auto';
+  ta.style.height = `${Math.min(ta.scrollHeight, 220)}px`;
+}
+
+// ---- Wiring -------------------------------------------------------------------------------------
+
+function init() {
+  syncSettingsForm();
+
+  $('composer').addEventListener('submit', (e) => {
+    e.preventDefault();
+    send();
+  });
+  $('prompt').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      send();
+    }
+  });
+  $('prompt').addEventListener('input', () => {
+    autoGrow();
+    updateSendState();
+  });
+  $('stop-btn').addEventListener('click', () => {
+    stopActive();
+    $('prompt').focus();
+  });
+  $('attach-btn').addEventListener('click', () => $('file-input').click());
+  $('dropzone').addEventListener('click', () => $('file-input').click());
+  $('file-input').addEventListener('change', (e) => {
+    addFiles(e.target.files).then(() => $('prompt').focus());
+    e.target.value = '';
+  });
+  for (const b of document.querySelectorAll('[data-preset]')) b.addEventListener('click', () => applyPreset(b.dataset.preset));
+
+  $('new-chat').addEventListener('click', newConversation);
+  $('menu-btn').addEventListener('click', openSidebar);
+  $('sidebar-close').addEventListener('click', () => {
+    closeSidebar();
+    $('menu-btn').focus();
+  });
+  $('scrim').addEventListener('click', closeSidebar);
+
+  $('settings-btn').addEventListener('click', openSettings);
+  $('size-btn').addEventListener('click', openSettings);
+  for (const id of ['set-maxpix', 'set-temp', 'set-maxtok', 'set-system', 'set-apikey']) $(id).addEventListener('input', readSettingsForm);
+  $('settings-reset').addEventListener('click', () => {
+    settings = { ...DEFAULTS };
+    saveSettings();
+    syncSettingsForm();
+    renderAttachments();
+  });
+
+  document.addEventListener('keydown', (e) => {
+    if (e.key !== 'Escape' || $('settings').open) return;
+    if (active) {
+      e.preventDefault();
+      stopActive();
+    } else closeSidebar();
+  });
+
+  // Paste images anywhere on the page.
+  document.addEventListener('paste', (e) => {
+    const files = [...(e.clipboardData?.files ?? [])].filter((f) => f.type.startsWith('image/'));
+    if (files.length) {
+      e.preventDefault();
+      addFiles(files);
+    }
+  });
+
+  // Drag and drop anywhere on the page.
+  let depth = 0;
+  const overlay = $('drop-overlay');
+  const hasFiles = (e) => [...(e.dataTransfer?.types ?? [])].includes('Files');
+  window.addEventListener('dragenter', (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    depth++;
+    overlay.hidden = false;
+  });
+  window.addEventListener('dragover', (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    e.dataTransfer.dropEffect = 'copy';
+  });
+  window.addEventListener('dragleave', () => {
+    depth = Math.max(0, depth - 1);
+    if (!depth) overlay.hidden = true;
+  });
+  window.addEventListener('drop', (e) => {
+    if (!hasFiles(e)) return;
+    e.preventDefault();
+    depth = 0;
+    overlay.hidden = true;
+    addFiles(e.dataTransfer.files);
+  });
+
+  // Refresh relative times now and then.
+  setInterval(renderSidebar, 60000);
+
+  current = null;
+  renderAll();
+  pollHealth();
+  document.documentElement.dataset.ready = 'true';
+}
+
+init();

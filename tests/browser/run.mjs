@@ -1,0 +1,705 @@
+// Browser tests of the qvl web UI: playwright-core drives the system Chromium (headless) against
+// either the mock server (default) or a real `qvl serve` (QVL_BROWSER_SERVER=real).
+// Prints one line per test and finally "browser: N passed, N failed"; exits non-zero on failure.
+// Screenshots go to build/browser-artifacts/. Run through ./run.sh (it installs nothing; see there).
+import { chromium } from 'playwright-core';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const ROOT = path.resolve(here, '../..');
+const ART = path.join(ROOT, 'build/browser-artifacts');
+const MODE = process.env.QVL_BROWSER_SERVER === 'real' ? 'real' : 'mock';
+const CHROMIUM = process.env.QVL_CHROMIUM || '/usr/bin/chromium';
+const ONLY = process.env.QVL_BROWSER_ONLY ? new RegExp(process.env.QVL_BROWSER_ONLY) : null;
+const TEST_TIMEOUT_MS = MODE === 'real' ? 120000 : 30000;
+const DESKTOP = { width: 1280, height: 820 };
+const PHONE = { width: 390, height: 844 };
+
+fs.mkdirSync(ART, { recursive: true });
+
+// ---- Server ------------------------------------------------------------------------------------
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitHealthy(base, ms, proc) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (proc.exitCode !== null) throw new Error(`server exited with ${proc.exitCode}`);
+    try {
+      const r = await fetch(base + '/health');
+      if (r.ok) return;
+    } catch {
+      /* not up yet */
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`server at ${base} not healthy after ${ms} ms`);
+}
+
+async function startServer() {
+  const port = await freePort();
+  let proc;
+  const log = fs.createWriteStream(path.join(ART, `server-${MODE}.log`));
+  if (MODE === 'real') {
+    const qvl = path.join(ROOT, 'qvl');
+    proc = spawn(
+      qvl,
+      ['serve', '-m', 'tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf', '--mmproj', 'tests/fixtures/models/e2e/gguf/mmproj-e2e-F16.gguf', '--port', String(port)],
+      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+  } else {
+    proc = spawn(process.execPath, [path.join(here, 'mock_server.mjs'), '--port', String(port)], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  }
+  proc.stdout.pipe(log);
+  proc.stderr.pipe(log);
+  const base = `http://127.0.0.1:${port}`;
+  await waitHealthy(base, MODE === 'real' ? 120000 : 10000, proc);
+  return { base, proc };
+}
+
+// ---- Tiny test runner --------------------------------------------------------------------------
+
+const tests = [];
+function test(name, fn, opts = {}) {
+  tests.push({ name, fn, ...opts });
+}
+class Skip extends Error {}
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+function eq(a, b, msg) {
+  if (a !== b) throw new Error(`${msg}: expected ${JSON.stringify(b)}, got ${JSON.stringify(a)}`);
+}
+
+let server;
+let browser;
+let sceneBuf; // PNG of the synthetic scene (800×500)
+
+async function mock(pathname, body) {
+  if (MODE !== 'mock') throw new Skip('needs the mock server');
+  const r = await fetch(server.base + pathname, body === undefined ? {} : { method: 'POST', body: JSON.stringify(body) });
+  return r.json();
+}
+
+async function newPage(viewport = DESKTOP, opts = {}) {
+  const context = await browser.newContext({ viewport, deviceScaleFactor: opts.scale ?? 1, colorScheme: opts.colorScheme ?? 'light', reducedMotion: 'reduce' });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.base });
+  const page = await context.newPage();
+  page.errors = [];
+  page.on('pageerror', (e) => page.errors.push(String(e)));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) page.errors.push(m.text());
+  });
+  if (opts.init) await page.addInitScript(opts.init.fn, opts.init.arg);
+  if (opts.before) await opts.before(page);
+  await page.goto(server.base + '/');
+  await page.waitForSelector('html[data-ready="true"]');
+  return page;
+}
+
+async function shot(page, name) {
+  await page.waitForTimeout(120);
+  await page.screenshot({ path: path.join(ART, `${name}.png`) });
+}
+
+async function addScene(page, name = 'scene.png') {
+  await page.setInputFiles('#file-input', { name, mimeType: 'image/png', buffer: sceneBuf });
+  await page.waitForSelector('.att');
+}
+
+// Text of the last answer once it has stopped streaming.
+async function waitAnswerDone(page, n) {
+  await page.waitForFunction((k) => {
+    const a = document.querySelectorAll('.msg.assistant');
+    return a.length >= k && a[k - 1].getAttribute('aria-busy') === 'false';
+  }, n, { timeout: TEST_TIMEOUT_MS - 5000 });
+  return page.locator('.msg.assistant').nth(n - 1);
+}
+
+// Draws the scene the mock's canned grounding answer describes: a red circle, a blue square, a
+// green triangle and a small yellow sun on an 800×500 gradient.
+async function makeScene() {
+  const page = await browser.newPage();
+  const dataUrl = await page.evaluate(() => {
+    const c = document.createElement('canvas');
+    c.width = 800;
+    c.height = 500;
+    const g = c.getContext('2d');
+    const bg = g.createLinearGradient(0, 0, 0, 500);
+    bg.addColorStop(0, '#cfe6ff');
+    bg.addColorStop(1, '#f4f9ff');
+    g.fillStyle = bg;
+    g.fillRect(0, 0, 800, 500);
+    g.fillStyle = '#dfeedd';
+    g.fillRect(0, 430, 800, 70);
+    g.fillStyle = '#e5484d';
+    g.beginPath();
+    g.arc(180, 160, 80, 0, Math.PI * 2);
+    g.fill();
+    g.fillStyle = '#3e63dd';
+    g.fillRect(340, 180, 160, 160);
+    g.fillStyle = '#30a46c';
+    g.beginPath();
+    g.moveTo(680, 200);
+    g.lineTo(760, 420);
+    g.lineTo(600, 420);
+    g.closePath();
+    g.fill();
+    g.fillStyle = '#f5c400';
+    g.beginPath();
+    g.arc(700, 90, 22, 0, Math.PI * 2);
+    g.fill();
+    return c.toDataURL('image/png');
+  });
+  await page.close();
+  return Buffer.from(dataUrl.split(',')[1], 'base64');
+}
+
+// ---- Tests -------------------------------------------------------------------------------------
+
+test('smart_resize in the page matches every fixture case', async () => {
+  const cases = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/preprocess/smart_resize.json'), 'utf8')).cases;
+  const page = await newPage();
+  const got = await page.evaluate(async (cs) => {
+    const { smartResize } = await import('/lib.js');
+    return cs.map((c) => smartResize(c.height, c.width, c.min_pixels, c.max_pixels));
+  }, cases);
+  assert(cases.length >= 20, `only ${cases.length} fixture cases`);
+  cases.forEach((c, i) => {
+    const g = got[i];
+    const what = `${c.height}x${c.width} min ${c.min_pixels} max ${c.max_pixels}`;
+    if (c.error) assert(g.error, `${what}: expected an error, got ${JSON.stringify(g)}`);
+    else {
+      eq(g.height, c.resized_height, `${what} height`);
+      eq(g.width, c.resized_width, `${what} width`);
+      eq(g.tokens, c.n_image_tokens, `${what} tokens`);
+    }
+  });
+  await page.context().close();
+});
+
+test('grounding parser and SSE parser', async () => {
+  const page = await newPage();
+  const r = await page.evaluate(async () => {
+    const { parseGrounding, createSSEParser, describeHttpError } = await import('/lib.js');
+    const out = {};
+    out.fenced = parseGrounding('Sure:\n```json\n[{"bbox_2d": [10, 20, 300, 400], "label": "cat"}, {"point_2d": [500, 600], "label": "dot"}]\n```\nDone.');
+    out.cut = parseGrounding('```json\n[{"bbox_2d": [1, 2, 3, 4], "label": "a"}, {"bbox_2d": [5, 6, 7, 8], "label": "b"}, {"bbox_2d": [9, 1');
+    out.bare = parseGrounding('{"bbox_2d": [900, 900, 100, 100], "text_content": "EXIT"}');
+    out.outOfRange = parseGrounding('[{"bbox_2d": [-5, 0, 1200, 1000], "label": "x"}]');
+    out.none = parseGrounding('A cat sits on a mat. No boxes here.');
+    out.bad = parseGrounding('[{"bbox_2d": [1, 2, 3], "label": "three numbers"}, {"bbox_2d": ["a", 2, 3, 4]}]');
+    const events = [];
+    const p = createSSEParser((d) => events.push(d));
+    const stream = 'data: {"a":1}\n\n: ping\n\ndata: {"b"\r\n\r\ndata: x\ndata: y\n\ndata: [DONE]\n\n';
+    for (const ch of stream) p.push(ch); // worst case: one character at a time
+    p.end();
+    out.events = events;
+    out.busy = describeHttpError(503, { message: 'queue full' }, '12');
+    out.loading = describeHttpError(503, null, null);
+    out.large = describeHttpError(413, { message: 'image has 50000000 pixels' }, null);
+    return out;
+  });
+  eq(JSON.stringify(r.fenced), JSON.stringify([{ kind: 'box', x1: 10, y1: 20, x2: 300, y2: 400, label: 'cat' }, { kind: 'point', x: 500, y: 600, label: 'dot' }]), 'fenced list');
+  eq(r.cut.length, 2, 'truncated list keeps complete objects');
+  eq(JSON.stringify(r.bare), JSON.stringify([{ kind: 'box', x1: 100, y1: 100, x2: 900, y2: 900, label: 'EXIT' }]), 'bare object, swapped corners, text_content');
+  eq(JSON.stringify(r.outOfRange[0]), JSON.stringify({ kind: 'box', x1: 0, y1: 0, x2: 1000, y2: 1000, label: 'x' }), 'clamped to the grid');
+  eq(r.none.length, 0, 'no grounding in prose');
+  eq(r.bad.length, 0, 'malformed boxes ignored');
+  eq(JSON.stringify(r.events), JSON.stringify(['{"a":1}', '{"b"', 'x\ny', '[DONE]']), 'SSE events');
+  eq(r.busy.kind, 'busy', '503 + Retry-After');
+  eq(r.busy.retryAfter, 12, 'retry after');
+  eq(r.loading.kind, 'loading', '503 without Retry-After');
+  eq(r.large.kind, 'too_large', '413');
+  await page.context().close();
+});
+
+test('empty state looks right (desktop and phone)', async () => {
+  const page = await newPage();
+  await page.waitForSelector('.status[data-state="ready"]');
+  assert(await page.isVisible('#dropzone'), 'drop zone visible');
+  eq(await page.locator('.preset-card').count(), 4, 'preset cards');
+  await shot(page, 'desktop-empty');
+  await page.context().close();
+  const phone = await newPage(PHONE, { scale: 2 });
+  await phone.waitForSelector('.status[data-state="ready"]');
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert(overflow <= 0, `page scrolls sideways by ${overflow}px on a phone`);
+  await shot(phone, 'phone-empty');
+  await phone.context().close();
+});
+
+test('add, measure and remove images (picker, drop, paste)', async () => {
+  const page = await newPage();
+  await addScene(page);
+  // 800×500 at the default 1024-token cap: 512×800 → 16·25 = 400 tokens (computed by hand, §3.2).
+  const meta = await page.textContent('.att .att-meta');
+  assert(meta.includes('800×500') && meta.includes('400 tokens'), `attachment meta: ${meta}`);
+  assert(await page.getAttribute('.att-thumb', 'alt') === 'scene.png', 'thumbnail alt text');
+  // At 256 tokens: beta = sqrt(400000/262144); 500/beta/32 → 12, 800/beta/32 → 20: 240 tokens.
+  await page.click('#settings-btn');
+  await page.selectOption('#set-maxpix', '262144');
+  await page.keyboard.press('Escape');
+  assert((await page.textContent('.att .att-meta')).includes('240 tokens'), 'tokens follow the setting');
+  eq(await page.textContent('#size-label'), '256', 'size label in the composer');
+  // Drop and paste go through DataTransfer like a real drag or clipboard.
+  const b64 = sceneBuf.toString('base64');
+  await page.evaluate((data) => {
+    const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+    const dt = new DataTransfer();
+    dt.items.add(new File([bytes], 'dropped.png', { type: 'image/png' }));
+    window.dispatchEvent(new DragEvent('dragenter', { dataTransfer: dt, bubbles: true, cancelable: true }));
+    window.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+    const dt2 = new DataTransfer();
+    dt2.items.add(new File([bytes], 'pasted.png', { type: 'image/png' }));
+    document.dispatchEvent(new ClipboardEvent('paste', { clipboardData: dt2, bubbles: true, cancelable: true }));
+  }, b64);
+  await page.waitForFunction(() => document.querySelectorAll('.att').length === 3);
+  assert(await page.isHidden('#drop-overlay'), 'drop overlay hidden after drop');
+  // A file that is not an image is refused with a message.
+  await page.setInputFiles('#file-input', { name: 'notes.txt', mimeType: 'text/plain', buffer: Buffer.from('hello') });
+  await page.waitForSelector('#toast:not([hidden])');
+  assert((await page.textContent('#toast')).includes('not a PNG, JPEG or WebP'), 'toast for a text file');
+  await page.click('button[aria-label="Remove dropped.png"]');
+  eq(await page.locator('.att').count(), 2, 'one removed');
+  const names = await page.locator('.att-name').allTextContents();
+  eq(names.join(','), 'scene.png,pasted.png', 'remaining attachments');
+  await page.context().close();
+});
+
+test('ask about an image: answer streams in as markdown, with timings', async () => {
+  if (MODE === 'mock') await mock('/__mock/reset', {});
+  const page = await newPage();
+  await addScene(page);
+  await page.locator('[data-preset="describe"]:visible').click();
+  eq(await page.inputValue('#prompt'), 'Describe this image in detail.', 'preset text');
+  const samples = [];
+  await page.exposeFunction('qvlSample', (n) => samples.push(n));
+  await page.evaluate(() => {
+    new MutationObserver(() => {
+      const md = document.querySelector('.msg.assistant .md');
+      if (md) window.qvlSample(md.textContent.length);
+    }).observe(document.getElementById('log'), { subtree: true, childList: true, characterData: true });
+  });
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#stop-btn:not([hidden])');
+  const answer = await waitAnswerDone(page, 1);
+  const text = await answer.locator('.md').textContent();
+  assert(text.trim().length > 0, 'answer is empty');
+  const distinct = new Set(samples.filter((n) => n > 0));
+  if (MODE === 'mock') {
+    assert(distinct.size >= 5, `answer did not stream (saw ${distinct.size} partial lengths)`);
+    eq(await answer.locator('.md table tbody tr').count(), 3, 'markdown table rows');
+    eq(await answer.locator('.md strong').first().textContent(), 'synthetic test scene', 'bold text');
+    const timings = await answer.locator('.timings').textContent();
+    for (const want of ['first token', 'tok/s', '400 image tokens', 'image encoded', 'tokens'])
+      assert(timings.includes(want), `timings line lacks "${want}": ${timings}`);
+    const st = await mock('/__mock/state');
+    const body = st.requests[0];
+    eq(body.stream, true, 'stream flag');
+    eq(body.max_pixels, 1048576, 'max_pixels sent');
+    eq(body.min_pixels, 65536, 'min_pixels sent');
+    const content = body.messages[0].content;
+    eq(content[0].type, 'image_url', 'image first');
+    assert(content[0].image_url.url.startsWith('data:image/png;base64,'), 'data URL');
+    eq(content[1].text, 'Describe this image in detail.', 'prompt text');
+  } else {
+    assert(distinct.size >= 1, 'no text seen');
+    assert((await answer.locator('.timings').count()) === 1, 'timings line');
+  }
+  assert(await page.isVisible('#send-btn'), 'send button back');
+  // Copy puts the raw markdown on the clipboard.
+  await answer.locator('.copy-btn').click();
+  const clip = await page.evaluate(() => navigator.clipboard.readText());
+  eq(clip.trim(), (await page.evaluate(() => JSON.parse(localStorage.getItem('qvl.conversations.v1'))[0].messages[1].text)).trim(), 'copied text');
+  await shot(page, 'desktop-answer');
+  assert(page.errors.length === 0, `page errors: ${page.errors.join(' | ')}`);
+  await page.context().close();
+});
+
+test('stop a generation', async () => {
+  if (MODE === 'mock') {
+    await mock('/__mock/reset', {});
+    await mock('/__mock/next', { answer: 'slow' });
+  }
+  const page = await newPage();
+  await addScene(page);
+  if (MODE === 'real') {
+    await page.click('#settings-btn');
+    await page.fill('#set-maxtok', '4000');
+    await page.keyboard.press('Escape');
+  }
+  await page.fill('#prompt', 'Tell me a long story about this picture.');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => (document.querySelector('.msg.assistant .md')?.textContent ?? '').includes(' '), null, { timeout: TEST_TIMEOUT_MS - 5000 });
+  const streaming = await page.isVisible('#stop-btn');
+  if (streaming) await page.click('#stop-btn');
+  const answer = await waitAnswerDone(page, 1);
+  if (MODE === 'mock' || streaming) {
+    await answer.locator('.badge', { hasText: 'Stopped' }).waitFor();
+    const len = (await answer.locator('.md').textContent()).length;
+    await page.waitForTimeout(500);
+    eq((await answer.locator('.md').textContent()).length, len, 'text kept growing after Stop');
+  }
+  assert(await page.isVisible('#send-btn'), 'send button back');
+  if (MODE === 'mock') {
+    await page.waitForFunction(async (base) => (await (await fetch(base + '/__mock/state')).json()).cancelled === 1, server.base);
+    const st = await mock('/__mock/state');
+    eq(st.completed, 0, 'the server did not finish the stopped request');
+  }
+  // The server is still usable: ask again, and Escape is the keyboard way to stop.
+  await page.fill('#prompt', 'Short answer please.');
+  await page.keyboard.press('Enter');
+  await waitAnswerDone(page, 2);
+  assert(page.errors.length === 0, `page errors: ${page.errors.join(' | ')}`);
+  await page.context().close();
+});
+
+test('multi-turn conversation, kept across a reload', async () => {
+  if (MODE === 'mock') await mock('/__mock/reset', {});
+  const page = await newPage();
+  await addScene(page);
+  await page.fill('#prompt', 'What shapes do you see?');
+  await page.keyboard.press('Enter');
+  await waitAnswerDone(page, 1);
+  await page.fill('#prompt', 'Which one is the largest round shape?');
+  await page.keyboard.press('Enter');
+  const second = await waitAnswerDone(page, 2);
+  assert((await second.locator('.md').textContent()).length > 0, 'second answer');
+  eq(await page.locator('.msg.user').count(), 2, 'two questions shown');
+  if (MODE === 'mock') {
+    const st = await mock('/__mock/state');
+    const m = st.requests[1].messages;
+    eq(m.map((x) => x.role).join(','), 'user,assistant,user', 'history sent with the follow-up');
+    eq(m[0].content[0].type, 'image_url', 'the image stays in the history');
+    assert(m[1].content.includes('synthetic test scene'), 'previous answer sent back');
+    const t = await second.locator('.timings').textContent();
+    assert(t.includes('image cache hit') && t.includes('prefix cache hit'), `cache hits shown: ${t}`);
+  }
+  await page.reload();
+  await page.waitForSelector('html[data-ready="true"]');
+  eq(await page.locator('.conv').count(), 1, 'conversation listed after reload');
+  await page.click('.conv-open');
+  eq(await page.locator('.msg.assistant').count(), 2, 'answers restored');
+  eq(await page.locator('.msg.user img.msg-img').count(), 1, 'image restored');
+  await page.fill('#prompt', 'And the colour of the square?');
+  await page.keyboard.press('Enter');
+  await waitAnswerDone(page, 3);
+  if (MODE === 'mock') eq((await mock('/__mock/state')).requests[2].messages.length, 5, 'third request has the whole history');
+  await page.context().close();
+});
+
+test('grounding answer draws boxes and points over the image', async () => {
+  if (MODE !== 'mock') throw new Skip('the canned grounding answer comes from the mock');
+  await mock('/__mock/reset', {});
+  const page = await newPage();
+  await addScene(page);
+  await page.locator('[data-preset="ground"]:visible').click();
+  // The preset selects "all objects" so that typing replaces it.
+  eq(await page.evaluate(() => { const t = document.getElementById('prompt'); return t.value.slice(t.selectionStart, t.selectionEnd); }), 'all objects', 'selected target');
+  await page.keyboard.type('shapes and the sun');
+  await page.keyboard.press('Enter');
+  const answer = await waitAnswerDone(page, 1);
+  await answer.locator('.gbox').first().waitFor();
+  eq(await answer.locator('.gbox').count(), 3, 'boxes');
+  eq(await answer.locator('.gpoint').count(), 1, 'points');
+  const labels = await answer.locator('.glabel').allTextContents();
+  eq(labels.join(','), 'red circle,blue square,green triangle,sun', 'labels');
+  await checkBoxGeometry(answer);
+  await shot(page, 'desktop-grounding');
+  await page.context().close();
+});
+
+// Box positions on screen must be the 0..1000 grid scaled to the image's displayed size.
+async function checkBoxGeometry(scope) {
+  const img = await scope.locator('.ground-img').boundingBox();
+  const box = await scope.locator('.gbox').nth(1).boundingBox(); // blue square [425, 360, 625, 680]
+  const near = (a, b, what) => assert(Math.abs(a - b) <= 2.5, `${what}: ${a.toFixed(1)} vs ${b.toFixed(1)}`);
+  near(box.x, img.x + (425 / 1000) * img.width, 'left');
+  near(box.y, img.y + (360 / 1000) * img.height, 'top');
+  near(box.width, (200 / 1000) * img.width, 'width');
+  near(box.height, (320 / 1000) * img.height, 'height');
+  const pt = await scope.locator('.gpoint').boundingBox(); // sun [875, 180]
+  near(pt.x + pt.width / 2, img.x + 0.875 * img.width, 'point x');
+  near(pt.y + pt.height / 2, img.y + 0.18 * img.height, 'point y');
+}
+
+// A stored conversation with a canned grounding answer: works against any server.
+function seedGrounding({ dataUrl, answer }) {
+  const now = Date.now();
+  localStorage.setItem(
+    'qvl.conversations.v1',
+    JSON.stringify([
+      {
+        id: 'seed',
+        title: 'Find the shapes',
+        created: now,
+        updated: now,
+        messages: [
+          { role: 'user', text: 'Locate every shape.', images: [{ name: 'scene.png', type: 'image/png', bytes: 1000, dataUrl, width: 800, height: 500 }], at: now },
+          { role: 'assistant', text: answer, at: now, usage: { completion_tokens: 96 }, timings: { ttft_ms: 812, prefill_tok_s: 512.4, decode_tok_s: 21.7, image_tokens: 400, image_cache_hit: false, prefix_cache_hit: false } },
+        ],
+      },
+    ]),
+  );
+}
+
+test('box overlay from a canned answer, at desktop and phone sizes', async () => {
+  const init = {
+    fn: seedGrounding,
+    arg: {
+      dataUrl: 'data:image/png;base64,' + sceneBuf.toString('base64'),
+      answer:
+        'Here are the objects I found:\n\n```json\n[\n  {"bbox_2d": [125, 160, 325, 480], "label": "red circle"},\n  {"bbox_2d": [425, 360, 625, 680], "label": "blue square"},\n' +
+        '  {"bbox_2d": [750, 400, 950, 840], "label": "green triangle"},\n  {"point_2d": [875, 180], "label": "sun"}\n]\n```',
+    },
+  };
+  for (const [vp, name] of [[DESKTOP, 'desktop'], [PHONE, 'phone']]) {
+    const page = await newPage(vp, { init, scale: vp === PHONE ? 2 : 1 });
+    if (vp === PHONE) await page.click('#menu-btn'); // on a phone the list is in a drawer
+    await page.click('.conv-open');
+    eq(await page.getAttribute('#menu-btn', 'aria-expanded'), 'false', 'drawer closes on choosing');
+    const answer = page.locator('.msg.assistant').first();
+    await answer.locator('.gbox').first().waitFor();
+    await checkBoxGeometry(answer);
+    const t = await answer.locator('.timings').textContent();
+    for (const want of ['first token 812 ms', 'prefill 512 tok/s', '21.7 tok/s', '400 image tokens', '96 tokens']) assert(t.includes(want), `timings: "${want}" not in ${t}`);
+    await answer.scrollIntoViewIfNeeded();
+    await page.evaluate(() => (document.getElementById('chat').scrollTop = 0));
+    await shot(page, `${name}-grounding-canned`);
+    if (vp === PHONE) {
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      assert(overflow <= 0, `sideways scroll ${overflow}px`);
+      await page.click('#menu-btn');
+      await page.waitForTimeout(300);
+      assert(await page.locator('#sidebar').evaluate((e) => e.getBoundingClientRect().left >= 0), 'drawer opened');
+      await shot(page, 'phone-drawer');
+      await page.keyboard.press('Escape');
+      eq(await page.getAttribute('#menu-btn', 'aria-expanded'), 'false', 'Escape closes the drawer');
+    }
+    await page.context().close();
+  }
+});
+
+test('503 queue full: message, countdown, retry', async () => {
+  const page = await newPage();
+  let hits = 0;
+  await page.route('**/v1/chat/completions', (route) => {
+    hits++;
+    return route.fulfill({
+      status: 503,
+      headers: { 'Retry-After': '30', 'Content-Type': 'application/json' },
+      body: JSON.stringify({ error: { message: 'The request queue is full (8 waiting).', type: 'server_busy', code: 'queue_full' } }),
+    });
+  });
+  await addScene(page);
+  await page.fill('#prompt', 'What is this?');
+  await page.keyboard.press('Enter');
+  const card = page.locator('.error-card');
+  await card.waitFor();
+  const text = await card.textContent();
+  assert(text.includes('The server is busy') && text.includes('queue is full'), `error text: ${text}`);
+  await page.waitForFunction(() => /Retrying in (29|30) s/.test(document.querySelector('.error-card')?.textContent ?? ''));
+  eq(await card.getAttribute('role'), 'alert', 'announced as an alert');
+  await shot(page, 'desktop-error-503');
+  // "Retry now" goes to the server again; once the queue has room the answer comes.
+  await page.unroute('**/v1/chat/completions');
+  await card.locator('button', { hasText: 'Retry now' }).click();
+  const answer = await waitAnswerDone(page, 1);
+  eq(await answer.locator('.error-card').count(), 0, 'error gone after a successful retry');
+  assert((await answer.locator('.md').textContent()).length > 0, 'answer after retry');
+  eq(hits, 1, 'requests that got 503');
+  await page.context().close();
+});
+
+test('413 image too large, and server down', async () => {
+  const page = await newPage();
+  await page.route('**/v1/chat/completions', (route) =>
+    route.fulfill({ status: 413, contentType: 'application/json', body: JSON.stringify({ error: { message: 'Image is 9000×9000 pixels; this server accepts up to 40 MP.', type: 'invalid_request_error', code: 'image_too_large' } }) }),
+  );
+  await addScene(page);
+  await page.fill('#prompt', 'What is this?');
+  await page.keyboard.press('Enter');
+  const card = page.locator('.error-card');
+  await card.waitFor();
+  const t = await card.textContent();
+  assert(t.includes('Image too large') && t.includes('9000×9000') && t.includes('Max image size'), `413 text: ${t}`);
+  await card.locator('button', { hasText: 'Open settings' }).click();
+  assert(await page.locator('#settings').evaluate((d) => d.open), 'settings open from the error');
+  await page.keyboard.press('Escape');
+  await page.unroute('**/v1/chat/completions');
+  await page.route('**/v1/chat/completions', (route) => route.abort('connectionrefused'));
+  await page.locator('.error-card button', { hasText: 'Try again' }).click();
+  await page.waitForFunction(() => (document.querySelector('.error-card')?.textContent ?? '').includes('reach the qvl server'));
+  await shot(page, 'desktop-error-offline');
+  await page.context().close();
+  // The status pill says so when the server cannot be reached at all.
+  const down = await newPage(DESKTOP, { before: (p) => p.route('**/health', (route) => route.abort('connectionrefused')) });
+  await down.waitForSelector('.status[data-state="offline"]');
+  eq(await down.textContent('#status-text'), 'Server unreachable', 'status text');
+  await down.context().close();
+});
+
+test('markdown from the model cannot inject HTML or load resources', async () => {
+  const page = await newPage();
+  const evil =
+    'Hi <img src=x onerror="window.pwned=1"> <script>window.pwned=2</script>\n\n[link](javascript:window.pwned=3) ' +
+    '![tracker](http://127.0.0.1:9/pixel.png) <iframe src="about:blank"></iframe> <b onclick="window.pwned=4">bold</b>';
+  const sse = ['{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}', JSON.stringify({ choices: [{ index: 0, delta: { content: evil } }] }), '{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}', '[DONE]']
+    .map((d) => `data: ${d}\n\n`)
+    .join('');
+  await page.route('**/v1/chat/completions', (route) => route.fulfill({ status: 200, contentType: 'text/event-stream', body: sse }));
+  await page.fill('#prompt', 'hello');
+  await page.keyboard.press('Enter');
+  const answer = await waitAnswerDone(page, 1);
+  const md = answer.locator('.md');
+  eq(await md.locator('img, script, iframe').count(), 0, 'dangerous elements removed');
+  eq(await md.locator('[onclick], [onerror]').count(), 0, 'event handlers removed');
+  const hrefs = await md.locator('a').evaluateAll((as) => as.map((a) => a.getAttribute('href') ?? ''));
+  assert(!hrefs.some((h) => /^javascript:/i.test(h)), `javascript: link kept: ${hrefs}`);
+  eq(await md.locator('b').textContent(), 'bold', 'harmless markup kept');
+  await md.locator('b').click();
+  eq(await page.evaluate(() => window.pwned ?? null), null, 'no injected code ran');
+  await page.context().close();
+});
+
+test('keyboard and screen-reader basics; settings dialog', async () => {
+  const page = await newPage();
+  // Every control has an accessible name.
+  const unnamed = await page.evaluate(() =>
+    [...document.querySelectorAll('button, input, select, textarea')]
+      .filter((e) => e.type !== 'file' && !e.closest('[hidden]'))
+      .filter((e) => {
+        const byLabel = e.id && document.querySelector(`label[for="${e.id}"]`);
+        return !(e.getAttribute('aria-label') || e.textContent.trim() || byLabel || e.getAttribute('aria-labelledby'));
+      })
+      .map((e) => e.outerHTML.slice(0, 80)),
+  );
+  eq(unnamed.length, 0, `controls without a name: ${unnamed.join(' | ')}`);
+  // Tab reaches the drop zone, the presets and the message box without a mouse.
+  const seen = [];
+  for (let i = 0; i < 20; i++) {
+    await page.keyboard.press('Tab');
+    seen.push(await page.evaluate(() => document.activeElement.id || document.activeElement.dataset.preset || document.activeElement.className));
+  }
+  for (const want of ['dropzone', 'describe', 'prompt', 'settings-btn', 'new-chat']) assert(seen.includes(want), `Tab never reached ${want}: ${seen.join(', ')}`);
+  // Settings by keyboard: open, change, Escape closes, focus returns.
+  await page.focus('#settings-btn');
+  await page.keyboard.press('Enter');
+  assert(await page.locator('#settings').evaluate((d) => d.open), 'dialog open');
+  await page.fill('#set-system', 'Answer in one sentence.');
+  await page.fill('#set-maxtok', '256');
+  await page.locator('#set-temp').fill('0.2');
+  await shot(page, 'desktop-settings');
+  await page.keyboard.press('Escape');
+  assert(!(await page.locator('#settings').evaluate((d) => d.open)), 'dialog closed');
+  eq(await page.evaluate(() => document.activeElement.id), 'settings-btn', 'focus back on the settings button');
+  const s = await page.evaluate(() => JSON.parse(localStorage.getItem('qvl.settings.v1')));
+  eq(s.system, 'Answer in one sentence.', 'system prompt saved');
+  eq(s.maxTokens, 256, 'max tokens saved');
+  eq(s.temperature, 0.2, 'temperature saved');
+  if (MODE === 'mock') {
+    await mock('/__mock/reset', {});
+    await page.fill('#prompt', 'Hello');
+    await page.keyboard.press('Enter');
+    await waitAnswerDone(page, 1);
+    const body = (await mock('/__mock/state')).requests[0];
+    eq(body.messages[0].role, 'system', 'system prompt sent');
+    eq(body.messages[0].content, 'Answer in one sentence.', 'system text');
+    eq(body.max_tokens, 256, 'max_tokens sent');
+    eq(body.temperature, 0.2, 'temperature sent');
+  }
+  await page.context().close();
+});
+
+test('phone width: full conversation with overlay', async () => {
+  if (MODE === 'mock') await mock('/__mock/reset', {});
+  const page = await newPage(PHONE, { scale: 2 });
+  await addScene(page);
+  await shot(page, 'phone-attached');
+  await page.fill('#prompt', 'Locate the shapes and the sun, as JSON boxes.');
+  await page.keyboard.press('Enter');
+  const answer = await waitAnswerDone(page, 1);
+  if (MODE === 'mock') {
+    await answer.locator('.gbox').first().waitFor();
+    await checkBoxGeometry(answer);
+  }
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert(overflow <= 0, `sideways scroll ${overflow}px`);
+  await shot(page, 'phone-answer');
+  await page.context().close();
+});
+
+test('dark theme renders', async () => {
+  const page = await newPage(DESKTOP, { colorScheme: 'dark', init: { fn: seedGrounding, arg: { dataUrl: 'data:image/png;base64,' + sceneBuf.toString('base64'), answer: 'A **dark** test.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```json\n[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]\n```' } } });
+  await page.click('.conv-open');
+  await page.locator('.gbox').first().waitFor();
+  const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  assert(bg !== 'rgb(244, 245, 249)', `dark background expected, got ${bg}`);
+  await shot(page, 'desktop-dark');
+  await page.context().close();
+});
+
+// ---- Main ----------------------------------------------------------------------------------------
+
+async function main() {
+  let passed = 0;
+  let failed = 0;
+  try {
+    server = await startServer();
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      // playwright-core gives every launch a fresh temporary --user-data-dir of its own (and refuses
+      // one in args), so no profile state leaks between runs; each test also gets a new context.
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+    sceneBuf = await makeScene();
+    fs.writeFileSync(path.join(ART, 'scene.png'), sceneBuf);
+    console.log(`browser tests against the ${MODE} server at ${server.base} (Chromium ${browser.version()})`);
+    for (const t of tests) {
+      if (ONLY && !ONLY.test(t.name)) continue;
+      const t0 = Date.now();
+      let timer;
+      try {
+        await Promise.race([t.fn(), new Promise((_, rej) => (timer = setTimeout(() => rej(new Error(`timed out after ${TEST_TIMEOUT_MS} ms`)), TEST_TIMEOUT_MS)))]);
+        passed++;
+        console.log(`  ok    ${t.name} (${Date.now() - t0} ms)`);
+      } catch (e) {
+        if (e instanceof Skip) console.log(`  skip  ${t.name}: ${e.message}`);
+        else {
+          failed++;
+          console.log(`  FAIL  ${t.name}: ${e.stack || e}`);
+          for (const ctx of browser.contexts()) for (const p of ctx.pages()) await p.screenshot({ path: path.join(ART, `FAIL-${t.name.replace(/\W+/g, '_').slice(0, 60)}.png`) }).catch(() => {});
+        }
+      } finally {
+        clearTimeout(timer);
+        for (const ctx of browser.contexts()) await ctx.close().catch(() => {});
+      }
+    }
+  } catch (e) {
+    failed++;
+    console.log(`  FAIL  setup: ${e.stack || e}`);
+  } finally {
+    if (browser) await browser.close().catch(() => {});
+    if (server) server.proc.kill('SIGTERM');
+  }
+  console.log(`screenshots in ${path.relative(ROOT, ART)}/`);
+  console.log(`browser: ${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main();

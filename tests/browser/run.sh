@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Browser tests of the web UI (web/) in headless Chromium, driven by playwright-core.
+#   tests/browser/run.sh                         against the mock server (tests/browser/mock_server.mjs)
+#   QVL_BROWSER_SERVER=real tests/browser/run.sh against ./qvl serve with the e2e fixture model
+#   QVL_BROWSER_ONLY='regex' ...                 only the tests whose names match
+# Needs: node (>= 20), npm, and Chromium at /usr/bin/chromium (Debian: apt-get install -y chromium);
+# installs playwright-core from package-lock.json into tests/browser/node_modules when missing.
+# Prints "browser: N passed, N failed" last; exits non-zero on any failure or missing tool.
+# Screenshots and the server log go to build/browser-artifacts/.
+set -u
+cd "$(dirname "$0")"
+fail() { echo "browser tests: $*" >&2; echo "browser: 0 passed, 1 failed"; exit 1; }
+command -v node >/dev/null || fail "node is not installed (Debian: apt-get install -y nodejs npm)"
+[ -x "${QVL_CHROMIUM:-/usr/bin/chromium}" ] || fail "no Chromium at ${QVL_CHROMIUM:-/usr/bin/chromium} (Debian: apt-get install -y chromium)"
+if [ ! -f node_modules/playwright-core/package.json ] ||
+   [ "$(node -p 'require("./node_modules/playwright-core/package.json").version')" != "$(node -p 'require("./package-lock.json").packages["node_modules/playwright-core"].version')" ]; then
+  npm ci --no-audit --no-fund --loglevel=error >&2 || fail "npm ci failed"
+fi
+if [ "${QVL_BROWSER_SERVER:-mock}" = real ] && [ ! -x ../../qvl ]; then
+  fail "QVL_BROWSER_SERVER=real needs ./qvl (run make first)"
+fi
+exec node run.mjs

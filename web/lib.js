@@ -1,0 +1,221 @@
+// Pure helpers of the qvl web UI: no DOM, no network, so the browser tests can call them directly
+// (tests/browser) and compare them with the fixtures.
+
+// ---- Image size → tokens (qwen3vl-spec.md §3.2) -------------------------------------------------
+
+export const PATCH_FACTOR = 32; // patch 16 × spatial merge 2: one LLM token per 32×32 pixels
+export const DEFAULT_MIN_PIXELS = 65536;
+export const DEFAULT_MAX_PIXELS = 16777216;
+
+// Python's round(): halves go to the even neighbour (2.5 → 2, 1.5 → 2).
+export function roundHalfEven(x) {
+  const f = Math.floor(x);
+  const d = x - f;
+  if (d > 0.5) return f + 1;
+  if (d < 0.5) return f;
+  return f % 2 === 0 ? f : f + 1;
+}
+
+// The size the model sees for an image of height × width pixels, as HF's smart_resize computes it.
+// Returns {height, width, tokens} or {error} (aspect ratio above 200).
+export function smartResize(height, width, minPixels = DEFAULT_MIN_PIXELS, maxPixels = DEFAULT_MAX_PIXELS) {
+  const f = PATCH_FACTOR;
+  if (!(height > 0 && width > 0)) return { error: `image size ${width}×${height} is empty` };
+  const ratio = Math.max(height, width) / Math.min(height, width);
+  if (ratio > 200) return { error: `absolute aspect ratio must be smaller than 200, got ${ratio.toFixed(1)}` };
+  let h = roundHalfEven(height / f) * f;
+  let w = roundHalfEven(width / f) * f;
+  if (h * w > maxPixels) {
+    const beta = Math.sqrt((height * width) / maxPixels);
+    h = Math.max(f, Math.floor(height / beta / f) * f);
+    w = Math.max(f, Math.floor(width / beta / f) * f);
+  } else if (h * w < minPixels) {
+    const beta = Math.sqrt(minPixels / (height * width));
+    h = Math.ceil((height * beta) / f) * f;
+    w = Math.ceil((width * beta) / f) * f;
+  }
+  return { height: h, width: w, tokens: (h / f) * (w / f) };
+}
+
+// ---- Server-sent events ---------------------------------------------------------------------------
+
+// Feeds text as it arrives; calls onData(dataString) once per event (multi-line data joined by "\n").
+// Only "data:" fields matter for the chat API; comments (": ping") and other fields are skipped.
+export function createSSEParser(onData) {
+  let pending = '';
+  let data = [];
+  const line = (l) => {
+    if (l.endsWith('\r')) l = l.slice(0, -1);
+    if (l === '') {
+      if (data.length) {
+        const d = data.join('\n');
+        data = [];
+        onData(d);
+      }
+    } else if (l.startsWith('data:')) {
+      data.push(l.startsWith('data: ') ? l.slice(6) : l.slice(5));
+    }
+  };
+  return {
+    push(text) {
+      pending += text;
+      let i;
+      while ((i = pending.indexOf('\n')) >= 0) {
+        const l = pending.slice(0, i);
+        pending = pending.slice(i + 1);
+        line(l);
+      }
+    },
+    end() {
+      if (pending) line(pending);
+      pending = '';
+      line('');
+    },
+  };
+}
+
+// ---- Grounding (qwen3vl-spec.md §7) ---------------------------------------------------------------
+
+const MAX_MARKS = 500;
+
+function num(v) {
+  const n = typeof v === 'string' ? Number(v) : v;
+  return typeof n === 'number' && Number.isFinite(n) ? Math.min(1000, Math.max(0, n)) : null;
+}
+
+function labelOf(o) {
+  for (const k of ['label', 'text_content', 'name', 'category', 'text']) {
+    if (typeof o[k] === 'string' && o[k].trim()) return o[k].trim();
+    if (typeof o[k] === 'number') return String(o[k]);
+  }
+  return '';
+}
+
+function collect(v, out, depth = 0) {
+  if (out.length >= MAX_MARKS || depth > 8 || v === null || typeof v !== 'object') return;
+  if (Array.isArray(v)) {
+    for (const x of v) collect(x, out, depth + 1);
+    return;
+  }
+  const b = v.bbox_2d ?? v.bbox;
+  if (Array.isArray(b) && b.length === 4) {
+    let [x1, y1, x2, y2] = b.map(num);
+    if (x1 !== null && y1 !== null && x2 !== null && y2 !== null) {
+      if (x2 < x1) [x1, x2] = [x2, x1];
+      if (y2 < y1) [y1, y2] = [y2, y1];
+      out.push({ kind: 'box', x1, y1, x2, y2, label: labelOf(v) });
+      return;
+    }
+  }
+  const p = v.point_2d ?? v.point;
+  if (Array.isArray(p) && p.length === 2) {
+    const [x, y] = p.map(num);
+    if (x !== null && y !== null) {
+      out.push({ kind: 'point', x, y, label: labelOf(v) });
+      return;
+    }
+  }
+  for (const k of Object.keys(v)) if (typeof v[k] === 'object') collect(v[k], out, depth + 1);
+}
+
+// Boxes and points in a model answer, on the 0..1000 grid: [{kind:'box', x1, y1, x2, y2, label} |
+// {kind:'point', x, y, label}]. Looks in ```json fences first, then in the whole answer; a list cut
+// short (max_tokens, Stop) still gives the objects that were complete.
+export function parseGrounding(text) {
+  if (typeof text !== 'string' || !/bbox|point/.test(text)) return [];
+  const candidates = [];
+  const fence = /```[a-zA-Z]*\s*\n([\s\S]*?)(```|$)/g;
+  let m;
+  while ((m = fence.exec(text)) !== null) candidates.push(m[1]);
+  candidates.push(text);
+  for (const c of candidates) {
+    const out = [];
+    try {
+      collect(JSON.parse(c.trim()), out);
+    } catch {
+      // Not one JSON value (prose around it, or cut off): take each flat {...} that parses.
+      for (const o of c.match(/\{[^{}]*\}/g) ?? []) {
+        try {
+          collect(JSON.parse(o), out);
+        } catch {
+          /* not JSON: ignore */
+        }
+      }
+    }
+    if (out.length) return out.slice(0, MAX_MARKS);
+  }
+  return [];
+}
+
+// ---- Errors ---------------------------------------------------------------------------------------
+
+// Turns an HTTP failure into what the user should read: {kind, title, detail, retryAfter (s|null)}.
+// `error` is the OpenAI error object {message, type, code} if the body had one.
+export function describeHttpError(status, error, retryAfterHeader) {
+  const msg = error && typeof error.message === 'string' ? error.message : '';
+  let retryAfter = null;
+  if (retryAfterHeader != null && retryAfterHeader !== '') {
+    const s = Number(retryAfterHeader);
+    if (Number.isFinite(s) && s >= 0) retryAfter = Math.min(600, Math.ceil(s));
+    else {
+      const t = Date.parse(retryAfterHeader);
+      if (!Number.isNaN(t)) retryAfter = Math.min(600, Math.max(0, Math.ceil((t - Date.now()) / 1000)));
+    }
+  }
+  switch (status) {
+    case 503:
+      if (retryAfter !== null)
+        return { kind: 'busy', title: 'The server is busy', detail: msg || 'Its request queue is full.', retryAfter };
+      return { kind: 'loading', title: 'The server is not ready', detail: msg || 'The model is still loading.', retryAfter: null };
+    case 413:
+      return {
+        kind: 'too_large',
+        title: 'Image too large',
+        detail: (msg ? msg + ' ' : '') + 'Try a smaller image, or lower “Max image size” in Settings.',
+        retryAfter: null,
+      };
+    case 429:
+      return { kind: 'rate', title: 'Too many requests', detail: msg || 'Slow down a little.', retryAfter };
+    case 401:
+      return { kind: 'auth', title: 'API key needed', detail: (msg ? msg + ' ' : '') + 'Enter the server’s API key in Settings.', retryAfter: null };
+    case 400:
+      return { kind: 'bad_request', title: 'The server could not use this request', detail: msg || 'Bad request.', retryAfter: null };
+    default:
+      return { kind: 'server', title: `Server error (${status})`, detail: msg || 'Something went wrong on the server.', retryAfter };
+  }
+}
+
+export function describeNetworkError() {
+  return {
+    kind: 'offline',
+    title: 'Can’t reach the qvl server',
+    detail: 'Check that `qvl serve` is still running and reachable, then try again.',
+    retryAfter: null,
+  };
+}
+
+// ---- Requests ---------------------------------------------------------------------------------------
+
+// The OpenAI `messages` array for a conversation: images first, then the text, as Qwen3-VL's chat
+// template expects. Failed turns are left out; images that could not be kept (storage full) too.
+export function buildMessages(conversation, systemPrompt) {
+  const msgs = [];
+  if (systemPrompt && systemPrompt.trim()) msgs.push({ role: 'system', content: systemPrompt.trim() });
+  for (const m of conversation.messages) {
+    if (m.role === 'user') {
+      const content = [];
+      for (const img of m.images ?? []) if (img.dataUrl) content.push({ type: 'image_url', image_url: { url: img.dataUrl } });
+      if (m.text) content.push({ type: 'text', text: m.text });
+      if (content.length) msgs.push({ role: 'user', content });
+    } else if (m.role === 'assistant' && m.text && !m.error) {
+      msgs.push({ role: 'assistant', content: m.text });
+    }
+  }
+  return msgs;
+}
+
+export function formatBytes(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(n < 10240 ? 1 : 0)} KB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MB`;
+}
