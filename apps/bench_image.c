@@ -1,10 +1,11 @@
 /* A synthetic photo-like JPEG for `qvl bench`, encoded in memory with libjpeg so the benchmark
  * needs no image files. Smooth gradients plus texture, so the decoder does realistic work. */
-#include <jpeglib.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jpeglib.h> /* needs stdio.h and stddef types first */
 
 #include "bench_image.h"
 
