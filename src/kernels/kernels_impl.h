@@ -18,6 +18,14 @@
  * fall back to the plain rows (w->data, always kept) for anything else. */
 enum {
   KN_LAYOUT_PLAIN = 0,
+  /* x86/avx512.c: 16-row panels (see docs/KERNELS.md "Packed layouts") */
+  KN_LAYOUT_X16_F32 = 0x5101,
+  KN_LAYOUT_X16_F16 = 0x5102,
+  KN_LAYOUT_X16_BF16 = 0x5103,
+  KN_LAYOUT_X16_Q8_0 = 0x5104,
+  KN_LAYOUT_X16_Q4_0 = 0x5105,
+  KN_LAYOUT_X16_Q4_K = 0x5106,
+  KN_LAYOUT_X16_Q6_K = 0x5107,
 };
 
 /* One matmul call as seen by a tile function. */

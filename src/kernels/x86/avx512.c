@@ -1,4 +1,719 @@
-/* AVX-512 (F/BW/VL/DQ + VNNI + BF16) variant. Compiled with only its own -m flags. */
+/*
+ * AVX-512 variant (F/BW/VL/DQ + VNNI + BF16; compiled with only its own -m flags).
+ *
+ * Matmul works on 16-row panels: kn_weight_init repacks W so that one 64-byte load holds the same
+ * input position(s) of 16 consecutive output rows. A zmm accumulator then holds 16 outputs of one
+ * token and no horizontal reduction is ever needed:
+ *   - float weights (F32/F16/BF16): one load = element i of 16 rows, converted to fp32, one FMA per
+ *     token with x[t][i] broadcast;
+ *   - quantized weights: one load = 4 consecutive quants of 16 rows (u8), one vpdpbusd per token
+ *     with 4 activation quants (s8) broadcast; block scales are applied once per block (Q8_0,
+ *     Q4_0) or per sub-block in integers then once per super-block (Q4_K, Q6_K).
+ * The same panel kernel serves GEMV (1 token) and GEMM (up to 8 tokens share each weight load), and
+ * every output is accumulated in the same order either way, so a token's result does not depend on
+ * the batch it is in nor on the thread split.
+ *
+ * Activations are quantized once per matmul: 8-bit with a float scale per 32 values (for Q8_0/Q4_0
+ * weights) or per 256 values plus 16- and 32-element sums (for K-quants), like ggml's q8_0/q8_K.
+ * Signed weights are stored with +128 (Q8_0) and the offset removed with the block sums of the
+ * activations; the same trick removes Q4_0's -8 and Q6_K's -32.
+ */
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
 #include "kernels/kernels_impl.h"
 
+#define PR 16 /* rows per panel */
+
+#define QK8_0 32
+#define QK_K 256
+
+/* Bytes per block (or per element for float types) of one 16-row panel. */
+#define X16_Q8_0_BLK (32 + 8 * 64)   /* 16 fp16 scales + 8 groups of 16x4 quants */
+#define X16_Q4_0_BLK (32 + 4 * 64)   /* 16 fp16 scales + 4 groups of 16x4 nibble pairs */
+#define X16_Q4_K_SB (64 + 128 + 128 + 32 * 64) /* d, dmin, scales [8][16], min pairs, quants */
+#define X16_Q4_K_SC 64
+#define X16_Q4_K_MIN 192
+#define X16_Q4_K_QS 320
+#define X16_Q6_K_SB (32 + 256 + 32 * 64 + 16 * 64) /* d, scales [16][16], ql, qh */
+#define X16_Q6_K_SC 32
+#define X16_Q6_K_QL 288
+#define X16_Q6_K_QH (288 + 32 * 64)
+
+static inline int64_t n_panels(int64_t n_out) { return (n_out + PR - 1) / PR; }
+
+/* ---------------------------------------------------------------------------------------------
+ * Packing
+ */
+
+/* Transposes 4-byte groups: dst[g*64 + r*4 + e] = src_r[4g + e] ^ flip, for n_groups groups and the
+ * rows present (missing rows of the last panel stay zero). */
+static void put_groups(uint8_t *dst, const uint8_t *const *src, int rows, int n_groups, uint8_t flip) {
+  for (int g = 0; g < n_groups; g++)
+    for (int r = 0; r < rows; r++)
+      for (int e = 0; e < 4; e++)
+        dst[g * 64 + r * 4 + e] = (uint8_t)(src[r][4 * g + e] ^ flip);
+}
+
+static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+static qvl_status avx512_weight_pack(kn_weight *w) {
+  int64_t np = n_panels(w->n_out), n_in = w->n_in;
+  size_t panel;
+  int layout;
+  switch (w->type) {
+  case QVL_DTYPE_F32: panel = (size_t)n_in * 64; layout = KN_LAYOUT_X16_F32; break;
+  case QVL_DTYPE_F16: panel = (size_t)n_in * 32; layout = KN_LAYOUT_X16_F16; break;
+  case QVL_DTYPE_BF16: panel = (size_t)n_in * 32; layout = KN_LAYOUT_X16_BF16; break;
+  case QVL_DTYPE_Q8_0: panel = (size_t)(n_in / 32) * X16_Q8_0_BLK; layout = KN_LAYOUT_X16_Q8_0; break;
+  case QVL_DTYPE_Q4_0: panel = (size_t)(n_in / 32) * X16_Q4_0_BLK; layout = KN_LAYOUT_X16_Q4_0; break;
+  case QVL_DTYPE_Q4_K: panel = (size_t)(n_in / 256) * X16_Q4_K_SB; layout = KN_LAYOUT_X16_Q4_K; break;
+  case QVL_DTYPE_Q6_K: panel = (size_t)(n_in / 256) * X16_Q6_K_SB; layout = KN_LAYOUT_X16_Q6_K; break;
+  default: return QVL_OK; /* the reference path handles it */
+  }
+  if ((uint64_t)np > SIZE_MAX / panel)
+    return qvl_errorf(QVL_ERR_TOO_LARGE, "repacked weight %lld x %lld too large",
+                      (long long)w->n_out, (long long)n_in);
+  size_t total = panel * (size_t)np;
+  void *mem = NULL;
+  if (posix_memalign(&mem, 64, total ? total : 64) != 0)
+    return qvl_errorf(QVL_ERR_NOMEM, "cannot allocate %zu bytes for the repacked weight", total);
+  uint8_t *dst = mem;
+  memset(dst, 0, total);
+  const uint8_t *data = w->data;
+  for (int64_t p = 0; p < np; p++) {
+    uint8_t *pd = dst + (size_t)p * panel;
+    int rows = (int)(w->n_out - p * PR < PR ? w->n_out - p * PR : PR);
+    const uint8_t *row[PR];
+    for (int r = 0; r < rows; r++)
+      row[r] = data + (size_t)(p * PR + r) * w->row_bytes;
+    switch (w->type) {
+    case QVL_DTYPE_F32:
+      for (int64_t i = 0; i < n_in; i++)
+        for (int r = 0; r < rows; r++)
+          memcpy(pd + (size_t)i * 64 + r * 4, row[r] + i * 4, 4);
+      break;
+    case QVL_DTYPE_F16:
+    case QVL_DTYPE_BF16:
+      for (int64_t i = 0; i < n_in; i++)
+        for (int r = 0; r < rows; r++)
+          memcpy(pd + (size_t)i * 32 + r * 2, row[r] + i * 2, 2);
+      break;
+    case QVL_DTYPE_Q8_0:
+    case QVL_DTYPE_Q4_0: {
+      bool q8 = w->type == QVL_DTYPE_Q8_0;
+      size_t bb = q8 ? 34 : 18, pb = q8 ? X16_Q8_0_BLK : X16_Q4_0_BLK;
+      for (int64_t b = 0; b < n_in / 32; b++) {
+        uint8_t *o = pd + (size_t)b * pb;
+        const uint8_t *qs[PR];
+        for (int r = 0; r < rows; r++) {
+          memcpy(o + r * 2, row[r] + b * bb, 2);
+          qs[r] = row[r] + b * bb + 2;
+        }
+        put_groups(o + 32, qs, rows, q8 ? 8 : 4, q8 ? 0x80 : 0);
+      }
+      break;
+    }
+    case QVL_DTYPE_Q4_K:
+      for (int64_t sb = 0; sb < n_in / 256; sb++) {
+        uint8_t *o = pd + (size_t)sb * X16_Q4_K_SB;
+        const uint8_t *qs[PR];
+        for (int r = 0; r < rows; r++) {
+          const uint8_t *blk = row[r] + sb * 144;
+          memcpy(o + r * 2, blk, 2);
+          memcpy(o + 32 + r * 2, blk + 2, 2);
+          for (int s = 0; s < 8; s++) {
+            uint8_t sc, m;
+            scale_min_k4(s, blk + 4, &sc, &m);
+            o[X16_Q4_K_SC + s * 16 + r] = sc;
+            o[X16_Q4_K_MIN + (s / 2) * 32 + r * 2 + (s % 2)] = m;
+          }
+          qs[r] = blk + 16;
+        }
+        put_groups(o + X16_Q4_K_QS, qs, rows, 32, 0);
+      }
+      break;
+    case QVL_DTYPE_Q6_K:
+      for (int64_t sb = 0; sb < n_in / 256; sb++) {
+        uint8_t *o = pd + (size_t)sb * X16_Q6_K_SB;
+        const uint8_t *ql[PR], *qh[PR];
+        for (int r = 0; r < rows; r++) {
+          const uint8_t *blk = row[r] + sb * 210;
+          memcpy(o + r * 2, blk + 208, 2);
+          for (int g = 0; g < 16; g++)
+            o[X16_Q6_K_SC + g * 16 + r] = blk[192 + g];
+          ql[r] = blk;
+          qh[r] = blk + 128;
+        }
+        put_groups(o + X16_Q6_K_QL, ql, rows, 32, 0);
+        put_groups(o + X16_Q6_K_QH, qh, rows, 16, 0);
+      }
+      break;
+    default:
+      break;
+    }
+  }
+  w->packed = dst;
+  w->layout = layout;
+  return QVL_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Activation quantization. Row layout: int8 q[n_in], then per block float d, then sums.
+ *   Q8_32:  q[n_in], float d[nb], int32 s[nb]            (nb = n_in / 32)
+ *   Q8_256: q[n_in], float d[ns], int16 s16[ns][16], int16 s32[ns][8]   (ns = n_in / 256)
+ */
+static size_t act32_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 32) * 8; }
+static size_t act256_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 256) * 52; }
+
+/* Quantizes 32*k values with one scale: q = round(x * 127 / amax). Returns the sum of the quants
+ * in sums16[16] (per 16 values). */
+static inline float quant_run(const float *x, int n, int8_t *q, int32_t *sums16) {
+  __m512 amax = _mm512_setzero_ps();
+  for (int i = 0; i < n; i += 16)
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  float a = _mm512_reduce_max_ps(amax);
+  float d = a / 127.0f;
+  float id = d != 0.0f ? 1.0f / d : 0.0f;
+  __m512 vid = _mm512_set1_ps(id);
+  for (int i = 0; i < n; i += 16) {
+    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vid)); /* ties to even */
+    _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtsepi32_epi8(v));
+    sums16[i / 16] = _mm512_reduce_add_epi32(v);
+  }
+  return d;
+}
+
+static void act32_quantize(const float *x, void *xq, int64_t n_in) {
+  int8_t *q = xq;
+  int64_t nb = n_in / 32;
+  float *d = (float *)(q + n_in);
+  int32_t *s = (int32_t *)(d + nb);
+  for (int64_t b = 0; b < nb; b++) {
+    int32_t s16[2];
+    d[b] = quant_run(x + b * 32, 32, q + b * 32, s16);
+    s[b] = s16[0] + s16[1];
+  }
+}
+
+static void act256_quantize(const float *x, void *xq, int64_t n_in) {
+  int8_t *q = xq;
+  int64_t ns = n_in / 256;
+  float *d = (float *)(q + n_in);
+  int16_t *s16 = (int16_t *)(d + ns);
+  int16_t *s32 = s16 + ns * 16;
+  for (int64_t b = 0; b < ns; b++) {
+    int32_t sums[16];
+    d[b] = quant_run(x + b * 256, 256, q + b * 256, sums);
+    for (int g = 0; g < 16; g++)
+      s16[b * 16 + g] = (int16_t)sums[g];
+    for (int g = 0; g < 8; g++)
+      s32[b * 8 + g] = (int16_t)(sums[2 * g] + sums[2 * g + 1]);
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Panel kernels. Each computes acc[t] (16 rows) for TT tokens; TT is a compile-time constant in
+ * every instantiation (the switch in run_panel), so the arrays below live in registers.
+ */
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE __m512i bcast4(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+INLINE __m512 load_w16(const uint8_t *p, int layout) {
+  if (layout == KN_LAYOUT_X16_F32)
+    return _mm512_loadu_ps(p);
+  if (layout == KN_LAYOUT_X16_F16)
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+INLINE void panel_float(const uint8_t *pw, int layout, const float *x, int64_t n_in, int TT,
+                        __m512 *acc) {
+  size_t esz = layout == KN_LAYOUT_X16_F32 ? 64 : 32;
+  for (int t = 0; t < TT; t++)
+    acc[t] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n_in; i++) {
+    __m512 w = load_w16(pw + (size_t)i * esz, layout);
+    for (int t = 0; t < TT; t++)
+      acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[t * n_in + i]), acc[t]);
+  }
+}
+
+INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, int64_t n_in,
+                       int TT, __m512 *acc) {
+  int64_t nb = n_in / 32;
+  const float *xd[8];
+  const int32_t *xsum[8];
+  for (int t = 0; t < TT; t++) {
+    acc[t] = _mm512_setzero_ps();
+    xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
+    xsum[t] = (const int32_t *)(xd[t] + nb);
+  }
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  const int32_t off = q4 ? -8 : -128;
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk = pw + (size_t)b * (q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    __m512i w[8];
+    if (q4) {
+      for (int k = 0; k < 4; k++) {
+        __m512i raw = _mm512_loadu_si512(blk + 32 + k * 64);
+        w[k] = _mm512_and_si512(raw, lo4);
+        w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
+      }
+    } else {
+      for (int c = 0; c < 8; c++)
+        w[c] = _mm512_loadu_si512(blk + 32 + c * 64);
+    }
+    for (int t = 0; t < TT; t++) {
+      const int8_t *xb = xq + (size_t)t * xs + b * 32;
+      __m512i is = _mm512_set1_epi32(off * xsum[t][b]);
+      for (int c = 0; c < 8; c++)
+        is = _mm512_dpbusd_epi32(is, w[c], bcast4(xb + 4 * c));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])),
+                               acc[t]);
+    }
+  }
+}
+
+INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
+                       __m512 *acc) {
+  int64_t ns = n_in / 256;
+  const float *xd[4];
+  const int16_t *x32[4];
+  for (int t = 0; t < TT; t++) {
+    acc[t] = _mm512_setzero_ps();
+    xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
+    x32[t] = (const int16_t *)(xd[t] + ns) + ns * 16;
+  }
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  for (int64_t sb = 0; sb < ns; sb++) {
+    const uint8_t *blk = pw + (size_t)sb * X16_Q4_K_SB;
+    __m512i A[4], B[4];
+    for (int t = 0; t < TT; t++) {
+      A[t] = _mm512_setzero_si512();
+      B[t] = _mm512_setzero_si512();
+    }
+    for (int c = 0; c < 4; c++) {
+      __m512i mp = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + X16_Q4_K_MIN + 32 * c)));
+      for (int t = 0; t < TT; t++)
+        B[t] = _mm512_dpwssd_epi32(B[t], mp, bcast4((const int8_t *)(x32[t] + sb * 8 + 2 * c)));
+    }
+    for (int k = 0; k < 4; k++) {
+      for (int half = 0; half < 2; half++) {
+        __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + X16_Q4_K_SC + 16 * (2 * k + half))));
+        __m512i w[8];
+        for (int j = 0; j < 8; j++) {
+          __m512i raw = _mm512_loadu_si512(blk + X16_Q4_K_QS + (8 * k + j) * 64);
+          w[j] = half ? _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4) : _mm512_and_si512(raw, lo4);
+        }
+        for (int t = 0; t < TT; t++) {
+          const int8_t *xb = xq + (size_t)t * xs + sb * 256 + 64 * k + 32 * half;
+          __m512i is = _mm512_setzero_si512();
+          for (int j = 0; j < 8; j++)
+            is = _mm512_dpbusd_epi32(is, w[j], bcast4(xb + 4 * j));
+          A[t] = _mm512_add_epi32(A[t], _mm512_mullo_epi32(is, sc));
+        }
+      }
+    }
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+    for (int t = 0; t < TT; t++) {
+      __m512 dx = _mm512_set1_ps(xd[t][sb]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[t]), _mm512_mul_ps(dw, dx), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(B[t]), _mm512_mul_ps(dm, dx), acc[t]);
+    }
+  }
+}
+
+INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
+                       __m512 *acc) {
+  int64_t ns = n_in / 256;
+  const float *xd[4];
+  const int16_t *x16[4];
+  for (int t = 0; t < TT; t++) {
+    acc[t] = _mm512_setzero_ps();
+    xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
+    x16[t] = (const int16_t *)(xd[t] + ns);
+  }
+  const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+  for (int64_t sb = 0; sb < ns; sb++) {
+    const uint8_t *blk = pw + (size_t)sb * X16_Q6_K_SB;
+    __m512i A[4];
+    for (int t = 0; t < TT; t++)
+      A[t] = _mm512_setzero_si512();
+    for (int g = 0; g < 16; g++) {
+      int n = g / 8, h = (g / 4) & 1, j0 = 4 * (g % 4);
+      __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + X16_Q6_K_SC + 16 * g)));
+      __m512i q[4];
+      for (int e = 0; e < 4; e++) {
+        int j = j0 + e;
+        int G = 16 * n + j, H = 8 * n + (j & 7), sh = 2 * (2 * h + j / 8);
+        __m512i ql = _mm512_loadu_si512(blk + X16_Q6_K_QL + G * 64);
+        __m512i qh = _mm512_loadu_si512(blk + X16_Q6_K_QH + H * 64);
+        __m512i a = h ? _mm512_srli_epi16(ql, 4) : ql;
+        __m512i b = sh <= 4 ? _mm512_slli_epi16(qh, 4 - sh) : _mm512_srli_epi16(qh, sh - 4);
+        /* (a & 0x0F) | (b & 0x30) */
+        q[e] = _mm512_or_si512(_mm512_and_si512(a, m0f), _mm512_and_si512(b, m30));
+      }
+      for (int t = 0; t < TT; t++) {
+        const int8_t *xb = xq + (size_t)t * xs + sb * 256 + 16 * g;
+        __m512i is = _mm512_set1_epi32(-32 * (int32_t)x16[t][sb * 16 + g]);
+        for (int e = 0; e < 4; e++)
+          is = _mm512_dpbusd_epi32(is, q[e], bcast4(xb + 4 * e));
+        A[t] = _mm512_add_epi32(A[t], _mm512_mullo_epi32(is, sc));
+      }
+    }
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    for (int t = 0; t < TT; t++)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][sb])), acc[t]);
+  }
+}
+
+/* Computes one panel for TT tokens starting at t and stores the (masked) 16 outputs per token. */
+INLINE void panel_store(const kn_mm *m, int64_t p, int64_t t, int TT, const __m512 *acc) {
+  int64_t n_out = m->w->n_out, r0 = p * PR;
+  int rows = (int)(n_out - r0 < PR ? n_out - r0 : PR);
+  __mmask16 mask = (__mmask16)((1u << rows) - 1);
+  __m512 bias = m->bias ? _mm512_maskz_loadu_ps(mask, m->bias + r0) : _mm512_setzero_ps();
+  for (int k = 0; k < TT; k++)
+    _mm512_mask_storeu_ps(m->y + (t + k) * n_out + r0, mask, _mm512_add_ps(acc[k], bias));
+}
+
+#define DEFINE_PANEL_RUN(NAME, TT, BODY)                                                  \
+  static void NAME(const kn_mm *m, int64_t p, int64_t t) {                               \
+    __m512 acc[TT];                                                                      \
+    const kn_weight *w = m->w;                                                           \
+    (void)w;                                                                             \
+    BODY;                                                                                \
+    panel_store(m, p, t, TT, acc);                                                       \
+  }
+
+#define PANEL_PTR(w, bytes) ((const uint8_t *)(w)->packed + (size_t)p * (bytes))
+#define XQ(t) ((const int8_t *)m->xq + (size_t)(t) * m->xq_stride)
+
+#define FLOAT_BODY(TT)                                                                          \
+  panel_float(PANEL_PTR(w, (size_t)w->n_in * (w->layout == KN_LAYOUT_X16_F32 ? 64 : 32)),      \
+              w->layout, m->x + t * w->n_in, w->n_in, TT, acc)
+#define Q80_BODY(TT, Q4)                                                                        \
+  panel_q8_0(PANEL_PTR(w, (size_t)(w->n_in / 32) * ((Q4) ? X16_Q4_0_BLK : X16_Q8_0_BLK)), Q4, \
+             XQ(t), m->xq_stride, w->n_in, TT, acc)
+#define Q4K_BODY(TT) \
+  panel_q4_K(PANEL_PTR(w, (size_t)(w->n_in / 256) * X16_Q4_K_SB), XQ(t), m->xq_stride, w->n_in, TT, acc)
+#define Q6K_BODY(TT) \
+  panel_q6_K(PANEL_PTR(w, (size_t)(w->n_in / 256) * X16_Q6_K_SB), XQ(t), m->xq_stride, w->n_in, TT, acc)
+
+DEFINE_PANEL_RUN(run_f_8, 8, FLOAT_BODY(8))
+DEFINE_PANEL_RUN(run_f_4, 4, FLOAT_BODY(4))
+DEFINE_PANEL_RUN(run_f_2, 2, FLOAT_BODY(2))
+DEFINE_PANEL_RUN(run_f_1, 1, FLOAT_BODY(1))
+DEFINE_PANEL_RUN(run_q8_8, 8, Q80_BODY(8, false))
+DEFINE_PANEL_RUN(run_q8_4, 4, Q80_BODY(4, false))
+DEFINE_PANEL_RUN(run_q8_2, 2, Q80_BODY(2, false))
+DEFINE_PANEL_RUN(run_q8_1, 1, Q80_BODY(1, false))
+DEFINE_PANEL_RUN(run_q4_8, 8, Q80_BODY(8, true))
+DEFINE_PANEL_RUN(run_q4_4, 4, Q80_BODY(4, true))
+DEFINE_PANEL_RUN(run_q4_2, 2, Q80_BODY(2, true))
+DEFINE_PANEL_RUN(run_q4_1, 1, Q80_BODY(1, true))
+DEFINE_PANEL_RUN(run_q4k_4, 4, Q4K_BODY(4))
+DEFINE_PANEL_RUN(run_q4k_2, 2, Q4K_BODY(2))
+DEFINE_PANEL_RUN(run_q4k_1, 1, Q4K_BODY(1))
+DEFINE_PANEL_RUN(run_q6k_4, 4, Q6K_BODY(4))
+DEFINE_PANEL_RUN(run_q6k_2, 2, Q6K_BODY(2))
+DEFINE_PANEL_RUN(run_q6k_1, 1, Q6K_BODY(1))
+
+typedef void (*panel_fn)(const kn_mm *m, int64_t p, int64_t t);
+
+/* Runs panels [r0/16, r1/16) x tokens [t0, t1) with the widest token count first. run[0] handles
+ * the largest chunk (max_tt tokens), run[1] half of it, ... down to 1 token. */
+static void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                         const panel_fn *run, int max_tt) {
+  int64_t p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
+  for (int64_t p = p0; p < p1; p++) {
+    int64_t t = t0;
+    int k = 0;
+    for (int tt = max_tt; tt >= 1; tt /= 2, k++)
+      for (; t1 - t >= tt; t += tt)
+        run[k](m, p, t);
+  }
+}
+
+static void tile_float(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
+  (void)th;
+  static const panel_fn run[] = {run_f_8, run_f_4, run_f_2, run_f_1};
+  tile_generic(m, r0, r1, t0, t1, run, 8);
+}
+static void tile_q8_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
+  (void)th;
+  static const panel_fn run[] = {run_q8_8, run_q8_4, run_q8_2, run_q8_1};
+  tile_generic(m, r0, r1, t0, t1, run, 8);
+}
+static void tile_q4_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
+  (void)th;
+  static const panel_fn run[] = {run_q4_8, run_q4_4, run_q4_2, run_q4_1};
+  tile_generic(m, r0, r1, t0, t1, run, 8);
+}
+static void tile_q4_K(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
+  (void)th;
+  static const panel_fn run[] = {run_q4k_4, run_q4k_2, run_q4k_1};
+  tile_generic(m, r0, r1, t0, t1, run, 4);
+}
+static void tile_q6_K(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
+  (void)th;
+  static const panel_fn run[] = {run_q6k_4, run_q6k_2, run_q6k_1};
+  tile_generic(m, r0, r1, t0, t1, run, 4);
+}
+
+static const kn_mm_kernel mm_float = {NULL, NULL, tile_float, PR};
+static const kn_mm_kernel mm_q8_0 = {act32_bytes, act32_quantize, tile_q8_0, PR};
+static const kn_mm_kernel mm_q4_0 = {act32_bytes, act32_quantize, tile_q4_0, PR};
+static const kn_mm_kernel mm_q4_K = {act256_bytes, act256_quantize, tile_q4_K, PR};
+static const kn_mm_kernel mm_q6_K = {act256_bytes, act256_quantize, tile_q6_K, PR};
+
+static const kn_mm_kernel *avx512_mm_select(const kn_weight *w, int64_t n_tokens) {
+  (void)n_tokens;
+  if (!w->packed)
+    return &kn_mm_ref;
+  switch (w->layout) {
+  case KN_LAYOUT_X16_F32:
+  case KN_LAYOUT_X16_F16:
+  case KN_LAYOUT_X16_BF16: return &mm_float;
+  case KN_LAYOUT_X16_Q8_0: return &mm_q8_0;
+  case KN_LAYOUT_X16_Q4_0: return &mm_q4_0;
+  case KN_LAYOUT_X16_Q4_K: return &mm_q4_K;
+  case KN_LAYOUT_X16_Q6_K: return &mm_q6_K;
+  default: return &kn_mm_ref;
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Element-wise and row operations
+ */
+
+/* exp(x) for float32, about 1 ulp: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial for e^r
+ * (Cephes expf coefficients), scaled by 2^n with vscalefps (which handles overflow and
+ * underflow to inf/0). */
+INLINE __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.7f)), _mm512_set1_ps(-104.0f));
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+INLINE __mmask16 tail_mask(int64_t n) { return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1); }
+
+/* gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3):
+ * the same function as PyTorch's formula, written so it has no cancellation near u = 0. */
+static void avx512_gelu_tanh(float *x, int64_t n) {
+  const __m512 k2b = _mm512_set1_ps(-2.0f * 0.7978845608028654f), kk = _mm512_set1_ps(0.044715f);
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 mk = tail_mask(n - i);
+    __m512 v = _mm512_maskz_loadu_ps(mk, x + i);
+    __m512 inner = _mm512_fmadd_ps(_mm512_mul_ps(kk, v), _mm512_mul_ps(v, v), v);
+    __m512 e = exp512(_mm512_mul_ps(k2b, inner));
+    _mm512_mask_storeu_ps(x + i, mk, _mm512_div_ps(v, _mm512_add_ps(one, e)));
+  }
+}
+
+static void avx512_silu_mul(float *gate, const float *up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 mk = tail_mask(n - i);
+    __m512 g = _mm512_maskz_loadu_ps(mk, gate + i);
+    __m512 u = _mm512_maskz_loadu_ps(mk, up + i);
+    __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    _mm512_mask_storeu_ps(gate + i, mk, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(one, e)), u));
+  }
+}
+
+static void avx512_add(float *y, const float *x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    __mmask16 mk = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, mk, _mm512_add_ps(_mm512_maskz_loadu_ps(mk, y + i),
+                                                   _mm512_maskz_loadu_ps(mk, x + i)));
+  }
+}
+
+/* Sums are accumulated in double (two 8-lane halves) so long rows lose nothing. */
+static void avx512_rmsnorm(const float *x, const float *w, int64_t n_rows, int64_t n, float eps,
+                           float *y) {
+  for (int64_t r = 0; r < n_rows; r++) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 16) {
+      __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), xr + i);
+      __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+      __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+      s0 = _mm512_fmadd_pd(lo, lo, s0);
+      s1 = _mm512_fmadd_pd(hi, hi, s1);
+    }
+    double ss = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+    __m512 inv = _mm512_set1_ps((float)(1.0 / sqrt(ss / (double)n + (double)eps)));
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 mk = tail_mask(n - i);
+      __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, xr + i), inv);
+      if (w)
+        v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mk, w + i));
+      _mm512_mask_storeu_ps(yr + i, mk, v);
+    }
+  }
+}
+
+static void avx512_layernorm(const float *x, const float *w, const float *b, int64_t n_rows,
+                             int64_t n, float eps, float *y) {
+  for (int64_t r = 0; r < n_rows; r++) {
+    const float *xr = x + r * n;
+    float *yr = y + r * n;
+    __m512d s = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 16) {
+      __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), xr + i);
+      s = _mm512_add_pd(s, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+      s = _mm512_add_pd(s, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+    }
+    double mean = _mm512_reduce_add_pd(s) / (double)n;
+    __m512d vm = _mm512_set1_pd(mean), q = _mm512_setzero_pd();
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 mk = tail_mask(n - i);
+      __m512 v = _mm512_maskz_loadu_ps(mk, xr + i);
+      __m512d lo = _mm512_sub_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(v)), vm);
+      __m512d hi = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))), vm);
+      __mmask8 ml = (__mmask8)(mk & 0xFF), mh = (__mmask8)(mk >> 8);
+      q = _mm512_mask3_fmadd_pd(lo, lo, q, ml);
+      q = _mm512_mask3_fmadd_pd(hi, hi, q, mh);
+    }
+    double var = _mm512_reduce_add_pd(q) / (double)n;
+    float inv = (float)(1.0 / sqrt(var + (double)eps));
+    __m512 vinv = _mm512_set1_ps(inv), vmean = _mm512_set1_ps((float)mean);
+    for (int64_t i = 0; i < n; i += 16) {
+      __mmask16 mk = tail_mask(n - i);
+      __m512 v = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, xr + i), vmean), vinv);
+      if (w)
+        v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mk, w + i));
+      if (b)
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, b + i));
+      _mm512_mask_storeu_ps(yr + i, mk, v);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Attention: online softmax over blocks of 16 keys per query row; q, the output accumulator and
+ * one key/value row live in registers (head_dim <= 256).
+ */
+#define ATT_MAXV 16
+
+INLINE void attn_row(const kn_attn *a, const float *q, const float *kb, const float *vb,
+                     int64_t n_keys, float *o, int nv) {
+  int hd = a->head_dim;
+  __mmask16 lm = tail_mask(hd - (nv - 1) * 16);
+  __m512 qv[ATT_MAXV], acc[ATT_MAXV];
+  __m512 sc = _mm512_set1_ps(a->scale);
+  for (int c = 0; c < nv; c++) {
+    qv[c] = _mm512_mul_ps(_mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, q + 16 * c), sc);
+    acc[c] = _mm512_setzero_ps();
+  }
+  float m = -INFINITY, l = 0.0f;
+  float s[16];
+  for (int64_t j0 = 0; j0 < n_keys; j0 += 16) {
+    int nb = (int)(n_keys - j0 < 16 ? n_keys - j0 : 16);
+    for (int jj = 0; jj < nb; jj++) {
+      const float *k = kb + (j0 + jj) * a->kv_stride;
+      __m512 d = _mm512_mul_ps(qv[0], _mm512_maskz_loadu_ps(nv == 1 ? lm : 0xFFFF, k));
+      for (int c = 1; c < nv; c++)
+        d = _mm512_fmadd_ps(qv[c], _mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, k + 16 * c), d);
+      s[jj] = _mm512_reduce_add_ps(d);
+    }
+    __mmask16 km = tail_mask(nb);
+    __m512 sv = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), km, s);
+    float bm = _mm512_reduce_max_ps(sv);
+    if (bm > m) {
+      float c = expf(m - bm);
+      l *= c;
+      __m512 vc = _mm512_set1_ps(c);
+      for (int k = 0; k < nv; k++)
+        acc[k] = _mm512_mul_ps(acc[k], vc);
+      m = bm;
+    }
+    __m512 p = _mm512_maskz_mov_ps(km, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m))));
+    l += _mm512_reduce_add_ps(p);
+    _mm512_storeu_ps(s, p);
+    for (int jj = 0; jj < nb; jj++) {
+      const float *v = vb + (j0 + jj) * a->kv_stride;
+      __m512 pj = _mm512_set1_ps(s[jj]);
+      for (int c = 0; c < nv; c++)
+        acc[c] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, v + 16 * c), acc[c]);
+    }
+  }
+  __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
+  for (int c = 0; c < nv; c++)
+    _mm512_mask_storeu_ps(o + 16 * c, c == nv - 1 ? lm : 0xFFFF, _mm512_mul_ps(acc[c], il));
+}
+
+static void avx512_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+  int hd = a->head_dim;
+  if (hd > 16 * ATT_MAXV) {
+    kn_ops_ref.attention(a, h, q0, q1, thread);
+    return;
+  }
+  int nv = (hd + 15) / 16;
+  int kvh = h / (a->n_head / a->n_kv_head);
+  const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
+  for (int64_t i = q0; i < q1; i++) {
+    int64_t n_keys = a->n_kv;
+    if (a->causal_base >= 0 && a->causal_base + i + 1 < n_keys)
+      n_keys = a->causal_base + i + 1;
+    const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
+    float *o = a->out + i * a->out_stride + (int64_t)h * hd;
+    switch (nv) {
+    case 4: attn_row(a, q, kb, vb, n_keys, o, 4); break;
+    case 8: attn_row(a, q, kb, vb, n_keys, o, 8); break;
+    default: attn_row(a, q, kb, vb, n_keys, o, nv); break;
+    }
+  }
+}
+
+void kn_avx512_override(kn_ops *ops) {
+  ops->weight_pack = avx512_weight_pack;
+  ops->mm_select = avx512_mm_select;
+  ops->rmsnorm = avx512_rmsnorm;
+  ops->layernorm = avx512_layernorm;
+  ops->gelu_tanh = avx512_gelu_tanh;
+  ops->silu_mul = avx512_silu_mul;
+  ops->add = avx512_add;
+  ops->attention = avx512_attention;
+}
+
+#else
+#include "kernels/kernels_impl.h"
 void kn_avx512_override(kn_ops *ops) { (void)ops; }
+#endif
