@@ -64,6 +64,16 @@ fuzz:
 	  clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
 	    -o build/fuzz/$$n $$f $(LIB_SRC:%=%) $(LIBS) -pthread || exit 1; done
 
+# Benchmarks (not run by make test): make bench, then e.g. $(BUILD)/bench/kernels_bench --help
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
+.PHONY: bench
+bench: $(BENCH_BIN)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libqvl.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
+
 test: all
 	@BUILD=$(BUILD) tests/run.sh
 

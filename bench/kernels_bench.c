@@ -1,0 +1,214 @@
+/*
+ * Kernel benchmark on the Qwen3-VL-2B shapes: GEMV (decode), GEMM (prefill, 512 tokens), the vision
+ * MLP (4096x1024 over 3000 tokens) and vision attention. Prints GB/s of weights streamed and
+ * GFLOP/s (or GOP/s) against the machine peaks given on the command line.
+ *
+ *   build/rel/bench/kernels_bench [--isa ref|avx2|avx512] [--threads N] [--types q8_0,q4_0,...]
+ *                                 [--only gemv,gemm,vision,attn] [--time S] [--no-lmhead]
+ *
+ * GEMV weights are cycled over several copies (>= 96 MiB in total) so they come from DRAM, not
+ * from the 32 MiB L3, as in a real decode step.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/timing.h"
+#include "kernels/kernels.h"
+
+static double peak_bw = 25.0, peak_f32 = 300.0, peak_int8 = 770.0;
+static double min_time = 0.5;
+
+static uint64_t rs = 0x1234567;
+static float rnd(void) {
+  rs ^= rs << 13;
+  rs ^= rs >> 7;
+  rs ^= rs << 17;
+  return (float)((double)(rs >> 11) / 4503599627370496.0 - 1.0);
+}
+
+typedef struct bw {
+  tensor t;
+  void *data;
+  kn_weight w;
+} bw;
+
+static int make(bw *b, qvl_dtype type, int64_t n_in, int64_t n_out) {
+  size_t rb;
+  if (!dtype_row_bytes(type, n_in, &rb))
+    return -1;
+  b->data = malloc(rb * (size_t)n_out);
+  if (!b->data)
+    return -1;
+  float *row = malloc(sizeof(float) * (size_t)n_in);
+  for (int64_t o = 0; o < n_out; o++) {
+    for (int64_t i = 0; i < n_in; i++)
+      row[i] = rnd() * 0.05f;
+    dtype_quantize_row(type, row, (char *)b->data + rb * (size_t)o, n_in);
+  }
+  free(row);
+  b->t = (tensor){.name = "bench", .type = type, .n_dims = 2, .ne = {n_in, n_out, 1, 1},
+                  .data = b->data, .nbytes = rb * (size_t)n_out};
+  if (kn_weight_init(&b->w, &b->t) != QVL_OK) {
+    fprintf(stderr, "kn_weight_init: %s\n", qvl_last_error());
+    free(b->data);
+    return -1;
+  }
+  return 0;
+}
+
+static void drop(bw *b) {
+  kn_weight_free(&b->w);
+  free(b->data);
+}
+
+static bool is_quant(qvl_dtype t) {
+  return t == QVL_DTYPE_Q8_0 || t == QVL_DTYPE_Q4_0 || t == QVL_DTYPE_Q4_K || t == QVL_DTYPE_Q6_K;
+}
+
+static void bench_matmul(const char *label, qvl_dtype type, int64_t n_in, int64_t n_out,
+                         int64_t n_tok, bool cold) {
+  size_t rb;
+  if (!dtype_row_bytes(type, n_in, &rb))
+    return;
+  double bytes = (double)rb * (double)n_out;
+  int copies = 1;
+  if (cold && bytes < 96.0 * 1048576)
+    copies = (int)ceil(96.0 * 1048576 / bytes);
+  bw *ws = calloc((size_t)copies, sizeof *ws);
+  for (int c = 0; c < copies; c++)
+    if (make(&ws[c], type, n_in, n_out)) {
+      fprintf(stderr, "%s %s: cannot build weights\n", label, dtype_name(type));
+      for (int k = 0; k < c; k++)
+        drop(&ws[k]);
+      free(ws);
+      return;
+    }
+  float *x = malloc(sizeof(float) * (size_t)(n_in * n_tok));
+  float *y = malloc(sizeof(float) * (size_t)(n_out * n_tok));
+  for (int64_t i = 0; i < n_in * n_tok; i++)
+    x[i] = rnd();
+  kn_matmul(&ws[0].w, x, n_tok, NULL, y); /* warm up */
+  int iters = 0;
+  double t0 = time_now_s(), t;
+  do {
+    kn_matmul(&ws[iters % copies].w, x, n_tok, NULL, y);
+    iters++;
+    t = time_now_s() - t0;
+  } while (t < min_time);
+  double per = t / iters;
+  double flops = 2.0 * (double)n_in * (double)n_out * (double)n_tok;
+  double gbs = bytes / per / 1e9, gf = flops / per / 1e9;
+  double peak = is_quant(type) ? peak_int8 : peak_f32;
+  printf("%-7s %-5s %6lld x %-6lld x %4lld tok  %9.3f ms  %7.2f GB/s (%3.0f%% of %.0f)  %7.1f "
+         "GFLOP/s (%3.0f%% of %.0f)\n",
+         label, dtype_name(type), (long long)n_out, (long long)n_in, (long long)n_tok, per * 1e3,
+         gbs, 100 * gbs / peak_bw, peak_bw, gf, 100 * gf / peak, peak);
+  fflush(stdout);
+  free(x);
+  free(y);
+  for (int c = 0; c < copies; c++)
+    drop(&ws[c]);
+  free(ws);
+}
+
+static void bench_attention(int64_t n, int n_head, int hd, bool causal) {
+  int64_t stride = (int64_t)n_head * hd;
+  float *q = malloc(sizeof(float) * (size_t)(n * stride));
+  float *k = malloc(sizeof(float) * (size_t)(n * stride));
+  float *v = malloc(sizeof(float) * (size_t)(n * stride));
+  float *o = malloc(sizeof(float) * (size_t)(n * stride));
+  for (int64_t i = 0; i < n * stride; i++) {
+    q[i] = rnd();
+    k[i] = rnd();
+    v[i] = rnd();
+  }
+  int iters = 0;
+  double t0 = time_now_s(), t;
+  do {
+    kn_attention(q, n, stride, k, v, n, stride, n_head, n_head, hd, 1.0f / sqrtf((float)hd),
+                 causal ? 0 : -1, o, stride);
+    iters++;
+    t = time_now_s() - t0;
+  } while (t < min_time);
+  double per = t / iters;
+  double flops = 4.0 * (double)n * (double)n * (double)hd * n_head * (causal ? 0.5 : 1.0);
+  printf("attn    %5lld x %5lld, %d heads x %d%s  %9.3f ms  %7.1f GFLOP/s (%3.0f%% of %.0f)\n",
+         (long long)n, (long long)n, n_head, hd, causal ? " causal" : "", per * 1e3,
+         flops / per / 1e9, 100 * flops / per / 1e9 / peak_f32, peak_f32);
+  free(q);
+  free(k);
+  free(v);
+  free(o);
+}
+
+static bool listed(const char *list, const char *name) {
+  if (!list)
+    return true;
+  size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    const char *e = strchr(p, ',');
+    size_t len = e ? (size_t)(e - p) : strlen(p);
+    if (len == n && !strncasecmp(p, name, n))
+      return true;
+    p += len + (e ? 1 : 0);
+  }
+  return false;
+}
+
+int main(int argc, char **argv) {
+  const char *isa = NULL, *types = NULL, *only = NULL;
+  int threads = 0;
+  bool lmhead = true;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--isa") && i + 1 < argc)
+      isa = argv[++i];
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--types") && i + 1 < argc)
+      types = argv[++i];
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
+    else if (!strcmp(argv[i], "--time") && i + 1 < argc)
+      min_time = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--no-lmhead"))
+      lmhead = false;
+    else {
+      fprintf(stderr, "usage: %s [--isa ref|avx2|avx512] [--threads N] [--types q8_0,...] "
+                      "[--only gemv,gemm,vision,attn] [--time S] [--no-lmhead]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (kernels_init(isa, threads) != QVL_OK) {
+    fprintf(stderr, "%s\n", qvl_last_error());
+    return 1;
+  }
+  printf("kernels_bench: isa %s, %d threads; peaks: %.0f GB/s, %.0f GFLOP/s fp32, %.0f GOP/s int8\n",
+         kernels_isa(), kernels_threads(), peak_bw, peak_f32, peak_int8);
+  static const qvl_dtype all[] = {QVL_DTYPE_Q8_0, QVL_DTYPE_Q4_0, QVL_DTYPE_Q4_K, QVL_DTYPE_Q6_K,
+                                  QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_F32};
+  for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+    qvl_dtype t = all[k];
+    if (!listed(types, dtype_name(t)))
+      continue;
+    if (listed(only, "gemv")) {
+      bench_matmul("gemv", t, 2048, 2048, 1, true);
+      bench_matmul("gemv", t, 2048, 6144, 1, true);
+      bench_matmul("gemv", t, 6144, 2048, 1, true);
+      if (lmhead && t != QVL_DTYPE_F32)
+        bench_matmul("gemv", t, 2048, 151936, 1, true);
+    }
+    if (listed(only, "gemm")) {
+      bench_matmul("gemm", t, 2048, 2048, 512, false);
+      bench_matmul("gemm", t, 2048, 6144, 512, false);
+    }
+    if (listed(only, "vision") && !(t == QVL_DTYPE_Q4_K || t == QVL_DTYPE_Q6_K || t == QVL_DTYPE_Q4_0))
+      bench_matmul("vision", t, 1024, 4096, 3000, false);
+  }
+  if (listed(only, "attn")) {
+    bench_attention(3000, 16, 64, false);
+    bench_attention(512, 16, 128, true);
+  }
+  return 0;
+}
