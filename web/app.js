@@ -15,7 +15,7 @@ import {
 const STORE_KEY = 'qvl.conversations.v1';
 const SETTINGS_KEY = 'qvl.settings.v1';
 const DEFAULTS = Object.freeze({ maxPixels: 1048576, temperature: 0.7, maxTokens: 1024, system: '', apiKey: '' });
-const MAX_FILE_BYTES = 20 * 1024 * 1024;
+const MAX_FILE_BYTES = 32 * 1024 * 1024; // the server's cap on encoded image bytes (docs/IMAGES.md)
 const MAX_PENDING = 8;
 const MAX_AUTO_RETRIES = 5;
 const ACCEPTED = ['image/png', 'image/jpeg', 'image/webp'];
@@ -223,6 +223,7 @@ function sizeInfo(img) {
 function renderAttachments() {
   const ul = $('attachments');
   ul.hidden = pending.length === 0;
+  $('dropzone').querySelector('.dz-main').textContent = pending.length ? 'Add another image' : 'Choose an image';
   ul.replaceChildren(
     ...pending.map((p) => {
       const r = sizeInfo(p);
@@ -340,11 +341,8 @@ function imagesBefore(msg) {
   return list;
 }
 
-function hueFor(label) {
-  let h = 0;
-  for (const ch of label) h = (h * 31 + ch.codePointAt(0)) >>> 0;
-  return (h * 137.508) % 360;
-}
+// Distinct, saturated hues; one per label in order of appearance, so equal labels share a colour.
+const HUES = [330, 190, 38, 265, 150, 12, 210, 90, 290, 55];
 
 // Draws boxes/points over the image as percentage-positioned elements, so they follow the image at
 // whatever size it is displayed (0..1000 grid → 0..100 %).
@@ -352,29 +350,38 @@ function groundingFigure(msg, marks) {
   const imgs = imagesBefore(msg).filter((i) => i.dataUrl);
   if (!marks.length || !imgs.length) return null;
   let which = imgs.length - 1;
+  const hueOf = new Map();
+  for (const mk of marks) {
+    const key = mk.label || '';
+    if (!hueOf.has(key)) hueOf.set(key, HUES[hueOf.size % HUES.length]);
+  }
   const stage = el('div', { class: 'ground-stage' });
   const caption = el('figcaption', { class: 'ground-caption' });
   const fig = el('figure', { class: 'ground' }, stage, caption);
   const draw = () => {
     const img = imgs[which];
-    const nodes = [el('img', { class: 'ground-img', src: img.dataUrl, alt: `${img.name} with ${marks.length} marked regions` })];
+    const pic = el('img', { class: 'ground-img', src: img.dataUrl, alt: `${img.name} with ${marks.length} marked regions` });
+    pic.addEventListener('load', () => stickToBottom());
+    const nodes = [pic];
     marks.forEach((mk, i) => {
       const label = mk.label || `#${i + 1}`;
-      const hue = hueFor(label);
+      const hue = hueOf.get(mk.label || '');
       const node =
         mk.kind === 'box'
           ? el('div', { class: 'gbox', 'aria-hidden': 'true' }, el('span', { class: 'glabel', text: label }))
           : el('div', { class: 'gpoint', 'aria-hidden': 'true' }, el('span', { class: 'glabel', text: label }));
-      node.style.setProperty('--hue', hue.toFixed(0));
+      node.style.setProperty('--hue', String(hue));
       if (mk.kind === 'box') {
         node.style.left = `${mk.x1 / 10}%`;
         node.style.top = `${mk.y1 / 10}%`;
         node.style.width = `${(mk.x2 - mk.x1) / 10}%`;
         node.style.height = `${(mk.y2 - mk.y1) / 10}%`;
-        if (mk.y1 < 60) node.classList.add('label-inside');
+        if (mk.y1 < 60) node.classList.add('label-inside'); // no room above the box
+        if (mk.x1 > 650) node.classList.add('label-end'); // keep the label inside the image
       } else {
         node.style.left = `${mk.x / 10}%`;
         node.style.top = `${mk.y / 10}%`;
+        if (mk.x > 800) node.classList.add('label-end');
       }
       nodes.push(node);
     });
@@ -443,7 +450,17 @@ function fillAssistant(msg) {
   v.extra.replaceChildren();
   if (!streaming) {
     const fig = groundingFigure(msg, parseGrounding(msg.text));
-    if (fig) v.extra.append(fig);
+    if (fig) {
+      v.extra.append(fig);
+      // The drawing says it better; keep the coordinates one click away.
+      for (const pre of v.md.querySelectorAll('pre')) {
+        const k = parseGrounding(pre.textContent).length;
+        if (!k) continue;
+        const d = el('details', { class: 'json-details' }, el('summary', { text: `Coordinates (JSON, ${k} item${k === 1 ? '' : 's'})` }));
+        pre.replaceWith(d);
+        d.append(pre);
+      }
+    }
   }
   if (msg.error) v.extra.append(errorCard(msg));
   // Footer: badges, timings, copy.
@@ -549,13 +566,19 @@ function renderAll() {
   scrollToBottom(true);
 }
 
+// The view follows new output while the reader is at the bottom; scrolling up stops that.
+let autoStick = true;
 function nearBottom() {
   const c = $('chat');
   return c.scrollHeight - c.scrollTop - c.clientHeight < 120;
 }
 function scrollToBottom(force) {
   const c = $('chat');
-  if (force || nearBottom()) c.scrollTop = c.scrollHeight;
+  if (force) autoStick = true;
+  if (force || autoStick) c.scrollTop = c.scrollHeight;
+}
+function stickToBottom() {
+  scrollToBottom(false);
 }
 
 // ---- Conversation actions -----------------------------------------------------------------------
@@ -693,9 +716,8 @@ async function stream(msg, attempt) {
   let frame = 0;
   const paint = () => {
     frame = 0;
-    const stick = nearBottom();
     fillAssistant(msg);
-    if (stick) scrollToBottom(true);
+    stickToBottom();
   };
   const onDelta = (s) => {
     if (!s) return;
@@ -788,7 +810,7 @@ async function stream(msg, attempt) {
     if (msg.error && msg.error.retryAfter != null && attempt < MAX_AUTO_RETRIES) scheduleRetry(msg, attempt + 1, msg.error.retryAfter);
     fillAssistant(msg);
     renderSidebar();
-    if (current === conv) scrollToBottom(false);
+    if (current === conv) stickToBottom();
     if (msg.error) announce(`${msg.error.title}. ${msg.error.detail}`);
     else if (msg.stopped) announce('Stopped.');
     else announce('Answer complete.');
@@ -865,7 +887,9 @@ async function pollHealth() {
   const s = $('status');
   s.dataset.state = state;
   $('status-text').textContent =
-    state === 'ready' ? `Ready · ${modelId}` : state === 'loading' ? 'Loading model…' : state === 'offline' ? 'Server unreachable' : `Server error ${detail}`;
+    state === 'ready' ? 'Ready' : state === 'loading' ? 'Loading model…' : state === 'offline' ? 'Server unreachable' : `Server error ${detail}`;
+  $('status-model').textContent = state === 'ready' ? modelId : '';
+  s.title = state === 'ready' ? `Serving ${modelId}` : $('status-text').textContent;
   healthTimer = setTimeout(pollHealth, state === 'ready' ? 15000 : 3000);
 }
 
@@ -1045,6 +1069,8 @@ function init() {
     overlay.hidden = true;
     addFiles(e.dataTransfer.files);
   });
+
+  $('chat').addEventListener('scroll', () => (autoStick = nearBottom()), { passive: true });
 
   // Refresh relative times now and then.
   setInterval(renderSidebar, 60000);
