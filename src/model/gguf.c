@@ -480,11 +480,14 @@ static qvl_status parse_tensor_infos(reader *r, uint64_t n_tensors) {
     }
     t->type = (qvl_dtype)type;
     size_t row_bytes;
-    if (!dtype_row_bytes(t->type, t->ne[0], &row_bytes))
+    if (t->ne[0] % dtype_block_elems(t->type) != 0)
       return qvl_errorf(QVL_ERR_FORMAT,
                         "%s: tensor '%s': ne[0] = %lld is not a multiple of the %s block size %d",
                         g->path, shown.s, (long long)t->ne[0], dtype_name((int)type),
                         dtype_block_elems(t->type));
+    if (!dtype_row_bytes(t->type, t->ne[0], &row_bytes))
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': row of ne[0] = %lld %s elements overflows size_t",
+                        g->path, shown.s, (long long)t->ne[0], dtype_name((int)type));
     uint64_t rows = (uint64_t)(nel / t->ne[0]);
     if (row_bytes != 0 && rows > SIZE_MAX / row_bytes)
       return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': byte size (%llu rows of %zu bytes) overflows",
