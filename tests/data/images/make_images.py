@@ -224,6 +224,18 @@ add_error("pixelcap.webp", webp_ok, "ERR_TOO_LARGE", "Mpixel limit", "61x37 WebP
 add_error("dimcap.png", png_ok, "ERR_TOO_LARGE", "longest side allowed is 40", "61x37 PNG with max_dim 40", max_dim=40)
 add_error("bytecap.png", png_ok, "ERR_TOO_LARGE", "MiB limit", "PNG above max_bytes 100", max_bytes=100)
 
+# ---- added later (kept at the end so the files above stay byte-identical) ----------------------
+rows = [bytes((x * 7 + y * 40) % 256 for x in range(12)) for y in range(2)]
+late = raw_png(4, 2, 8, 2, rows)
+late = late[:-12] + chunk(b"eXIf", exif_bytes(6)[6:]) + late[-12:]
+add_decode("exif6_after_idat.png", late, "PNG eXIf after IDAT (Pillow reads it when loading)")
+rows = [bytes((x * 7 + y) % 256 for x in range(30)) for y in range(20)]
+short = raw_png(10, 20, 8, 2, [], idat=zlib.compress(b"".join(b"\0" + r for r in rows)[:300]))
+add_error("short_zlib.png", short, "ERR_FORMAT", "Not enough image data",
+          "zlib stream ends before the last row (Pillow pads with zeros; we refuse a corrupt file)")
+strip = Image.frombytes("RGB", (1, 9), bytes(range(27)))
+add_decode("strip_1x9.png", save(strip, "PNG"), "1x9 image")
+
 os.makedirs(os.path.join(OUT, "expected"), exist_ok=True)
 with open(os.path.join(OUT, "cases.json"), "w") as f:
     json.dump(cases, f, indent=1)
