@@ -80,6 +80,40 @@ typedef struct kn_ops {
   void (*attention)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
 } kn_ops;
 
+/* 16-row panel layouts shared by the x86 variants (built by kn_pack_x16 in pack.c). A panel holds
+ * rows 16p .. 16p+15 (missing rows of the last panel are zero); panels follow each other. Within a
+ * panel, per element (float types) or per block, "groups" are 4 consecutive bytes of a row's block
+ * data for all 16 rows: group g, row r, byte e at g*64 + r*4 + e. */
+#define PR 16 /* rows per panel */
+
+#define QK8_0 32
+#define QK_K 256
+
+/* Bytes per block (or per element for float types) of one 16-row panel. */
+#define X16_Q8_0_BLK (32 + 8 * 64)   /* 16 fp16 scales + 8 groups of 16x4 quants */
+#define X16_Q4_0_BLK (32 + 4 * 64)   /* 16 fp16 scales + 4 groups of 16x4 nibble pairs */
+#define X16_Q4_K_SB (64 + 128 + 128 + 32 * 64) /* d, dmin, scales [8][16], min pairs, quants */
+#define X16_Q4_K_SC 64
+#define X16_Q4_K_MIN 192
+#define X16_Q4_K_QS 320
+#define X16_Q6_K_SB (32 + 256 + 32 * 64 + 16 * 64) /* d, scales [16][16], ql, qh */
+#define X16_Q6_K_SC 32
+#define X16_Q6_K_QL 288
+#define X16_Q6_K_QH (288 + 32 * 64)
+
+/* Repacks F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K weights into the X16 layout (other types untouched). */
+qvl_status kn_pack_x16(kn_weight *w);
+
+/* Quantized activation rows for the X16 integer kernels (8-bit, scale d = amax / 127):
+ *   act32  (Q8_0/Q4_0 weights): int8 q[n_in], float d[n_in/32], int32 sum[n_in/32]
+ *   act256 (Q4_K/Q6_K weights): int8 q[n_in], float d[n_in/256], int16 sum16[n_in/256][16],
+ *                               int16 sum32[n_in/256][8]
+ * The sums remove the weights' offsets (+128 for Q8_0, -8 Q4_0, -32 Q6_K) and apply Q4_K's mins. */
+size_t kn_act32_bytes(int64_t n_in);
+size_t kn_act256_bytes(int64_t n_in);
+void kn_act32_quantize_c(const float *x, void *xq, int64_t n_in);
+void kn_act256_quantize_c(const float *x, void *xq, int64_t n_in);
+
 extern const kn_ops kn_ops_ref;
 /* Override the entries the ISA improves (x86/avx2.c, x86/avx512.c). */
 void kn_avx2_override(kn_ops *ops);

@@ -1,4 +1,397 @@
-/* AVX2 + FMA + F16C variant. Compiled with only -mavx2 -mfma -mf16c. */
+/*
+ * AVX2 + FMA + F16C variant (compiled with only -mavx2 -mfma -mf16c): the fallback for x86 CPUs
+ * without AVX-512. It reads the same 16-row panels as the AVX-512 variant (pack.c), as two 8-row
+ * halves per 64-byte group:
+ *   - float weights: convert to fp32, one FMA per token with x[t][i] broadcast;
+ *   - quantized weights: no VNNI here, so 4-quant dot products are vpmaddubsw (u8 x s8 -> s16
+ *     pairs) + vpmaddwd with ones. Pairs of products must not saturate int16: Q4_0/Q4_K (0..15)
+ *     and Q6_K (0..63) quants are small enough as stored; Q8_0 (stored +128) is turned back into
+ *     signed values and multiplied as |w| x sign(x, w), at most 2 * 128 * 127 = 32512.
+ * Every output is accumulated in the same order for any number of tokens (batch invariance).
+ */
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
 #include "kernels/kernels_impl.h"
 
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE __m256i bcast4(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+/* 8 int32 sums of 4 u8 x s8 products each (no saturation for the value ranges above). */
+INLINE __m256i dot4(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+INLINE __m256 load_w8(const uint8_t *p, int layout) {
+  if (layout == KN_LAYOUT_X16_F32)
+    return _mm256_loadu_ps((const float *)p);
+  if (layout == KN_LAYOUT_X16_F16)
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* acc[t][h]: outputs of rows 8h .. 8h+7 of the panel for token t. */
+INLINE void panel_float(const uint8_t *pw, int layout, const float *x, int64_t n_in, int TT,
+                        __m256 acc[][2]) {
+  size_t esz = layout == KN_LAYOUT_X16_F32 ? 64 : 32;
+  for (int t = 0; t < TT; t++)
+    acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n_in; i++) {
+    const uint8_t *p = pw + (size_t)i * esz;
+    __m256 w0 = load_w8(p, layout), w1 = load_w8(p + esz / 2, layout);
+    for (int t = 0; t < TT; t++) {
+      __m256 xv = _mm256_set1_ps(x[t * n_in + i]);
+      acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);
+      acc[t][1] = _mm256_fmadd_ps(w1, xv, acc[t][1]);
+    }
+  }
+}
+
+INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, int64_t n_in,
+                       int TT, __m256 acc[][2]) {
+  int64_t nb = n_in / 32;
+  for (int t = 0; t < TT; t++)
+    acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  const __m256i lo4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk = pw + (size_t)b * (q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
+    for (int h = 0; h < 2; h++) {
+      __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+      for (int t = 0; t < TT; t++) {
+        const int8_t *xt = xq + (size_t)t * xs;
+        const float *xd = (const float *)(xt + n_in);
+        const int8_t *xb = xt + b * 32;
+        __m256i is = _mm256_setzero_si256();
+        if (q4) {
+          const int32_t *xsum = (const int32_t *)(xd + nb);
+          is = _mm256_set1_epi32(-8 * xsum[b]);
+          for (int k = 0; k < 4; k++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 32 + k * 64 + 32 * h));
+            is = _mm256_add_epi32(is, dot4(_mm256_and_si256(raw, lo4), bcast4(xb + 4 * k)));
+            is = _mm256_add_epi32(
+                is, dot4(_mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4), bcast4(xb + 16 + 4 * k)));
+          }
+        } else {
+          for (int c = 0; c < 8; c++) {
+            __m256i w = _mm256_xor_si256(
+                _mm256_loadu_si256((const __m256i *)(blk + 32 + c * 64 + 32 * h)), flip);
+            is = _mm256_add_epi32(is, dot4(_mm256_abs_epi8(w), _mm256_sign_epi8(bcast4(xb + 4 * c), w)));
+          }
+        }
+        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_set1_ps(xd[b])),
+                                    acc[t][h]);
+      }
+    }
+  }
+}
+
+INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
+                       __m256 acc[][2]) {
+  int64_t ns = n_in / 256;
+  for (int t = 0; t < TT; t++)
+    acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  const __m256i lo4 = _mm256_set1_epi8(0x0F);
+  for (int64_t sb = 0; sb < ns; sb++) {
+    const uint8_t *blk = pw + (size_t)sb * X16_Q4_K_SB;
+    for (int h = 0; h < 2; h++) {
+      __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+      __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)));
+      for (int t = 0; t < TT; t++) {
+        const int8_t *xt = xq + (size_t)t * xs;
+        const float *xd = (const float *)(xt + n_in);
+        const int16_t *x32 = (const int16_t *)(xd + ns) + ns * 16;
+        __m256i A = _mm256_setzero_si256(), B = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+          __m256i mp = _mm256_cvtepu8_epi16(
+              _mm_loadu_si128((const __m128i *)(blk + X16_Q4_K_MIN + 32 * c + 16 * h)));
+          B = _mm256_add_epi32(B, _mm256_madd_epi16(mp, bcast4((const int8_t *)(x32 + sb * 8 + 2 * c))));
+        }
+        for (int s = 0; s < 8; s++) {
+          int k = s / 2, half = s % 2;
+          __m256i sc = _mm256_cvtepu8_epi32(
+              _mm_loadl_epi64((const __m128i *)(blk + X16_Q4_K_SC + 16 * s + 8 * h)));
+          const int8_t *xb = xt + sb * 256 + 64 * k + 32 * half;
+          __m256i is = _mm256_setzero_si256();
+          for (int j = 0; j < 8; j++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + X16_Q4_K_QS + (8 * k + j) * 64 + 32 * h));
+            __m256i q = half ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4) : _mm256_and_si256(raw, lo4);
+            is = _mm256_add_epi32(is, dot4(q, bcast4(xb + 4 * j)));
+          }
+          A = _mm256_add_epi32(A, _mm256_mullo_epi32(is, sc));
+        }
+        __m256 dx = _mm256_set1_ps(xd[sb]);
+        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A), _mm256_mul_ps(dw, dx), acc[t][h]);
+        acc[t][h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(B), _mm256_mul_ps(dm, dx), acc[t][h]);
+      }
+    }
+  }
+}
+
+INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
+                       __m256 acc[][2]) {
+  int64_t ns = n_in / 256;
+  for (int t = 0; t < TT; t++)
+    acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  const __m256i m0f = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  for (int64_t sb = 0; sb < ns; sb++) {
+    const uint8_t *blk = pw + (size_t)sb * X16_Q6_K_SB;
+    for (int h2 = 0; h2 < 2; h2++) {
+      __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h2)));
+      for (int t = 0; t < TT; t++) {
+        const int8_t *xt = xq + (size_t)t * xs;
+        const float *xd = (const float *)(xt + n_in);
+        const int16_t *x16 = (const int16_t *)(xd + ns);
+        __m256i A = _mm256_setzero_si256();
+        for (int g = 0; g < 16; g++) {
+          int n = g / 8, h = (g / 4) & 1, j0 = 4 * (g % 4);
+          __m256i sc = _mm256_cvtepi8_epi32(
+              _mm_loadl_epi64((const __m128i *)(blk + X16_Q6_K_SC + 16 * g + 8 * h2)));
+          const int8_t *xb = xt + sb * 256 + 16 * g;
+          __m256i is = _mm256_set1_epi32(-32 * (int32_t)x16[sb * 16 + g]);
+          for (int e = 0; e < 4; e++) {
+            int j = j0 + e;
+            int G = 16 * n + j, H = 8 * n + (j & 7), sh = 2 * (2 * h + j / 8);
+            __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + X16_Q6_K_QL + G * 64 + 32 * h2));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + X16_Q6_K_QH + H * 64 + 32 * h2));
+            __m256i a = h ? _mm256_srli_epi16(ql, 4) : ql;
+            __m256i bq = sh <= 4 ? _mm256_slli_epi16(qh, 4 - sh) : _mm256_srli_epi16(qh, sh - 4);
+            __m256i q = _mm256_or_si256(_mm256_and_si256(a, m0f), _mm256_and_si256(bq, m30));
+            is = _mm256_add_epi32(is, dot4(q, bcast4(xb + 4 * e)));
+          }
+          A = _mm256_add_epi32(A, _mm256_mullo_epi32(is, sc));
+        }
+        acc[t][h2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(A), _mm256_mul_ps(dw, _mm256_set1_ps(xd[sb])),
+                                     acc[t][h2]);
+      }
+    }
+  }
+}
+
+INLINE void panel_store(const kn_mm *m, int64_t p, int64_t t, int TT, __m256 acc[][2]) {
+  int64_t n_out = m->w->n_out, r0 = p * PR;
+  int rows = (int)(n_out - r0 < PR ? n_out - r0 : PR);
+  for (int k = 0; k < TT; k++) {
+    float out[PR];
+    _mm256_storeu_ps(out, acc[k][0]);
+    _mm256_storeu_ps(out + 8, acc[k][1]);
+    float *y = m->y + (t + k) * n_out + r0;
+    for (int r = 0; r < rows; r++)
+      y[r] = m->bias ? out[r] + m->bias[r0 + r] : out[r];
+  }
+}
+
+#define PANEL_PTR(w, bytes) ((const uint8_t *)(w)->packed + (size_t)p * (bytes))
+#define XQ(t) ((const int8_t *)m->xq + (size_t)(t) * m->xq_stride)
+
+#define DEFINE_RUN(NAME, TT, BODY)                          \
+  static void NAME(const kn_mm *m, int64_t p, int64_t t) { \
+    __m256 acc[TT][2];                                     \
+    const kn_weight *w = m->w;                             \
+    BODY;                                                  \
+    panel_store(m, p, t, TT, acc);                         \
+  }
+
+#define FLOAT_BODY(TT)                                                                     \
+  panel_float(PANEL_PTR(w, (size_t)w->n_in * (w->layout == KN_LAYOUT_X16_F32 ? 64 : 32)), \
+              w->layout, m->x + t * w->n_in, w->n_in, TT, acc)
+#define Q80_BODY(TT, Q4)                                                                        \
+  panel_q8_0(PANEL_PTR(w, (size_t)(w->n_in / 32) * ((Q4) ? X16_Q4_0_BLK : X16_Q8_0_BLK)), Q4, \
+             XQ(t), m->xq_stride, w->n_in, TT, acc)
+#define Q4K_BODY(TT) \
+  panel_q4_K(PANEL_PTR(w, (size_t)(w->n_in / 256) * X16_Q4_K_SB), XQ(t), m->xq_stride, w->n_in, TT, acc)
+#define Q6K_BODY(TT) \
+  panel_q6_K(PANEL_PTR(w, (size_t)(w->n_in / 256) * X16_Q6_K_SB), XQ(t), m->xq_stride, w->n_in, TT, acc)
+
+DEFINE_RUN(run_f_4, 4, FLOAT_BODY(4))
+DEFINE_RUN(run_f_2, 2, FLOAT_BODY(2))
+DEFINE_RUN(run_f_1, 1, FLOAT_BODY(1))
+DEFINE_RUN(run_q8_2, 2, Q80_BODY(2, false))
+DEFINE_RUN(run_q8_1, 1, Q80_BODY(1, false))
+DEFINE_RUN(run_q4_2, 2, Q80_BODY(2, true))
+DEFINE_RUN(run_q4_1, 1, Q80_BODY(1, true))
+DEFINE_RUN(run_q4k_1, 1, Q4K_BODY(1))
+DEFINE_RUN(run_q6k_1, 1, Q6K_BODY(1))
+
+typedef void (*panel_fn)(const kn_mm *m, int64_t p, int64_t t);
+
+static void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                         const panel_fn *run, int max_tt) {
+  for (int64_t p = r0 / PR; p < (r1 + PR - 1) / PR; p++) {
+    int64_t t = t0;
+    int k = 0;
+    for (int tt = max_tt; tt >= 1; tt /= 2, k++)
+      for (; t1 - t >= tt; t += tt)
+        run[k](m, p, t);
+  }
+}
+
+#define DEFINE_TILE(NAME, MAX, ...)                                                           \
+  static void NAME(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) { \
+    (void)th;                                                                                 \
+    static const panel_fn run[] = {__VA_ARGS__};                                              \
+    tile_generic(m, r0, r1, t0, t1, run, MAX);                                                \
+  }
+DEFINE_TILE(tile_float, 4, run_f_4, run_f_2, run_f_1)
+DEFINE_TILE(tile_q8_0, 2, run_q8_2, run_q8_1)
+DEFINE_TILE(tile_q4_0, 2, run_q4_2, run_q4_1)
+DEFINE_TILE(tile_q4_K, 1, run_q4k_1)
+DEFINE_TILE(tile_q6_K, 1, run_q6k_1)
+
+static const kn_mm_kernel mm_float = {NULL, NULL, tile_float, PR};
+static const kn_mm_kernel mm_q8_0 = {kn_act32_bytes, kn_act32_quantize_c, tile_q8_0, PR};
+static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, kn_act32_quantize_c, tile_q4_0, PR};
+static const kn_mm_kernel mm_q4_K = {kn_act256_bytes, kn_act256_quantize_c, tile_q4_K, PR};
+static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, kn_act256_quantize_c, tile_q6_K, PR};
+
+static const kn_mm_kernel *avx2_mm_select(const kn_weight *w, int64_t n_tokens) {
+  (void)n_tokens;
+  if (!w->packed)
+    return &kn_mm_ref;
+  switch (w->layout) {
+  case KN_LAYOUT_X16_F32:
+  case KN_LAYOUT_X16_F16:
+  case KN_LAYOUT_X16_BF16: return &mm_float;
+  case KN_LAYOUT_X16_Q8_0: return &mm_q8_0;
+  case KN_LAYOUT_X16_Q4_0: return &mm_q4_0;
+  case KN_LAYOUT_X16_Q4_K: return &mm_q4_K;
+  case KN_LAYOUT_X16_Q6_K: return &mm_q6_K;
+  default: return &kn_mm_ref;
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Element-wise
+ */
+
+/* exp(x), about 1 ulp (Cephes expf polynomial); 2^n built in the exponent field, so x is clamped
+ * to the range where that is a normal float (results below 1.2e-38 come out as 1.2e-38, far
+ * below anything the callers can see). */
+INLINE __m256 exp256(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.3365478515625f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  /* n can be 128 at the top of the range: split 2^n = 2^(n-1) * 2 */
+  return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(1 << 23)))),
+                       _mm256_set1_ps(2.0f));
+}
+
+static void avx2_gelu_tanh(float *x, int64_t n) {
+  const __m256 k2b = _mm256_set1_ps(-2.0f * 0.7978845608028654f), kk = _mm256_set1_ps(0.044715f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(kk, v), _mm256_mul_ps(v, v), v);
+    __m256 e = exp256(_mm256_mul_ps(k2b, inner));
+    _mm256_storeu_ps(x + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+  }
+  if (i < n)
+    kn_ops_ref.gelu_tanh(x + i, n - i);
+}
+
+static void avx2_silu_mul(float *gate, const float *up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 g = _mm256_loadu_ps(gate + i);
+    __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+  }
+  if (i < n)
+    kn_ops_ref.silu_mul(gate + i, up + i, n - i);
+}
+
+static void avx2_add(float *y, const float *x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_loadu_ps(x + i)));
+  for (; i < n; i++)
+    y[i] += x[i];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Attention: online softmax per query row, dot products and updates 8 lanes at a time.
+ */
+static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+  int hd = a->head_dim;
+  if (hd % 8 != 0) {
+    kn_ops_ref.attention(a, h, q0, q1, thread);
+    return;
+  }
+  int nv = hd / 8;
+  int kvh = h / (a->n_head / a->n_kv_head);
+  const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
+  float *acc = kn_scratch(thread, (size_t)hd * sizeof(float) * 2);
+  float *qs = acc + hd;
+  for (int64_t i = q0; i < q1; i++) {
+    int64_t n_keys = a->n_kv;
+    if (a->causal_base >= 0 && a->causal_base + i + 1 < n_keys)
+      n_keys = a->causal_base + i + 1;
+    const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
+    for (int d = 0; d < hd; d++) {
+      qs[d] = q[d] * a->scale;
+      acc[d] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = 0; j < n_keys; j++) {
+      const float *k = kb + j * a->kv_stride, *v = vb + j * a->kv_stride;
+      __m256 dv = _mm256_setzero_ps();
+      for (int c = 0; c < nv; c++)
+        dv = _mm256_fmadd_ps(_mm256_loadu_ps(qs + 8 * c), _mm256_loadu_ps(k + 8 * c), dv);
+      __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(dv), _mm256_extractf128_ps(dv, 1));
+      s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+      s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+      float s = _mm_cvtss_f32(s4);
+      if (s > m) {
+        float c = expf(m - s);
+        l *= c;
+        __m256 vc = _mm256_set1_ps(c);
+        for (int k2 = 0; k2 < nv; k2++)
+          _mm256_storeu_ps(acc + 8 * k2, _mm256_mul_ps(_mm256_loadu_ps(acc + 8 * k2), vc));
+        m = s;
+      }
+      float p = expf(s - m);
+      l += p;
+      __m256 vp = _mm256_set1_ps(p);
+      for (int c = 0; c < nv; c++)
+        _mm256_storeu_ps(acc + 8 * c, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + 8 * c), _mm256_loadu_ps(acc + 8 * c)));
+    }
+    float il = l > 0.0f ? 1.0f / l : 0.0f;
+    float *o = a->out + i * a->out_stride + (int64_t)h * hd;
+    for (int d = 0; d < hd; d++)
+      o[d] = acc[d] * il;
+  }
+}
+
+void kn_avx2_override(kn_ops *ops) {
+  ops->weight_pack = kn_pack_x16;
+  ops->mm_select = avx2_mm_select;
+  ops->gelu_tanh = avx2_gelu_tanh;
+  ops->silu_mul = avx2_silu_mul;
+  ops->add = avx2_add;
+  ops->attention = avx2_attention;
+}
+
+#else
+#include "kernels/kernels_impl.h"
 void kn_avx2_override(kn_ops *ops) { (void)ops; }
+#endif

@@ -28,156 +28,9 @@
 #include "base/status.h"
 #include "kernels/kernels_impl.h"
 
-#define PR 16 /* rows per panel */
-
-#define QK8_0 32
-#define QK_K 256
-
-/* Bytes per block (or per element for float types) of one 16-row panel. */
-#define X16_Q8_0_BLK (32 + 8 * 64)   /* 16 fp16 scales + 8 groups of 16x4 quants */
-#define X16_Q4_0_BLK (32 + 4 * 64)   /* 16 fp16 scales + 4 groups of 16x4 nibble pairs */
-#define X16_Q4_K_SB (64 + 128 + 128 + 32 * 64) /* d, dmin, scales [8][16], min pairs, quants */
-#define X16_Q4_K_SC 64
-#define X16_Q4_K_MIN 192
-#define X16_Q4_K_QS 320
-#define X16_Q6_K_SB (32 + 256 + 32 * 64 + 16 * 64) /* d, scales [16][16], ql, qh */
-#define X16_Q6_K_SC 32
-#define X16_Q6_K_QL 288
-#define X16_Q6_K_QH (288 + 32 * 64)
-
-static inline int64_t n_panels(int64_t n_out) { return (n_out + PR - 1) / PR; }
-
 /* ---------------------------------------------------------------------------------------------
- * Packing
+ * Activation quantization (formats act32 / act256 in kernels_impl.h).
  */
-
-/* Transposes 4-byte groups: dst[g*64 + r*4 + e] = src_r[4g + e] ^ flip, for n_groups groups and the
- * rows present (missing rows of the last panel stay zero). */
-static void put_groups(uint8_t *dst, const uint8_t *const *src, int rows, int n_groups, uint8_t flip) {
-  for (int g = 0; g < n_groups; g++)
-    for (int r = 0; r < rows; r++)
-      for (int e = 0; e < 4; e++)
-        dst[g * 64 + r * 4 + e] = (uint8_t)(src[r][4 * g + e] ^ flip);
-}
-
-static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
-static qvl_status avx512_weight_pack(kn_weight *w) {
-  int64_t np = n_panels(w->n_out), n_in = w->n_in;
-  size_t panel;
-  int layout;
-  switch (w->type) {
-  case QVL_DTYPE_F32: panel = (size_t)n_in * 64; layout = KN_LAYOUT_X16_F32; break;
-  case QVL_DTYPE_F16: panel = (size_t)n_in * 32; layout = KN_LAYOUT_X16_F16; break;
-  case QVL_DTYPE_BF16: panel = (size_t)n_in * 32; layout = KN_LAYOUT_X16_BF16; break;
-  case QVL_DTYPE_Q8_0: panel = (size_t)(n_in / 32) * X16_Q8_0_BLK; layout = KN_LAYOUT_X16_Q8_0; break;
-  case QVL_DTYPE_Q4_0: panel = (size_t)(n_in / 32) * X16_Q4_0_BLK; layout = KN_LAYOUT_X16_Q4_0; break;
-  case QVL_DTYPE_Q4_K: panel = (size_t)(n_in / 256) * X16_Q4_K_SB; layout = KN_LAYOUT_X16_Q4_K; break;
-  case QVL_DTYPE_Q6_K: panel = (size_t)(n_in / 256) * X16_Q6_K_SB; layout = KN_LAYOUT_X16_Q6_K; break;
-  default: return QVL_OK; /* the reference path handles it */
-  }
-  if ((uint64_t)np > SIZE_MAX / panel)
-    return qvl_errorf(QVL_ERR_TOO_LARGE, "repacked weight %lld x %lld too large",
-                      (long long)w->n_out, (long long)n_in);
-  size_t total = panel * (size_t)np;
-  void *mem = NULL;
-  if (posix_memalign(&mem, 64, total ? total : 64) != 0)
-    return qvl_errorf(QVL_ERR_NOMEM, "cannot allocate %zu bytes for the repacked weight", total);
-  uint8_t *dst = mem;
-  memset(dst, 0, total);
-  const uint8_t *data = w->data;
-  for (int64_t p = 0; p < np; p++) {
-    uint8_t *pd = dst + (size_t)p * panel;
-    int rows = (int)(w->n_out - p * PR < PR ? w->n_out - p * PR : PR);
-    const uint8_t *row[PR];
-    for (int r = 0; r < rows; r++)
-      row[r] = data + (size_t)(p * PR + r) * w->row_bytes;
-    switch (w->type) {
-    case QVL_DTYPE_F32:
-      for (int64_t i = 0; i < n_in; i++)
-        for (int r = 0; r < rows; r++)
-          memcpy(pd + (size_t)i * 64 + r * 4, row[r] + i * 4, 4);
-      break;
-    case QVL_DTYPE_F16:
-    case QVL_DTYPE_BF16:
-      for (int64_t i = 0; i < n_in; i++)
-        for (int r = 0; r < rows; r++)
-          memcpy(pd + (size_t)i * 32 + r * 2, row[r] + i * 2, 2);
-      break;
-    case QVL_DTYPE_Q8_0:
-    case QVL_DTYPE_Q4_0: {
-      bool q8 = w->type == QVL_DTYPE_Q8_0;
-      size_t bb = q8 ? 34 : 18, pb = q8 ? X16_Q8_0_BLK : X16_Q4_0_BLK;
-      for (int64_t b = 0; b < n_in / 32; b++) {
-        uint8_t *o = pd + (size_t)b * pb;
-        const uint8_t *qs[PR];
-        for (int r = 0; r < rows; r++) {
-          memcpy(o + r * 2, row[r] + b * bb, 2);
-          qs[r] = row[r] + b * bb + 2;
-        }
-        put_groups(o + 32, qs, rows, q8 ? 8 : 4, q8 ? 0x80 : 0);
-      }
-      break;
-    }
-    case QVL_DTYPE_Q4_K:
-      for (int64_t sb = 0; sb < n_in / 256; sb++) {
-        uint8_t *o = pd + (size_t)sb * X16_Q4_K_SB;
-        const uint8_t *qs[PR];
-        for (int r = 0; r < rows; r++) {
-          const uint8_t *blk = row[r] + sb * 144;
-          memcpy(o + r * 2, blk, 2);
-          memcpy(o + 32 + r * 2, blk + 2, 2);
-          for (int s = 0; s < 8; s++) {
-            uint8_t sc, m;
-            scale_min_k4(s, blk + 4, &sc, &m);
-            o[X16_Q4_K_SC + s * 16 + r] = sc;
-            o[X16_Q4_K_MIN + (s / 2) * 32 + r * 2 + (s % 2)] = m;
-          }
-          qs[r] = blk + 16;
-        }
-        put_groups(o + X16_Q4_K_QS, qs, rows, 32, 0);
-      }
-      break;
-    case QVL_DTYPE_Q6_K:
-      for (int64_t sb = 0; sb < n_in / 256; sb++) {
-        uint8_t *o = pd + (size_t)sb * X16_Q6_K_SB;
-        const uint8_t *ql[PR], *qh[PR];
-        for (int r = 0; r < rows; r++) {
-          const uint8_t *blk = row[r] + sb * 210;
-          memcpy(o + r * 2, blk + 208, 2);
-          for (int g = 0; g < 16; g++)
-            o[X16_Q6_K_SC + g * 16 + r] = blk[192 + g];
-          ql[r] = blk;
-          qh[r] = blk + 128;
-        }
-        put_groups(o + X16_Q6_K_QL, ql, rows, 32, 0);
-        put_groups(o + X16_Q6_K_QH, qh, rows, 16, 0);
-      }
-      break;
-    default:
-      break;
-    }
-  }
-  w->packed = dst;
-  w->layout = layout;
-  return QVL_OK;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Activation quantization. Row layout: int8 q[n_in], then per block float d, then sums.
- *   Q8_32:  q[n_in], float d[nb], int32 s[nb]            (nb = n_in / 32)
- *   Q8_256: q[n_in], float d[ns], int16 s16[ns][16], int16 s32[ns][8]   (ns = n_in / 256)
- */
-static size_t act32_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 32) * 8; }
-static size_t act256_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 256) * 52; }
 
 /* Quantizes 32*k values with one scale: q = round(x * 127 / amax). Returns the sum of the quants
  * in sums16[16] (per 16 values). */
@@ -484,10 +337,10 @@ static void tile_q6_K(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_
 }
 
 static const kn_mm_kernel mm_float = {NULL, NULL, tile_float, PR};
-static const kn_mm_kernel mm_q8_0 = {act32_bytes, act32_quantize, tile_q8_0, PR};
-static const kn_mm_kernel mm_q4_0 = {act32_bytes, act32_quantize, tile_q4_0, PR};
-static const kn_mm_kernel mm_q4_K = {act256_bytes, act256_quantize, tile_q4_K, PR};
-static const kn_mm_kernel mm_q6_K = {act256_bytes, act256_quantize, tile_q6_K, PR};
+static const kn_mm_kernel mm_q8_0 = {kn_act32_bytes, act32_quantize, tile_q8_0, PR};
+static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, act32_quantize, tile_q4_0, PR};
+static const kn_mm_kernel mm_q4_K = {kn_act256_bytes, act256_quantize, tile_q4_K, PR};
+static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, act256_quantize, tile_q6_K, PR};
 
 static const kn_mm_kernel *avx512_mm_select(const kn_weight *w, int64_t n_tokens) {
   (void)n_tokens;
@@ -703,7 +556,7 @@ static void avx512_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, in
 }
 
 void kn_avx512_override(kn_ops *ops) {
-  ops->weight_pack = avx512_weight_pack;
+  ops->weight_pack = kn_pack_x16;
   ops->mm_select = avx512_mm_select;
   ops->rmsnorm = avx512_rmsnorm;
   ops->layernorm = avx512_layernorm;

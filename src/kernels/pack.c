@@ -1,0 +1,186 @@
+/*
+ * Weight repacking into 16-row panels (the KN_LAYOUT_X16_* layouts, see kernels_impl.h and
+ * docs/KERNELS.md). Plain C compiled without ISA flags, shared by the AVX2 and AVX-512 variants.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "kernels/kernels_impl.h"
+
+
+/* Transposes 4-byte groups: dst[g*64 + r*4 + e] = src_r[4g + e] ^ flip, for n_groups groups and the
+ * rows present (missing rows of the last panel stay zero). */
+static void put_groups(uint8_t *dst, const uint8_t *const *src, int rows, int n_groups, uint8_t flip) {
+  for (int g = 0; g < n_groups; g++)
+    for (int r = 0; r < rows; r++)
+      for (int e = 0; e < 4; e++)
+        dst[g * 64 + r * 4 + e] = (uint8_t)(src[r][4 * g + e] ^ flip);
+}
+
+static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+qvl_status kn_pack_x16(kn_weight *w) {
+  int64_t np = (w->n_out + PR - 1) / PR, n_in = w->n_in;
+  size_t panel;
+  int layout;
+  switch (w->type) {
+  case QVL_DTYPE_F32: panel = (size_t)n_in * 64; layout = KN_LAYOUT_X16_F32; break;
+  case QVL_DTYPE_F16: panel = (size_t)n_in * 32; layout = KN_LAYOUT_X16_F16; break;
+  case QVL_DTYPE_BF16: panel = (size_t)n_in * 32; layout = KN_LAYOUT_X16_BF16; break;
+  case QVL_DTYPE_Q8_0: panel = (size_t)(n_in / 32) * X16_Q8_0_BLK; layout = KN_LAYOUT_X16_Q8_0; break;
+  case QVL_DTYPE_Q4_0: panel = (size_t)(n_in / 32) * X16_Q4_0_BLK; layout = KN_LAYOUT_X16_Q4_0; break;
+  case QVL_DTYPE_Q4_K: panel = (size_t)(n_in / 256) * X16_Q4_K_SB; layout = KN_LAYOUT_X16_Q4_K; break;
+  case QVL_DTYPE_Q6_K: panel = (size_t)(n_in / 256) * X16_Q6_K_SB; layout = KN_LAYOUT_X16_Q6_K; break;
+  default: return QVL_OK; /* the reference path handles it */
+  }
+  if ((uint64_t)np > SIZE_MAX / panel)
+    return qvl_errorf(QVL_ERR_TOO_LARGE, "repacked weight %lld x %lld too large",
+                      (long long)w->n_out, (long long)n_in);
+  size_t total = panel * (size_t)np;
+  void *mem = NULL;
+  if (posix_memalign(&mem, 64, total ? total : 64) != 0)
+    return qvl_errorf(QVL_ERR_NOMEM, "cannot allocate %zu bytes for the repacked weight", total);
+  uint8_t *dst = mem;
+  memset(dst, 0, total);
+  const uint8_t *data = w->data;
+  for (int64_t p = 0; p < np; p++) {
+    uint8_t *pd = dst + (size_t)p * panel;
+    int rows = (int)(w->n_out - p * PR < PR ? w->n_out - p * PR : PR);
+    const uint8_t *row[PR];
+    for (int r = 0; r < rows; r++)
+      row[r] = data + (size_t)(p * PR + r) * w->row_bytes;
+    switch (w->type) {
+    case QVL_DTYPE_F32:
+      for (int64_t i = 0; i < n_in; i++)
+        for (int r = 0; r < rows; r++)
+          memcpy(pd + (size_t)i * 64 + r * 4, row[r] + i * 4, 4);
+      break;
+    case QVL_DTYPE_F16:
+    case QVL_DTYPE_BF16:
+      for (int64_t i = 0; i < n_in; i++)
+        for (int r = 0; r < rows; r++)
+          memcpy(pd + (size_t)i * 32 + r * 2, row[r] + i * 2, 2);
+      break;
+    case QVL_DTYPE_Q8_0:
+    case QVL_DTYPE_Q4_0: {
+      bool q8 = w->type == QVL_DTYPE_Q8_0;
+      size_t bb = q8 ? 34 : 18, pb = q8 ? X16_Q8_0_BLK : X16_Q4_0_BLK;
+      for (int64_t b = 0; b < n_in / 32; b++) {
+        uint8_t *o = pd + (size_t)b * pb;
+        const uint8_t *qs[PR];
+        for (int r = 0; r < rows; r++) {
+          memcpy(o + r * 2, row[r] + b * bb, 2);
+          qs[r] = row[r] + b * bb + 2;
+        }
+        put_groups(o + 32, qs, rows, q8 ? 8 : 4, q8 ? 0x80 : 0);
+      }
+      break;
+    }
+    case QVL_DTYPE_Q4_K:
+      for (int64_t sb = 0; sb < n_in / 256; sb++) {
+        uint8_t *o = pd + (size_t)sb * X16_Q4_K_SB;
+        const uint8_t *qs[PR];
+        for (int r = 0; r < rows; r++) {
+          const uint8_t *blk = row[r] + sb * 144;
+          memcpy(o + r * 2, blk, 2);
+          memcpy(o + 32 + r * 2, blk + 2, 2);
+          for (int s = 0; s < 8; s++) {
+            uint8_t sc, m;
+            scale_min_k4(s, blk + 4, &sc, &m);
+            o[X16_Q4_K_SC + s * 16 + r] = sc;
+            o[X16_Q4_K_MIN + (s / 2) * 32 + r * 2 + (s % 2)] = m;
+          }
+          qs[r] = blk + 16;
+        }
+        put_groups(o + X16_Q4_K_QS, qs, rows, 32, 0);
+      }
+      break;
+    case QVL_DTYPE_Q6_K:
+      for (int64_t sb = 0; sb < n_in / 256; sb++) {
+        uint8_t *o = pd + (size_t)sb * X16_Q6_K_SB;
+        const uint8_t *ql[PR], *qh[PR];
+        for (int r = 0; r < rows; r++) {
+          const uint8_t *blk = row[r] + sb * 210;
+          memcpy(o + r * 2, blk + 208, 2);
+          for (int g = 0; g < 16; g++)
+            o[X16_Q6_K_SC + g * 16 + r] = blk[192 + g];
+          ql[r] = blk;
+          qh[r] = blk + 128;
+        }
+        put_groups(o + X16_Q6_K_QL, ql, rows, 32, 0);
+        put_groups(o + X16_Q6_K_QH, qh, rows, 16, 0);
+      }
+      break;
+    default:
+      break;
+    }
+  }
+  w->packed = dst;
+  w->layout = layout;
+  return QVL_OK;
+}
+
+
+/* ---------------------------------------------------------------------------------------------
+ * Portable activation quantizers for the X16 kernels (formats in kernels_impl.h). Scale per run
+ * d = amax / 127, quants round(x / d) with ties to even, like the AVX-512 versions.
+ */
+static float quant_run_c(const float *x, int n, int8_t *q, int32_t *sums16) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; i++)
+    amax = fmaxf(amax, fabsf(x[i]));
+  float d = amax / 127.0f;
+  float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int g = 0; g < n / 16; g++) {
+    int32_t s = 0;
+    for (int i = 16 * g; i < 16 * g + 16; i++) {
+      int v = (int)nearbyintf(x[i] * id);
+      v = v > 127 ? 127 : v < -127 ? -127 : v;
+      q[i] = (int8_t)v;
+      s += v;
+    }
+    sums16[g] = s;
+  }
+  return d;
+}
+
+size_t kn_act32_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 32) * 8; }
+size_t kn_act256_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 256) * 52; }
+
+void kn_act32_quantize_c(const float *x, void *xq, int64_t n_in) {
+  int8_t *q = xq;
+  int64_t nb = n_in / 32;
+  float *d = (float *)(q + n_in);
+  int32_t *s = (int32_t *)(d + nb);
+  for (int64_t b = 0; b < nb; b++) {
+    int32_t s16[2];
+    d[b] = quant_run_c(x + b * 32, 32, q + b * 32, s16);
+    s[b] = s16[0] + s16[1];
+  }
+}
+
+void kn_act256_quantize_c(const float *x, void *xq, int64_t n_in) {
+  int8_t *q = xq;
+  int64_t ns = n_in / 256;
+  float *d = (float *)(q + n_in);
+  int16_t *s16 = (int16_t *)(d + ns);
+  int16_t *s32 = s16 + ns * 16;
+  for (int64_t b = 0; b < ns; b++) {
+    int32_t sums[16];
+    d[b] = quant_run_c(x + b * 256, 256, q + b * 256, sums);
+    for (int g = 0; g < 16; g++)
+      s16[b * 16 + g] = (int16_t)sums[g];
+    for (int g = 0; g < 8; g++)
+      s32[b * 8 + g] = (int16_t)(sums[2 * g] + sums[2 * g + 1]);
+  }
+}
