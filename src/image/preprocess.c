@@ -352,10 +352,17 @@ void image_patches_free(image_patches *p) {
 qvl_status image_preprocess(const image_rgb *img, const preprocess_opts *o, image_patches *out) {
   memset(out, 0, sizeof *out);
   preprocess_opts def;
-  if (!o) {
-    preprocess_opts_default(&def);
-    o = &def;
+  preprocess_opts_default(&def);
+  if (o) { /* zero fields keep the defaults, like image_limits */
+    if (o->min_pixels > 0)
+      def.min_pixels = o->min_pixels;
+    if (o->max_pixels > 0)
+      def.max_pixels = o->max_pixels;
+    /* a cap below the default minimum lowers the minimum instead of failing */
+    if (o->min_pixels <= 0 && def.min_pixels > def.max_pixels)
+      def.min_pixels = def.max_pixels;
   }
+  o = &def;
   if (!img || !img->data)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "preprocess: no image");
   int rh, rw;

@@ -82,7 +82,8 @@ float image_normalize_u8(uint8_t v);
 qvl_status image_patchify(const image_rgb *img, float *out);
 
 /* The whole pipeline on a decoded image: smart_resize -> bicubic -> normalise -> patchify.
- * o may be NULL (CPU defaults). On failure *out is zeroed. */
+ * o may be NULL; o's zero fields take the CPU defaults. A min_pixels above max_pixels and an aspect
+ * ratio above 200 fail with ERR_INVALID_ARG. On failure *out is zeroed. */
 qvl_status image_preprocess(const image_rgb *img, const preprocess_opts *o, image_patches *out);
 void image_patches_free(image_patches *p);
 

@@ -496,6 +496,15 @@ static void test_patch_order(void) {
         "1x150 strip: %s", qvl_last_error());
   CHECK(p.n_tokens * 4 == p.n_patches && p.grid_t == 1, "token count");
   image_patches_free(&p);
+  /* zero fields take the defaults; a max below the default min lowers the min */
+  preprocess_opts only_max = {0, 4096};
+  CHECK(image_preprocess(&strip, &only_max, &p) == QVL_OK && p.resized.height == 32,
+        "max only: %s", qvl_last_error());
+  image_patches_free(&p);
+  preprocess_opts inverted = {8192, 4096};
+  CHECK(image_preprocess(&strip, &inverted, &p) == QVL_ERR_INVALID_ARG && p.pixel_values == NULL &&
+            strstr(qvl_last_error(), "min_pixels (8192) is larger than max_pixels (4096)"),
+        "min > max: %s", qvl_last_error());
   image_rgb_free(&strip);
 }
 
