@@ -914,8 +914,8 @@ static qvl_status ids_reserve(ids_vec *a, size_t extra) {
 
 /* Per-call memo of pieces already encoded: a direct-mapped table pointing at the first
  * occurrence's ids in the output. Per call, so the tokenizer stays immutable and thread-safe. */
-#define PIECE_CACHE_BITS 12
-#define PIECE_CACHE_MAX_LEN 48
+#define PIECE_CACHE_MAX_BITS 14
+#define PIECE_CACHE_MAX_LEN 128
 typedef struct piece_cache_entry {
   const char *p;
   uint32_t len, n_ids;
@@ -925,7 +925,8 @@ typedef struct piece_cache_entry {
 typedef struct encode_ctx {
   const tokenizer *t;
   ids_vec out;
-  piece_cache_entry *cache; /* [1 << PIECE_CACHE_BITS] or NULL */
+  piece_cache_entry *cache; /* [1 << cache_bits] or NULL */
+  unsigned cache_bits;
   /* scratch for long pieces */
   int32_t *sym, *prev, *next;
   uint64_t *heap;
@@ -1038,7 +1039,7 @@ static qvl_status bpe_long(encode_ctx *c, const unsigned char *s, size_t len) {
   return QVL_OK;
 }
 
-#define BPE_SMALL 64
+#define BPE_SMALL 16
 
 /* BPE of a short piece: symbols and the ranks of adjacent pairs in arrays; each step merges the
  * leftmost lowest-rank pair. Quadratic in the piece length, hence only for short pieces. */
@@ -1095,7 +1096,7 @@ static qvl_status encode_piece(encode_ctx *c, const char *p, size_t len) {
   if (len < 2 || len > PIECE_CACHE_MAX_LEN || !c->cache)
     return bpe_piece(c, (const unsigned char *)p, len);
   uint64_t h = hash_bytes((const unsigned char *)p, len);
-  piece_cache_entry *e = &c->cache[h & ((1u << PIECE_CACHE_BITS) - 1)];
+  piece_cache_entry *e = &c->cache[h & ((1u << c->cache_bits) - 1)];
   if (e->p && e->len == len && memcmp(e->p, p, len) == 0) {
     QVL_TRY(ids_reserve(&c->out, e->n_ids));
     memcpy(c->out.v + c->out.n, c->out.v + e->ids_off, e->n_ids * sizeof(int32_t));
@@ -1257,8 +1258,13 @@ qvl_status tokenizer_encode_flags(const tokenizer *t, const char *text, size_t l
   }
   encode_ctx c = {.t = t};
   qvl_status st = ids_reserve(&c.out, len / 3 + 16);
-  if (len >= 256)
-    c.cache = calloc((size_t)1 << PIECE_CACHE_BITS, sizeof *c.cache);
+  if (len >= 256) {
+    /* About one slot per 16 bytes of text: small prompts get a small table. */
+    c.cache_bits = 8;
+    while (c.cache_bits < PIECE_CACHE_MAX_BITS && ((size_t)16 << c.cache_bits) < len)
+      c.cache_bits++;
+    c.cache = calloc((size_t)1 << c.cache_bits, sizeof *c.cache);
+  }
   /* Each span between added tokens may need a normalized copy; at most one per span. */
   char **keep = NULL;
   size_t n_keep = 0, keep_cap = 0;
