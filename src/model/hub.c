@@ -628,6 +628,51 @@ qvl_status hub_select(const char *const *paths, size_t n, const char *quant, con
   return QVL_OK;
 }
 
+void hub_paths_free(char **paths, size_t n) {
+  for (size_t i = 0; paths && i < n; i++)
+    free(paths[i]);
+  free(paths);
+}
+
+qvl_status hub_select_listing(const char *json, size_t len, const char *quant, char ***paths, size_t *n) {
+  *paths = NULL;
+  *n = 0;
+  cJSON *j = cJSON_ParseWithLength(json, len);
+  if (!j)
+    return qvl_errorf(QVL_ERR_FORMAT, "listing: not JSON");
+  listing l = {0};
+  qvl_status s = listing_add_json(&l, j, "listing");
+  cJSON_Delete(j);
+  const char **names = NULL;
+  size_t *idx = NULL, ns = 0;
+  hub_role *roles = NULL;
+  int is_gguf;
+  if (s == QVL_OK && !(names = malloc((l.n ? l.n : 1) * sizeof *names)))
+    s = nomem();
+  if (s == QVL_OK) {
+    for (size_t i = 0; i < l.n; i++)
+      names[i] = l.e[i].path;
+    s = hub_select(names, l.n, quant, "listing", &idx, &roles, &ns, &is_gguf);
+  }
+  char **out = NULL;
+  if (s == QVL_OK && !(out = calloc(ns ? ns : 1, sizeof *out)))
+    s = nomem();
+  for (size_t i = 0; s == QVL_OK && i < ns; i++)
+    if (!(out[i] = strdup(names[idx[i]])))
+      s = nomem();
+  if (s == QVL_OK) {
+    *paths = out;
+    *n = ns;
+  } else {
+    hub_paths_free(out, ns);
+  }
+  free(names);
+  free(idx);
+  free(roles);
+  listing_free(&l);
+  return s;
+}
+
 /* ---- HTTP ---- */
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;

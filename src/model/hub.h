@@ -101,4 +101,13 @@ qvl_status hub_cache_root(const hub_opts *o, char **out);
 qvl_status hub_select(const char *const *paths, size_t n, const char *quant, const char *repo,
                       size_t **idx, hub_role **roles, size_t *n_sel, int *is_gguf);
 
+/*
+ * Parses one page of the hub's tree listing (a JSON array of {"type","path","size","oid","lfs"})
+ * with the same checks as hub_resolve (sizes, sha256s, paths that stay inside the cache) and runs
+ * the selection on it. *paths receives the selected repo paths (malloc'd array of malloc'd
+ * strings; free with hub_paths_free). For tests and the fuzzer.
+ */
+qvl_status hub_select_listing(const char *json, size_t len, const char *quant, char ***paths, size_t *n);
+void hub_paths_free(char **paths, size_t n);
+
 #endif
