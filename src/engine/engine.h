@@ -1,0 +1,111 @@
+/*
+ * The serving engine: many requests, one model, one engine thread.
+ *
+ * Requests enter a bounded queue (engine_submit answers QVL_ERR_BUSY at once when it is full, so the
+ * HTTP layer can send 503 + Retry-After). The engine thread runs a continuous-batching loop: every
+ * running sequence advances by one token in a single batched decode step; a new request's prompt is
+ * prefilled in chunks interleaved with those steps, so running streams keep flowing; images of
+ * queued requests are encoded by the vision tower in slices between decode steps. Admission
+ * accounts for KV-cache memory (paged, shared budget) so the process never runs out of memory.
+ *
+ * Caches: image embeddings keyed by a hash of the decoded pixels + preprocessing settings (LRU,
+ * bounded in MB); prefix KV blocks keyed by a rolling hash of token ids and image content (LRU,
+ * bounded in MB) so a follow-up turn reuses the conversation's KV.
+ *
+ * Determinism: a request's output does not depend on what else is in its batch (per-sequence
+ * sampling state, batch-invariant kernels).
+ *
+ * Thread safety: engine_submit, engine_cancel and engine_stats may be called from any thread.
+ * Callbacks run on the engine thread: they must be quick (copy the text, signal your own thread)
+ * and must not call back into the engine except engine_cancel.
+ */
+#ifndef QVL_ENGINE_ENGINE_H
+#define QVL_ENGINE_ENGINE_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/generate.h"
+#include "engine/vlm.h"
+#include "qvl.h"
+
+typedef struct engine engine;
+
+typedef struct engine_config {
+  int max_batch_size;        /* sequences decoded together (default 8) */
+  int max_wait_ms;           /* how long the loop waits to gather new requests into a batch (default 5) */
+  int queue_capacity;        /* waiting requests beyond the running ones (default 64) */
+  int64_t n_ctx;             /* max tokens per sequence, prompt + output (default 8192) */
+  int64_t kv_cache_mb;       /* KV memory shared by all sequences (default: from free RAM, capped) */
+  int64_t image_cache_mb;    /* image-embedding cache (default 256; 0 = off) */
+  int64_t prefix_cache_mb;   /* reusable prefix KV blocks (default 512; 0 = off) */
+  int prefill_chunk;         /* prompt tokens per engine step while others decode (default 256) */
+  int64_t request_timeout_ms;/* 0 = none */
+} engine_config;
+
+void engine_config_default(engine_config *c);
+
+typedef struct engine_timings {
+  double queue_ms;           /* submit -> first engine work */
+  double preprocess_ms;      /* image fetch/decode/resize */
+  double vision_ms;          /* vision tower (0 on an image-cache hit) */
+  double prefill_ms;
+  double ttft_ms;            /* submit -> first token */
+  double decode_ms;
+  double prefill_tok_s, decode_tok_s;
+} engine_timings;
+
+typedef struct engine_result {
+  qvl_status status;         /* QVL_OK, or why it failed (message in error) */
+  char error[512];
+  const char *finish_reason; /* "stop", "length", "cancelled", "error" */
+  int64_t prompt_tokens, completion_tokens, image_tokens;
+  int64_t cached_prompt_tokens; /* prompt tokens whose KV came from the prefix cache */
+  int image_cache_hits, image_cache_misses;
+  engine_timings t;
+  const char *text;          /* full generated text (valid during the callback) */
+  size_t text_len;
+} engine_result;
+
+typedef struct engine_request {
+  const cJSON *messages;     /* copied at submit */
+  vlm_prompt_opts prompt;    /* min/max pixels, image source rules (trace unused) */
+  gen_params gen;            /* sampling, max tokens, stop strings (copied at submit) */
+  /* Streaming: called with each piece of final text. Return false to cancel the request. */
+  bool (*on_text)(void *user, const char *text, size_t len);
+  /* Called exactly once when the request ends (success, error, cancel, timeout). */
+  void (*on_done)(void *user, const engine_result *r);
+  void *user;
+} engine_request;
+
+/* Starts the engine thread on a loaded model (not owned). */
+qvl_status engine_start(const vlm *m, const engine_config *c, engine **out);
+/* Stops accepting work; with drain, finishes running and queued requests first, else cancels them
+ * (each gets on_done with "cancelled"). Joins the thread and frees everything. */
+void engine_stop(engine *e, bool drain);
+
+/* Queues a request. QVL_ERR_BUSY when the queue is full; QVL_ERR_INVALID_ARG / ERR_TOO_LARGE /
+ * ERR_CONTEXT_OVERFLOW for requests that can never run (checked up front where possible). On
+ * success *id identifies it and on_done will be called exactly once. */
+qvl_status engine_submit(engine *e, const engine_request *r, uint64_t *id);
+/* Cancels a queued or running request (its on_done reports "cancelled"); unknown ids are ignored. */
+void engine_cancel(engine *e, uint64_t id);
+
+typedef struct engine_stats {
+  int queued, running;
+  int64_t kv_used_bytes, kv_total_bytes;
+  uint64_t image_cache_hits, image_cache_misses, prefix_cache_hits, prefix_cache_misses;
+  int64_t image_cache_bytes, prefix_cache_bytes;
+  uint64_t requests_done, requests_failed, tokens_generated, prompt_tokens;
+  /* Cumulative histograms (Prometheus style): counts of requests with ttft / latency <= bucket. */
+#define ENGINE_HIST_BUCKETS 12
+  double hist_bounds_ms[ENGINE_HIST_BUCKETS];
+  uint64_t ttft_hist[ENGINE_HIST_BUCKETS + 1], latency_hist[ENGINE_HIST_BUCKETS + 1];
+  double ttft_sum_ms, latency_sum_ms;
+  double decode_tok_s;       /* recent aggregate decode speed */
+} engine_stats;
+
+void engine_get_stats(engine *e, engine_stats *out);
+
+#endif
