@@ -887,6 +887,21 @@ static void test_verify(const char *cache) {
   r = (verify_report){0};
   CHECK(verify_model(local, &r) == QVL_ERR_MISMATCH && r.n_bad == 1, "SHA256SUMS damaged");
   CHECK(verify_model(tmp_root, NULL) == QVL_ERR_NOT_FOUND, "nothing recorded");
+  /* Manifests that name files outside their directory, or are not manifests, are refused. */
+  char mf[520];
+  snprintf(mf, sizeof mf, "%s/local/%s", tmp_root, VERIFY_MANIFEST_NAME);
+  const char *bad[] = {"{\"files\": [{\"path\": \"../x\", \"size\": 1, \"sha256\": \"%s\"}]}",
+                       "{\"files\": [{\"path\": \"a/..\", \"size\": 1, \"sha256\": \"%s\"}]}",
+                       "{\"files\": [{\"path\": \"my-mmproj.gguf\", \"size\": -1, \"sha256\": \"%s\"}]}",
+                       "{\"files\": [{\"path\": \"my-mmproj.gguf\", \"size\": 1, \"sha256\": \"%.60s\"}]}",
+                       "{\"files\": 3} %s", "not json %s"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    out = fopen(mf, "w");
+    fprintf(out, bad[i], manifest_sha("models/e2e/gguf/mmproj-e2e-F16.gguf"));
+    fclose(out);
+    CHECK(verify_model(local, NULL) == QVL_ERR_FORMAT && strstr(qvl_last_error(), VERIFY_MANIFEST_NAME),
+          "bad manifest %zu: %s", i, qvl_last_error());
+  }
 }
 
 static int setup_repos(void) {
