@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model/gguf.h"
+#include "model/safetensors.h"
 #include "tensor/dtype.h"
 #include "test.h"
 
@@ -384,6 +385,80 @@ static void test_micro_a(void) {
   gguf_close(f32);
 }
 
+/* HF name of a GGUF text tensor (the converter's mapping, gguf-layout.md section 6). */
+static bool hf_name(const char *gg, char *out, size_t n) {
+  static const struct {
+    const char *gg, *hf;
+  } map[] = {{"attn_q", "self_attn.q_proj"},  {"attn_k", "self_attn.k_proj"},
+             {"attn_v", "self_attn.v_proj"},  {"attn_output", "self_attn.o_proj"},
+             {"ffn_gate", "mlp.gate_proj"},   {"ffn_up", "mlp.up_proj"},
+             {"ffn_down", "mlp.down_proj"}};
+  if (!strcmp(gg, "token_embd.weight")) {
+    snprintf(out, n, "model.language_model.embed_tokens.weight");
+    return true;
+  }
+  int layer, len = 0;
+  char what[64];
+  if (sscanf(gg, "blk.%d.%63[a-z_].weight%n", &layer, what, &len) != 2 || gg[len])
+    return false;
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(what, map[i].gg)) {
+      snprintf(out, n, "model.language_model.layers.%d.%s.weight", layer, map[i].hf);
+      return true;
+    }
+  return false;
+}
+
+/* micro-b: Q4_K and Q6_K files (llama-quantize --pure) against the HF F32 weights; Q8_0/Q4_0 too. */
+static void test_micro_b(void) {
+  safetensors *st = NULL;
+  const char *stp = "tests/fixtures/models/micro-b/hf/model.safetensors";
+  qvl_status s = st_open(stp, &st);
+  CHECK(s == QVL_OK, "open %s: %s", stp, qvl_last_error());
+  if (s != QVL_OK)
+    return;
+  struct {
+    const char *suffix;
+    qvl_dtype t;
+    double rel;
+  } files[] = {{"Q4_K", QVL_DTYPE_Q4_K, Q4_K_BOUND}, {"Q6_K", QVL_DTYPE_Q6_K, Q6_K_BOUND},
+               {"Q8_0", QVL_DTYPE_Q8_0, Q8_0_BOUND}, {"Q4_0", QVL_DTYPE_Q4_0, Q4_0_BOUND}};
+  for (size_t fi = 0; fi < sizeof files / sizeof files[0]; fi++) {
+    char path[256];
+    snprintf(path, sizeof path, "tests/fixtures/models/micro-b/gguf/micro-b-%s.gguf",
+             files[fi].suffix);
+    gguf *g = NULL;
+    s = gguf_open(path, &g);
+    CHECK(s == QVL_OK, "open %s: %s", path, qvl_last_error());
+    if (s != QVL_OK)
+      continue;
+    int n_q = 0, n_exact = 0, n_close = 0;
+    for (int64_t i = 0; i < gguf_n_tensors(g); i++) {
+      const tensor *qt = gguf_tensor_at(g, i);
+      if (qt->type == QVL_DTYPE_F32)
+        continue;
+      CHECK(qt->type == files[fi].t, "%s: %s has type %s", path, qt->name, dtype_name(qt->type));
+      char hn[160];
+      bool mapped = hf_name(qt->name, hn, sizeof hn);
+      CHECK(mapped, "%s: no HF name for %s", path, qt->name);
+      const st_tensor *ft = mapped ? st_find(st, hn) : NULL;
+      CHECK(ft && ft->dtype == ST_F32 && ft->n_dims == 2 && ft->shape[1] == qt->ne[0] &&
+                ft->shape[0] == qt->ne[1],
+            "%s: HF tensor %s missing or of another shape", qt->name, hn);
+      if (!ft || ft->dtype != ST_F32 || ft->n_dims != 2 || ft->shape[1] != qt->ne[0] ||
+          ft->shape[0] != qt->ne[1])
+        continue;
+      n_q++;
+      compare_tensor(path, qt, ft->data, files[fi].rel, true, &n_exact, &n_close);
+    }
+    CHECK(n_q == 15, "%s: %d quantized matrices, expected 15", path, n_q);
+    printf("  micro-b %s: %d matrices, %d byte-identical to our quantizer, %d close\n",
+           files[fi].suffix, n_q, n_exact, n_close);
+    gguf_close(g);
+  }
+  st_close(st);
+}
+
 int main(void) {
   test_tables();
   test_fp16();
@@ -391,5 +466,6 @@ int main(void) {
   test_known_blocks();
   test_round_trip();
   test_micro_a();
+  test_micro_b();
   return TEST_SUMMARY("test_dtype");
 }
