@@ -22,6 +22,14 @@ typedef struct web_asset {
   const char *etag; /* quoted strong ETag of the content, e.g. "\"9f2c...\"" */
 } web_asset;
 
+/* Content-Security-Policy to send with every asset (with X-Content-Type-Options: nosniff). The page loads nothing from other origins and needs no inline
+ * script or eval (it sets styles only through the CSSOM), so this policy is strict; the browser
+ * tests serve the page with exactly this string (tests/browser/mock_server.mjs reads it from here),
+ * so a page change that needs more fails there first. */
+#define WEB_ASSETS_CSP                                                                                          \
+  "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; " \
+  "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
 /* The generated table, sorted by path (strcmp order). */
 extern const web_asset web_assets[];
 extern const size_t web_assets_count;

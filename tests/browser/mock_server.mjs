@@ -31,6 +31,14 @@ const TYPES = {
   '.LICENSE': 'text/plain; charset=utf-8',
 };
 const MODEL = 'qwen3-vl-2b-instruct (mock)';
+// The page is served under the same Content-Security-Policy that qvl sends (src/server/web_assets.h),
+// so a change to the page that the policy would block fails these tests.
+const CSP = (() => {
+  const h = fs.readFileSync(path.resolve(here, '../../src/server/web_assets.h'), 'utf8');
+  const m = h.match(/#define WEB_ASSETS_CSP((?:[^\n]*\\\n)*[^\n]*)/);
+  if (!m) throw new Error('WEB_ASSETS_CSP not found in src/server/web_assets.h');
+  return [...m[1].matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((x) => x[1]).join('');
+})();
 const MAX_BODY = 64 * 1024 * 1024;
 
 // Canned answers. GROUNDING's boxes match the synthetic scene the tests draw (see run.mjs).
@@ -92,7 +100,12 @@ function serveStatic(req, res) {
   fs.readFile(file, (err, data) => {
     if (err) return sendError(res, 404, `no file ${p}`, 'not_found', 'not_found');
     const ext = path.extname(file) || path.basename(file);
-    res.writeHead(200, { 'Content-Type': TYPES[ext] ?? TYPES[path.extname(file)] ?? 'application/octet-stream', 'Cache-Control': 'no-cache' });
+    res.writeHead(200, {
+      'Content-Type': TYPES[ext] ?? TYPES[path.extname(file)] ?? 'application/octet-stream',
+      'Cache-Control': 'no-cache',
+      'Content-Security-Policy': CSP,
+      'X-Content-Type-Options': 'nosniff',
+    });
     res.end(data);
   });
 }
