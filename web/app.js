@@ -811,6 +811,7 @@ async function stream(msg, attempt) {
     fillAssistant(msg);
     renderSidebar();
     if (current === conv) stickToBottom();
+    if (msg.error && msg.error.kind === 'offline') pollHealth(); // let the status pill say so too
     if (msg.error) announce(`${msg.error.title}. ${msg.error.detail}`);
     else if (msg.stopped) announce('Stopped.');
     else announce('Answer complete.');

@@ -189,7 +189,7 @@ export function describeNetworkError() {
   return {
     kind: 'offline',
     title: 'Can’t reach the qvl server',
-    detail: 'Check that `qvl serve` is still running and reachable, then try again.',
+    detail: 'Check that “qvl serve” is still running and reachable from this browser, then try again.',
     retryAfter: null,
   };
 }

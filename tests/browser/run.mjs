@@ -480,8 +480,7 @@ test('box overlay from a canned answer, at desktop and phone sizes', async () =>
     await checkBoxGeometry(answer);
     const t = await answer.locator('.timings').textContent();
     for (const want of ['first token 812 ms', 'prefill 512 tok/s', '21.7 tok/s', '400 image tokens', '96 tokens']) assert(t.includes(want), `timings: "${want}" not in ${t}`);
-    await answer.scrollIntoViewIfNeeded();
-    await page.evaluate(() => (document.getElementById('chat').scrollTop = 0));
+    await answer.locator('.ground').evaluate((e) => e.scrollIntoView({ block: 'end' }));
     await shot(page, `${name}-grounding-canned`);
     if (vp === PHONE) {
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
@@ -584,6 +583,9 @@ test('413 image too large, and server down', async () => {
   await page.route('**/v1/chat/completions', (route) => route.abort('connectionrefused'));
   await page.locator('.error-card button', { hasText: 'Try again' }).click();
   await page.waitForFunction(() => (document.querySelector('.error-card')?.textContent ?? '').includes('reach the qvl server'));
+  await page.route('**/health', (route) => route.abort('connectionrefused'));
+  await page.locator('.error-card button', { hasText: 'Try again' }).click();
+  await page.waitForSelector('.status[data-state="offline"]'); // a failed request re-checks the server
   await shot(page, 'desktop-error-offline');
   await page.context().close();
   // The status pill says so when the server cannot be reached at all.
