@@ -713,10 +713,15 @@ qvl_status tokenizer_init_hf(const char *path, tokenizer **out) {
   buf text = {0};
   QVL_TRY(buf_read_file(path, TOK_MAX_JSON_BYTES, &text));
   cJSON *root = cJSON_ParseWithLength(text.data, text.len);
+  if (!root) {
+    const char *at = cJSON_GetErrorPtr();
+    bool inside = at && at >= text.data && at <= text.data + text.len;
+    qvl_status es = qvl_errorf(QVL_ERR_FORMAT, "%s: not valid JSON (at byte %zu, near '%.32s')", path,
+                               inside ? (size_t)(at - text.data) : (size_t)0, inside ? at : "?");
+    buf_free(&text);
+    return es;
+  }
   buf_free(&text);
-  if (!root)
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: not valid JSON (near '%.32s')", path,
-                      cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : "?");
   qvl_status st = QVL_OK;
   builder b = {0};
   added_list added = {0};
