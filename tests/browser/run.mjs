@@ -55,7 +55,7 @@ async function startServer() {
   let proc;
   const log = fs.createWriteStream(path.join(ART, `server-${MODE}.log`));
   if (MODE === 'real') {
-    const qvl = path.join(ROOT, 'qvl');
+    const qvl = path.resolve(ROOT, process.env.QVL_BIN || 'qvl');
     proc = spawn(
       qvl,
       ['serve', '-m', 'tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf', '--mmproj', 'tests/fixtures/models/e2e/gguf/mmproj-e2e-F16.gguf', '--port', String(port)],
@@ -342,7 +342,7 @@ test('stop a generation', async () => {
   await addScene(page);
   if (MODE === 'real') {
     await page.click('#settings-btn');
-    await page.fill('#set-maxtok', '4000');
+    await page.fill('#set-maxtok', '2000'); // long enough to still be running when Stop is pressed
     await page.keyboard.press('Escape');
   }
   await page.fill('#prompt', 'Tell me a long story about this picture.');

@@ -2,6 +2,7 @@
 # Browser tests of the web UI (web/) in headless Chromium, driven by playwright-core.
 #   tests/browser/run.sh                         against the mock server (tests/browser/mock_server.mjs)
 #   QVL_BROWSER_SERVER=real tests/browser/run.sh against ./qvl serve with the e2e fixture model
+#   QVL_BIN=build/san/qvl                        which qvl binary the real mode starts (default ./qvl)
 #   QVL_BROWSER_ONLY='regex' ...                 only the tests whose names match
 # Needs: node (>= 20), npm, and Chromium at /usr/bin/chromium (Debian: apt-get install -y chromium);
 # installs playwright-core from package-lock.json into tests/browser/node_modules when missing.
@@ -16,7 +17,7 @@ if [ ! -f node_modules/playwright-core/package.json ] ||
    [ "$(node -p 'require("./node_modules/playwright-core/package.json").version')" != "$(node -p 'require("./package-lock.json").packages["node_modules/playwright-core"].version')" ]; then
   npm ci --no-audit --no-fund --loglevel=error >&2 || fail "npm ci failed"
 fi
-if [ "${QVL_BROWSER_SERVER:-mock}" = real ] && [ ! -x ../../qvl ]; then
-  fail "QVL_BROWSER_SERVER=real needs ./qvl (run make first)"
+if [ "${QVL_BROWSER_SERVER:-mock}" = real ] && [ ! -x "../../${QVL_BIN:-qvl}" ] && [ ! -x "${QVL_BIN:-/nonexistent}" ]; then
+  fail "QVL_BROWSER_SERVER=real needs ${QVL_BIN:-./qvl} (run make first)"
 fi
 exec node run.mjs
