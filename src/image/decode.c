@@ -678,6 +678,84 @@ static int webp_orientation(const uint8_t *p, size_t size) {
   return 1;
 }
 
+/* Animated WebP: the first frame, as Pillow's WebPAnimDecoder gives it. The canvas starts fully
+ * transparent black and the first frame (always a key frame) is decoded into it at its offset,
+ * without blending. Pillow then reads the canvas as RGBA when the VP8X alpha flag is set
+ * (so uncovered canvas becomes white after convert_to_rgb) and as RGBX otherwise (black). */
+static qvl_status decode_webp_first_frame(const uint8_t *p, size_t size,
+                                          const WebPBitstreamFeatures *f, image_rgb *out) {
+  size_t pos = 12;
+  const uint8_t *frame = NULL;
+  uint32_t frame_len = 0;
+  while (size - pos >= 8 && !frame) {
+    uint32_t len = rd32(p + pos + 4, 1);
+    if (len > size - pos - 8)
+      break;
+    if (memcmp(p + pos, "ANMF", 4) == 0) {
+      frame = p + pos + 8;
+      frame_len = len;
+    }
+    pos += 8 + (size_t)len + (len & 1);
+    if (pos > size)
+      break;
+  }
+  if (!frame || frame_len < 16 + 8)
+    return qvl_errorf(QVL_ERR_FORMAT, "corrupt or truncated animated WebP: no complete first frame");
+  uint32_t fx = 2 * (frame[0] | frame[1] << 8 | (uint32_t)frame[2] << 16);
+  uint32_t fy = 2 * (frame[3] | frame[4] << 8 | (uint32_t)frame[5] << 16);
+  uint32_t fw = 1 + (frame[6] | frame[7] << 8 | (uint32_t)frame[8] << 16);
+  uint32_t fh = 1 + (frame[9] | frame[10] << 8 | (uint32_t)frame[11] << 16);
+  if (fx + fw > (uint32_t)f->width || fy + fh > (uint32_t)f->height)
+    return qvl_errorf(QVL_ERR_FORMAT,
+                      "corrupt animated WebP: first frame %ux%u at (%u, %u) outside the %dx%d canvas",
+                      fw, fh, fx, fy, f->width, f->height);
+  size_t n = (size_t)f->width * f->height;
+  uint8_t *canvas = calloc(n, 4); /* [height][width][4], transparent black */
+  if (!canvas)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory decoding a %dx%d WebP", f->width, f->height);
+  /* The frame payload (optional ALPH + VP8/VP8L chunks) is a bitstream libwebp decodes as is. */
+  uint8_t *dst = canvas + ((size_t)fy * f->width + fx) * 4;
+  WebPDecoderConfig cfg;
+  qvl_status s = QVL_OK;
+  if (!WebPInitDecoderConfig(&cfg)) {
+    s = qvl_errorf(QVL_ERR_INTERNAL, "libwebp version mismatch");
+  } else {
+    cfg.output.colorspace = MODE_RGBA;
+    cfg.output.is_external_memory = 1;
+    cfg.output.u.RGBA.rgba = dst;
+    cfg.output.u.RGBA.stride = f->width * 4;
+    cfg.output.u.RGBA.size = n * 4 - (size_t)(dst - canvas);
+    VP8StatusCode st = WebPDecode(frame + 16, frame_len - 16, &cfg);
+    if (st == VP8_STATUS_OK && (cfg.input.width != (int)fw || cfg.input.height != (int)fh))
+      st = VP8_STATUS_BITSTREAM_ERROR;
+    if (st != VP8_STATUS_OK)
+      s = qvl_errorf(QVL_ERR_FORMAT, "corrupt or truncated animated WebP: first frame (libwebp status %d)",
+                     (int)st);
+    WebPFreeDecBuffer(&cfg.output);
+  }
+  image_rgb img = {0};
+  if (s == QVL_OK)
+    s = image_rgb_alloc(&img, f->width, f->height);
+  if (s == QVL_OK) {
+    const uint8_t *in = canvas;
+    uint8_t *o = img.data;
+    for (size_t i = 0; i < n; i++, in += 4, o += 3) {
+      if (f->has_alpha) {
+        o[0] = composite_white(in[0], in[3]);
+        o[1] = composite_white(in[1], in[3]);
+        o[2] = composite_white(in[2], in[3]);
+      } else {
+        o[0] = in[0];
+        o[1] = in[1];
+        o[2] = in[2];
+      }
+    }
+    *out = img;
+  }
+  free(canvas);
+  return s;
+}
+
 static qvl_status decode_webp(const uint8_t *data, size_t size, const image_limits *lim, int decode,
                               image_rgb *out, image_info *info) {
   WebPBitstreamFeatures f;
@@ -693,10 +771,10 @@ static qvl_status decode_webp(const uint8_t *data, size_t size, const image_limi
   info->bit_depth = 8;
   info->orientation = webp_orientation(data, size);
   QVL_TRY(check_size("WebP", f.width, f.height, lim));
-  if (f.has_animation)
-    return qvl_errorf(QVL_ERR_UNSUPPORTED, "animated WebP is not supported; send a still image");
   if (!decode)
     return QVL_OK;
+  if (f.has_animation)
+    return decode_webp_first_frame(data, size, &f, out);
   image_rgb img;
   QVL_TRY(image_rgb_alloc(&img, f.width, f.height));
   size_t n = (size_t)f.width * f.height;

@@ -10,7 +10,7 @@
  * unknown inputs return an error with a message a user can act on; nothing aborts or hangs.
  *
  * Errors: QVL_ERR_FORMAT (not an image, truncated, corrupt), QVL_ERR_UNSUPPORTED (a known format or
- * feature we do not decode: GIF, BMP, TIFF, AVIF/HEIC, animated WebP, 12-bit JPEG), QVL_ERR_TOO_LARGE
+ * feature we do not decode: GIF, BMP, TIFF, AVIF/HEIC, 12-bit JPEG), QVL_ERR_TOO_LARGE
  * (over a limit), QVL_ERR_NOMEM.
  *
  * Thread safety: all functions are reentrant (no global state); the error message is per thread.

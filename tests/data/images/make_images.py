@@ -236,6 +236,35 @@ add_error("short_zlib.png", short, "ERR_FORMAT", "Not enough image data",
 strip = Image.frombytes("RGB", (1, 9), bytes(range(27)))
 add_decode("strip_1x9.png", save(strip, "PNG"), "1x9 image")
 
+# Animated WebP: HF (Pillow) takes the first frame.
+frames = [noise(23, 17, "RGBA") for _ in range(3)]
+add_decode("anim_alpha.webp", save(frames[0], "WEBP", save_all=True, append_images=frames[1:], lossless=True),
+           "animated WebP with alpha: first frame")
+frames = [noise(23, 17) for _ in range(2)]
+add_decode("anim_lossy.webp", save(frames[0], "WEBP", save_all=True, append_images=frames[1:], quality=60),
+           "animated lossy WebP: first frame")
+
+
+def riff_chunk(tag, payload):
+    return tag + struct.pack("<I", len(payload)) + payload + (b"\0" if len(payload) & 1 else b"")
+
+
+def anim_offset(alpha_flag):
+    """Hand-built animated WebP whose first frame (6x4) sits at (4, 2) in a 16x10 canvas."""
+    still = save(noise(6, 4, "RGBA"), "WEBP", lossless=True)
+    vp8l = still[still.index(b"VP8L"):]
+    u24 = lambda v: struct.pack("<I", v)[:3]
+    vp8x = bytes([0x02 | (0x10 if alpha_flag else 0), 0, 0, 0]) + u24(16 - 1) + u24(10 - 1)
+    anmf = u24(4 // 2) + u24(2 // 2) + u24(6 - 1) + u24(4 - 1) + u24(100) + b"\0" + vp8l
+    body = b"WEBP" + riff_chunk(b"VP8X", vp8x) + riff_chunk(b"ANIM", b"\0\0\0\0\0\0") + riff_chunk(b"ANMF", anmf)
+    return b"RIFF" + struct.pack("<I", len(body)) + body
+
+
+add_decode("anim_offset_alpha.webp", anim_offset(True),
+           "animated WebP, first frame smaller than the canvas, alpha flag: uncovered canvas is white")
+add_decode("anim_offset_noalpha.webp", anim_offset(False),
+           "same without the VP8X alpha flag: Pillow reads RGBX, uncovered canvas is black")
+
 os.makedirs(os.path.join(OUT, "expected"), exist_ok=True)
 with open(os.path.join(OUT, "cases.json"), "w") as f:
     json.dump(cases, f, indent=1)
