@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/hub.h"
 #include "qvl.h"
 
 bool arg_value(int argc, char **argv, int *i, const char *long_name, const char *short_name, const char **out) {
@@ -56,4 +57,22 @@ int report_error(const char *what, int status) {
   const char *msg = qvl_last_error();
   fprintf(stderr, "qvl: %s: %s\n", what, msg && *msg ? msg : qvl_status_text((qvl_status)status));
   return 1;
+}
+
+int resolve_hf(const char *spec, bool offline, const char **model, const char **mmproj) {
+  static hub_files files; /* kept for the life of the process: the paths are used until exit */
+  hub_opts o = {0};
+  o.offline = offline ? 1 : 0;
+  qvl_status s = hub_resolve(&o, spec, &files);
+  if (s != QVL_OK)
+    return report_error("--hf", s);
+  if (!files.is_gguf) {
+    fprintf(stderr, "qvl: --hf %s is a safetensors repository; loading HF directories is not supported yet "
+                    "(use a GGUF repository such as Qwen/Qwen3-VL-2B-Instruct-GGUF:Q8_0)\n", spec);
+    return 1;
+  }
+  *model = files.model;
+  if (!*mmproj)
+    *mmproj = files.mmproj;
+  return 0;
 }

@@ -12,6 +12,9 @@ bool arg_flag(char **argv, int i, const char *long_name, const char *short_name)
 /* Parse numbers or exit(2) with a message naming the flag. */
 int64_t arg_int(const char *flag, const char *v, int64_t min, int64_t max);
 double arg_double(const char *flag, const char *v, double min, double max);
+/* Model files from --hf REPO[:QUANT] (downloaded into the cache, or found there when offline). On
+ * success *model and *mmproj point to strings that live until the process ends. */
+int resolve_hf(const char *spec, bool offline, const char **model, const char **mmproj);
 /* Prints "qvl: <msg>: <qvl_last_error()>" and returns the exit code for a status. */
 int report_error(const char *what, int status);
 

@@ -17,6 +17,7 @@
 static void run_usage(FILE *f) {
   fprintf(f,
           "usage: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image FILE]... -p PROMPT [options]\n"
+          "       qvl run --hf REPO[:QUANT] [--offline] ... (download into the cache on first use)\n"
           "  -p, --prompt TEXT       the user message ('-' reads it from standard input)\n"
           "  --system TEXT           a system message\n"
           "  --raw                   use the prompt as is, without the chat template (no images)\n"
@@ -108,7 +109,8 @@ int cmd_run(int argc, char **argv) {
   const char *model = NULL, *mmproj = NULL, *prompt = NULL, *system = NULL, *v;
   const char *images[MAX_IMAGES], *stops[MAX_STOPS];
   int n_images = 0, n_stops = 0, threads = 0;
-  bool raw = false, json = false;
+  bool raw = false, json = false, offline = false;
+  const char *hf = NULL;
   gen_params gp = gen_params_default();
   vlm_prompt_opts po;
   vlm_prompt_opts_default(&po);
@@ -117,6 +119,10 @@ int cmd_run(int argc, char **argv) {
       model = v;
     else if (arg_value(argc, argv, &i, "--mmproj", NULL, &v))
       mmproj = v;
+    else if (arg_value(argc, argv, &i, "--hf", NULL, &v))
+      hf = v;
+    else if (arg_flag(argv, i, "--offline", NULL))
+      offline = true;
     else if (arg_value(argc, argv, &i, "--image", NULL, &v)) {
       if (n_images == MAX_IMAGES) {
         fprintf(stderr, "qvl run: at most %d images\n", MAX_IMAGES);
@@ -171,6 +177,15 @@ int cmd_run(int argc, char **argv) {
       run_usage(stderr);
       return 2;
     }
+  }
+  if (hf && model) {
+    fprintf(stderr, "qvl run: give either -m MODEL.gguf or --hf REPO[:QUANT], not both\n");
+    return 2;
+  }
+  if (hf && prompt) {
+    int rc = resolve_hf(hf, offline, &model, &mmproj);
+    if (rc)
+      return rc;
   }
   if (!model || !prompt) {
     fprintf(stderr, "qvl run: %s is required\n", !model ? "-m MODEL.gguf" : "-p PROMPT");

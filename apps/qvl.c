@@ -13,6 +13,7 @@ static void usage(FILE *f) {
           "  run       generate a reply: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image F] -p PROMPT\n"
           "  tokenize  print token ids: qvl tokenize -m MODEL.gguf TEXT|-\n"
           "  dump      run a fixture case: qvl dump CASE.json OUT.safetensors\n"
+          "  verify    check model files against recorded sha256: qvl verify MODEL|--hf REPO[:QUANT]\n"
           "  make-random  write a random-weight model with the 2B shapes (benchmarks)\n",
           QVL_VERSION);
 }
@@ -28,6 +29,8 @@ int main(int argc, char **argv) {
     return cmd_tokenize(argc, argv);
   if (!strcmp(argv[1], "make-random"))
     return cmd_make_random(argc, argv);
+  if (!strcmp(argv[1], "verify"))
+    return cmd_verify(argc, argv);
   if (!strcmp(argv[1], "dump"))
     return cmd_dump(argc, argv);
   fprintf(stderr, "qvl: unknown command '%s'\n", argv[1]);

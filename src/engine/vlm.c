@@ -6,6 +6,7 @@
 #include "base/buf.h"
 #include "base/status.h"
 #include "base/timing.h"
+#include "model/verify.h"
 #include "text/chat.h"
 #include "text/mrope.h"
 
@@ -24,7 +25,13 @@ qvl_status vlm_load(const vlm_paths *p, vlm **out) {
   if (!m)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   gguf *g = NULL;
-  qvl_status s = gguf_open(p->model, &g);
+  /* A file whose size differs from what a download recorded is damaged: say so instead of failing
+   * later with a parse error (or, worse, loading garbage). */
+  qvl_status s = verify_quick(p->model);
+  if (s == QVL_OK && p->mmproj && *p->mmproj)
+    s = verify_quick(p->mmproj);
+  if (s == QVL_OK)
+    s = gguf_open(p->model, &g);
   if (s == QVL_OK)
     s = tokenizer_init_gguf(g, &m->tok);
   if (s == QVL_OK) {
