@@ -547,13 +547,21 @@ qvl_status decoder_seq_check_fit(const decoder_seq *s, int64_t n_prompt, int64_t
   return QVL_OK;
 }
 
+/* A run of consecutive tokens of one sequence inside a forward batch: tokens [t0, t0 + n) of the
+ * batch attend to their sequence's kv view (n_past stored rows) plus themselves, causally. */
+typedef struct seg {
+  int64_t t0, n;
+  kv_view kv;
+} seg;
+
 /*
- * One decoder layer over n tokens x[n][n_embd] (updated in place) whose positions' RoPE tables are
- * cos/sin, attending to the kv view's n_past stored rows plus these n; writes the n new key/value
- * rows at kv.n_past.. . Everything a batched or paged caller needs is in the arguments.
+ * One decoder layer over n tokens x[n][n_embd] (updated in place) whose RoPE tables are cos/sin.
+ * The tokens may belong to several sequences (segments): the projections and the MLP run over all
+ * n rows at once; each segment writes its key/value rows at its view's n_past and attends to its
+ * own cache only. A batched or paged caller only has to build the segments.
  */
 static void layer_forward(const decoder_model *m, const decoder_layer *L, float *x, int64_t n,
-                          const float *cos, const float *sin, kv_view kv, scratch *w) {
+                          const float *cos, const float *sin, const seg *segs, int n_seg, scratch *w) {
   const decoder_hparams *hp = &m->hp;
   int64_t D = hp->n_embd, H = hp->n_head, KV = hp->n_head_kv, hd = hp->head_dim;
   int64_t qd = H * hd, kvd = KV * hd;
@@ -568,13 +576,16 @@ static void layer_forward(const decoder_model *m, const decoder_layer *L, float 
   kn_rmsnorm(w->k0, L->k_norm, n * KV, hd, eps, w->k);
   mrope_apply(&m->rope, w->q, n, (int)H, qd, cos, sin);
   mrope_apply(&m->rope, w->k, n, (int)KV, kvd, cos, sin);
-  for (int64_t i = 0; i < n; i++) {
-    memcpy(kv.k + (kv.n_past + i) * kv.stride, w->k + i * kvd, (size_t)kvd * sizeof(float));
-    memcpy(kv.v + (kv.n_past + i) * kv.stride, w->v + i * kvd, (size_t)kvd * sizeof(float));
-  }
   float scale = (float)(1.0 / sqrt((double)hd));
-  kn_attention(w->q, n, qd, kv.k, kv.v, kv.n_past + n, kv.stride, (int)H, (int)KV, (int)hd, scale, kv.n_past,
-               w->att, qd);
+  for (int si = 0; si < n_seg; si++) {
+    const seg *g = &segs[si];
+    for (int64_t i = 0; i < g->n; i++) {
+      memcpy(g->kv.k + (g->kv.n_past + i) * g->kv.stride, w->k + (g->t0 + i) * kvd, (size_t)kvd * sizeof(float));
+      memcpy(g->kv.v + (g->kv.n_past + i) * g->kv.stride, w->v + (g->t0 + i) * kvd, (size_t)kvd * sizeof(float));
+    }
+    kn_attention(w->q + g->t0 * qd, g->n, qd, g->kv.k, g->kv.v, g->kv.n_past + g->n, g->kv.stride, (int)H,
+                 (int)KV, (int)hd, scale, g->kv.n_past, w->att + g->t0 * qd, qd);
+  }
   kn_matmul(&L->wo, w->att, n, NULL, w->tmp);
   kn_add(x, w->tmp, n * D);
 
@@ -691,9 +702,9 @@ qvl_status decoder_prefill(decoder_seq *s, const decoder_input *in, float *logit
     emit(s, "text_rope_sin", w->sin, nc, hp->head_dim);
     /* Layers. */
     for (int64_t il = 0; il < hp->n_layer; il++) {
-      kv_view kv = kv_cache_layer(&s->kv, il);
-      kv.n_past = base + c0;
-      layer_forward(m, &m->layers[il], w->x, nc, w->cos, w->sin, kv, w);
+      seg g = {0, nc, kv_cache_layer(&s->kv, il)};
+      g.kv.n_past = base + c0;
+      layer_forward(m, &m->layers[il], w->x, nc, w->cos, w->sin, &g, 1, w);
       if (il < in->n_deepstack)
         for (int64_t j = j0; j < j_img; j++)
           kn_add(w->x + (in->img_idx[j] - c0) * D, in->deepstack + (il * in->n_img + j) * D, D);
@@ -735,8 +746,10 @@ qvl_status decoder_step(decoder_seq *s, int32_t token, const float **logits) {
   kn_weight_row(&m->tok_embd, token, w->x);
   w->pos[0] = w->pos[1] = w->pos[2] = (int32_t)s->next_pos;
   mrope_tables(&m->rope, w->pos, 1, 1, w->cos, w->sin);
-  for (int64_t il = 0; il < hp->n_layer; il++)
-    layer_forward(m, &m->layers[il], w->x, 1, w->cos, w->sin, kv_cache_layer(&s->kv, il), w);
+  for (int64_t il = 0; il < hp->n_layer; il++) {
+    seg g = {0, 1, kv_cache_layer(&s->kv, il)};
+    layer_forward(m, &m->layers[il], w->x, 1, w->cos, w->sin, &g, 1, w);
+  }
   head_forward(s, w->x, 1, s->logits);
   s->kv.n++;
   s->next_pos++;

@@ -70,8 +70,23 @@ typedef struct decoder_hparams {
 
 /* Where weights come from. find() returns a view of the tensor stored under a text GGUF name
  * ("blk.3.attn_q.weight"), in ggml ne order, or NULL if there is none; the views must stay valid
- * until release(user) is called (by decoder_free, or by decoder_init when it fails). A safetensors
- * adapter maps "model.language_model.layers.3.self_attn.q_proj.weight" to that name. */
+ * until release(user) is called (by decoder_free, or by decoder_init when it fails). Matrices are
+ * referenced, not copied (kn_weight may add a repacked copy); norm vectors are copied to float.
+ *
+ * For an HF checkpoint (prefix model.language_model.) a source serves these names; a PyTorch shape
+ * [out, in] is ggml ne {in, out}, no permutation (HF and GGUF both use NeoX rotate_half halves):
+ *   token_embd.weight            embed_tokens.weight
+ *   output.weight                lm_head.weight (top level; absent when tie_word_embeddings)
+ *   output_norm.weight           norm.weight
+ *   blk.N.attn_norm / ffn_norm   layers.N.input_layernorm / post_attention_layernorm
+ *   blk.N.attn_q/k/v/output      layers.N.self_attn.q_proj / k_proj / v_proj / o_proj
+ *   blk.N.attn_q_norm / k_norm   layers.N.self_attn.q_norm / k_norm
+ *   blk.N.ffn_gate / up / down   layers.N.mlp.gate_proj / up_proj / down_proj
+ * (each with .weight). decoder_hparams then comes from config.json's text_config: hidden_size,
+ * num_hidden_layers, intermediate_size, num_attention_heads, num_key_value_heads, head_dim,
+ * rms_norm_eps, rope_theta (or rope_parameters.rope_theta), rope_scaling.mrope_section (3 values;
+ * the 4th section is 0), max_position_embeddings, vocab_size; n_deepstack =
+ * len(vision_config.deepstack_visual_indexes). */
 typedef struct decoder_source {
   const char *label;                                 /* file/directory named in errors */
   void *user;

@@ -59,6 +59,9 @@ typedef struct mrope_image {
  * text after it resumes at max + 1. Without images, pos = 0..n-1 on every axis and rope_delta = 0.
  * Fails (QVL_ERR_MISMATCH) if the number of images in ids differs from n_images, if an image's run of
  * image_pad tokens is shorter than its grid says, or a grid is not divisible by merge.
+ * Continuing a cached sequence (a later turn appended to the KV cache): compute the positions of the
+ * new tokens alone and add decoder_seq_next_pos() to each; that equals get_rope_index over the whole
+ * sequence as long as the split is not inside an image.
  */
 qvl_status mrope_positions(const int32_t *ids, int64_t n, int32_t image_pad_id,
                            int32_t vision_start_id, const mrope_image *images, int n_images,
