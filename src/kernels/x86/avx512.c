@@ -485,6 +485,24 @@ static void avx512_layernorm(const float *x, const float *w, const float *b, int
  */
 #define ATT_MAXV 16
 
+/* r[j] = sum of the 16 lanes of v[j], for 16 vectors at once (transpose-and-add tree: 45 shuffles
+ * and adds instead of 16 full horizontal reductions). */
+INLINE __m512 hsum16(const __m512 *v) {
+  __m512 t[8], u[4], w[2];
+  for (int i = 0; i < 8; i++) /* per 128-bit lane: (a0+a2, b0+b2, a1+a3, b1+b3) */
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; i++) { /* per lane: partial sums of 4 vectors */
+    __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
+    u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  for (int i = 0; i < 2; i++) /* lanes (0+1, 2+3) of two groups of 4 vectors */
+    w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xDD));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
+}
+
 INLINE void attn_row(const kn_attn *a, const float *q, const float *kb, const float *vb,
                      int64_t n_keys, float *o, int nv) {
   int hd = a->head_dim;
@@ -499,15 +517,20 @@ INLINE void attn_row(const kn_attn *a, const float *q, const float *kb, const fl
   float s[16];
   for (int64_t j0 = 0; j0 < n_keys; j0 += 16) {
     int nb = (int)(n_keys - j0 < 16 ? n_keys - j0 : 16);
-    for (int jj = 0; jj < nb; jj++) {
+    __m512 part[16];
+    for (int jj = 0; jj < 16; jj++) {
+      if (jj >= nb) {
+        part[jj] = _mm512_setzero_ps();
+        continue;
+      }
       const float *k = kb + (j0 + jj) * a->kv_stride;
       __m512 d = _mm512_mul_ps(qv[0], _mm512_maskz_loadu_ps(nv == 1 ? lm : 0xFFFF, k));
       for (int c = 1; c < nv; c++)
         d = _mm512_fmadd_ps(qv[c], _mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, k + 16 * c), d);
-      s[jj] = _mm512_reduce_add_ps(d);
+      part[jj] = d;
     }
     __mmask16 km = tail_mask(nb);
-    __m512 sv = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), km, s);
+    __m512 sv = _mm512_mask_blend_ps(km, _mm512_set1_ps(-INFINITY), hsum16(part));
     float bm = _mm512_reduce_max_ps(sv);
     if (bm > m) {
       float c = expf(m - bm);
