@@ -530,6 +530,8 @@ typedef struct tiny_opts {
   const char *type;          /* general.type or NULL */
   const char *skip_key;      /* metadata key to leave out */
   const char *bad_tensor;    /* tensor written with a wrong shape */
+  const char *str_key;       /* metadata key written as a string instead of a number */
+  qvl_dtype norm_type;       /* storage of the norm vectors (F32 = 0 by default) */
   bool tied;
 } tiny_opts;
 
@@ -540,8 +542,11 @@ static void *tiny_gguf(const tiny_opts *o, size_t *size) {
   gguf_writer_set_str(w, "general.architecture", o->arch);
   if (o->type)
     gguf_writer_set_str(w, "general.type", o->type);
-#define U32(k, v) \
-  if (!o->skip_key || strcmp(o->skip_key, k) != 0) gguf_writer_set_u32(w, k, v)
+#define U32(k, v)                                   \
+  if (o->str_key && strcmp(o->str_key, k) == 0)     \
+    gguf_writer_set_str(w, k, "seven");             \
+  else if (!o->skip_key || strcmp(o->skip_key, k) != 0) \
+  gguf_writer_set_u32(w, k, v)
   U32("qwen3vl.block_count", TL);
   U32("qwen3vl.context_length", 64);
   U32("qwen3vl.embedding_length", TD);
@@ -576,6 +581,13 @@ static void *tiny_gguf(const tiny_opts *o, size_t *size) {
     int64_t ne[2] = {t[i].ne0, t[i].ne1};
     if (o->bad_tensor && strcmp(o->bad_tensor, t[i].name) == 0)
       ne[1] = ne[1] ? ne[1] * 2 : 2;
+    if (ne[1] == 0 && o->norm_type != QVL_DTYPE_F32) {
+      uint16_t h[TFF];
+      for (int64_t k = 0; k < ne[0]; k++)
+        h[k] = o->norm_type == QVL_DTYPE_F16 ? f32_to_fp16(data[k]) : f32_to_bf16(data[k]);
+      gguf_writer_add_tensor(w, t[i].name, o->norm_type, 1, ne, h);
+      continue;
+    }
     gguf_writer_add_tensor(w, t[i].name, QVL_DTYPE_F32, ne[1] ? 2 : 1, ne, data);
   }
   void *mem = NULL;
@@ -675,6 +687,27 @@ static void test_errors(void) {
   tiny_opts tied = {.arch = "qwen3vl", .tied = true};
   CHECK(tiny_load(&tied, &m) == QVL_OK && m && m->tied && m->head == &m->tok_embd, "tied: %s", qvl_last_error());
   tiny_unload(m);
+
+  /* Norm vectors stored as F16 / BF16 are dequantized at load. */
+  qvl_dtype nt[2] = {QVL_DTYPE_F16, QVL_DTYPE_BF16};
+  for (int k = 0; k < 2; k++) {
+    tiny_opts o = {.arch = "qwen3vl", .norm_type = nt[k]};
+    s = tiny_load(&o, &m);
+    CHECK(s == QVL_OK, "%s norms: %s", dtype_name(nt[k]), qvl_last_error());
+    if (m) {
+      /* tiny_gguf fills every tensor with data[i] = ((i * 37) % 17) / 17 - 0.5. */
+      float want = (float)((3 * 37) % 17) / 17.0f - 0.5f;
+      float got = m->layers[0].ffn_norm[3];
+      float exp = k == 0 ? fp16_to_f32(f32_to_fp16(want)) : bf16_to_f32(f32_to_bf16(want));
+      CHECK(got == exp && m->output_norm[3] == exp, "%s norm value %g, expected %g", dtype_name(nt[k]), got, exp);
+    }
+    tiny_unload(m);
+  }
+
+  tiny_opts strk = {.arch = "qwen3vl", .str_key = "qwen3vl.embedding_length"};
+  s = tiny_load(&strk, &m);
+  CHECK(s == QVL_ERR_FORMAT && strstr(qvl_last_error(), "qwen3vl.embedding_length"), "string key: %d %s", (int)s,
+        qvl_last_error());
 
   tiny_opts llama = {.arch = "llama"};
   s = tiny_load(&llama, &m);
