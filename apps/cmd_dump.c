@@ -103,6 +103,9 @@ static qvl_status write_prompt_tensors(st_writer *w, const vlm *m, const vlm_pro
   for (int i = 0; i < p->n_images; i++) {
     const vlm_image *im = &p->images[i];
     char name[64];
+    int64_t ds[3] = {im->decoded.height, im->decoded.width, 3};
+    snprintf(name, sizeof name, "image_rgb.%d", i);
+    QVL_TRY(st_writer_add(w, name, ST_U8, 3, ds, im->decoded.data));
     int64_t rs[3] = {im->patches.resized.height, im->patches.resized.width, 3};
     snprintf(name, sizeof name, "image_resized.%d", i);
     QVL_TRY(st_writer_add(w, name, ST_U8, 3, rs, im->patches.resized.data));

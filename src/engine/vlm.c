@@ -89,8 +89,10 @@ void vlm_prompt_opts_default(vlm_prompt_opts *o) {
 void vlm_prompt_free(vlm_prompt *p) {
   free(p->ids);
   free(p->pos);
-  for (int i = 0; i < p->n_images; i++)
+  for (int i = 0; i < p->n_images; i++) {
+    image_rgb_free(&p->images[i].decoded);
     image_patches_free(&p->images[i].patches);
+  }
   free(p->images);
   free(p->img_idx);
   free(p->img_embd);
@@ -121,7 +123,10 @@ static qvl_status load_image(const chat_image *ci, int i, const vlm_prompt_opts 
   if (s == QVL_OK)
     s = image_preprocess(&rgb, &o->pre, &out->patches);
   buf_free(&bytes);
-  image_rgb_free(&rgb);
+  if (s == QVL_OK && o->keep_images)
+    out->decoded = rgb;
+  else
+    image_rgb_free(&rgb);
   if (s != QVL_OK)
     return qvl_error_prefix(s, "image %d (messages[%d]): ", i + 1, ci->message_index);
   out->grid_t = out->patches.grid_t;

@@ -52,6 +52,7 @@ typedef struct vlm_prompt_opts {
 } vlm_prompt_opts;
 
 typedef struct vlm_image {
+  image_rgb decoded;       /* the decoded image (kept only with keep_images) */
   image_patches patches;   /* resized image + pixel_values (freed unless keep_images) */
   int grid_t, grid_h, grid_w;
   int64_t n_tokens;
