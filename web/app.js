@@ -496,8 +496,8 @@ function messageView(msg) {
         : el('span', { class: 'msg-img msg-img-missing', text: `${img.name} (not kept in this browser)` }),
     );
     return el(
-      'li',
-      { class: 'msg user' },
+      'article',
+      { class: 'msg user', 'aria-label': 'Your message' },
       el('h3', { class: 'sr-only', text: 'You' }),
       el('div', { class: 'bubble' }, imgs.length ? el('div', { class: 'msg-images' }, ...imgs) : null, msg.text ? el('p', { class: 'msg-text', text: msg.text }) : null),
     );
@@ -506,8 +506,8 @@ function messageView(msg) {
   const extra = el('div', { class: 'extra' });
   const meta = el('div', { class: 'meta' });
   const li = el(
-    'li',
-    { class: 'msg assistant' },
+    'article',
+    { class: 'msg assistant', 'aria-label': 'Answer' },
     el('div', { class: 'avatar', 'aria-hidden': 'true', text: 'Q' }),
     el('div', { class: 'answer' }, el('h3', { class: 'sr-only', text: 'Answer' }), md, extra, meta),
   );

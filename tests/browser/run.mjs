@@ -97,7 +97,13 @@ async function mock(pathname, body) {
 }
 
 async function newPage(viewport = DESKTOP, opts = {}) {
-  const context = await browser.newContext({ viewport, deviceScaleFactor: opts.scale ?? 1, colorScheme: opts.colorScheme ?? 'light', reducedMotion: 'reduce' });
+  const context = await browser.newContext({
+    viewport,
+    deviceScaleFactor: opts.scale ?? 1,
+    colorScheme: opts.colorScheme ?? 'light',
+    reducedMotion: 'reduce',
+    bypassCSP: !!opts.bypassCSP,
+  });
   await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: server.base });
   const page = await context.newPage();
   page.errors = [];
@@ -671,6 +677,56 @@ test('keyboard and screen-reader basics; settings dialog', async () => {
     eq(body.temperature, 0.2, 'temperature sent');
   }
   await page.context().close();
+});
+
+// axe-core's automated WCAG checks on the main states of the page; serious and critical findings fail.
+const AXE = fs.readFileSync(path.join(here, 'node_modules/axe-core/axe.min.js'), 'utf8');
+async function axe(page, what) {
+  const res = await page.evaluate(async (src) => {
+    if (!window.axe) (0, eval)(src);
+    const r = await window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'best-practice'] } });
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 3).map((n) => n.target.join(' ')) }));
+  }, AXE);
+  const bad = res.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+  assert(bad.length === 0, `${what}: ${bad.map((v) => `${v.id} (${v.impact}): ${v.help} at ${v.nodes.join(', ')}`).join('; ')}`);
+}
+
+test('accessibility audit (axe-core): empty, conversation, error, settings, phone, dark', async () => {
+  // axe is injected with eval, which the page's CSP rightly forbids: this context bypasses CSP.
+  const init = {
+    fn: seedGrounding,
+    arg: {
+      dataUrl: 'data:image/png;base64,' + sceneBuf.toString('base64'),
+      answer: 'Found:\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```json\n[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}, {"point_2d": [875, 180], "label": "sun"}]\n```',
+    },
+  };
+  for (const [vp, scheme] of [[DESKTOP, 'light'], [PHONE, 'light'], [DESKTOP, 'dark']]) {
+    const page = await newPage(vp, { bypassCSP: true, colorScheme: scheme });
+    const tag = `${vp === PHONE ? 'phone' : 'desktop'} ${scheme}`;
+    await axe(page, `${tag} empty page`);
+    await addScene(page);
+    await axe(page, `${tag} image attached`);
+    await page.context().close();
+    const conv = await newPage(vp, { bypassCSP: true, colorScheme: scheme, init });
+    if (vp === PHONE) {
+      await conv.click('#menu-btn');
+      await conv.waitForTimeout(300);
+      await axe(conv, `${tag} drawer open`);
+    }
+    await conv.click('.conv-open');
+    await conv.locator('.gbox').first().waitFor();
+    await axe(conv, `${tag} conversation with overlay`);
+    await conv.route('**/v1/chat/completions', (route) =>
+      route.fulfill({ status: 503, headers: { 'Retry-After': '30', 'Content-Type': 'application/json' }, body: '{"error":{"message":"queue full","type":"server_busy","code":"queue_full"}}' }),
+    );
+    await conv.fill('#prompt', 'More?');
+    await conv.keyboard.press('Enter');
+    await conv.locator('.error-card').waitFor();
+    await axe(conv, `${tag} 503 error`);
+    await conv.click('#settings-btn');
+    await axe(conv, `${tag} settings dialog`);
+    await conv.context().close();
+  }
 });
 
 test('phone width: full conversation with overlay', async () => {

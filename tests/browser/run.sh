@@ -13,8 +13,16 @@ cd "$(dirname "$0")"
 fail() { echo "browser tests: $*" >&2; echo "browser: 0 passed, 1 failed"; exit 1; }
 command -v node >/dev/null || fail "node is not installed (Debian: apt-get install -y nodejs npm)"
 [ -x "${QVL_CHROMIUM:-/usr/bin/chromium}" ] || fail "no Chromium at ${QVL_CHROMIUM:-/usr/bin/chromium} (Debian: apt-get install -y chromium)"
-if [ ! -f node_modules/playwright-core/package.json ] ||
-   [ "$(node -p 'require("./node_modules/playwright-core/package.json").version')" != "$(node -p 'require("./package-lock.json").packages["node_modules/playwright-core"].version')" ]; then
+# Installed versions must be the locked ones; otherwise (re)install from the lock file.
+stale=$(node -e '
+  const lock = require("./package-lock.json").packages;
+  for (const [k, v] of Object.entries(lock)) {
+    if (!k) continue;
+    let have = null;
+    try { have = require("./" + k + "/package.json").version; } catch {}
+    if (have !== v.version) { console.log(k); break; }
+  }')
+if [ -n "$stale" ]; then
   npm ci --no-audit --no-fund --loglevel=error >&2 || fail "npm ci failed"
 fi
 if [ "${QVL_BROWSER_SERVER:-mock}" = real ] && [ ! -x "../../${QVL_BIN:-qvl}" ] && [ ! -x "${QVL_BIN:-/nonexistent}" ]; then
