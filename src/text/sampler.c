@@ -243,6 +243,7 @@ int32_t sampler_sample(sampler *s, float *logits) {
   if (n == 0)
     return 0;
 
+  bool sorted = false;
   if (s->p.top_k > 0 && s->p.top_k < n) {
     float thr = kth_largest(c, n, s->p.top_k);
     int64_t m = 0;
@@ -250,27 +251,42 @@ int32_t sampler_sample(sampler *s, float *logits) {
       if (c[i].logit >= thr)
         c[m++] = c[i];
     n = m;
-  }
-  bool sorted = false;
-  if (s->p.top_p < 1.0f) {
-    qsort(c, (size_t)n, sizeof *c, cand_cmp);
+    qsort(c, (size_t)n, sizeof *c, cand_cmp); /* k (plus ties) rows: cheap */
     sorted = true;
-    double mx = c[0].logit, total = 0.0;
+  }
+  /* The largest logit: every exp below is of (l - mx) <= 0, so nothing overflows even for tiny
+   * temperatures. */
+  float mx = c[0].logit;
+  for (int64_t i = 1; i < n; i++)
+    if (c[i].logit > mx)
+      mx = c[i].logit;
+  if (s->p.top_p < 1.0f) {
+    double total = 0.0, p = s->p.top_p;
     for (int64_t i = 0; i < n; i++)
-      total += exp((double)c[i].logit - mx);
-    double above = 0.0, p = s->p.top_p;
-    int64_t keep = 0;
-    while (keep < n && (keep == 0 || above / total < p)) {
-      above += exp((double)c[keep].logit - mx);
-      keep++;
+      total += exp((double)c[i].logit - (double)mx);
+    /* Sort only as many of the best as the cut needs: the top m by quickselect, growing m until
+     * the mass above a token reaches p (usually within the first few hundred of a vocabulary). */
+    int64_t m = sorted || n <= 256 ? n : 256;
+    for (;;) {
+      if (!sorted) {
+        if (m < n)
+          kth_largest(c, n, m);
+        qsort(c, (size_t)m, sizeof *c, cand_cmp);
+      }
+      double above = 0.0;
+      int64_t keep = 0;
+      while (keep < m && (keep == 0 || above / total < p)) {
+        above += exp((double)c[keep].logit - (double)mx);
+        keep++;
+      }
+      if (keep < m || m == n) {
+        n = keep;
+        break;
+      }
+      m = m > n / 8 ? n : m * 8;
     }
-    n = keep;
   }
   if (s->p.min_p > 0.0f) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-      if (c[i].logit > mx)
-        mx = c[i].logit;
     /* p_i / p_max = exp(l_i - l_max); HF removes p_i < min_p * p_max. */
     double lim = (double)s->p.min_p;
     int64_t m = 0;
@@ -279,19 +295,19 @@ int32_t sampler_sample(sampler *s, float *logits) {
         c[m++] = c[i];
     n = m;
   }
-  if (!sorted) /* a fixed order so the draw depends only on the values */
-    qsort(c, (size_t)n, sizeof *c, cand_cmp);
 
+  /* Draw in the candidates' current order, which depends only on the logits (id order, or the
+   * sorted order when a filter sorted them), so a seed reproduces its tokens. */
   for (int64_t i = 0; i < V; i++)
     logits[i] = -INFINITY;
-  double mx = c[0].logit, total = 0.0;
+  double total = 0.0;
   for (int64_t i = 0; i < n; i++) {
     logits[c[i].id] = c[i].logit;
-    total += exp((double)c[i].logit - mx);
+    total += exp((double)c[i].logit - (double)mx);
   }
   double u = sampler_uniform(s) * total, acc = 0.0;
   for (int64_t i = 0; i < n; i++) {
-    acc += exp((double)c[i].logit - mx);
+    acc += exp((double)c[i].logit - (double)mx);
     if (u < acc)
       return c[i].id;
   }

@@ -150,6 +150,66 @@ static void test_top_p_min_p(void) {
   sampler_free(s);
 }
 
+static void test_large_vocab(void) {
+  enum { V = 5000 };
+  static float l[V];
+  sampler_params p = sampler_default_params();
+  p.temperature = 1.0f;
+  p.top_p = 0.5f;
+  sampler *s = make(p, V);
+  /* Uniform: the mass above id i is i / 5000, kept while < 0.5: ids 0..2499 (ties in id order). */
+  for (int i = 0; i < V; i++)
+    l[(i * 7919) % V] = 0.0f;
+  int32_t t = sampler_sample(s, l);
+  int kept = 0, in_order = 1;
+  for (int i = 0; i < V; i++) {
+    kept += l[i] > -INFINITY;
+    if ((l[i] > -INFINITY) != (i < 2500))
+      in_order = 0;
+  }
+  CHECK(kept == 2500 && in_order && t < 2500, "uniform top-p: kept %d, in order %d, token %d", kept, in_order, t);
+  sampler_free(s);
+
+  /* Geometric, ids shuffled: the cut falls inside the first quickselect window. */
+  p.top_p = 0.9f;
+  s = make(p, V);
+  for (int i = 0; i < V; i++)
+    l[(i * 7919) % V] = -0.1f * (float)i; /* rank i holds id (i * 7919) % V */
+  double total = 0, above = 0;
+  for (int i = 0; i < V; i++)
+    total += exp((double)(-0.1f * (float)i));
+  int want = 0;
+  while (want < V && (want == 0 || above / total < 0.9)) {
+    above += exp((double)(-0.1f * (float)want));
+    want++;
+  }
+  sampler_sample(s, l);
+  kept = 0;
+  int ok = 1;
+  for (int i = 0; i < V; i++) {
+    int id = (i * 7919) % V;
+    kept += l[id] > -INFINITY;
+    if ((l[id] > -INFINITY) != (i < want))
+      ok = 0;
+  }
+  CHECK(want == 23 && kept == want && ok, "geometric top-p: kept %d, expected %d", kept, want);
+  sampler_free(s);
+
+  /* Tiny temperature: logits / T reach 3e4, no overflow, the top token always wins. */
+  p.top_p = 1.0f;
+  p.temperature = 0.001f;
+  s = make(p, V);
+  int wins = 0;
+  for (int r = 0; r < 20; r++) {
+    for (int i = 0; i < V; i++)
+      l[i] = (float)(i % 31);
+    l[4321] = 31.0f;
+    wins += sampler_sample(s, l) == 4321;
+  }
+  CHECK(wins == 20, "tiny temperature: %d of 20", wins);
+  sampler_free(s);
+}
+
 static void test_seed(void) {
   sampler_params p = sampler_default_params();
   p.temperature = 1.0f;
@@ -282,6 +342,7 @@ int main(void) {
   test_order();
   test_top_k();
   test_top_p_min_p();
+  test_large_vocab();
   test_seed();
   test_params();
   test_stop();
