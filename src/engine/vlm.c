@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "base/buf.h"
 #include "base/status.h"
@@ -122,6 +123,21 @@ static qvl_status load_image(const chat_image *ci, int i, const vlm_prompt_opts 
     s = image_decode(bytes.data, bytes.len, &o->limits, &rgb, NULL);
   if (s == QVL_OK)
     s = image_preprocess(&rgb, &o->pre, &out->patches);
+  if (s == QVL_OK) {
+    /* The content key of the image-embedding cache: decoded pixels + everything that shapes the
+     * preprocessing (the effective min/max pixels; the resize itself is deterministic). */
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) {
+      s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+    } else {
+      int64_t meta[4] = {rgb.width, rgb.height, o->pre.min_pixels, o->pre.max_pixels};
+      XXH3_64bits_reset(h);
+      XXH3_64bits_update(h, meta, sizeof meta);
+      XXH3_64bits_update(h, rgb.data, (size_t)rgb.width * (size_t)rgb.height * 3);
+      out->hash = XXH3_64bits_digest(h);
+      XXH3_freeState(h);
+    }
+  }
   buf_free(&bytes);
   if (s == QVL_OK && o->keep_images)
     out->decoded = rgb;
@@ -172,7 +188,8 @@ static qvl_status expand_pads(const vlm *m, const int32_t *ids, size_t n, const 
   return QVL_OK;
 }
 
-static qvl_status encode_images(const vlm *m, const vlm_prompt_opts *o, vlm_prompt *p) {
+/* Allocates the image rows and their token indices; fills row0 of every image. */
+static qvl_status alloc_image_rows(const vlm *m, vlm_prompt *p) {
   int64_t d = m->text->hp.n_embd;
   p->n_deepstack = m->vision->n_deepstack;
   size_t rows = (size_t)p->n_img;
@@ -185,33 +202,48 @@ static qvl_status encode_images(const vlm *m, const vlm_prompt_opts *o, vlm_prom
   for (int64_t i = 0; i < p->n; i++)
     if (p->ids[i] == m->image_pad_id)
       p->img_idx[k++] = i;
-  double t0 = time_now_s();
   int64_t row0 = 0;
-  float *ds_tmp = NULL;
   for (int i = 0; i < p->n_images; i++) {
-    vlm_image *im = &p->images[i];
-    int64_t nt = im->n_tokens;
-    free(ds_tmp);
-    ds_tmp = malloc(sizeof *ds_tmp * (size_t)(nt * d * (p->n_deepstack ? p->n_deepstack : 1)));
-    if (!ds_tmp)
-      return qvl_errorf(QVL_ERR_NOMEM, "out of memory for image %d's DeepStack features", i + 1);
-    qvl_status s = vision_encode(m->vision, im->patches.pixel_values, im->grid_t, im->grid_h, im->grid_w,
-                                 p->img_embd + row0 * d, ds_tmp, o->trace, o->trace_user);
-    if (s != QVL_OK) {
-      free(ds_tmp);
-      return qvl_error_prefix(s, "image %d: ", i + 1);
-    }
-    /* vision_encode writes [n_deepstack][nt][d] per image; the decoder wants levels over all images. */
-    for (int64_t l = 0; l < p->n_deepstack; l++)
-      memcpy(p->deepstack + (l * p->n_img + row0) * d, ds_tmp + l * nt * d, sizeof(float) * (size_t)(nt * d));
-    row0 += nt;
-    if (!o->keep_images) {
-      free(im->patches.pixel_values);
-      im->patches.pixel_values = NULL;
-    }
+    p->images[i].row0 = row0;
+    row0 += p->images[i].n_tokens;
   }
+  return QVL_OK;
+}
+
+qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm_prompt_opts *o) {
+  if (i < 0 || i >= p->n_images || !p->img_embd || !p->images[i].patches.pixel_values)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "image %d: nothing to encode (already encoded or not deferred)", i + 1);
+  int64_t d = m->text->hp.n_embd;
+  vlm_image *im = &p->images[i];
+  int64_t nt = im->n_tokens, row0 = im->row0;
+  double t0 = time_now_s();
+  float *ds_tmp = malloc(sizeof *ds_tmp * (size_t)(nt * d * (p->n_deepstack ? p->n_deepstack : 1)));
+  if (!ds_tmp)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory for image %d's DeepStack features", i + 1);
+  qvl_status s = vision_encode(m->vision, im->patches.pixel_values, im->grid_t, im->grid_h, im->grid_w,
+                               p->img_embd + row0 * d, ds_tmp, o->trace, o->trace_user);
+  if (s != QVL_OK) {
+    free(ds_tmp);
+    return qvl_error_prefix(s, "image %d: ", i + 1);
+  }
+  /* vision_encode writes [n_deepstack][nt][d] per image; the decoder wants levels over all images. */
+  for (int64_t l = 0; l < p->n_deepstack; l++)
+    memcpy(p->deepstack + (l * p->n_img + row0) * d, ds_tmp + l * nt * d, sizeof(float) * (size_t)(nt * d));
   free(ds_tmp);
-  p->vision_ms = (time_now_s() - t0) * 1e3;
+  if (!o->keep_images) {
+    free(im->patches.pixel_values);
+    im->patches.pixel_values = NULL;
+  }
+  p->vision_ms += (time_now_s() - t0) * 1e3;
+  return QVL_OK;
+}
+
+static qvl_status encode_images(const vlm *m, const vlm_prompt_opts *o, vlm_prompt *p) {
+  QVL_TRY(alloc_image_rows(m, p));
+  if (o->defer_vision)
+    return QVL_OK;
+  for (int i = 0; i < p->n_images; i++)
+    QVL_TRY(vlm_prompt_encode_image(m, p, i, o));
   return QVL_OK;
 }
 

@@ -47,6 +47,9 @@ typedef struct vlm_prompt_opts {
   image_source_opts source;
   int max_images;          /* 0 = no limit */
   bool keep_images;        /* keep resized images and pixel_values (for dumps) */
+  bool defer_vision;       /* don't run the vision tower: image rows are allocated but left for the
+                            * caller (vlm_prompt_encode_image or an image-embedding cache); the
+                            * pixel_values are kept until then */
   trace_fn trace;          /* vision stages (NULL = off) */
   void *trace_user;
 } vlm_prompt_opts;
@@ -56,6 +59,9 @@ typedef struct vlm_image {
   image_patches patches;   /* resized image + pixel_values (freed unless keep_images) */
   int grid_t, grid_h, grid_w;
   int64_t n_tokens;
+  int64_t row0;            /* its first row in img_embd / each DeepStack level */
+  uint64_t hash;           /* XXH3-64 of the decoded RGB pixels, their size and min/max pixels: two
+                            * images with equal hashes give the same vision output */
 } vlm_image;
 
 typedef struct vlm_prompt {
@@ -80,6 +86,10 @@ qvl_status vlm_prompt_build(const vlm *m, const cJSON *messages, const vlm_promp
 /* A prompt from raw text (no template, no images). */
 qvl_status vlm_prompt_from_text(const vlm *m, const char *text, size_t len, vlm_prompt *out);
 void vlm_prompt_free(vlm_prompt *p);
+/* Runs the vision tower on image i of a prompt built with defer_vision, filling its rows of
+ * img_embd and deepstack (adds to p->vision_ms; frees its pixel_values unless keep_images). Only
+ * one thread may run model code at a time. */
+qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm_prompt_opts *o);
 /* The decoder input for the whole prompt. */
 decoder_input vlm_prompt_input(const vlm_prompt *p);
 

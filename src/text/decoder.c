@@ -428,6 +428,8 @@ typedef struct scratch {
   float *cos;    /* [cap][head_dim] */
   float *sin;    /* [cap][head_dim] */
   int32_t *pos;  /* [3][cap] positions of the chunk */
+  float *logits; /* [logits_cap][n_vocab] head output of a batched step (n > 1) */
+  int64_t logits_cap;
 } scratch;
 
 struct decoder_seq {
@@ -451,6 +453,9 @@ static void scratch_free(scratch *w) {
   free(w->pos);
   w->pos = NULL;
   w->cap = 0;
+  free(w->logits);
+  w->logits = NULL;
+  w->logits_cap = 0;
 }
 
 static qvl_status scratch_alloc(scratch *w, const decoder_hparams *hp, int64_t cap) {
@@ -554,14 +559,22 @@ typedef struct seg {
   kv_view kv;
 } seg;
 
+/* Rows r0 .. r0+n-1 of a forward chunk that belong to one sequence, and that sequence's layer KV:
+ * the rows attend to kv.n_past stored keys plus themselves (causally) and are stored at kv.n_past.
+ * A prefill chunk is one segment; a batched decode step has one segment of one row per sequence. */
+typedef struct kv_seg {
+  kv_view kv;
+  int64_t r0, n;
+} kv_seg;
+
 /*
- * One decoder layer over n tokens x[n][n_embd] (updated in place) whose RoPE tables are cos/sin.
- * The tokens may belong to several sequences (segments): the projections and the MLP run over all
- * n rows at once; each segment writes its key/value rows at its view's n_past and attends to its
- * own cache only. A batched or paged caller only has to build the segments.
+ * One decoder layer over n tokens x[n][n_embd] (updated in place) whose positions' RoPE tables are
+ * cos/sin. Projections, norms and the MLP run once over all n rows (the weights are read once per
+ * call; every kernel is row-independent, so a row's result does not depend on the other rows);
+ * attention runs per segment against that segment's own KV.
  */
 static void layer_forward(const decoder_model *m, const decoder_layer *L, float *x, int64_t n,
-                          const float *cos, const float *sin, const seg *segs, int n_seg, scratch *w) {
+                          const float *cos, const float *sin, const kv_seg *segs, int n_segs, scratch *w) {
   const decoder_hparams *hp = &m->hp;
   int64_t D = hp->n_embd, H = hp->n_head, KV = hp->n_head_kv, hd = hp->head_dim;
   int64_t qd = H * hd, kvd = KV * hd;
@@ -577,14 +590,15 @@ static void layer_forward(const decoder_model *m, const decoder_layer *L, float 
   mrope_apply(&m->rope, w->q, n, (int)H, qd, cos, sin);
   mrope_apply(&m->rope, w->k, n, (int)KV, kvd, cos, sin);
   float scale = (float)(1.0 / sqrt((double)hd));
-  for (int si = 0; si < n_seg; si++) {
-    const seg *g = &segs[si];
-    for (int64_t i = 0; i < g->n; i++) {
-      memcpy(g->kv.k + (g->kv.n_past + i) * g->kv.stride, w->k + (g->t0 + i) * kvd, (size_t)kvd * sizeof(float));
-      memcpy(g->kv.v + (g->kv.n_past + i) * g->kv.stride, w->v + (g->t0 + i) * kvd, (size_t)kvd * sizeof(float));
+  for (int sg = 0; sg < n_segs; sg++) {
+    kv_view kv = segs[sg].kv;
+    int64_t r0 = segs[sg].r0, ns = segs[sg].n;
+    for (int64_t i = 0; i < ns; i++) {
+      memcpy(kv.k + (kv.n_past + i) * kv.stride, w->k + (r0 + i) * kvd, (size_t)kvd * sizeof(float));
+      memcpy(kv.v + (kv.n_past + i) * kv.stride, w->v + (r0 + i) * kvd, (size_t)kvd * sizeof(float));
     }
-    kn_attention(w->q + g->t0 * qd, g->n, qd, g->kv.k, g->kv.v, g->kv.n_past + g->n, g->kv.stride, (int)H,
-                 (int)KV, (int)hd, scale, g->kv.n_past, w->att + g->t0 * qd, qd);
+    kn_attention(w->q + r0 * qd, ns, qd, kv.k, kv.v, kv.n_past + ns, kv.stride, (int)H, (int)KV, (int)hd, scale,
+                 kv.n_past, w->att + r0 * qd, qd);
   }
   kn_matmul(&L->wo, w->att, n, NULL, w->tmp);
   kn_add(x, w->tmp, n * D);
@@ -597,16 +611,16 @@ static void layer_forward(const decoder_model *m, const decoder_layer *L, float 
   kn_add(x, w->tmp, n * D);
 }
 
-static qvl_status check_input(const decoder_seq *s, const decoder_input *in) {
+static qvl_status check_input(const decoder_seq *s, const decoder_input *in, int64_t begin, int64_t end) {
   const decoder_hparams *hp = &s->m->hp;
   int64_t n = in->n_tokens;
   if (n <= 0)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: empty input (%lld tokens)", (long long)n);
   if (!in->tokens && !in->embd)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: input has neither token ids nor embeddings");
-  if (n > s->kv.n_ctx - s->kv.n)
+  if (end - begin > s->kv.n_ctx - s->kv.n)
     return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "%lld tokens cached + %lld new exceed the context of %lld",
-                      (long long)s->kv.n, (long long)n, (long long)s->kv.n_ctx);
+                      (long long)s->kv.n, (long long)(end - begin), (long long)s->kv.n_ctx);
   if (in->tokens)
     for (int64_t i = 0; i < n; i++)
       if (in->tokens[i] < 0 || in->tokens[i] >= hp->n_vocab)
@@ -618,7 +632,7 @@ static qvl_status check_input(const decoder_seq *s, const decoder_input *in) {
         if (in->pos[a * n + i] < 0)
           return qvl_errorf(QVL_ERR_INVALID_ARG, "position %d (axis %lld) of token %lld is negative",
                             (int)in->pos[a * n + i], (long long)a, (long long)i);
-  if (!in->pos && s->next_pos + n > INT32_MAX)
+  if (!in->pos && s->next_pos + (end - begin) > INT32_MAX)
     return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "positions beyond %d", INT32_MAX);
   if (in->n_img < 0 || in->n_img > n || (in->n_img > 0 && !in->img_idx))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: %lld image rows for %lld tokens", (long long)in->n_img,
@@ -648,32 +662,39 @@ static void head_forward(decoder_seq *s, const float *x, int64_t n, float *out) 
   kn_matmul(m->head, s->w.xn, n, NULL, out);
 }
 
-qvl_status decoder_prefill(decoder_seq *s, const decoder_input *in, float *logits_all,
-                           const float **logits_last) {
+/* Runs tokens [begin, end) of in (already checked) in chunks of n_batch, appending them to the
+ * cache. Chunk boundaries do not change results: matmuls are row-independent and attention is
+ * computed per query row (kernels.h), so a prompt prefilled in any pieces gives the same KV. */
+static qvl_status prefill_span(decoder_seq *s, const decoder_input *in, int64_t begin, int64_t end,
+                               float *logits_all, const float **logits_last) {
   const decoder_model *m = s->m;
   const decoder_hparams *hp = &m->hp;
-  QVL_TRY(check_input(s, in));
-  int64_t n = in->n_tokens, D = hp->n_embd, V = hp->n_vocab;
+  int64_t n = in->n_tokens, D = hp->n_embd, V = hp->n_vocab, span = end - begin;
   float *trace_logits = NULL;
   if (s->trace) {
     /* Dumps want whole-prompt tensors: run the call as one chunk. */
-    if (s->w.cap < n)
-      QVL_TRY(scratch_alloc(&s->w, hp, n));
+    if (s->w.cap < span)
+      QVL_TRY(scratch_alloc(&s->w, hp, span));
     if (!logits_all) {
       size_t bytes;
-      if (__builtin_mul_overflow((size_t)n, (size_t)V * sizeof(float), &bytes) || !(trace_logits = malloc(bytes)))
-        return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for traced logits of %lld tokens", (long long)n);
-      logits_all = trace_logits;
+      if (__builtin_mul_overflow((size_t)span, (size_t)V * sizeof(float), &bytes) ||
+          !(trace_logits = malloc(bytes)))
+        return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for traced logits of %lld tokens",
+                          (long long)span);
+      logits_all = trace_logits - begin * V;
     }
   }
   scratch *w = &s->w;
-  int64_t chunk = s->trace ? n : (s->n_batch < w->cap ? s->n_batch : w->cap);
-  int64_t base = s->kv.n;
+  int64_t chunk = s->trace ? span : (s->n_batch < w->cap ? s->n_batch : w->cap);
+  int64_t base = s->kv.n;          /* cache rows before token begin */
+  int64_t pos0 = s->next_pos;      /* default text positions continue from here */
   int64_t next_pos = s->next_pos;
   int64_t j_img = 0; /* first image row not yet placed */
+  while (j_img < in->n_img && in->img_idx[j_img] < begin)
+    j_img++;
   char name[64];
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    int64_t nc = n - c0 < chunk ? n - c0 : chunk;
+  for (int64_t c0 = begin; c0 < end; c0 += chunk) {
+    int64_t nc = end - c0 < chunk ? end - c0 : chunk;
     /* Inputs. */
     if (in->tokens) {
       for (int64_t i = 0; i < nc; i++)
@@ -691,7 +712,7 @@ qvl_status decoder_prefill(decoder_seq *s, const decoder_input *in, float *logit
     /* Positions and RoPE tables. */
     for (int64_t i = 0; i < nc; i++) {
       for (int a = 0; a < 3; a++) {
-        int64_t p = in->pos ? in->pos[a * n + c0 + i] : s->next_pos + c0 + i;
+        int64_t p = in->pos ? in->pos[a * n + c0 + i] : pos0 + (c0 - begin) + i;
         w->pos[a * nc + i] = (int32_t)p;
         if (p + 1 > next_pos)
           next_pos = p + 1;
@@ -702,9 +723,9 @@ qvl_status decoder_prefill(decoder_seq *s, const decoder_input *in, float *logit
     emit(s, "text_rope_sin", w->sin, nc, hp->head_dim);
     /* Layers. */
     for (int64_t il = 0; il < hp->n_layer; il++) {
-      seg g = {0, nc, kv_cache_layer(&s->kv, il)};
-      g.kv.n_past = base + c0;
-      layer_forward(m, &m->layers[il], w->x, nc, w->cos, w->sin, &g, 1, w);
+      kv_seg one = {kv_cache_layer(&s->kv, il), 0, nc};
+      one.kv.n_past = base + (c0 - begin);
+      layer_forward(m, &m->layers[il], w->x, nc, w->cos, w->sin, &one, 1, w);
       if (il < in->n_deepstack)
         for (int64_t j = j0; j < j_img; j++)
           kn_add(w->x + (in->img_idx[j] - c0) * D, in->deepstack + (il * in->n_img + j) * D, D);
@@ -717,43 +738,121 @@ qvl_status decoder_prefill(decoder_seq *s, const decoder_input *in, float *logit
     if (logits_all) {
       head_forward(s, w->x, nc, logits_all + c0 * V);
       emit(s, "final_norm", w->xn, nc, D);
-      if (c0 + nc == n)
-        memcpy(s->logits, logits_all + (n - 1) * V, (size_t)V * sizeof(float));
-    } else if (c0 + nc == n) {
+      if (c0 + nc == end)
+        memcpy(s->logits, logits_all + (end - 1) * V, (size_t)V * sizeof(float));
+    } else if (c0 + nc == end) {
       head_forward(s, w->x + (nc - 1) * D, 1, s->logits);
     }
   }
-  emit(s, "logits", logits_all, n, V);
+  if (logits_all)
+    emit(s, "logits", logits_all + begin * V, span, V);
   free(trace_logits);
-  s->kv.n = base + n;
+  s->kv.n = base + span;
   s->next_pos = next_pos;
   if (logits_last)
     *logits_last = s->logits;
   return QVL_OK;
 }
 
+qvl_status decoder_prefill(decoder_seq *s, const decoder_input *in, float *logits_all,
+                           const float **logits_last) {
+  QVL_TRY(check_input(s, in, 0, in->n_tokens));
+  return prefill_span(s, in, 0, in->n_tokens, logits_all, logits_last);
+}
+
+qvl_status decoder_prefill_part(decoder_seq *s, const decoder_input *in, int64_t begin, int64_t end,
+                                const float **logits_last) {
+  if (begin < 0 || end <= begin || end > in->n_tokens)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: prefill range %lld..%lld outside the input of %lld tokens",
+                      (long long)begin, (long long)end, (long long)in->n_tokens);
+  QVL_TRY(check_input(s, in, begin, end));
+  return prefill_span(s, in, begin, end, NULL, logits_last);
+}
+
 qvl_status decoder_step(decoder_seq *s, int32_t token, const float **logits) {
-  const decoder_model *m = s->m;
-  const decoder_hparams *hp = &m->hp;
-  if (token < 0 || token >= hp->n_vocab)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "token id %d is outside the vocabulary (0..%lld)", (int)token,
-                      (long long)hp->n_vocab - 1);
-  if (s->kv.n >= s->kv.n_ctx)
-    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "context of %lld tokens is full", (long long)s->kv.n_ctx);
-  if (s->next_pos >= INT32_MAX)
-    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "positions beyond %d", INT32_MAX);
-  scratch *w = &s->w;
-  kn_weight_row(&m->tok_embd, token, w->x);
-  w->pos[0] = w->pos[1] = w->pos[2] = (int32_t)s->next_pos;
-  mrope_tables(&m->rope, w->pos, 1, 1, w->cos, w->sin);
-  for (int64_t il = 0; il < hp->n_layer; il++) {
-    seg g = {0, 1, kv_cache_layer(&s->kv, il)};
-    layer_forward(m, &m->layers[il], w->x, 1, w->cos, w->sin, &g, 1, w);
+  const float *l = NULL;
+  qvl_status st = decoder_step_batch(&s, &token, 1, &l);
+  if (st == QVL_OK && logits)
+    *logits = l;
+  return st;
+}
+
+/* Grows the batch buffers of w to hold n rows (only when a larger batch than ever before comes). */
+static qvl_status batch_reserve(scratch *w, const decoder_hparams *hp, int64_t n) {
+  if (w->cap < n)
+    QVL_TRY(scratch_alloc(w, hp, n));
+  if (n > 1 && w->logits_cap < n) {
+    size_t bytes;
+    float *l = NULL;
+    if (__builtin_mul_overflow((size_t)n, (size_t)hp->n_vocab * sizeof(float), &bytes) || !(l = malloc(bytes)))
+      return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for the logits of a batch of %lld", (long long)n);
+    free(w->logits);
+    w->logits = l;
+    w->logits_cap = n;
   }
-  head_forward(s, w->x, 1, s->logits);
-  s->kv.n++;
-  s->next_pos++;
-  if (logits)
-    *logits = s->logits;
+  return QVL_OK;
+}
+
+qvl_status decoder_step_batch(decoder_seq **seqs, const int32_t *tokens, int n, const float **logits) {
+  if (n <= 0)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: batch of %d sequences", n);
+  if (n > DECODER_MAX_BATCH)
+    return qvl_errorf(QVL_ERR_TOO_LARGE, "decoder: batch of %d sequences; the limit is %d", n, DECODER_MAX_BATCH);
+  const decoder_model *m = seqs[0]->m;
+  const decoder_hparams *hp = &m->hp;
+  for (int i = 0; i < n; i++) {
+    const decoder_seq *s = seqs[i];
+    if (s->m != m)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: batch sequence %d belongs to another model", i);
+    for (int j = 0; j < i; j++)
+      if (seqs[j] == s)
+        return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: sequence %d appears twice in the batch (also %d)", i, j);
+    if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "token id %d is outside the vocabulary (0..%lld)", (int)tokens[i],
+                        (long long)hp->n_vocab - 1);
+    if (s->kv.n >= s->kv.n_ctx)
+      return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "context of %lld tokens is full", (long long)s->kv.n_ctx);
+    if (s->next_pos >= INT32_MAX)
+      return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "positions beyond %d", INT32_MAX);
+  }
+  /* The first sequence's work buffers serve the whole batch (they are per call, not per sequence). */
+  scratch *w = &seqs[0]->w;
+  QVL_TRY(batch_reserve(w, hp, n));
+  int64_t D = hp->n_embd, V = hp->n_vocab;
+  kv_seg segs[DECODER_MAX_BATCH];
+  for (int i = 0; i < n; i++) {
+    kn_weight_row(&m->tok_embd, tokens[i], w->x + i * D);
+    w->pos[0 * n + i] = w->pos[1 * n + i] = w->pos[2 * n + i] = (int32_t)seqs[i]->next_pos;
+  }
+  mrope_tables(&m->rope, w->pos, n, n, w->cos, w->sin);
+  for (int64_t il = 0; il < hp->n_layer; il++) {
+    for (int i = 0; i < n; i++)
+      segs[i] = (kv_seg){kv_cache_layer(&seqs[i]->kv, il), i, 1};
+    layer_forward(m, &m->layers[il], w->x, n, w->cos, w->sin, segs, n, w);
+  }
+  if (n == 1) {
+    head_forward(seqs[0], w->x, 1, seqs[0]->logits);
+  } else {
+    head_forward(seqs[0], w->x, n, w->logits);
+    for (int i = 0; i < n; i++)
+      memcpy(seqs[i]->logits, w->logits + (int64_t)i * V, (size_t)V * sizeof(float));
+  }
+  for (int i = 0; i < n; i++) {
+    seqs[i]->kv.n++;
+    seqs[i]->next_pos++;
+    if (logits)
+      logits[i] = seqs[i]->logits;
+  }
+  return QVL_OK;
+}
+
+kv_cache *decoder_seq_kv(decoder_seq *s) { return &s->kv; }
+
+qvl_status decoder_seq_set_past(decoder_seq *s, int64_t n_past, int64_t next_pos) {
+  if (n_past < 0 || n_past > s->kv.n_ctx || next_pos < 0 || next_pos > INT32_MAX)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: cannot set %lld cached tokens (capacity %lld), next position %lld",
+                      (long long)n_past, (long long)s->kv.n_ctx, (long long)next_pos);
+  s->kv.n = n_past;
+  s->next_pos = next_pos;
   return QVL_OK;
 }

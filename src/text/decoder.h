@@ -198,7 +198,43 @@ typedef struct decoder_input {
 qvl_status decoder_prefill(decoder_seq *s, const decoder_input *in, float *logits_all,
                            const float **logits_last);
 
-/* Appends one token at position next_pos on all three axes; *logits = its logits [n_vocab]. */
+/*
+ * Prefills tokens [begin, end) of in: the piece of a prompt that a scheduler runs between other
+ * sequences' decode steps. Call it with consecutive ranges (begin = the previous end), starting at
+ * 0 on an empty sequence, or at k after the first k tokens' KV were restored (decoder_seq_kv +
+ * decoder_seq_set_past). in describes the whole prompt (tokens, positions [3][n_tokens], image rows
+ * with indices into the whole prompt). Any split gives the KV and logits of one decoder_prefill
+ * call, bit for bit. *logits_last = the logits of token end-1. Errors as decoder_prefill.
+ */
+qvl_status decoder_prefill_part(decoder_seq *s, const decoder_input *in, int64_t begin, int64_t end,
+                                const float **logits_last);
+
+/* Appends one token at position next_pos on all three axes; *logits = its logits [n_vocab].
+ * Same as decoder_step_batch with one sequence. */
 qvl_status decoder_step(decoder_seq *s, int32_t token, const float **logits);
+
+/* Most sequences one decoder_step_batch call takes. */
+#define DECODER_MAX_BATCH 256
+
+/*
+ * One decode step for n distinct sequences of the same model: token i is appended to seqs[i] at
+ * its own next position, and logits[i] (if logits is non-NULL) points to its logits [n_vocab],
+ * valid until the next call on that sequence. The projections, MLP and output head run once on
+ * an [n][n_embd] activation matrix (each weight is read once per step, which is where batching
+ * pays on a CPU); attention runs per sequence against its own KV. Every kernel is row-independent,
+ * so each sequence's logits are bit-identical to a decoder_step on it alone, whatever else is in
+ * the batch. The work buffers of seqs[0] are used (grown once if n exceeds their size).
+ * Errors (nothing is changed): a sequence listed twice, another model, a full context, a bad id.
+ */
+qvl_status decoder_step_batch(decoder_seq **seqs, const int32_t *tokens, int n, const float **logits);
+
+/* ---- KV access for a prefix cache ------------------------------------------------------------ */
+
+/* The sequence's cache storage: rows [0, n_past) of every layer are valid. A prefix cache copies
+ * rows out after a request and back in before the next one (then calls decoder_seq_set_past). */
+kv_cache *decoder_seq_kv(decoder_seq *s);
+/* Declares the first n_past rows of every layer valid, with next_pos the position the next
+ * default-position token gets (max stored position + 1). QVL_ERR_INVALID_ARG beyond the capacity. */
+qvl_status decoder_seq_set_past(decoder_seq *s, int64_t n_past, int64_t next_pos);
 
 #endif
