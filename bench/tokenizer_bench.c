@@ -5,6 +5,10 @@
  *
  *   make bench && build/rel/bench/tokenizer_bench [-n RUNS] [tokenizer.json | model.gguf]
  *
+ * With --probes PROBES.hex OUT.txt it instead encodes every line of PROBES.hex (a UTF-8 string as
+ * hex) and writes the ids, one line per probe: the qvl side of the differential check against the
+ * reference (tools/tokenizer_oracle.mjs, docs/TOKENIZER.md).
+ *
  * Reference figures (Rust `tokenizers` through its Node binding 0.23.2, the version that produced
  * the fixture ids; one encode() call on the whole file, add_special_tokens=false, best of 3, on this
  * project's 2-core Debian 12 machine): bench_mixed_1MiB 0.905 s (1.16 MB/s, 364k tokens/s),
@@ -50,14 +54,59 @@ static int32_t *read_ids(const char *path, size_t *n) {
   return v;
 }
 
+static int hexval(int c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static int run_probes(const tokenizer *t, const char *in_path, const char *out_path) {
+  buf in = {0};
+  if (buf_read_file(in_path, (size_t)1 << 30, &in) != QVL_OK) {
+    fprintf(stderr, "error: %s\n", qvl_last_error());
+    return 1;
+  }
+  FILE *out = fopen(out_path, "w");
+  if (!out) {
+    perror(out_path);
+    return 1;
+  }
+  char *bytes = malloc(in.len / 2 + 1);
+  for (char *line = in.data, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+    nl = strchr(line, '\n');
+    size_t L = nl ? (size_t)(nl - line) : strlen(line), n = 0;
+    for (size_t i = 0; i + 1 < L; i += 2) {
+      int hi = hexval(line[i]), lo = hexval(line[i + 1]);
+      if (hi < 0 || lo < 0)
+        break;
+      bytes[n++] = (char)(hi << 4 | lo);
+    }
+    int32_t *ids = NULL;
+    size_t m = 0;
+    if (tokenizer_encode(t, bytes, n, &ids, &m) != QVL_OK) {
+      fprintf(stderr, "error: %s\n", qvl_last_error());
+      return 1;
+    }
+    for (size_t i = 0; i < m; i++)
+      fprintf(out, i ? " %d" : "%d", ids[i]);
+    fputc('\n', out);
+    free(ids);
+  }
+  free(bytes);
+  buf_free(&in);
+  return fclose(out) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   int runs = 10;
-  const char *src = "tests/fixtures/tokenizer/tokenizer.json";
+  const char *src = "tests/fixtures/tokenizer/tokenizer.json", *probes = NULL, *probes_out = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-n") == 0 && i + 1 < argc)
       runs = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--probes") == 0 && i + 2 < argc) {
+      probes = argv[++i];
+      probes_out = argv[++i];
+    }
     else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      printf("usage: %s [-n RUNS] [tokenizer.json | model.gguf]\n", argv[0]);
+      printf("usage: %s [-n RUNS] [--probes PROBES.hex OUT.txt] [tokenizer.json | model.gguf]\n", argv[0]);
       return 0;
     } else
       src = argv[i];
@@ -80,6 +129,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("tokenizer: %s (%d tokens), loaded in %.3f s\n", src, tokenizer_vocab_size(t), time_now_s() - t0);
+  if (probes) {
+    int rc = run_probes(t, probes, probes_out);
+    tokenizer_free(t);
+    return rc;
+  }
 
   static const struct {
     const char *name;

@@ -542,6 +542,12 @@ int main(void) {
     check_hostile(hf);
     check_threads(hf);
   }
+  if (gg && hf) {
+    /* The GGUF's CONTROL / USER_DEFINED types must give the special flags of tokenizer.json. */
+    for (int32_t id = 151643; id <= 151668; id++)
+      CHECK(tokenizer_is_special(gg, id) == tokenizer_is_special(hf, id) && tokenizer_is_added(gg, id),
+            "token %d: special flag differs between the GGUF and tokenizer.json", id);
+  }
   if (gg) {
     run_encode_vectors(gg, FIX "public.jsonl", "gguf");
     run_decode_vectors(gg, "gguf");
