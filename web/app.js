@@ -445,7 +445,15 @@ function fillAssistant(msg) {
   v.li.setAttribute('aria-busy', String(!!streaming));
   v.li.classList.toggle('streaming', !!streaming);
   if (msg.text) renderMarkdown(v.md, msg.text);
-  else if (streaming) v.md.replaceChildren(el('span', { class: 'thinking', text: 'Thinking' }, el('span', { class: 'dots', 'aria-hidden': 'true' })));
+  else if (streaming) {
+    // Before the first token the server is encoding images and reading the prompt: on a CPU that
+    // can take seconds, so say what is happening and for how long.
+    const secs = Math.floor((performance.now() - active.started) / 1000);
+    const what = imagesBefore(msg).length ? 'Reading the image' : 'Thinking';
+    v.md.replaceChildren(
+      el('span', { class: 'thinking' }, what, el('span', { class: 'dots', 'aria-hidden': 'true' }), secs >= 2 ? el('span', { class: 'elapsed', text: ` ${secs} s` }) : null),
+    );
+  }
   else v.md.replaceChildren();
   v.extra.replaceChildren();
   if (!streaming) {
@@ -698,7 +706,7 @@ class StreamError extends Error {
 async function stream(msg, attempt) {
   const conv = current;
   const controller = new AbortController();
-  active = { controller, msg };
+  active = { controller, msg, started: performance.now() };
   msg.text = '';
   delete msg.error;
   delete msg.stopped;
@@ -737,6 +745,9 @@ async function stream(msg, attempt) {
     if (c.timings) msg.timings = c.timings;
   };
 
+  const ticker = setInterval(() => {
+    if (!msg.text) fillAssistant(msg);
+  }, 1000);
   const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' };
   if (settings.apiKey) headers.Authorization = `Bearer ${settings.apiKey}`;
   try {
@@ -799,6 +810,7 @@ async function stream(msg, attempt) {
     else msg.error = { kind: 'server', title: 'Something went wrong', detail: String((e && e.message) || e), retryAfter: null };
   } finally {
     if (frame) cancelAnimationFrame(frame);
+    clearInterval(ticker);
     if (tFirst !== null) {
       const tEnd = performance.now();
       msg.client = { ttft_ms: tFirst - t0, tok_s: nDeltas > 1 && tEnd > tFirst ? ((nDeltas - 1) * 1000) / (tEnd - tFirst) : undefined };
