@@ -23,13 +23,17 @@ ISA_FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mav
 
 LIB_SRC := $(shell find src -name '*.c' | sort)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The web UI (web/) is compiled into libqvl by tools/embed.c; the generated source lives in the
+# build directory, so it is added here by hand (the glob above only sees src/).
+WEB_FILES := $(shell find web -type f ! -name '.*' | sort)
+LIB_OBJ += $(BUILD)/gen/web_assets.o
 APP_SRC := $(wildcard apps/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c tests/kernels/*.c tests/golden/*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 
-.PHONY: all test test-san fuzz clean
+.PHONY: all test test-san fuzz clean FORCE
 all: $(BUILD)/qvl $(TEST_BIN) $(FUZZ_REPLAY)
 	@ln -sf $(BUILD)/qvl qvl
 
@@ -45,6 +49,23 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
+# Build tool, run on this machine: plain flags (no sanitizers), whatever the build mode.
+$(BUILD)/tools/embed: tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 $(WARN) -o $@ $<
+
+# The file list is kept in a file that changes only when the list does, so that removing or
+# adding a file under web/ regenerates the table even though no timestamp got newer.
+$(BUILD)/gen/web_files.list: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(WEB_FILES)' | cmp -s - $@ || echo '$(WEB_FILES)' > $@
+
+$(BUILD)/gen/web_assets.c: $(BUILD)/tools/embed $(BUILD)/gen/web_files.list $(WEB_FILES)
+	$(BUILD)/tools/embed $@ web $(WEB_FILES)
+
+$(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
 $(BUILD)/qvl: $(APP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libqvl.a
 	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
 
@@ -58,11 +79,11 @@ $(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libqvl.a
 	$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
 
 # libFuzzer builds (clang): make fuzz; run e.g. build/fuzz/fuzz_gguf tests/fuzz/corpus/gguf
-fuzz:
+fuzz: $(BUILD)/gen/web_assets.c
 	@mkdir -p build/fuzz
 	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
-	    -o build/fuzz/$$n $$f $(LIB_SRC:%=%) $(LIBS) -pthread || exit 1; done
+	    -o build/fuzz/$$n $$f $(LIB_SRC:%=%) $(BUILD)/gen/web_assets.c $(LIBS) -pthread || exit 1; done
 
 # Benchmarks (not run by make test): make bench, then e.g. $(BUILD)/bench/kernels_bench --help
 BENCH_SRC := $(wildcard bench/*.c)
