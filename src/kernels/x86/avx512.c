@@ -83,6 +83,8 @@ static void act256_quantize(const float *x, void *xq, int64_t n_in) {
  * every instantiation (the switch in run_panel), so the arrays below live in registers.
  */
 #define INLINE static inline __attribute__((always_inline))
+/* Loops over tokens/groups must be unrolled so that the accumulator arrays live in registers. */
+#define UNROLL _Pragma("GCC unroll 16")
 
 INLINE __m512i bcast4(const int8_t *p) {
   int32_t v;
@@ -102,10 +104,12 @@ INLINE __m512 load_w16(const uint8_t *p, int layout) {
 INLINE void panel_float(const uint8_t *pw, int layout, const float *x, int64_t n_in, int TT,
                         __m512 *acc) {
   size_t esz = layout == KN_LAYOUT_X16_F32 ? 64 : 32;
+  UNROLL
   for (int t = 0; t < TT; t++)
     acc[t] = _mm512_setzero_ps();
   for (int64_t i = 0; i < n_in; i++) {
     __m512 w = load_w16(pw + (size_t)i * esz, layout);
+    UNROLL
     for (int t = 0; t < TT; t++)
       acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[t * n_in + i]), acc[t]);
   }
@@ -116,6 +120,7 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
   int64_t nb = n_in / 32;
   const float *xd[8];
   const int32_t *xsum[8];
+  UNROLL
   for (int t = 0; t < TT; t++) {
     acc[t] = _mm512_setzero_ps();
     xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
@@ -128,18 +133,22 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
     __m512i w[8];
     if (q4) {
+      UNROLL
       for (int k = 0; k < 4; k++) {
         __m512i raw = _mm512_loadu_si512(blk + 32 + k * 64);
         w[k] = _mm512_and_si512(raw, lo4);
         w[k + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4);
       }
     } else {
+      UNROLL
       for (int c = 0; c < 8; c++)
         w[c] = _mm512_loadu_si512(blk + 32 + c * 64);
     }
+    UNROLL
     for (int t = 0; t < TT; t++) {
       const int8_t *xb = xq + (size_t)t * xs + b * 32;
       __m512i is = _mm512_set1_epi32(off * xsum[t][b]);
+      UNROLL
       for (int c = 0; c < 8; c++)
         is = _mm512_dpbusd_epi32(is, w[c], bcast4(xb + 4 * c));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])),
@@ -153,6 +162,7 @@ INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
   int64_t ns = n_in / 256;
   const float *xd[4];
   const int16_t *x32[4];
+  UNROLL
   for (int t = 0; t < TT; t++) {
     acc[t] = _mm512_setzero_ps();
     xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
@@ -162,26 +172,34 @@ INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
   for (int64_t sb = 0; sb < ns; sb++) {
     const uint8_t *blk = pw + (size_t)sb * X16_Q4_K_SB;
     __m512i A[4], B[4];
+    UNROLL
     for (int t = 0; t < TT; t++) {
       A[t] = _mm512_setzero_si512();
       B[t] = _mm512_setzero_si512();
     }
+    UNROLL
     for (int c = 0; c < 4; c++) {
       __m512i mp = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + X16_Q4_K_MIN + 32 * c)));
+      UNROLL
       for (int t = 0; t < TT; t++)
         B[t] = _mm512_dpwssd_epi32(B[t], mp, bcast4((const int8_t *)(x32[t] + sb * 8 + 2 * c)));
     }
+    UNROLL
     for (int k = 0; k < 4; k++) {
+      UNROLL
       for (int half = 0; half < 2; half++) {
         __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + X16_Q4_K_SC + 16 * (2 * k + half))));
         __m512i w[8];
+        UNROLL
         for (int j = 0; j < 8; j++) {
           __m512i raw = _mm512_loadu_si512(blk + X16_Q4_K_QS + (8 * k + j) * 64);
           w[j] = half ? _mm512_and_si512(_mm512_srli_epi16(raw, 4), lo4) : _mm512_and_si512(raw, lo4);
         }
+        UNROLL
         for (int t = 0; t < TT; t++) {
           const int8_t *xb = xq + (size_t)t * xs + sb * 256 + 64 * k + 32 * half;
           __m512i is = _mm512_setzero_si512();
+          UNROLL
           for (int j = 0; j < 8; j++)
             is = _mm512_dpbusd_epi32(is, w[j], bcast4(xb + 4 * j));
           A[t] = _mm512_add_epi32(A[t], _mm512_mullo_epi32(is, sc));
@@ -190,6 +208,7 @@ INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
     }
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
     __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+    UNROLL
     for (int t = 0; t < TT; t++) {
       __m512 dx = _mm512_set1_ps(xd[t][sb]);
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[t]), _mm512_mul_ps(dw, dx), acc[t]);
@@ -203,6 +222,7 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
   int64_t ns = n_in / 256;
   const float *xd[4];
   const int16_t *x16[4];
+  UNROLL
   for (int t = 0; t < TT; t++) {
     acc[t] = _mm512_setzero_ps();
     xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
@@ -212,12 +232,14 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
   for (int64_t sb = 0; sb < ns; sb++) {
     const uint8_t *blk = pw + (size_t)sb * X16_Q6_K_SB;
     __m512i A[4];
+    UNROLL
     for (int t = 0; t < TT; t++)
       A[t] = _mm512_setzero_si512();
     for (int g = 0; g < 16; g++) {
       int n = g / 8, h = (g / 4) & 1, j0 = 4 * (g % 4);
       __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + X16_Q6_K_SC + 16 * g)));
       __m512i q[4];
+      UNROLL
       for (int e = 0; e < 4; e++) {
         int j = j0 + e;
         int G = 16 * n + j, H = 8 * n + (j & 7), sh = 2 * (2 * h + j / 8);
@@ -228,15 +250,18 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
         /* (a & 0x0F) | (b & 0x30) */
         q[e] = _mm512_or_si512(_mm512_and_si512(a, m0f), _mm512_and_si512(b, m30));
       }
+      UNROLL
       for (int t = 0; t < TT; t++) {
         const int8_t *xb = xq + (size_t)t * xs + sb * 256 + 16 * g;
         __m512i is = _mm512_set1_epi32(-32 * (int32_t)x16[t][sb * 16 + g]);
+        UNROLL
         for (int e = 0; e < 4; e++)
           is = _mm512_dpbusd_epi32(is, q[e], bcast4(xb + 4 * e));
         A[t] = _mm512_add_epi32(A[t], _mm512_mullo_epi32(is, sc));
       }
     }
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    UNROLL
     for (int t = 0; t < TT; t++)
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[t]), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][sb])), acc[t]);
   }
@@ -264,9 +289,9 @@ INLINE void panel_store(const kn_mm *m, int64_t p, int64_t t, int TT, const __m5
 #define PANEL_PTR(w, bytes) ((const uint8_t *)(w)->packed + (size_t)p * (bytes))
 #define XQ(t) ((const int8_t *)m->xq + (size_t)(t) * m->xq_stride)
 
-#define FLOAT_BODY(TT)                                                                          \
-  panel_float(PANEL_PTR(w, (size_t)w->n_in * (w->layout == KN_LAYOUT_X16_F32 ? 64 : 32)),      \
-              w->layout, m->x + t * w->n_in, w->n_in, TT, acc)
+#define FLOAT_BODY(TT, L)                                                              \
+  panel_float(PANEL_PTR(w, (size_t)w->n_in * ((L) == KN_LAYOUT_X16_F32 ? 64 : 32)), L, \
+              m->x + t * w->n_in, w->n_in, TT, acc)
 #define Q80_BODY(TT, Q4)                                                                        \
   panel_q8_0(PANEL_PTR(w, (size_t)(w->n_in / 32) * ((Q4) ? X16_Q4_0_BLK : X16_Q8_0_BLK)), Q4, \
              XQ(t), m->xq_stride, w->n_in, TT, acc)
@@ -275,10 +300,14 @@ INLINE void panel_store(const kn_mm *m, int64_t p, int64_t t, int TT, const __m5
 #define Q6K_BODY(TT) \
   panel_q6_K(PANEL_PTR(w, (size_t)(w->n_in / 256) * X16_Q6_K_SB), XQ(t), m->xq_stride, w->n_in, TT, acc)
 
-DEFINE_PANEL_RUN(run_f_8, 8, FLOAT_BODY(8))
-DEFINE_PANEL_RUN(run_f_4, 4, FLOAT_BODY(4))
-DEFINE_PANEL_RUN(run_f_2, 2, FLOAT_BODY(2))
-DEFINE_PANEL_RUN(run_f_1, 1, FLOAT_BODY(1))
+#define DEFINE_FLOAT_RUNS(SUF, L)                              \
+  DEFINE_PANEL_RUN(run_##SUF##_8, 8, FLOAT_BODY(8, L))         \
+  DEFINE_PANEL_RUN(run_##SUF##_4, 4, FLOAT_BODY(4, L))         \
+  DEFINE_PANEL_RUN(run_##SUF##_2, 2, FLOAT_BODY(2, L))         \
+  DEFINE_PANEL_RUN(run_##SUF##_1, 1, FLOAT_BODY(1, L))
+DEFINE_FLOAT_RUNS(f32, KN_LAYOUT_X16_F32)
+DEFINE_FLOAT_RUNS(f16, KN_LAYOUT_X16_F16)
+DEFINE_FLOAT_RUNS(bf16, KN_LAYOUT_X16_BF16)
 DEFINE_PANEL_RUN(run_q8_8, 8, Q80_BODY(8, false))
 DEFINE_PANEL_RUN(run_q8_4, 4, Q80_BODY(4, false))
 DEFINE_PANEL_RUN(run_q8_2, 2, Q80_BODY(2, false))
@@ -312,8 +341,11 @@ static void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int
 
 static void tile_float(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
   (void)th;
-  static const panel_fn run[] = {run_f_8, run_f_4, run_f_2, run_f_1};
-  tile_generic(m, r0, r1, t0, t1, run, 8);
+  static const panel_fn f32[] = {run_f32_8, run_f32_4, run_f32_2, run_f32_1};
+  static const panel_fn f16[] = {run_f16_8, run_f16_4, run_f16_2, run_f16_1};
+  static const panel_fn bf16[] = {run_bf16_8, run_bf16_4, run_bf16_2, run_bf16_1};
+  int l = m->w->layout;
+  tile_generic(m, r0, r1, t0, t1, l == KN_LAYOUT_X16_F32 ? f32 : l == KN_LAYOUT_X16_F16 ? f16 : bf16, 8);
 }
 static void tile_q8_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
   (void)th;
@@ -489,14 +521,17 @@ static void avx512_layernorm(const float *x, const float *w, const float *b, int
  * and adds instead of 16 full horizontal reductions). */
 INLINE __m512 hsum16(const __m512 *v) {
   __m512 t[8], u[4], w[2];
+  UNROLL
   for (int i = 0; i < 8; i++) /* per 128-bit lane: (a0+a2, b0+b2, a1+a3, b1+b3) */
     t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
                          _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  UNROLL
   for (int i = 0; i < 4; i++) { /* per lane: partial sums of 4 vectors */
     __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
     u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
                          _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
   }
+  UNROLL
   for (int i = 0; i < 2; i++) /* lanes (0+1, 2+3) of two groups of 4 vectors */
     w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0x88),
                          _mm512_shuffle_f32x4(u[2 * i], u[2 * i + 1], 0xDD));
@@ -509,6 +544,7 @@ INLINE void attn_row(const kn_attn *a, const float *q, const float *kb, const fl
   __mmask16 lm = tail_mask(hd - (nv - 1) * 16);
   __m512 qv[ATT_MAXV], acc[ATT_MAXV];
   __m512 sc = _mm512_set1_ps(a->scale);
+  UNROLL
   for (int c = 0; c < nv; c++) {
     qv[c] = _mm512_mul_ps(_mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, q + 16 * c), sc);
     acc[c] = _mm512_setzero_ps();
@@ -518,6 +554,7 @@ INLINE void attn_row(const kn_attn *a, const float *q, const float *kb, const fl
   for (int64_t j0 = 0; j0 < n_keys; j0 += 16) {
     int nb = (int)(n_keys - j0 < 16 ? n_keys - j0 : 16);
     __m512 part[16];
+    UNROLL
     for (int jj = 0; jj < 16; jj++) {
       if (jj >= nb) {
         part[jj] = _mm512_setzero_ps();
@@ -525,6 +562,7 @@ INLINE void attn_row(const kn_attn *a, const float *q, const float *kb, const fl
       }
       const float *k = kb + (j0 + jj) * a->kv_stride;
       __m512 d = _mm512_mul_ps(qv[0], _mm512_maskz_loadu_ps(nv == 1 ? lm : 0xFFFF, k));
+      UNROLL
       for (int c = 1; c < nv; c++)
         d = _mm512_fmadd_ps(qv[c], _mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, k + 16 * c), d);
       part[jj] = d;
@@ -536,6 +574,7 @@ INLINE void attn_row(const kn_attn *a, const float *q, const float *kb, const fl
       float c = expf(m - bm);
       l *= c;
       __m512 vc = _mm512_set1_ps(c);
+      UNROLL
       for (int k = 0; k < nv; k++)
         acc[k] = _mm512_mul_ps(acc[k], vc);
       m = bm;
@@ -546,11 +585,13 @@ INLINE void attn_row(const kn_attn *a, const float *q, const float *kb, const fl
     for (int jj = 0; jj < nb; jj++) {
       const float *v = vb + (j0 + jj) * a->kv_stride;
       __m512 pj = _mm512_set1_ps(s[jj]);
+      UNROLL
       for (int c = 0; c < nv; c++)
         acc[c] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, v + 16 * c), acc[c]);
     }
   }
   __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
+  UNROLL
   for (int c = 0; c < nv; c++)
     _mm512_mask_storeu_ps(o + 16 * c, c == nv - 1 ? lm : 0xFFFF, _mm512_mul_ps(acc[c], il));
 }
