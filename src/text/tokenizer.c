@@ -178,6 +178,7 @@ typedef struct builder {
   buf bytes;         /* raw bytes pool */
   uint32_t *offs;    /* [n_vocab] start offset in bytes, UINT32_MAX = no entry yet */
   uint32_t *lens;    /* [n_vocab] */
+  uint8_t *in_vocab; /* [n_vocab] defined as a BPE vocabulary entry (maybe also an added token) */
   const char *label; /* file name for messages */
   int16_t cp_byte[324];
 } builder;
@@ -199,7 +200,8 @@ static qvl_status builder_init(builder *b, int32_t n_vocab, const char *label) {
   t->kind = calloc((size_t)n_vocab, 1);
   b->offs = malloc((size_t)n_vocab * sizeof *b->offs);
   b->lens = calloc((size_t)n_vocab, sizeof *b->lens);
-  if (!t->kind || !b->offs || !b->lens)
+  b->in_vocab = calloc((size_t)n_vocab, 1);
+  if (!t->kind || !b->offs || !b->lens || !b->in_vocab)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory for a %d-token vocabulary", n_vocab);
   for (int32_t i = 0; i < n_vocab; i++)
     b->offs[i] = UINT32_MAX;
@@ -210,6 +212,7 @@ static void builder_free(builder *b) {
   buf_free(&b->bytes);
   free(b->offs);
   free(b->lens);
+  free(b->in_vocab);
   tokenizer_free(b->t);
   b->t = NULL;
 }
@@ -238,6 +241,8 @@ static qvl_status builder_set(builder *b, int32_t id, tokenizer_token_type kind,
   b->offs[id] = (uint32_t)start;
   b->lens[id] = (uint32_t)(b->bytes.len - start);
   t->kind[id] = (uint8_t)kind;
+  if (kind == TOKENIZER_TOKEN_NORMAL)
+    b->in_vocab[id] = 1;
   return QVL_OK;
 }
 
@@ -310,7 +315,8 @@ static qvl_status builder_finish(builder *b, int32_t n_merges, merge_get_fn get,
   memset(t->vocab_slots, 0xFF, cap * sizeof *t->vocab_slots);
   t->vocab_mask = cap - 1;
   for (int32_t id = 0; id < n; id++) {
-    if (t->kind[id] != TOKENIZER_TOKEN_NORMAL)
+    /* An added token that is also a vocabulary entry stays reachable by BPE merges. */
+    if (!b->in_vocab[id])
       continue;
     size_t len;
     const char *p = tok_ptr(t, id, &len);

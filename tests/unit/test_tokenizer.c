@@ -513,6 +513,47 @@ static void check_errors(void) {
   }
   gguf_writer_free(w);
   remove(path);
+
+  /* A tiny tokenizer.json: an added token that is also a vocabulary entry stays a merge result,
+   * merges in the [a, b] form, and a foreign pre-tokenizer is refused. */
+  static const char *json_fmt =
+      "{\"added_tokens\":[{\"id\":2,\"content\":\"ab\",\"special\":true}],"
+      "\"normalizer\":{\"type\":\"NFC\"},"
+      "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":"
+      "\"%s\"},\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,"
+      "\"trim_offsets\":false,\"use_regex\":false}]},\"decoder\":{\"type\":\"ByteLevel\"},"
+      "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"c\":3,\"abc\":4},"
+      "\"merges\":[[\"a\",\"b\"],\"ab c\"]}}";
+  static const char *qwen_re = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "
+                               "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+";
+  const char *jpath = "build/test_tokenizer_tiny.json";
+  for (int variant = 0; variant < 2; variant++) {
+    FILE *f = fopen(jpath, "w");
+    CHECK(f != NULL, "cannot write %s", jpath);
+    if (!f)
+      return;
+    fprintf(f, json_fmt, variant == 0 ? qwen_re : "\\\\w+");
+    fclose(f);
+    t = NULL;
+    qvl_status st = tokenizer_init_hf(jpath, &t);
+    if (variant == 1) {
+      CHECK(st == QVL_ERR_UNSUPPORTED && t == NULL, "a foreign pre-tokenizer must be refused: %s", qvl_last_error());
+      continue;
+    }
+    CHECK(st == QVL_OK, "tiny tokenizer.json: %s", qvl_last_error());
+    if (!t)
+      continue;
+    static const int32_t abc[] = {4}, a_ab_c[] = {0, 2, 3};
+    expect_ids(t, "aabc", 4, a_ab_c, 3, "added token matched first");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK(tokenizer_encode_flags(t, "abc", 3, TOKENIZER_ENCODE_NO_ADDED, &ids, &n) == QVL_OK && ids_eq(ids, n, abc, 1),
+          "BPE through an added token that is also in the vocabulary: [%s]", ids_str(ids, n));
+    free(ids);
+    CHECK(tokenizer_is_special(t, 2) && tokenizer_find(t, "abc") == 4, "tiny flags");
+    tokenizer_free(t);
+  }
+  remove(jpath);
 }
 
 int main(void) {
