@@ -114,13 +114,11 @@ size_t utf8_incomplete_tail(const char *s, size_t len) {
     if (c < 0x80)
       return 0;
     if (c >= 0xC0) {
+      if (c < 0xC2 || c > 0xF4)
+        return 0; /* never the start of a valid sequence */
       size_t n;
-      if (utf8_decode(p + len - k, k, &n) == UINT32_MAX && n == k) {
-        /* All k bytes are a valid start; only the end of the input cut it. */
-        size_t want = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-        return want > k ? k : 0;
-      }
-      return 0;
+      /* Held back only if all k bytes are a valid start that the end of the input cut. */
+      return utf8_decode(p + len - k, k, &n) == UINT32_MAX && n == k ? k : 0;
     }
   }
   return 0;

@@ -556,7 +556,34 @@ static void check_errors(void) {
   remove(jpath);
 }
 
+/* UTF-8 helpers against hand-worked cases (Unicode ch. 3, table 3-7 and "maximal subparts"). */
+static void check_utf8(void) {
+  static const struct {
+    const char *s;
+    size_t hold;
+  } tails[] = {{"", 0},         {"a", 0},         {"\xe4", 1},          {"\xe4\xbd", 2}, {"\xe4\xbd\xa0", 0},
+               {"\xf0\x9f\x98", 3}, {"x\xf0\x9f", 2}, {"\xed\xa0", 0},     {"\xc3", 1},     {"\x80", 0},
+               {"\xff", 0},      {"\xc0", 0},      {"\xf4\x90", 0},     {"\xf4\x8f", 2}, {"\xe0\x80", 0}};
+  for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++)
+    CHECK(utf8_incomplete_tail(tails[i].s, strlen(tails[i].s)) == tails[i].hold, "incomplete tail of case %zu", i);
+  static const struct {
+    const char *in, *out;
+  } lossy[] = {{"a\xe2\x82\xe2\x82\xac", "a\xef\xbf\xbd\xe2\x82\xac"},
+               {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+               {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+               {"\xf0\x9f\x98", "\xef\xbf\xbd"},
+               {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"}};
+  for (size_t i = 0; i < sizeof lossy / sizeof lossy[0]; i++) {
+    buf b = {0};
+    CHECK(utf8_append_lossy(&b, lossy[i].in, strlen(lossy[i].in)) == QVL_OK && b.data &&
+              strcmp(b.data, lossy[i].out) == 0,
+          "lossy case %zu", i);
+    buf_free(&b);
+  }
+}
+
 int main(void) {
+  check_utf8();
   tokenizer *hf = NULL, *mock = NULL, *gg = NULL, *gmock = NULL;
   double t0 = time_now_s();
   CHECK(tokenizer_init_hf(FIX "tokenizer.json", &hf) == QVL_OK, "load tokenizer.json: %s", qvl_last_error());
