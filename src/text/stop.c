@@ -6,6 +6,7 @@
 
 #include "base/buf.h"
 #include "base/status.h"
+#include "text/unicode.h"
 
 struct stop_state {
   int32_t eos[STOP_MAX_EOS];
@@ -134,18 +135,6 @@ const char *stop_text(const stop_state *s, size_t *len) {
   return s->text.data ? s->text.data : "";
 }
 
-/* Bytes at the end that start a UTF-8 sequence not yet complete. */
-static size_t utf8_incomplete_tail(const unsigned char *t, size_t len) {
-  for (size_t back = 1; back <= 3 && back <= len; back++) {
-    unsigned char c = t[len - back];
-    if ((c & 0xC0) == 0x80)
-      continue; /* continuation byte: look further back for the lead */
-    size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-    return need > back ? back : 0;
-  }
-  return 0;
-}
-
 size_t stop_ready(const stop_state *s) {
   size_t len = s->text.len;
   if (s->reason != STOP_NONE)
@@ -161,7 +150,7 @@ size_t stop_ready(const stop_state *s) {
         break;
       }
   }
-  size_t u = utf8_incomplete_tail((const unsigned char *)t, len);
+  size_t u = utf8_incomplete_tail(t, len);
   if (u > hold)
     hold = u;
   return len - hold;
