@@ -637,7 +637,7 @@ function deleteConversation(c) {
 
 let active = null; // {controller, msg}
 let retry = null; // {msg, remaining, timer, attempt}
-let modelId = 'qvl';
+let modelId = null; // from GET /v1/models; until known, requests leave "model" out (the server's default)
 
 function updateSendState() {
   const busy = !!active;
@@ -684,7 +684,7 @@ async function send() {
 function requestBody(msg) {
   const upto = current.messages.slice(0, current.messages.indexOf(msg));
   return {
-    model: modelId,
+    ...(modelId ? { model: modelId } : {}),
     messages: buildMessages({ messages: upto }, settings.system),
     stream: true,
     stream_options: { include_usage: true },
@@ -896,13 +896,13 @@ async function pollHealth() {
   } catch {
     state = 'offline';
   }
-  if (state === 'ready' && modelId === 'qvl') await loadModel();
+  if (state === 'ready' && !modelId) await loadModel();
   const s = $('status');
   s.dataset.state = state;
   $('status-text').textContent =
     state === 'ready' ? 'Ready' : state === 'loading' ? 'Loading model…' : state === 'offline' ? 'Server unreachable' : `Server error ${detail}`;
-  $('status-model').textContent = state === 'ready' ? modelId : '';
-  s.title = state === 'ready' ? `Serving ${modelId}` : $('status-text').textContent;
+  $('status-model').textContent = state === 'ready' ? modelId || '' : '';
+  s.title = state === 'ready' && modelId ? `Serving ${modelId}` : $('status-text').textContent;
   healthTimer = setTimeout(pollHealth, state === 'ready' ? 15000 : 3000);
 }
 

@@ -166,7 +166,8 @@ export function describeHttpError(status, error, retryAfterHeader) {
     case 503:
       if (retryAfter !== null)
         return { kind: 'busy', title: 'The server is busy', detail: msg || 'Its request queue is full.', retryAfter };
-      return { kind: 'loading', title: 'The server is not ready', detail: msg || 'The model is still loading.', retryAfter: null };
+      // Still loading the model: try again shortly, it will be ready soon.
+      return { kind: 'loading', title: 'The server is not ready', detail: msg || 'The model is still loading.', retryAfter: 5 };
     case 413:
       return {
         kind: 'too_large',

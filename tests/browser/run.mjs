@@ -232,6 +232,7 @@ test('grounding parser and SSE parser', async () => {
   eq(r.busy.kind, 'busy', '503 + Retry-After');
   eq(r.busy.retryAfter, 12, 'retry after');
   eq(r.loading.kind, 'loading', '503 without Retry-After');
+  eq(r.loading.retryAfter, 5, 'loading is retried');
   eq(r.large.kind, 'too_large', '413');
   await page.context().close();
 });
@@ -319,6 +320,7 @@ test('ask about an image: answer streams in as markdown, with timings', async ()
     const st = await mock('/__mock/state');
     const body = st.requests[0];
     eq(body.stream, true, 'stream flag');
+    eq(body.model, 'qwen3-vl-2b-instruct (mock)', 'model id from /v1/models');
     eq(body.max_pixels, 1048576, 'max_pixels sent');
     eq(body.min_pixels, 65536, 'min_pixels sent');
     const content = body.messages[0].content;
