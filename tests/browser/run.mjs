@@ -435,14 +435,16 @@ test('grounding answer draws boxes and points over the image', async () => {
 });
 
 // Box positions on screen must be the 0..1000 grid scaled to the image's displayed size.
-async function checkBoxGeometry(scope) {
+async function checkBoxGeometry(scope, { point = true } = {}) {
   const img = await scope.locator('.ground-img').boundingBox();
-  const box = await scope.locator('.gbox').nth(1).boundingBox(); // blue square [425, 360, 625, 680]
+  const boxes = scope.locator('.gbox');
+  const box = await boxes.nth((await boxes.count()) > 1 ? 1 : 0).boundingBox(); // blue square [425, 360, 625, 680]
   const near = (a, b, what) => assert(Math.abs(a - b) <= 2.5, `${what}: ${a.toFixed(1)} vs ${b.toFixed(1)}`);
   near(box.x, img.x + (425 / 1000) * img.width, 'left');
   near(box.y, img.y + (360 / 1000) * img.height, 'top');
   near(box.width, (200 / 1000) * img.width, 'width');
   near(box.height, (320 / 1000) * img.height, 'height');
+  if (!point) return;
   const pt = await scope.locator('.gpoint').boundingBox(); // sun [875, 180]
   near(pt.x + pt.width / 2, img.x + 0.875 * img.width, 'point x');
   near(pt.y + pt.height / 2, img.y + 0.18 * img.height, 'point y');
@@ -502,6 +504,33 @@ test('box overlay from a canned answer, at desktop and phone sizes', async () =>
     }
     await page.context().close();
   }
+});
+
+test('grounding with several images: drawn on the last one, switchable', async () => {
+  const png = 'data:image/png;base64,' + sceneBuf.toString('base64');
+  const page = await newPage(DESKTOP, {
+    init: {
+      fn: ({ png: dataUrl }) => {
+        const now = Date.now();
+        const img = (name) => ({ name, type: 'image/png', bytes: 1000, dataUrl, width: 800, height: 500 });
+        localStorage.setItem('qvl.conversations.v1', JSON.stringify([{ id: 'two', title: 'Two images', created: now, updated: now, messages: [
+          { role: 'user', text: 'Compare.', images: [img('first.png'), img('second.png')], at: now },
+          { role: 'assistant', text: '[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]', at: now },
+        ] }]));
+      },
+      arg: { png },
+    },
+  });
+  await page.click('.conv-open');
+  const pick = page.locator('.ground-pick button');
+  eq(await pick.count(), 2, 'one button per image');
+  eq(await pick.nth(1).getAttribute('aria-pressed'), 'true', 'the last image is drawn on by default');
+  assert((await page.textContent('.ground-caption')).includes('second.png'), 'caption names the image');
+  await pick.nth(0).click();
+  eq(await page.locator('.ground-pick button').nth(0).getAttribute('aria-pressed'), 'true', 'switched');
+  assert((await page.textContent('.ground-caption')).includes('first.png'), 'caption follows');
+  await checkBoxGeometry(page.locator('.msg.assistant'), { point: false });
+  await page.context().close();
 });
 
 test('503 queue full: message, countdown, retry', async () => {
