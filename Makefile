@@ -6,7 +6,7 @@ comma := ,
 SAN ?= 0
 BUILD ?= build/$(if $(filter 1,$(SAN)),san,rel)$(if $(filter clang,$(notdir $(CC))),-clang,)
 
-PKGS := libjpeg libpng libwebp libcjson libcurl libcrypto libmicrohttpd libxxhash
+PKGS := libjpeg libpng libwebp libcjson libcurl libcrypto libmicrohttpd libxxhash yaml-0.1
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

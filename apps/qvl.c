@@ -11,6 +11,7 @@ static void usage(FILE *f) {
           "usage: qvl <command> [options]\n"
           "commands:\n"
           "  run       generate a reply: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image F] -p PROMPT\n"
+          "  serve     OpenAI-compatible HTTP service: qvl serve -m MODEL.gguf [--mmproj MMPROJ.gguf] [--port P]\n"
           "  tokenize  print token ids: qvl tokenize -m MODEL.gguf TEXT|-\n"
           "  dump      run a fixture case: qvl dump CASE.json OUT.safetensors\n"
           "  verify    check model files against recorded sha256: qvl verify MODEL|--hf REPO[:QUANT]\n"
@@ -25,6 +26,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "run"))
     return cmd_run(argc, argv);
+  if (!strcmp(argv[1], "serve"))
+    return cmd_serve(argc, argv);
   if (!strcmp(argv[1], "tokenize"))
     return cmd_tokenize(argc, argv);
   if (!strcmp(argv[1], "make-random"))

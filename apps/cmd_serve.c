@@ -1,0 +1,127 @@
+/* qvl serve — the OpenAI-compatible HTTP service (src/server/, docs/API.md). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "commands.h"
+#include "engine/engine.h"
+#include "engine/vlm.h"
+#include "kernels/kernels.h"
+#include "server/config.h"
+#include "server/server.h"
+
+static void serve_usage(FILE *f) {
+  fprintf(f,
+          "usage: qvl serve -m MODEL.gguf [--mmproj MMPROJ.gguf] [options]\n"
+          "       qvl serve --hf REPO[:QUANT] [--offline] [options]\n"
+          "Serves the OpenAI chat API (POST /v1/chat/completions, /v1/jobs, GET /v1/models, /health, /metrics)\n"
+          "and the web UI at /. Settings come from flags > environment (QVL_...) > --config FILE.yaml > defaults:\n");
+  server_config_usage(f);
+}
+
+static qvl_status be_submit(void *ctx, const engine_request *r, uint64_t *id) { return engine_submit(ctx, r, id); }
+static void be_cancel(void *ctx, uint64_t id) { engine_cancel(ctx, id); }
+static void be_stats(void *ctx, engine_stats *out) { engine_get_stats(ctx, out); }
+
+static const char *getenv_fn(const char *name) { return getenv(name); }
+
+int cmd_serve(int argc, char **argv) {
+  for (int i = 2; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      serve_usage(stdout);
+      return 0;
+    }
+  server_config cfg;
+  server_config_init(&cfg);
+  if (server_config_load(&cfg, argc, argv, 2, getenv_fn) != QVL_OK) {
+    fprintf(stderr, "qvl serve: %s\n", qvl_last_error());
+    server_config_free(&cfg);
+    return 2;
+  }
+  const char *model = cfg.model, *mmproj = cfg.mmproj;
+  if (cfg.hf) {
+    int rc = resolve_hf(cfg.hf, cfg.offline, &model, &mmproj);
+    if (rc) {
+      server_config_free(&cfg);
+      return rc;
+    }
+  }
+
+  /* Signals go to the main thread only (sigwait below): every thread started from here on
+   * inherits the blocked mask. */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  server *srv = NULL;
+  qvl_status st = server_start(&cfg, &srv);
+  if (st != QVL_OK) {
+    int rc = report_error("serve", st);
+    server_config_free(&cfg);
+    return rc;
+  }
+  const char *host = cfg.host;
+  bool v6 = strchr(host, ':') != NULL;
+  fprintf(stderr, "qvl serve: listening on http://%s%s%s:%d (loading %s)\n", v6 ? "[" : "", host, v6 ? "]" : "",
+          server_port(srv), model);
+
+  vlm *m = NULL;
+  engine *eng = NULL;
+  st = kernels_init(NULL, (int)cfg.threads);
+  if (st == QVL_OK) {
+    vlm_paths paths = {model, mmproj};
+    st = vlm_load(&paths, &m);
+  }
+  if (st == QVL_OK) {
+    engine_config ec;
+    engine_config_default(&ec);
+    ec.max_batch_size = (int)cfg.max_batch_size;
+    ec.max_wait_ms = (int)cfg.max_wait_ms;
+    ec.queue_capacity = (int)cfg.queue;
+    ec.n_ctx = cfg.ctx;
+    if (cfg.kv_cache_mb > 0)
+      ec.kv_cache_mb = cfg.kv_cache_mb;
+    ec.image_cache_mb = cfg.image_cache_mb;
+    ec.prefix_cache_mb = cfg.prefix_cache_mb;
+    ec.request_timeout_ms = cfg.timeout_s * 1000;
+    st = engine_start(m, &ec, &eng);
+  }
+  if (st != QVL_OK) {
+    int rc = report_error("loading the model", st);
+    server_drain(srv, 0);
+    server_stop(srv);
+    vlm_free(m);
+    server_config_free(&cfg);
+    return rc;
+  }
+  /* The model id: --alias, else the file name; the file name and "qvl" are accepted too. */
+  const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
+  const char *ids[3];
+  int n_ids = 0;
+  if (cfg.alias)
+    ids[n_ids++] = cfg.alias;
+  ids[n_ids++] = base;
+  if (strcmp(base, "qvl") && (!cfg.alias || strcmp(cfg.alias, "qvl")))
+    ids[n_ids++] = "qvl";
+  server_backend be = {be_submit, be_cancel, be_stats, eng};
+  server_set_ready(srv, &be, ids, n_ids);
+  fprintf(stderr, "qvl serve: ready: model '%s', %d threads (%s), batch %lld, queue %lld, ctx %lld\n", ids[0],
+          kernels_threads(), kernels_isa(), (long long)cfg.max_batch_size, (long long)cfg.queue, (long long)cfg.ctx);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  fprintf(stderr, "qvl serve: %s: draining (no new requests; running ones finish)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  double grace = cfg.timeout_s > 0 ? (double)cfg.timeout_s + 5 : 3600;
+  bool clean = server_drain(srv, grace);
+  engine_stop(eng, true);
+  server_stop(srv);
+  vlm_free(m);
+  server_config_free(&cfg);
+  fprintf(stderr, "qvl serve: stopped%s\n", clean ? "" : " (some requests did not finish in time)");
+  return 0;
+}

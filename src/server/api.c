@@ -1,0 +1,617 @@
+/* The OpenAI chat API as JSON (see api.h). */
+#include "server/api.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "base/status.h"
+#include "text/sampler.h"
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+void api_error_set(api_error *e, int http, const char *type, const char *code, const char *param, const char *fmt,
+                   ...) {
+  e->http = http;
+  e->type = type;
+  e->code = code;
+  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+}
+
+void api_error_from_status(api_error *e, qvl_status s, const char *message) {
+  const char *msg = message && *message ? message : qvl_status_text(s);
+  int http = qvl_status_http(s);
+  switch (s) {
+  case QVL_ERR_CONTEXT_OVERFLOW:
+    api_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages", "%s", msg);
+    break;
+  case QVL_ERR_TOO_LARGE:
+    api_error_set(e, 413, "invalid_request_error", "request_too_large", NULL, "%s", msg);
+    break;
+  case QVL_ERR_NOT_FOUND:
+    api_error_set(e, 404, "invalid_request_error", "not_found", NULL, "%s", msg);
+    break;
+  case QVL_ERR_BUSY:
+  case QVL_ERR_NOMEM:
+    api_error_set(e, 503, "server_error", "server_busy", NULL, "%s", msg);
+    break;
+  case QVL_ERR_TIMEOUT:
+    api_error_set(e, 504, "server_error", "timeout", NULL, "%s", msg);
+    break;
+  case QVL_ERR_CANCELLED:
+    api_error_set(e, 499, "server_error", "cancelled", NULL, "%s", msg);
+    break;
+  default:
+    if (http >= 400 && http < 500)
+      api_error_set(e, http, "invalid_request_error", NULL, NULL, "%s", msg);
+    else
+      api_error_set(e, http >= 500 ? http : 500, "server_error", NULL, NULL, "%s", msg);
+    break;
+  }
+}
+
+static cJSON *error_object(const api_error *e) {
+  cJSON *err = cJSON_CreateObject();
+  cJSON_AddStringToObject(err, "message", e->message);
+  cJSON_AddStringToObject(err, "type", e->type ? e->type : "server_error");
+  if (e->param[0])
+    cJSON_AddStringToObject(err, "param", e->param);
+  else
+    cJSON_AddNullToObject(err, "param");
+  if (e->code)
+    cJSON_AddStringToObject(err, "code", e->code);
+  else
+    cJSON_AddNullToObject(err, "code");
+  return err;
+}
+
+char *api_error_json(const api_error *e) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddItemToObject(o, "error", error_object(e));
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+char *api_error_inner_json(const api_error *e) {
+  cJSON *o = error_object(e);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+/* ---- request parsing ------------------------------------------------------------------------- */
+
+static int json_depth(const cJSON *j, int depth) {
+  int worst = depth;
+  for (const cJSON *c = j->child; c; c = c->next) {
+    int d = json_depth(c, depth + 1);
+    if (d > worst)
+      worst = d;
+    if (worst > API_MAX_JSON_DEPTH)
+      break;
+  }
+  return worst;
+}
+
+static const char *json_type_name(const cJSON *j) {
+  if (cJSON_IsNull(j))
+    return "null";
+  if (cJSON_IsBool(j))
+    return "a boolean";
+  if (cJSON_IsNumber(j))
+    return "a number";
+  if (cJSON_IsString(j))
+    return "a string";
+  if (cJSON_IsArray(j))
+    return "an array";
+  if (cJSON_IsObject(j))
+    return "an object";
+  return "invalid JSON";
+}
+
+static bool bad_type(api_error *e, const char *param, const char *expected, const cJSON *found) {
+  api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "'%s' must be %s, got %s", param, expected,
+                json_type_name(found));
+  return false;
+}
+
+/* Present and not null (OpenAI clients send null for "not set"). */
+static const cJSON *field(const cJSON *root, const char *name) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, name);
+  return j && !cJSON_IsNull(j) ? j : NULL;
+}
+
+static bool get_number(const cJSON *root, const char *name, double lo, double hi, double *out, api_error *e) {
+  const cJSON *j = field(root, name);
+  if (!j)
+    return true;
+  if (!cJSON_IsNumber(j))
+    return bad_type(e, name, "a number", j);
+  double v = j->valuedouble;
+  if (!isfinite(v) || v < lo || v > hi) {
+    api_error_set(e, 400, "invalid_request_error", "invalid_value", name, "'%s' is %g; expected a number in [%g, %g]",
+                  name, v, lo, hi);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+static bool get_int(const cJSON *root, const char *name, double lo, double hi, int64_t *out, api_error *e) {
+  const cJSON *j = field(root, name);
+  if (!j)
+    return true;
+  if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble))
+    return bad_type(e, name, "an integer", j);
+  double v = j->valuedouble;
+  if (v < lo || v > hi) {
+    api_error_set(e, 400, "invalid_request_error", "invalid_value", name, "'%s' is %.17g; expected an integer in [%.17g, %.17g]",
+                  name, v, lo, hi);
+    return false;
+  }
+  *out = (int64_t)v;
+  return true;
+}
+
+static bool get_bool(const cJSON *root, const char *name, bool *out, api_error *e) {
+  const cJSON *j = field(root, name);
+  if (!j)
+    return true;
+  if (!cJSON_IsBool(j))
+    return bad_type(e, name, "a boolean", j);
+  *out = cJSON_IsTrue(j);
+  return true;
+}
+
+static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images, api_error *e) {
+  char param[64];
+  snprintf(param, sizeof param, "messages[%d].content[%d]", mi, pi);
+  if (!cJSON_IsObject(part))
+    return bad_type(e, param, "an object", part);
+  const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+  if (!cJSON_IsString(type)) {
+    api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "%s: 'type' must be a string", param);
+    return false;
+  }
+  if (!strcmp(type->valuestring, "text")) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
+    if (!cJSON_IsString(t)) {
+      api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "%s: a text part needs 'text' as a string",
+                    param);
+      return false;
+    }
+    return true;
+  }
+  if (!strcmp(type->valuestring, "image_url") || !strcmp(type->valuestring, "image")) {
+    const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, type->valuestring);
+    const cJSON *url = cJSON_IsObject(iu) ? cJSON_GetObjectItemCaseSensitive(iu, "url") : iu;
+    if (!cJSON_IsString(url) || !url->valuestring[0]) {
+      api_error_set(e, 400, "invalid_request_error", "invalid_type", param,
+                    "%s: an image_url part needs 'image_url' as {\"url\": \"data:image/png;base64,...\"} or a "
+                    "URL string",
+                    param);
+      return false;
+    }
+    if (cJSON_IsObject(iu)) {
+      const cJSON *detail = cJSON_GetObjectItemCaseSensitive(iu, "detail");
+      if (detail && !cJSON_IsNull(detail) && !cJSON_IsString(detail)) {
+        api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "%s: 'detail' must be a string", param);
+        return false;
+      }
+    }
+    (*n_images)++;
+    return true;
+  }
+  api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+                "%s: unsupported content part type '%s' (supported: text, image_url)", param, type->valuestring);
+  return false;
+}
+
+static bool check_messages(const cJSON *msgs, int *n_images, api_error *e) {
+  if (!msgs) {
+    api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", "messages",
+                  "'messages' is required");
+    return false;
+  }
+  if (!cJSON_IsArray(msgs))
+    return bad_type(e, "messages", "an array", msgs);
+  if (cJSON_GetArraySize(msgs) == 0) {
+    api_error_set(e, 400, "invalid_request_error", "invalid_value", "messages", "'messages' is empty");
+    return false;
+  }
+  int mi = 0;
+  for (const cJSON *m = msgs->child; m; m = m->next, mi++) {
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d]", mi);
+    if (!cJSON_IsObject(m))
+      return bad_type(e, param, "an object", m);
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    if (!cJSON_IsString(role)) {
+      api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "%s: 'role' must be a string", param);
+      return false;
+    }
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+      known |= !strcmp(role->valuestring, roles[i]);
+    if (!known) {
+      api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+                    "%s: unknown role '%s' (expected system, user, assistant or tool)", param, role->valuestring);
+      return false;
+    }
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    snprintf(param, sizeof param, "messages[%d].content", mi);
+    if (!content || cJSON_IsNull(content)) {
+      if (strcmp(role->valuestring, "assistant")) {
+        api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", param,
+                      "%s is required for the %s role", param, role->valuestring);
+        return false;
+      }
+    } else if (cJSON_IsArray(content)) {
+      int pi = 0;
+      for (const cJSON *part = content->child; part; part = part->next, pi++)
+        if (!check_content_part(part, mi, pi, n_images, e))
+          return false;
+    } else if (!cJSON_IsString(content)) {
+      return bad_type(e, param, "a string or an array of content parts", content);
+    }
+  }
+  return true;
+}
+
+static uint64_t random_u64(void) {
+  uint64_t x = 0;
+  if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+  }
+  return x;
+}
+
+bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_chat_request *out, api_error *e) {
+  memset(out, 0, sizeof *out);
+  const char *end = NULL;
+  cJSON *root = len ? cJSON_ParseWithLengthOpts(body, len, &end, false) : NULL;
+  if (!root) {
+    size_t at = end ? (size_t)(end - body) : (cJSON_GetErrorPtr() ? (size_t)(cJSON_GetErrorPtr() - body) : 0);
+    if (at > len)
+      at = len;
+    if (len)
+      api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL,
+                    "the request body is not valid JSON (error near byte %zu)", at);
+    else
+      api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body is empty");
+    return false;
+  }
+  out->root = root;
+  for (size_t i = (size_t)(end - body); i < len; i++) {
+    if (body[i] != ' ' && body[i] != '\t' && body[i] != '\r' && body[i] != '\n') {
+      api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL,
+                    "the request body has extra data after the JSON value (byte %zu)", i);
+      goto fail;
+    }
+  }
+  if (!cJSON_IsObject(root)) {
+    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body must be a JSON object, got %s",
+                  json_type_name(root));
+    goto fail;
+  }
+  if (json_depth(root, 0) > API_MAX_JSON_DEPTH) {
+    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body nests deeper than %d levels",
+                  API_MAX_JSON_DEPTH);
+    goto fail;
+  }
+
+  const cJSON *model = field(root, "model");
+  if (model) {
+    if (!cJSON_IsString(model)) {
+      bad_type(e, "model", "a string", model);
+      goto fail;
+    }
+    bool ok = false;
+    for (int i = 0; i < lim->n_model_ids && !ok; i++)
+      ok = !strcmp(model->valuestring, lim->model_ids[i]);
+    if (!ok) {
+      api_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
+                    "The model '%s' does not exist; this server serves '%s' (GET /v1/models)", model->valuestring,
+                    lim->n_model_ids ? lim->model_ids[0] : "");
+      goto fail;
+    }
+    out->model = model->valuestring;
+  }
+
+  out->messages = cJSON_GetObjectItemCaseSensitive(root, "messages");
+  if (!check_messages(out->messages, &out->n_images, e))
+    goto fail;
+  if (lim->max_images >= 0 && out->n_images > lim->max_images) {
+    api_error_set(e, 400, "invalid_request_error", "too_many_images", "messages",
+                  "the request has %d images; this server accepts at most %d per request", out->n_images,
+                  lim->max_images);
+    goto fail;
+  }
+
+  if (!get_bool(root, "stream", &out->stream, e))
+    goto fail;
+  const cJSON *so = field(root, "stream_options");
+  if (so) {
+    if (!cJSON_IsObject(so)) {
+      bad_type(e, "stream_options", "an object", so);
+      goto fail;
+    }
+    if (!get_bool(so, "include_usage", &out->include_usage, e))
+      goto fail;
+  }
+
+  int64_t n = 1;
+  if (!get_int(root, "n", 1, 128, &n, e))
+    goto fail;
+  if (n != 1) {
+    api_error_set(e, 400, "invalid_request_error", "invalid_value", "n", "'n' must be 1 (got %lld): one choice per request",
+                  (long long)n);
+    goto fail;
+  }
+  bool logprobs = false;
+  if (!get_bool(root, "logprobs", &logprobs, e))
+    goto fail;
+  if (logprobs) {
+    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "logprobs", "'logprobs' is not supported");
+    goto fail;
+  }
+  const cJSON *tools = field(root, "tools");
+  if (tools && !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0)) {
+    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "tools", "'tools' is not supported");
+    goto fail;
+  }
+  const cJSON *rf = field(root, "response_format");
+  if (rf) {
+    const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+    if (!cJSON_IsString(t) || strcmp(t->valuestring, "text")) {
+      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "response_format",
+                    "only response_format {\"type\": \"text\"} is supported");
+      goto fail;
+    }
+  }
+
+  /* Sampling: absent fields take Qwen3-VL's recommended settings (generation_config.json). */
+  gen_params *g = &out->gen;
+  *g = gen_params_default();
+  sampler_params *sp = &g->sampling;
+  double temperature = 0.7, top_p = 0.8, min_p = 0, presence = 0, frequency = 0, repetition = 1;
+  int64_t top_k = 20, seed = 0;
+  bool seeded = field(root, "seed") != NULL;
+  if (!get_number(root, "temperature", 0, 2, &temperature, e) || !get_number(root, "top_p", 0, 1, &top_p, e) ||
+      !get_int(root, "top_k", -1, 1 << 30, &top_k, e) || !get_number(root, "min_p", 0, 1, &min_p, e) ||
+      !get_number(root, "presence_penalty", -2, 2, &presence, e) ||
+      !get_number(root, "frequency_penalty", -2, 2, &frequency, e) ||
+      !get_number(root, "repetition_penalty", 1e-3, 100, &repetition, e) ||
+      !get_int(root, "seed", -9223372036854775807.0, 9223372036854775807.0, &seed, e))
+    goto fail;
+  sp->temperature = (float)temperature;
+  sp->top_p = (float)top_p;
+  sp->top_k = (int32_t)(top_k < 0 ? 0 : top_k);
+  sp->min_p = (float)min_p;
+  sp->presence_penalty = (float)presence;
+  sp->frequency_penalty = (float)frequency;
+  sp->repetition_penalty = (float)repetition;
+  sp->seed = seeded ? (uint64_t)seed : random_u64();
+  if (sampler_check_params(sp) != QVL_OK) {
+    api_error_set(e, 400, "invalid_request_error", "invalid_value", NULL, "%s", qvl_last_error());
+    goto fail;
+  }
+
+  int64_t max_tokens = lim->max_tokens;
+  const char *mt_name = field(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (!get_int(root, mt_name, 1, 1e15, &max_tokens, e))
+    goto fail;
+  /* Above the cap: served up to the cap, finish_reason "length" says where it stopped. */
+  g->max_tokens = max_tokens < lim->max_tokens ? max_tokens : lim->max_tokens;
+
+  const cJSON *stop = field(root, "stop");
+  if (stop) {
+    if (cJSON_IsString(stop)) {
+      if (stop->valuestring[0])
+        out->stops[g->n_stop++] = stop->valuestring;
+    } else if (cJSON_IsArray(stop)) {
+      if (cJSON_GetArraySize(stop) > API_MAX_STOP) {
+        api_error_set(e, 400, "invalid_request_error", "invalid_value", "stop", "'stop' has %d strings; at most %d",
+                      cJSON_GetArraySize(stop), API_MAX_STOP);
+        goto fail;
+      }
+      for (const cJSON *s = stop->child; s; s = s->next) {
+        if (!cJSON_IsString(s)) {
+          bad_type(e, "stop", "a string or an array of strings", s);
+          goto fail;
+        }
+        if (s->valuestring[0])
+          out->stops[g->n_stop++] = s->valuestring;
+      }
+    } else {
+      bad_type(e, "stop", "a string or an array of strings", stop);
+      goto fail;
+    }
+  }
+  g->stop = out->stops;
+
+  out->min_pixels = lim->default_min_pixels;
+  out->max_pixels = lim->default_max_pixels;
+  if (!get_int(root, "max_pixels", 1024, (double)lim->max_pixels, &out->max_pixels, e) ||
+      !get_int(root, "min_pixels", 1024, (double)lim->max_pixels, &out->min_pixels, e))
+    goto fail;
+  if (out->min_pixels > out->max_pixels) {
+    if (field(root, "min_pixels")) {
+      api_error_set(e, 400, "invalid_request_error", "invalid_value", "min_pixels",
+                    "min_pixels %lld is larger than max_pixels %lld", (long long)out->min_pixels,
+                    (long long)out->max_pixels);
+      goto fail;
+    }
+    out->min_pixels = out->max_pixels; /* a low max_pixels lowers the default minimum */
+  }
+  return true;
+fail:
+  cJSON_Delete(root);
+  memset(out, 0, sizeof *out);
+  return false;
+}
+
+void api_chat_request_free(api_chat_request *r) {
+  if (!r)
+    return;
+  cJSON_Delete(r->root);
+  memset(r, 0, sizeof *r);
+}
+
+/* ---- results and responses -------------------------------------------------------------------- */
+
+bool api_result_copy(api_result *d, const engine_result *r) {
+  memset(d, 0, sizeof *d);
+  d->status = r->status;
+  snprintf(d->error, sizeof d->error, "%s", r->error);
+  snprintf(d->finish_reason, sizeof d->finish_reason, "%s", r->finish_reason ? r->finish_reason : "");
+  d->prompt_tokens = r->prompt_tokens;
+  d->completion_tokens = r->completion_tokens;
+  d->image_tokens = r->image_tokens;
+  d->cached_prompt_tokens = r->cached_prompt_tokens;
+  d->image_cache_hits = r->image_cache_hits;
+  d->image_cache_misses = r->image_cache_misses;
+  d->t = r->t;
+  if (buf_append(&d->text, r->text ? r->text : "", r->text ? r->text_len : 0) != QVL_OK)
+    return false;
+  return true;
+}
+
+void api_result_free(api_result *r) {
+  if (!r)
+    return;
+  buf_free(&r->text);
+}
+
+const char *api_finish_reason(const char *r) {
+  if (!r || !*r)
+    return NULL;
+  if (!strcmp(r, "length"))
+    return "length";
+  return "stop";
+}
+
+static void add_usage(cJSON *o, const api_result *r) {
+  cJSON *u = cJSON_AddObjectToObject(o, "usage");
+  cJSON_AddNumberToObject(u, "prompt_tokens", (double)r->prompt_tokens);
+  cJSON_AddNumberToObject(u, "completion_tokens", (double)r->completion_tokens);
+  cJSON_AddNumberToObject(u, "total_tokens", (double)(r->prompt_tokens + r->completion_tokens));
+  cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+  cJSON_AddNumberToObject(d, "cached_tokens", (double)r->cached_prompt_tokens);
+  cJSON *t = cJSON_AddObjectToObject(o, "timings");
+  cJSON_AddNumberToObject(t, "ttft_ms", r->t.ttft_ms);
+  cJSON_AddNumberToObject(t, "prefill_tok_s", r->t.prefill_tok_s);
+  cJSON_AddNumberToObject(t, "decode_tok_s", r->t.decode_tok_s);
+  cJSON_AddNumberToObject(t, "image_tokens", (double)r->image_tokens);
+  cJSON_AddBoolToObject(t, "image_cache_hit", r->image_cache_hits > 0 && r->image_cache_misses == 0);
+  cJSON_AddBoolToObject(t, "prefix_cache_hit", r->cached_prompt_tokens > 0);
+  cJSON_AddNumberToObject(t, "cached_prompt_tokens", (double)r->cached_prompt_tokens);
+  cJSON_AddNumberToObject(t, "queue_ms", r->t.queue_ms);
+  cJSON_AddNumberToObject(t, "preprocess_ms", r->t.preprocess_ms);
+  cJSON_AddNumberToObject(t, "vision_ms", r->t.vision_ms);
+  cJSON_AddNumberToObject(t, "prefill_ms", r->t.prefill_ms);
+  cJSON_AddNumberToObject(t, "decode_ms", r->t.decode_ms);
+}
+
+static cJSON *base_object(const char *id, const char *object, int64_t created, const char *model) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "id", id);
+  cJSON_AddStringToObject(o, "object", object);
+  cJSON_AddNumberToObject(o, "created", (double)created);
+  cJSON_AddStringToObject(o, "model", model);
+  cJSON_AddStringToObject(o, "system_fingerprint", "qvl-" QVL_VERSION);
+  return o;
+}
+
+/* cJSON strings are NUL-terminated: text with an embedded NUL is cut there (the model never
+ * produces one; U+0000 would need a token for it). */
+static cJSON *string_n(const char *s, size_t n) {
+  char *copy = malloc(n + 1);
+  if (!copy)
+    return NULL;
+  memcpy(copy, s, n);
+  copy[n] = '\0';
+  cJSON *j = cJSON_CreateString(copy);
+  free(copy);
+  return j;
+}
+
+cJSON *api_completion_object(const char *id, int64_t created, const char *model, const api_result *r) {
+  cJSON *o = base_object(id, "chat.completion", created, model);
+  cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+  cJSON *c = cJSON_CreateObject();
+  cJSON_AddNumberToObject(c, "index", 0);
+  cJSON *m = cJSON_AddObjectToObject(c, "message");
+  cJSON_AddStringToObject(m, "role", "assistant");
+  cJSON_AddItemToObject(m, "content", string_n(r->text.data ? r->text.data : "", r->text.len));
+  cJSON_AddNullToObject(m, "refusal");
+  cJSON_AddNullToObject(c, "logprobs");
+  const char *fr = api_finish_reason(r->finish_reason);
+  cJSON_AddStringToObject(c, "finish_reason", fr ? fr : "stop");
+  cJSON_AddItemToArray(choices, c);
+  add_usage(o, r);
+  return o;
+}
+
+char *api_completion_json(const char *id, int64_t created, const char *model, const api_result *r) {
+  cJSON *o = api_completion_object(id, created, model, r);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+char *api_chunk_json(const char *id, int64_t created, const char *model, bool role, const char *content,
+                     size_t content_len, const char *finish_reason) {
+  cJSON *o = base_object(id, "chat.completion.chunk", created, model);
+  cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+  cJSON *c = cJSON_CreateObject();
+  cJSON_AddNumberToObject(c, "index", 0);
+  cJSON *d = cJSON_AddObjectToObject(c, "delta");
+  if (role)
+    cJSON_AddStringToObject(d, "role", "assistant");
+  if (content)
+    cJSON_AddItemToObject(d, "content", string_n(content, content_len));
+  cJSON_AddNullToObject(c, "logprobs");
+  if (finish_reason)
+    cJSON_AddStringToObject(c, "finish_reason", finish_reason);
+  else
+    cJSON_AddNullToObject(c, "finish_reason");
+  cJSON_AddItemToArray(choices, c);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+char *api_usage_chunk_json(const char *id, int64_t created, const char *model, const api_result *r) {
+  cJSON *o = base_object(id, "chat.completion.chunk", created, model);
+  cJSON_AddArrayToObject(o, "choices");
+  add_usage(o, r);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+qvl_status sse_append(buf *out, const char *json) {
+  QVL_TRY(buf_append_str(out, "data: "));
+  QVL_TRY(buf_append_str(out, json));
+  return buf_append_str(out, "\n\n");
+}
+
+qvl_status sse_append_done(buf *out) { return buf_append_str(out, "data: [DONE]\n\n"); }
+
+void api_random_id(const char *prefix, char *out, size_t cap) {
+  uint64_t a = random_u64(), b = random_u64();
+  snprintf(out, cap, "%s%016llx%08llx", prefix, (unsigned long long)a, (unsigned long long)(b & 0xffffffffu));
+}
