@@ -66,6 +66,7 @@ typedef struct engine_result {
   engine_timings t;
   const char *text;          /* full generated text (valid during the callback) */
   size_t text_len;
+  const int32_t *ids;        /* [completion_tokens] generated ids, EOS included (valid during the callback) */
 } engine_result;
 
 typedef struct engine_request {

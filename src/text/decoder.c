@@ -483,6 +483,22 @@ static qvl_status scratch_alloc(scratch *w, const decoder_hparams *hp, int64_t c
   return QVL_OK;
 }
 
+uint64_t decoder_seq_bytes(const decoder_model *m, const decoder_seq_params *p) {
+  const decoder_hparams *hp = &m->hp;
+  int64_t n_ctx = p && p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+  int64_t n_batch = p && p->n_batch > 0 ? p->n_batch : 512;
+  if (n_batch > n_ctx)
+    n_batch = n_ctx;
+  uint64_t kv = kv_cache_bytes(hp->n_layer, n_ctx, hp->n_head_kv * hp->head_dim);
+  if (kv == 0)
+    return 0;
+  /* The scratch struct: x, xn, tmp (D); q0, q, att (qd); k0, k, v (kvd); gate, up; cos, sin; pos. */
+  uint64_t qd = (uint64_t)(hp->n_head * hp->head_dim), kvd = (uint64_t)(hp->n_head_kv * hp->head_dim);
+  uint64_t per_tok = 4 * (3 * (uint64_t)hp->n_embd + 3 * qd + 3 * kvd + 2 * (uint64_t)hp->n_ff +
+                          2 * (uint64_t)hp->head_dim + 3);
+  return kv + per_tok * (uint64_t)n_batch + 4 * (uint64_t)hp->n_vocab;
+}
+
 qvl_status decoder_seq_init(const decoder_model *m, const decoder_seq_params *p, decoder_seq **out) {
   *out = NULL;
   int64_t n_ctx = p && p->n_ctx > 0 ? p->n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);

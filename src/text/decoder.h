@@ -157,6 +157,9 @@ typedef struct decoder_seq decoder_seq;
 
 qvl_status decoder_seq_init(const decoder_model *m, const decoder_seq_params *p, decoder_seq **out);
 void decoder_seq_free(decoder_seq *s);
+/* Bytes decoder_seq_init allocates for these parameters (KV cache + work buffers + logits), for
+ * admission control; 0 on overflow. */
+uint64_t decoder_seq_bytes(const decoder_model *m, const decoder_seq_params *p);
 /* Forgets every cached token (positions restart at 0). */
 void decoder_seq_reset(decoder_seq *s);
 int64_t decoder_seq_n_past(const decoder_seq *s); /* tokens in the cache */

@@ -1,0 +1,762 @@
+/*
+ * The engine thread and its continuous-batching loop (see engine.h and docs/ENGINE.md).
+ *
+ * Ownership: the queue, the running set's membership, cancel flags and the stats are guarded by
+ * e->mu; everything a running request holds (sequence, sampler, caches) is touched only by the
+ * engine thread. engine_submit does the request's CPU work that needs no model (chat template,
+ * tokenizer, image fetch/decode/resize) on the caller's thread, so a slow image never stalls the
+ * streams that are decoding; the vision tower and the decoder run on the engine thread only (one
+ * thread may run kernels at a time).
+ */
+#include "engine/engine.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/status.h"
+#include "base/timing.h"
+#include "engine/image_cache.h"
+#include "engine/prefix_cache.h"
+#include "text/sampler.h"
+#include "text/stop.h"
+
+#define ENGINE_MAX_BATCH 64
+
+typedef enum rq_state { RQ_NEW, RQ_VISION, RQ_PREFILL, RQ_DECODE } rq_state;
+
+typedef struct request {
+  uint64_t id;
+  struct request *next;    /* queue link */
+  bool (*on_text)(void *user, const char *text, size_t len);
+  void (*on_done)(void *user, const engine_result *r);
+  void *user;
+  gen_params gen;
+  char *stop[STOP_MAX_STRINGS]; /* owned copies behind gen.stop */
+  vlm_prompt_opts popts;
+  vlm_prompt p;            /* built at submit with defer_vision: image rows filled by the engine */
+  uint64_t *keys;          /* [p.n + max_tokens] prefix-cache content key of every token */
+  int32_t *ids;            /* [max_tokens] generated ids */
+  int64_t need_bytes;      /* memory its sequence takes (KV + work buffers), reserved at admission */
+  rq_state state;
+  bool cancel;             /* set under e->mu by engine_cancel / engine_stop */
+  bool cancel_seen;        /* the engine thread's copy, taken under e->mu each iteration */
+  bool finished;           /* result filled; reaped (on_done + free) at the end of the iteration */
+  decoder_seq *seq;
+  sampler *smp;
+  stop_state *stp;
+  float *work;             /* [n_vocab] logits copy the sampler may modify */
+  const float *logits;     /* the sequence's next-token logits, when in RQ_DECODE */
+  int64_t n_prefilled;     /* prompt tokens in the cache (restored + computed) */
+  int next_image;
+  int64_t n_gen;
+  size_t sent;             /* text bytes streamed */
+  double t_submit, t_start, t_first, deadline, prefill_s;
+  engine_result res;
+} request;
+
+struct engine {
+  const vlm *m;
+  engine_config c;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  request *q_head, *q_tail;
+  int n_queued;
+  request *run[ENGINE_MAX_BATCH];
+  int n_run;
+  int64_t kv_used, kv_total;
+  bool stopping, drain;
+  uint64_t next_id;
+  image_cache *ic;
+  prefix_cache *pc;
+  engine_stats st;
+  double win_t0, win_busy; /* decode-speed window (engine thread) */
+  int64_t win_tokens;
+};
+
+static const double hist_bounds[ENGINE_HIST_BUCKETS] = {50,   100,  250,   500,   1000,  2500,
+                                                        5000, 10000, 20000, 30000, 60000, 120000};
+
+void engine_config_default(engine_config *c) {
+  memset(c, 0, sizeof *c);
+  c->max_batch_size = 8;
+  c->max_wait_ms = 5;
+  c->queue_capacity = 64;
+  c->n_ctx = 8192;
+  /* Half the memory that is free now, between 256 MiB and 16 GiB. */
+  long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  int64_t mb = pages > 0 && psz > 0 ? (int64_t)pages * psz / 2 / (1024 * 1024) : 2048;
+  c->kv_cache_mb = mb < 256 ? 256 : mb > 16384 ? 16384 : mb;
+  c->image_cache_mb = 256;
+  c->prefix_cache_mb = 512;
+  c->prefill_chunk = 256;
+  c->request_timeout_ms = 0;
+}
+
+/* ---- requests ------------------------------------------------------------------------------- */
+
+static void request_free(request *r) {
+  if (!r)
+    return;
+  for (int i = 0; i < STOP_MAX_STRINGS; i++)
+    free(r->stop[i]);
+  vlm_prompt_free(&r->p);
+  free(r->keys);
+  free(r->ids);
+  decoder_seq_free(r->seq);
+  sampler_free(r->smp);
+  stop_free(r->stp);
+  free(r->work);
+  free(r);
+}
+
+static void set_error(request *r, qvl_status s, const char *reason, const char *msg) {
+  r->res.status = s;
+  r->res.finish_reason = reason;
+  snprintf(r->res.error, sizeof r->res.error, "%s", msg ? msg : "");
+  r->finished = true;
+}
+
+static void hist_add(uint64_t *h, double v) {
+  for (int i = 0; i < ENGINE_HIST_BUCKETS; i++)
+    if (v <= hist_bounds[i])
+      h[i]++;
+  h[ENGINE_HIST_BUCKETS]++;
+}
+
+/* Fills the result's counters and timings and updates the stats (e->mu held). */
+static void account_locked(engine *e, request *r, double now) {
+  engine_result *res = &r->res;
+  res->prompt_tokens = r->p.n;
+  res->image_tokens = r->p.n_img;
+  res->completion_tokens = r->n_gen;
+  engine_timings *t = &res->t;
+  t->queue_ms = r->t_start > 0 ? (r->t_start - r->t_submit) * 1e3 : (now - r->t_submit) * 1e3;
+  t->preprocess_ms = r->p.preprocess_ms;
+  t->vision_ms = r->p.vision_ms;
+  t->prefill_ms = r->prefill_s * 1e3;
+  int64_t computed = r->p.n - res->cached_prompt_tokens;
+  t->prefill_tok_s = r->prefill_s > 0 ? (double)computed / r->prefill_s : 0;
+  if (r->t_first > 0) {
+    t->ttft_ms = (r->t_first - r->t_submit) * 1e3;
+    t->decode_ms = (now - r->t_first) * 1e3;
+    t->decode_tok_s = r->n_gen > 1 && now > r->t_first ? (double)(r->n_gen - 1) / (now - r->t_first) : 0;
+  }
+  engine_stats *st = &e->st;
+  if (res->status == QVL_OK)
+    st->requests_done++;
+  else
+    st->requests_failed++;
+  st->tokens_generated += (uint64_t)r->n_gen;
+  if (r->t_start > 0)
+    st->prompt_tokens += (uint64_t)r->p.n;
+  if (r->t_first > 0) {
+    hist_add(st->ttft_hist, t->ttft_ms);
+    st->ttft_sum_ms += t->ttft_ms;
+  }
+  double lat = (now - r->t_submit) * 1e3;
+  hist_add(st->latency_hist, lat);
+  st->latency_sum_ms += lat;
+}
+
+/* Calls on_done and frees (engine thread, e->mu not held). */
+static void deliver(request *r) {
+  size_t len = 0;
+  const char *text = r->stp ? stop_text(r->stp, &len) : "";
+  r->res.text = text;
+  r->res.text_len = len;
+  r->res.ids = r->ids;
+  if (!r->res.finish_reason)
+    r->res.finish_reason = r->res.status == QVL_OK ? "stop" : "error";
+  r->on_done(r->user, &r->res);
+  request_free(r);
+}
+
+/* ---- submit / cancel / stats ----------------------------------------------------------------- */
+
+qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
+  if (id)
+    *id = 0;
+  if (!rq || !rq->messages || !rq->on_done)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "engine: a request needs messages and an on_done callback");
+  const gen_params *g = &rq->gen;
+  if (g->max_tokens <= 0)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "max_tokens must be positive, found %lld", (long long)g->max_tokens);
+  if (g->n_stop < 0 || g->n_stop > STOP_MAX_STRINGS)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "%d stop strings; at most %d are allowed", g->n_stop, STOP_MAX_STRINGS);
+  for (int i = 0; i < g->n_stop; i++) {
+    size_t n = g->stop[i] ? strlen(g->stop[i]) : 0;
+    if (n == 0 || n > STOP_MAX_STRING_BYTES)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "stop string %d: expected 1..%d bytes, found %zu", i,
+                        STOP_MAX_STRING_BYTES, n);
+  }
+  QVL_TRY(sampler_check_params(&g->sampling));
+  if (g->max_tokens > e->c.n_ctx)
+    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "max_tokens %lld exceeds the context of %lld tokens",
+                      (long long)g->max_tokens, (long long)e->c.n_ctx);
+  /* Refuse early, before the expensive part, when the answer is already known. */
+  pthread_mutex_lock(&e->mu);
+  bool stopping = e->stopping, full = e->n_queued >= e->c.queue_capacity;
+  int queued = e->n_queued;
+  pthread_mutex_unlock(&e->mu);
+  if (stopping)
+    return qvl_errorf(QVL_ERR_BUSY, "the server is shutting down");
+  if (full)
+    return qvl_errorf(QVL_ERR_BUSY, "the queue is full (%d requests waiting); retry later", queued);
+
+  request *r = calloc(1, sizeof *r);
+  if (!r)
+    return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+  r->t_submit = time_now_s();
+  r->on_text = rq->on_text;
+  r->on_done = rq->on_done;
+  r->user = rq->user;
+  r->gen = *g;
+  for (int i = 0; i < g->n_stop; i++)
+    if (!(r->stop[i] = strdup(g->stop[i]))) {
+      request_free(r);
+      return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+    }
+  r->gen.stop = (const char *const *)r->stop;
+  r->popts = rq->prompt;
+  r->popts.defer_vision = true;
+  r->popts.keep_images = false;
+  r->popts.trace = NULL;
+  r->popts.trace_user = NULL;
+  qvl_status s = vlm_prompt_build(e->m, rq->messages, &r->popts, &r->p);
+  if (s == QVL_OK && r->p.n <= 0)
+    s = qvl_errorf(QVL_ERR_INVALID_ARG, "the prompt is empty");
+  if (s == QVL_OK && r->p.n > e->c.n_ctx - g->max_tokens)
+    s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
+                   "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
+                   (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
+  if (s == QVL_OK) {
+    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .n_batch = e->c.prefill_chunk};
+    uint64_t need = decoder_seq_bytes(e->m->text, &sp);
+    if (need == 0 || need > (uint64_t)e->kv_total)
+      s = qvl_errorf(QVL_ERR_TOO_LARGE,
+                     "prompt of %lld tokens + %lld to generate needs %.1f MiB of KV cache and work memory; the "
+                     "engine has %.1f MiB in all (kv_cache_mb)",
+                     (long long)r->p.n, (long long)g->max_tokens, (double)need / 1048576.0,
+                     (double)e->kv_total / 1048576.0);
+    r->need_bytes = (int64_t)need;
+  }
+  if (s == QVL_OK && (!(r->keys = malloc(sizeof *r->keys * (size_t)(r->p.n + g->max_tokens))) ||
+                      !(r->ids = malloc(sizeof *r->ids * (size_t)g->max_tokens))))
+    s = qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+  if (s != QVL_OK) {
+    request_free(r);
+    return s;
+  }
+  for (int64_t i = 0; i < r->p.n; i++)
+    r->keys[i] = (uint64_t)(uint32_t)r->p.ids[i];
+  for (int i = 0; i < r->p.n_images; i++) {
+    const vlm_image *im = &r->p.images[i];
+    for (int64_t j = 0; j < im->n_tokens; j++)
+      r->keys[r->p.img_idx[im->row0 + j]] = prefix_image_key(im->hash, j);
+  }
+  if (e->c.request_timeout_ms > 0)
+    r->deadline = r->t_submit + (double)e->c.request_timeout_ms / 1e3;
+
+  pthread_mutex_lock(&e->mu);
+  if (e->stopping || e->n_queued >= e->c.queue_capacity) {
+    bool st = e->stopping;
+    int nq = e->n_queued;
+    pthread_mutex_unlock(&e->mu);
+    request_free(r);
+    return st ? qvl_errorf(QVL_ERR_BUSY, "the server is shutting down")
+              : qvl_errorf(QVL_ERR_BUSY, "the queue is full (%d requests waiting); retry later", nq);
+  }
+  r->id = ++e->next_id;
+  if (e->q_tail)
+    e->q_tail->next = r;
+  else
+    e->q_head = r;
+  e->q_tail = r;
+  e->n_queued++;
+  e->st.queued = e->n_queued;
+  if (id)
+    *id = r->id;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  return QVL_OK;
+}
+
+void engine_cancel(engine *e, uint64_t id) {
+  pthread_mutex_lock(&e->mu);
+  for (request *r = e->q_head; r; r = r->next)
+    if (r->id == id)
+      r->cancel = true;
+  for (int i = 0; i < e->n_run; i++)
+    if (e->run[i]->id == id)
+      e->run[i]->cancel = true;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+}
+
+void engine_get_stats(engine *e, engine_stats *out) {
+  pthread_mutex_lock(&e->mu);
+  *out = e->st;
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- the engine thread ----------------------------------------------------------------------- */
+
+/* Creates the sequence, sampler and stop state and restores the longest cached prefix. */
+static qvl_status request_begin(engine *e, request *r) {
+  const vlm *m = e->m;
+  int64_t V = m->text->hp.n_vocab;
+  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .n_batch = e->c.prefill_chunk};
+  QVL_TRY(decoder_seq_init(m->text, &sp, &r->seq));
+  QVL_TRY(sampler_init(&r->gen.sampling, V, &r->smp));
+  QVL_TRY(sampler_add_prompt(r->smp, r->p.ids, r->p.n));
+  stop_params stp = {.eos_ids = r->gen.ignore_eos ? NULL : m->eos_ids,
+                     .n_eos = r->gen.ignore_eos ? 0 : m->n_eos,
+                     .strings = r->gen.stop,
+                     .n_strings = r->gen.n_stop,
+                     .max_tokens = r->gen.max_tokens};
+  QVL_TRY(stop_init(&stp, &r->stp));
+  if (!(r->work = malloc(sizeof *r->work * (size_t)V)))
+    return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+  /* At least the last prompt token is computed: its logits start the generation. */
+  int64_t max_blocks = (r->p.n - 1) / PREFIX_BLOCK, next_pos = 0;
+  int64_t got = max_blocks > 0 ? prefix_cache_restore(e->pc, r->keys, max_blocks, decoder_seq_kv(r->seq), &next_pos)
+                               : 0;
+  if (got > 0)
+    QVL_TRY(decoder_seq_set_past(r->seq, got, next_pos));
+  r->n_prefilled = got;
+  r->res.cached_prompt_tokens = got;
+  pthread_mutex_lock(&e->mu);
+  if (got > 0)
+    e->st.prefix_cache_hits++;
+  else if (e->c.prefix_cache_mb > 0)
+    e->st.prefix_cache_misses++;
+  pthread_mutex_unlock(&e->mu);
+  r->state = r->p.n_images > 0 ? RQ_VISION : RQ_PREFILL;
+  return QVL_OK;
+}
+
+/* Encodes (or fetches from the image cache) the next image the prefill still needs. */
+static qvl_status vision_step(engine *e, request *r) {
+  vlm_prompt *p = &r->p;
+  int64_t d = e->m->text->hp.n_embd;
+  while (r->next_image < p->n_images) {
+    int i = r->next_image++;
+    vlm_image *im = &p->images[i];
+    /* Rows that lie entirely in the restored prefix are never read: no vision needed. */
+    if (p->img_idx[im->row0 + im->n_tokens - 1] < r->n_prefilled)
+      continue;
+    float *embd = p->img_embd + im->row0 * d, *ds = p->deepstack + im->row0 * d;
+    if (image_cache_get(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, p->n_deepstack, embd,
+                        ds, p->n_img * d)) {
+      r->res.image_cache_hits++;
+      pthread_mutex_lock(&e->mu);
+      e->st.image_cache_hits++;
+      pthread_mutex_unlock(&e->mu);
+      free(im->patches.pixel_values);
+      im->patches.pixel_values = NULL;
+      continue;
+    }
+    QVL_TRY(vlm_prompt_encode_image(e->m, p, i, &r->popts));
+    image_cache_put(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, p->n_deepstack, embd, ds,
+                    p->n_img * d);
+    r->res.image_cache_misses++;
+    pthread_mutex_lock(&e->mu);
+    e->st.image_cache_misses++;
+    e->st.image_cache_bytes = image_cache_bytes(e->ic);
+    pthread_mutex_unlock(&e->mu);
+    break; /* one tower run per loop iteration: decode steps go on in between */
+  }
+  if (r->next_image >= p->n_images)
+    r->state = RQ_PREFILL;
+  return QVL_OK;
+}
+
+static qvl_status prefill_step(engine *e, request *r) {
+  decoder_input in = vlm_prompt_input(&r->p);
+  int64_t end = r->n_prefilled + e->c.prefill_chunk;
+  if (end > r->p.n)
+    end = r->p.n;
+  double t0 = time_now_s();
+  const float *logits = NULL;
+  QVL_TRY(decoder_prefill_part(r->seq, &in, r->n_prefilled, end, &logits));
+  r->prefill_s += time_now_s() - t0;
+  r->n_prefilled = end;
+  if (end == r->p.n) {
+    r->logits = logits;
+    r->state = RQ_DECODE;
+  }
+  return QVL_OK;
+}
+
+/* Bytes a token contributes to the visible text: control tokens are skipped (as generate()). */
+static const char *visible_bytes(const tokenizer *t, int32_t id, size_t *len) {
+  *len = 0;
+  if (tokenizer_is_special(t, id))
+    return "";
+  const char *b = tokenizer_token_bytes(t, id, len);
+  if (!b) {
+    *len = 0;
+    return "";
+  }
+  return b;
+}
+
+/* Samples the next token of r (generate()'s order: sample, accept, stop check, stream). Returns
+ * true when r goes on (the token must be fed), false when it finished. */
+static bool sample_one(engine *e, request *r, int32_t *tok) {
+  int64_t V = e->m->text->hp.n_vocab;
+  memcpy(r->work, r->logits, sizeof *r->work * (size_t)V);
+  int32_t id = sampler_sample(r->smp, r->work);
+  if (r->n_gen == 0)
+    r->t_first = time_now_s();
+  r->keys[r->p.n + r->n_gen] = (uint64_t)(uint32_t)id;
+  r->ids[r->n_gen++] = id;
+  qvl_status s = sampler_accept(r->smp, id);
+  if (s != QVL_OK) {
+    set_error(r, s, "error", qvl_last_error());
+    return false;
+  }
+  size_t nb;
+  const char *bytes = visible_bytes(e->m->tok, id, &nb);
+  stop_reason why = stop_push(r->stp, id, bytes, nb);
+  if ((s = stop_error(r->stp)) != QVL_OK) {
+    set_error(r, s, "error", qvl_last_error());
+    return false;
+  }
+  size_t len, ready = stop_ready(r->stp);
+  const char *text = stop_text(r->stp, &len);
+  if (r->on_text && ready > r->sent && !r->on_text(r->user, text + r->sent, ready - r->sent)) {
+    r->sent = ready;
+    set_error(r, QVL_ERR_CANCELLED, "cancelled", "cancelled by the client");
+    return false;
+  }
+  r->sent = ready;
+  if (why != STOP_NONE) {
+    r->res.status = QVL_OK;
+    r->res.finish_reason = why == STOP_MAX_TOKENS ? "length" : "stop";
+    r->finished = true;
+    return false;
+  }
+  *tok = id;
+  return true;
+}
+
+/* Keeps the finished conversation's KV (prompt + generated tokens fed so far) for later turns. */
+static void store_prefix(engine *e, request *r) {
+  if (!r->seq || e->c.prefix_cache_mb <= 0)
+    return;
+  kv_cache *kv = decoder_seq_kv(r->seq);
+  int64_t n_blocks = kv->n / PREFIX_BLOCK;
+  if (n_blocks == 0)
+    return;
+  int64_t *bnp = malloc(sizeof *bnp * (size_t)n_blocks);
+  if (!bnp)
+    return;
+  int64_t run = 0, n = r->p.n;
+  for (int64_t i = 0; i < n_blocks * PREFIX_BLOCK; i++) {
+    if (i < n) {
+      for (int a = 0; a < 3; a++)
+        if (r->p.pos[a * n + i] + 1 > run)
+          run = r->p.pos[a * n + i] + 1;
+    } else {
+      run++; /* generated tokens take next_pos, +1, ... on all axes */
+    }
+    if ((i + 1) % PREFIX_BLOCK == 0)
+      bnp[i / PREFIX_BLOCK] = run;
+  }
+  prefix_cache_store(e->pc, r->keys, n_blocks, kv, bnp);
+  free(bnp);
+}
+
+/* Removes finished requests from the running set, then delivers them. */
+static void reap(engine *e) {
+  request *done[ENGINE_MAX_BATCH];
+  int nd = 0;
+  for (int i = 0; i < e->n_run; i++)
+    if (e->run[i]->finished && e->run[i]->res.status == QVL_OK)
+      store_prefix(e, e->run[i]);
+  double now = time_now_s();
+  pthread_mutex_lock(&e->mu);
+  int k = 0;
+  for (int i = 0; i < e->n_run; i++) {
+    request *r = e->run[i];
+    if (r->finished) {
+      done[nd++] = r;
+      e->kv_used -= r->need_bytes;
+      account_locked(e, r, now);
+    } else {
+      e->run[k++] = r;
+    }
+  }
+  e->n_run = k;
+  e->st.running = k;
+  e->st.kv_used_bytes = e->kv_used;
+  e->st.prefix_cache_bytes = prefix_cache_bytes(e->pc);
+  e->st.image_cache_bytes = image_cache_bytes(e->ic);
+  pthread_mutex_unlock(&e->mu);
+  for (int i = 0; i < nd; i++) {
+    /* Free the sequence before the callback: its memory is back when the client hears. */
+    decoder_seq_free(done[i]->seq);
+    done[i]->seq = NULL;
+    deliver(done[i]);
+  }
+}
+
+static struct timespec abs_time(double t) {
+  struct timespec ts;
+  ts.tv_sec = (time_t)t;
+  ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  return ts;
+}
+
+/* Decode: every sequence with logits samples; those that go on advance in one batched step. */
+static void decode_step(engine *e) {
+  decoder_seq *seqs[ENGINE_MAX_BATCH];
+  request *who[ENGINE_MAX_BATCH];
+  int32_t toks[ENGINE_MAX_BATCH];
+  const float *logits[ENGINE_MAX_BATCH];
+  int nb = 0;
+  for (int i = 0; i < e->n_run; i++) {
+    request *r = e->run[i];
+    if (r->finished || r->state != RQ_DECODE)
+      continue;
+    int32_t tok;
+    if (sample_one(e, r, &tok)) {
+      seqs[nb] = r->seq;
+      who[nb] = r;
+      toks[nb++] = tok;
+    }
+  }
+  if (nb == 0)
+    return;
+  double t0 = time_now_s();
+  qvl_status s = decoder_step_batch(seqs, toks, nb, logits);
+  double t1 = time_now_s();
+  for (int i = 0; i < nb; i++) {
+    if (s == QVL_OK)
+      who[i]->logits = logits[i];
+    else
+      set_error(who[i], s, "error", qvl_last_error());
+  }
+  if (s != QVL_OK)
+    return;
+  /* Aggregate decode speed over windows of about a second of decoding. */
+  e->win_tokens += nb;
+  e->win_busy += t1 - t0;
+  if (e->win_t0 == 0)
+    e->win_t0 = t0;
+  if (t1 - e->win_t0 >= 1.0) {
+    double rate = (double)e->win_tokens / (t1 - e->win_t0);
+    pthread_mutex_lock(&e->mu);
+    e->st.decode_tok_s = rate;
+    pthread_mutex_unlock(&e->mu);
+    e->win_t0 = t1;
+    e->win_tokens = 0;
+    e->win_busy = 0;
+  }
+}
+
+static void *engine_main(void *arg) {
+  engine *e = arg;
+  for (;;) {
+    request *gone = NULL; /* queued requests that end without running */
+    double now = time_now_s();
+    pthread_mutex_lock(&e->mu);
+    bool abort_all = e->stopping && !e->drain;
+    request **pp = &e->q_head;
+    e->q_tail = NULL;
+    while (*pp) {
+      request *r = *pp;
+      bool late = r->deadline > 0 && now >= r->deadline;
+      if (r->cancel || abort_all || late) {
+        *pp = r->next;
+        e->n_queued--;
+        if (late && !r->cancel && !abort_all)
+          set_error(r, QVL_ERR_TIMEOUT, "error", "the request timed out while queued");
+        else
+          set_error(r, QVL_ERR_CANCELLED, "cancelled", "cancelled before it started");
+        account_locked(e, r, now);
+        r->next = gone;
+        gone = r;
+      } else {
+        e->q_tail = r;
+        pp = &r->next;
+      }
+    }
+    for (int i = 0; i < e->n_run; i++) {
+      if (abort_all)
+        e->run[i]->cancel = true;
+      e->run[i]->cancel_seen = e->run[i]->cancel;
+    }
+    /* Dynamic batching: an idle engine waits up to max_wait_ms for companions of a first request,
+     * so that requests arriving together start (and decode) together. */
+    double gather_until = 0;
+    if (e->n_run == 0 && e->q_head && !e->stopping && e->c.max_wait_ms > 0 &&
+        e->n_queued < e->c.max_batch_size) {
+      double until = e->q_head->t_submit + e->c.max_wait_ms / 1e3;
+      if (now < until)
+        gather_until = until;
+    }
+    /* Admission, in arrival order (no overtaking: a large request is not starved by small ones). */
+    while (gather_until == 0 && e->n_run < e->c.max_batch_size && e->q_head &&
+           e->kv_used + e->q_head->need_bytes <= e->kv_total) {
+      request *r = e->q_head;
+      e->q_head = r->next;
+      if (!e->q_head)
+        e->q_tail = NULL;
+      r->next = NULL;
+      e->n_queued--;
+      e->kv_used += r->need_bytes;
+      r->t_start = now;
+      r->state = RQ_NEW;
+      e->run[e->n_run++] = r;
+    }
+    e->st.queued = e->n_queued;
+    e->st.running = e->n_run;
+    e->st.kv_used_bytes = e->kv_used;
+    if (e->n_run == 0 && !gone) {
+      if (e->stopping && !e->q_head) {
+        pthread_mutex_unlock(&e->mu);
+        break;
+      }
+      /* Idle: sleep until work arrives, the gathering window closes, or a queued deadline. */
+      double wake = now + 0.05;
+      if (gather_until > 0 && gather_until < wake)
+        wake = gather_until;
+      struct timespec ts = abs_time(wake); /* time_now_s is CLOCK_MONOTONIC, as the condvar */
+      pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+      pthread_mutex_unlock(&e->mu);
+      continue;
+    }
+    pthread_mutex_unlock(&e->mu);
+    while (gone) {
+      request *r = gone;
+      gone = r->next;
+      deliver(r);
+    }
+
+    /* Cancellations and timeouts of running requests free their slot and memory right away. */
+    now = time_now_s();
+    for (int i = 0; i < e->n_run; i++) {
+      request *r = e->run[i];
+      if (r->cancel_seen)
+        set_error(r, QVL_ERR_CANCELLED, "cancelled", "cancelled");
+      else if (r->deadline > 0 && now >= r->deadline)
+        set_error(r, QVL_ERR_TIMEOUT, "error", "the request timed out");
+    }
+    for (int i = 0; i < e->n_run; i++) {
+      request *r = e->run[i];
+      if (!r->finished && r->state == RQ_NEW) {
+        qvl_status s = request_begin(e, r);
+        if (s != QVL_OK)
+          set_error(r, s, "error", qvl_last_error());
+      }
+    }
+    /* One vision unit and one prefill chunk per iteration, then a decode step for everyone. */
+    for (int i = 0; i < e->n_run; i++) {
+      request *r = e->run[i];
+      if (!r->finished && r->state == RQ_VISION) {
+        qvl_status s = vision_step(e, r);
+        if (s != QVL_OK)
+          set_error(r, s, "error", qvl_last_error());
+        break;
+      }
+    }
+    for (int i = 0; i < e->n_run; i++) {
+      request *r = e->run[i];
+      if (!r->finished && r->state == RQ_PREFILL) {
+        qvl_status s = prefill_step(e, r);
+        if (s != QVL_OK)
+          set_error(r, s, "error", qvl_last_error());
+        break;
+      }
+    }
+    decode_step(e);
+    reap(e);
+  }
+  return NULL;
+}
+
+qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
+  *out = NULL;
+  engine_config cfg;
+  if (c)
+    cfg = *c;
+  else
+    engine_config_default(&cfg);
+  if (cfg.max_batch_size < 1 || cfg.max_batch_size > ENGINE_MAX_BATCH)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "max_batch_size must be 1..%d, found %d", ENGINE_MAX_BATCH,
+                      cfg.max_batch_size);
+  if (cfg.max_wait_ms < 0 || cfg.queue_capacity < 0 || cfg.n_ctx < 1 || cfg.n_ctx > INT32_MAX ||
+      cfg.prefill_chunk < 1 || cfg.request_timeout_ms < 0 || cfg.image_cache_mb < 0 || cfg.prefix_cache_mb < 0)
+    return qvl_errorf(QVL_ERR_INVALID_ARG,
+                      "invalid engine settings (max_wait_ms %d, queue_capacity %d, n_ctx %lld, prefill_chunk %d, "
+                      "request_timeout_ms %lld)",
+                      cfg.max_wait_ms, cfg.queue_capacity, (long long)cfg.n_ctx, cfg.prefill_chunk,
+                      (long long)cfg.request_timeout_ms);
+  if (cfg.kv_cache_mb <= 0) {
+    engine_config d;
+    engine_config_default(&d);
+    cfg.kv_cache_mb = d.kv_cache_mb;
+  }
+  engine *e = calloc(1, sizeof *e);
+  if (!e)
+    return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+  e->m = m;
+  e->c = cfg;
+  e->kv_total = cfg.kv_cache_mb * 1024 * 1024;
+  e->st.kv_total_bytes = e->kv_total;
+  memcpy(e->st.hist_bounds_ms, hist_bounds, sizeof hist_bounds);
+  const decoder_hparams *hp = &m->text->hp;
+  qvl_status s = image_cache_init(cfg.image_cache_mb * 1024 * 1024, &e->ic);
+  if (s == QVL_OK)
+    s = prefix_cache_init(cfg.prefix_cache_mb * 1024 * 1024, hp->n_layer, hp->n_head_kv * hp->head_dim, &e->pc);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (s == QVL_OK && pthread_create(&e->thread, NULL, engine_main, e) != 0)
+    s = qvl_errorf(QVL_ERR_INTERNAL, "engine: cannot start the engine thread");
+  if (s != QVL_OK) {
+    image_cache_free(e->ic);
+    prefix_cache_free(e->pc);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+    return s;
+  }
+  log_info("engine: batch %d, queue %d, context %lld, KV budget %lld MiB, image cache %lld MiB, prefix cache %lld "
+           "MiB, prefill chunk %d",
+           cfg.max_batch_size, cfg.queue_capacity, (long long)cfg.n_ctx, (long long)cfg.kv_cache_mb,
+           (long long)cfg.image_cache_mb, (long long)cfg.prefix_cache_mb, cfg.prefill_chunk);
+  *out = e;
+  return QVL_OK;
+}
+
+void engine_stop(engine *e, bool drain) {
+  if (!e)
+    return;
+  pthread_mutex_lock(&e->mu);
+  e->stopping = true;
+  e->drain = drain;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  pthread_join(e->thread, NULL);
+  image_cache_free(e->ic);
+  prefix_cache_free(e->pc);
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e);
+}

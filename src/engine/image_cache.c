@@ -1,0 +1,123 @@
+#include "engine/image_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+typedef struct ic_entry {
+  uint64_t hash;
+  int grid_t, grid_h, grid_w;
+  int64_t nt, d, n_deepstack;
+  float *data;               /* [1 + n_deepstack][nt][d]: merger rows, then each DeepStack level */
+  int64_t bytes;
+  struct ic_entry *prev, *next; /* LRU list: head = most recent */
+} ic_entry;
+
+struct image_cache {
+  int64_t cap, used;
+  int count;
+  ic_entry *head, *tail;
+};
+
+qvl_status image_cache_init(int64_t cap_bytes, image_cache **out) {
+  *out = calloc(1, sizeof **out);
+  if (!*out)
+    return qvl_errorf(QVL_ERR_NOMEM, "image cache: out of memory");
+  (*out)->cap = cap_bytes > 0 ? cap_bytes : 0;
+  return QVL_OK;
+}
+
+static void unlink_entry(image_cache *c, ic_entry *e) {
+  if (e->prev)
+    e->prev->next = e->next;
+  else
+    c->head = e->next;
+  if (e->next)
+    e->next->prev = e->prev;
+  else
+    c->tail = e->prev;
+  e->prev = e->next = NULL;
+}
+
+static void push_front(image_cache *c, ic_entry *e) {
+  e->prev = NULL;
+  e->next = c->head;
+  if (c->head)
+    c->head->prev = e;
+  c->head = e;
+  if (!c->tail)
+    c->tail = e;
+}
+
+static void drop(image_cache *c, ic_entry *e) {
+  unlink_entry(c, e);
+  c->used -= e->bytes;
+  c->count--;
+  free(e->data);
+  free(e);
+}
+
+void image_cache_free(image_cache *c) {
+  if (!c)
+    return;
+  while (c->head)
+    drop(c, c->head);
+  free(c);
+}
+
+static ic_entry *find(image_cache *c, uint64_t hash, int gt, int gh, int gw, int64_t nt, int64_t d, int64_t nds) {
+  for (ic_entry *e = c->head; e; e = e->next)
+    if (e->hash == hash && e->grid_t == gt && e->grid_h == gh && e->grid_w == gw && e->nt == nt && e->d == d &&
+        e->n_deepstack == nds)
+      return e;
+  return NULL;
+}
+
+bool image_cache_get(image_cache *c, uint64_t hash, int grid_t, int grid_h, int grid_w, int64_t nt, int64_t d,
+                     int64_t n_deepstack, float *embd, float *deepstack, int64_t ds_level_stride) {
+  ic_entry *e = find(c, hash, grid_t, grid_h, grid_w, nt, d, n_deepstack);
+  if (!e)
+    return false;
+  size_t level = (size_t)(nt * d);
+  memcpy(embd, e->data, level * sizeof(float));
+  for (int64_t l = 0; l < n_deepstack; l++)
+    memcpy(deepstack + l * ds_level_stride, e->data + (size_t)(l + 1) * level, level * sizeof(float));
+  unlink_entry(c, e);
+  push_front(c, e);
+  return true;
+}
+
+void image_cache_put(image_cache *c, uint64_t hash, int grid_t, int grid_h, int grid_w, int64_t nt, int64_t d,
+                     int64_t n_deepstack, const float *embd, const float *deepstack, int64_t ds_level_stride) {
+  ic_entry *e = find(c, hash, grid_t, grid_h, grid_w, nt, d, n_deepstack);
+  if (e) {
+    unlink_entry(c, e);
+    push_front(c, e);
+    return;
+  }
+  size_t level = (size_t)(nt * d);
+  int64_t bytes = (int64_t)(level * (size_t)(1 + n_deepstack) * sizeof(float) + sizeof(ic_entry));
+  if (bytes > c->cap)
+    return;
+  while (c->used + bytes > c->cap && c->tail)
+    drop(c, c->tail);
+  e = calloc(1, sizeof *e);
+  float *data = malloc(level * (size_t)(1 + n_deepstack) * sizeof(float));
+  if (!e || !data) {
+    free(e);
+    free(data);
+    return;
+  }
+  memcpy(data, embd, level * sizeof(float));
+  for (int64_t l = 0; l < n_deepstack; l++)
+    memcpy(data + (size_t)(l + 1) * level, deepstack + l * ds_level_stride, level * sizeof(float));
+  *e = (ic_entry){.hash = hash, .grid_t = grid_t, .grid_h = grid_h, .grid_w = grid_w, .nt = nt, .d = d,
+                  .n_deepstack = n_deepstack, .data = data, .bytes = bytes};
+  push_front(c, e);
+  c->used += bytes;
+  c->count++;
+}
+
+int64_t image_cache_bytes(const image_cache *c) { return c->used; }
+int image_cache_count(const image_cache *c) { return c->count; }

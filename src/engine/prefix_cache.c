@@ -1,0 +1,206 @@
+#include "engine/prefix_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "base/status.h"
+
+#define PC_BUCKETS 4096
+#define PC_ROOT 0x51ed270b7f3a6c1dull /* h_{-1}: the chain's seed */
+
+typedef struct pc_entry {
+  uint64_t hash, parent;
+  uint64_t keys[PREFIX_BLOCK];
+  int64_t next_pos;          /* position state after this block */
+  float *k, *v;              /* [n_layer][PREFIX_BLOCK][row] */
+  struct pc_entry *prev, *next; /* LRU: head = most recent */
+  struct pc_entry *chain;    /* bucket list */
+} pc_entry;
+
+struct prefix_cache {
+  int64_t cap, used, n_layer, row, block_bytes;
+  pc_entry *buckets[PC_BUCKETS];
+  pc_entry *head, *tail;
+};
+
+uint64_t prefix_image_key(uint64_t image_hash, int64_t row) {
+  uint64_t x[2] = {image_hash, (uint64_t)row};
+  return XXH3_64bits(x, sizeof x) | (1ull << 63);
+}
+
+qvl_status prefix_cache_init(int64_t cap_bytes, int64_t n_layer, int64_t row, prefix_cache **out) {
+  *out = NULL;
+  uint64_t b = kv_cache_bytes(n_layer, PREFIX_BLOCK, row);
+  if (b == 0)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "prefix cache: invalid KV shape (%lld layers, row %lld)",
+                      (long long)n_layer, (long long)row);
+  prefix_cache *c = calloc(1, sizeof *c);
+  if (!c)
+    return qvl_errorf(QVL_ERR_NOMEM, "prefix cache: out of memory");
+  c->cap = cap_bytes > 0 ? cap_bytes : 0;
+  c->n_layer = n_layer;
+  c->row = row;
+  c->block_bytes = (int64_t)b + (int64_t)sizeof(pc_entry);
+  *out = c;
+  return QVL_OK;
+}
+
+static void lru_unlink(prefix_cache *c, pc_entry *e) {
+  if (e->prev)
+    e->prev->next = e->next;
+  else
+    c->head = e->next;
+  if (e->next)
+    e->next->prev = e->prev;
+  else
+    c->tail = e->prev;
+  e->prev = e->next = NULL;
+}
+
+static void lru_front(prefix_cache *c, pc_entry *e) {
+  e->prev = NULL;
+  e->next = c->head;
+  if (c->head)
+    c->head->prev = e;
+  c->head = e;
+  if (!c->tail)
+    c->tail = e;
+}
+
+static void drop(prefix_cache *c, pc_entry *e) {
+  pc_entry **p = &c->buckets[e->hash % PC_BUCKETS];
+  while (*p != e)
+    p = &(*p)->chain;
+  *p = e->chain;
+  lru_unlink(c, e);
+  c->used -= c->block_bytes;
+  free(e->k);
+  free(e->v);
+  free(e);
+}
+
+void prefix_cache_free(prefix_cache *c) {
+  if (!c)
+    return;
+  while (c->head)
+    drop(c, c->head);
+  free(c);
+}
+
+static pc_entry *find(prefix_cache *c, uint64_t hash, uint64_t parent, const uint64_t *keys) {
+  for (pc_entry *e = c->buckets[hash % PC_BUCKETS]; e; e = e->chain)
+    if (e->hash == hash && e->parent == parent && memcmp(e->keys, keys, sizeof e->keys) == 0)
+      return e;
+  return NULL;
+}
+
+static uint64_t block_hash(const uint64_t *keys, uint64_t parent) {
+  return XXH3_64bits_withSeed(keys, sizeof(uint64_t) * PREFIX_BLOCK, parent);
+}
+
+int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_blocks, kv_cache *kv,
+                             int64_t *next_pos) {
+  uint64_t parent = PC_ROOT;
+  int64_t nb = 0;
+  pc_entry *last = NULL;
+  size_t rows = (size_t)PREFIX_BLOCK * (size_t)c->row;
+  while (nb < max_blocks && (nb + 1) * PREFIX_BLOCK <= kv->n_ctx) {
+    const uint64_t *bk = keys + nb * PREFIX_BLOCK;
+    uint64_t h = block_hash(bk, parent);
+    pc_entry *e = find(c, h, parent, bk);
+    if (!e)
+      break;
+    for (int64_t l = 0; l < c->n_layer; l++) {
+      kv_view v = kv_cache_layer(kv, l);
+      memcpy(v.k + nb * PREFIX_BLOCK * v.stride, e->k + (size_t)l * rows, rows * sizeof(float));
+      memcpy(v.v + nb * PREFIX_BLOCK * v.stride, e->v + (size_t)l * rows, rows * sizeof(float));
+    }
+    /* Chain order in the LRU list: block 0 at the head, later blocks right behind it, so eviction
+     * takes a chain's far end first and the shared start of a conversation survives longest. */
+    lru_unlink(c, e);
+    if (last) {
+      e->prev = last;
+      e->next = last->next;
+      if (last->next)
+        last->next->prev = e;
+      else
+        c->tail = e;
+      last->next = e;
+    } else {
+      lru_front(c, e);
+    }
+    last = e;
+    *next_pos = e->next_pos;
+    parent = h;
+    nb++;
+  }
+  return nb * PREFIX_BLOCK;
+}
+
+void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks, const kv_cache *kv,
+                        const int64_t *block_next_pos) {
+  if (c->block_bytes > c->cap)
+    return;
+  uint64_t parent = PC_ROOT;
+  size_t rows = (size_t)PREFIX_BLOCK * (size_t)c->row;
+  pc_entry *last = NULL;
+  for (int64_t j = 0; j < n_blocks && (j + 1) * PREFIX_BLOCK <= kv->n; j++) {
+    const uint64_t *bk = keys + j * PREFIX_BLOCK;
+    uint64_t h = block_hash(bk, parent);
+    pc_entry *e = find(c, h, parent, bk);
+    if (!e) {
+      while (c->used + c->block_bytes > c->cap && c->tail) {
+        /* Never evict the part of this chain already placed (it sits at the head). */
+        if (last && c->tail == last)
+          break;
+        drop(c, c->tail);
+      }
+      if (c->used + c->block_bytes > c->cap)
+        break;
+      e = calloc(1, sizeof *e);
+      float *k = malloc(rows * (size_t)c->n_layer * sizeof(float));
+      float *v = malloc(rows * (size_t)c->n_layer * sizeof(float));
+      if (!e || !k || !v) {
+        free(e);
+        free(k);
+        free(v);
+        break;
+      }
+      e->hash = h;
+      e->parent = parent;
+      memcpy(e->keys, bk, sizeof e->keys);
+      e->next_pos = block_next_pos[j];
+      e->k = k;
+      e->v = v;
+      for (int64_t l = 0; l < c->n_layer; l++) {
+        kv_view src = kv_cache_layer((kv_cache *)kv, l);
+        memcpy(k + (size_t)l * rows, src.k + j * PREFIX_BLOCK * src.stride, rows * sizeof(float));
+        memcpy(v + (size_t)l * rows, src.v + j * PREFIX_BLOCK * src.stride, rows * sizeof(float));
+      }
+      pc_entry **b = &c->buckets[h % PC_BUCKETS];
+      e->chain = *b;
+      *b = e;
+      c->used += c->block_bytes;
+    } else {
+      lru_unlink(c, e);
+    }
+    /* Chain order in the LRU list: block 0 at the head, later blocks right behind it. */
+    if (last) {
+      e->prev = last;
+      e->next = last->next;
+      if (last->next)
+        last->next->prev = e;
+      else
+        c->tail = e;
+      last->next = e;
+    } else {
+      lru_front(c, e);
+    }
+    last = e;
+    parent = h;
+  }
+}
+
+int64_t prefix_cache_bytes(const prefix_cache *c) { return c->used; }
+int64_t prefix_cache_block_bytes(const prefix_cache *c) { return c->block_bytes; }

@@ -1,0 +1,57 @@
+/*
+ * Prefix KV cache: KV rows of finished requests, kept in blocks of PREFIX_BLOCK tokens so that a
+ * later request whose prompt starts with the same tokens (a follow-up turn of a conversation, or
+ * another question with the same system prompt and image) copies them instead of recomputing.
+ *
+ * A block is keyed by a hash chain: h_j = XXH3(keys of block j, seed h_{j-1}), where a token's key
+ * is its id, or for an <|image_pad|> token the content hash of its image and its row in it (so the
+ * same text with a different picture never matches). A block matches only when its whole chain
+ * matches, i.e. the entire prefix up to it is equal; entries also keep their keys and parent hash
+ * and are compared in full, so a hash collision cannot return wrong KV. Positions (M-RoPE) and
+ * DeepStack inputs are functions of that prefix, so equal prefixes have bit-identical KV.
+ *
+ * Reuse is the common prefix rounded down to whole blocks. Entries are evicted least recently used
+ * first; when a chain is used its blocks are touched from last to first, so the older end of a
+ * conversation (the start that every later turn shares) is the last to go.
+ *
+ * Memory: every block owns copies of its rows (float32, 2 * n_layer * PREFIX_BLOCK * row floats);
+ * requests copy rows in and out (memcpy, far cheaper than a forward pass).
+ *
+ * Thread safety: none; the engine thread owns it.
+ */
+#ifndef QVL_ENGINE_PREFIX_CACHE_H
+#define QVL_ENGINE_PREFIX_CACHE_H
+
+#include <stdint.h>
+
+#include "qvl.h"
+#include "text/kv_cache.h"
+
+#define PREFIX_BLOCK 16
+
+typedef struct prefix_cache prefix_cache;
+
+/* The key of an image token: image content hash + row, disjoint from token ids (< 2^32). */
+uint64_t prefix_image_key(uint64_t image_hash, int64_t row);
+
+/* cap_bytes <= 0: stores nothing. n_layer and row (floats per token and layer) fix the block size. */
+qvl_status prefix_cache_init(int64_t cap_bytes, int64_t n_layer, int64_t row, prefix_cache **out);
+void prefix_cache_free(prefix_cache *c);
+
+/*
+ * Copies the KV rows of the longest cached prefix of keys[0 .. max_blocks*PREFIX_BLOCK) into kv
+ * (rows 0..; kv must have room) and returns the number of tokens restored (a multiple of
+ * PREFIX_BLOCK, possibly 0); *next_pos receives the position state after them.
+ */
+int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_blocks, kv_cache *kv,
+                             int64_t *next_pos);
+
+/* Stores blocks 0 .. n_blocks-1 of a sequence whose kv holds at least n_blocks*PREFIX_BLOCK rows;
+ * block_next_pos[j] is the position state after block j. Blocks already present are only touched. */
+void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks, const kv_cache *kv,
+                        const int64_t *block_next_pos);
+
+int64_t prefix_cache_bytes(const prefix_cache *c);
+int64_t prefix_cache_block_bytes(const prefix_cache *c);
+
+#endif
