@@ -7,6 +7,7 @@ int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_make_random(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 
 #endif

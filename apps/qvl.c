@@ -15,7 +15,8 @@ static void usage(FILE *f) {
           "  tokenize  print token ids: qvl tokenize -m MODEL.gguf TEXT|-\n"
           "  dump      run a fixture case: qvl dump CASE.json OUT.safetensors\n"
           "  verify    check model files against recorded sha256: qvl verify MODEL|--hf REPO[:QUANT]\n"
-          "  make-random  write a random-weight model with the 2B shapes (benchmarks)\n",
+          "  make-random  write a random-weight model with the 2B shapes (benchmarks)\n"
+          "  bench     stage-by-stage speed and batched decode throughput: qvl bench -m MODEL.gguf [--mmproj F]\n",
           QVL_VERSION);
 }
 
@@ -36,6 +37,8 @@ int main(int argc, char **argv) {
     return cmd_verify(argc, argv);
   if (!strcmp(argv[1], "dump"))
     return cmd_dump(argc, argv);
+  if (!strcmp(argv[1], "bench"))
+    return cmd_bench(argc, argv);
   fprintf(stderr, "qvl: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;
