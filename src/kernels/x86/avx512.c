@@ -538,62 +538,248 @@ INLINE __m512 hsum16(const __m512 *v) {
   return _mm512_add_ps(_mm512_shuffle_f32x4(w[0], w[1], 0x88), _mm512_shuffle_f32x4(w[0], w[1], 0xDD));
 }
 
-INLINE void attn_row(const kn_attn *a, const float *q, const float *kb, const float *vb,
-                     int64_t n_keys, float *o, int nv) {
-  int hd = a->head_dim;
-  __mmask16 lm = tail_mask(hd - (nv - 1) * 16);
-  __m512 qv[ATT_MAXV], acc[ATT_MAXV];
-  __m512 sc = _mm512_set1_ps(a->scale);
+/* One block of up to 16 keys for one query: scores, online-softmax update of (m, l, acc). The
+ * accumulator lives in memory (acc[hd]) because the caller walks a tile of queries per key block:
+ * that keeps the block's K and V rows in L1 for all the queries of the tile, instead of streaming
+ * the whole K/V of the head from L3 once per query. */
+INLINE void attn_block(const float *qs, const float *kb, const float *vb, int64_t kv_stride,
+                       int nb, float *mp, float *lp, float *acc, int nv, __mmask16 lm) {
+  __m512 part[16];
   UNROLL
-  for (int c = 0; c < nv; c++) {
-    qv[c] = _mm512_mul_ps(_mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, q + 16 * c), sc);
-    acc[c] = _mm512_setzero_ps();
-  }
-  float m = -INFINITY, l = 0.0f;
-  float s[16];
-  for (int64_t j0 = 0; j0 < n_keys; j0 += 16) {
-    int nb = (int)(n_keys - j0 < 16 ? n_keys - j0 : 16);
-    __m512 part[16];
+  for (int jj = 0; jj < 16; jj++) {
+    if (jj >= nb) {
+      part[jj] = _mm512_setzero_ps();
+      continue;
+    }
+    const float *k = kb + jj * kv_stride;
+    __m512 d = _mm512_mul_ps(_mm512_loadu_ps(qs), _mm512_maskz_loadu_ps(nv == 1 ? lm : 0xFFFF, k));
     UNROLL
-    for (int jj = 0; jj < 16; jj++) {
-      if (jj >= nb) {
-        part[jj] = _mm512_setzero_ps();
+    for (int c = 1; c < nv; c++)
+      d = _mm512_fmadd_ps(_mm512_loadu_ps(qs + 16 * c),
+                          _mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, k + 16 * c), d);
+    part[jj] = d;
+  }
+  __mmask16 km = tail_mask(nb);
+  __m512 sv = _mm512_mask_blend_ps(km, _mm512_set1_ps(-INFINITY), hsum16(part));
+  float bm = _mm512_reduce_max_ps(sv);
+  float m = *mp;
+  float c = 1.0f;
+  if (bm > m) {
+    c = expf(m - bm); /* 0 for the first block (m = -inf) */
+    m = bm;
+    *mp = m;
+  }
+  __m512 p = _mm512_maskz_mov_ps(km, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m))));
+  *lp = *lp * c + _mm512_reduce_add_ps(p);
+  float ps[16];
+  _mm512_storeu_ps(ps, p);
+  __m512 av[ATT_MAXV] = {0};
+  __m512 vc = _mm512_set1_ps(c);
+  UNROLL
+  for (int k = 0; k < nv; k++)
+    av[k] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * k), vc);
+  for (int jj = 0; jj < nb; jj++) {
+    const float *v = vb + jj * kv_stride;
+    __m512 pj = _mm512_set1_ps(ps[jj]);
+    UNROLL
+    for (int k = 0; k < nv; k++)
+      av[k] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(k == nv - 1 ? lm : 0xFFFF, v + 16 * k), av[k]);
+  }
+  UNROLL
+  for (int k = 0; k < nv; k++)
+    _mm512_storeu_ps(acc + 16 * k, av[k]);
+}
+
+#define ATT_QT 32 /* queries per tile */
+
+INLINE void attn_tile(const kn_attn *a, int h, int64_t i0, int64_t i1, float *scr, int nv) {
+  int hd = a->head_dim, hp = nv * 16; /* padded head dim */
+  __mmask16 lm = tail_mask(hd - (nv - 1) * 16);
+  int kvh = h / (a->n_head / a->n_kv_head);
+  const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
+  float *qs = scr, *acc = scr + ATT_QT * hp, *ml = acc + ATT_QT * hp; /* ml: m[QT], l[QT] */
+  int nq = (int)(i1 - i0);
+  int64_t nk[ATT_QT], kmax = 0;
+  for (int r = 0; r < nq; r++) {
+    int64_t i = i0 + r;
+    nk[r] = a->n_kv;
+    if (a->causal_base >= 0 && a->causal_base + i + 1 < nk[r])
+      nk[r] = a->causal_base + i + 1;
+    kmax = nk[r] > kmax ? nk[r] : kmax;
+    const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
+    __m512 sc = _mm512_set1_ps(a->scale);
+    for (int c = 0; c < nv; c++) {
+      _mm512_storeu_ps(qs + r * hp + 16 * c,
+                       _mm512_mul_ps(_mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, q + 16 * c), sc));
+      _mm512_storeu_ps(acc + r * hp + 16 * c, _mm512_setzero_ps());
+    }
+    ml[r] = -INFINITY;
+    ml[ATT_QT + r] = 0.0f;
+  }
+  for (int64_t j0 = 0; j0 < kmax; j0 += 16) {
+    const float *kj = kb + j0 * a->kv_stride, *vj = vb + j0 * a->kv_stride;
+    for (int r = 0; r < nq; r++) {
+      if (j0 >= nk[r])
         continue;
-      }
-      const float *k = kb + (j0 + jj) * a->kv_stride;
-      __m512 d = _mm512_mul_ps(qv[0], _mm512_maskz_loadu_ps(nv == 1 ? lm : 0xFFFF, k));
-      UNROLL
-      for (int c = 1; c < nv; c++)
-        d = _mm512_fmadd_ps(qv[c], _mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, k + 16 * c), d);
-      part[jj] = d;
-    }
-    __mmask16 km = tail_mask(nb);
-    __m512 sv = _mm512_mask_blend_ps(km, _mm512_set1_ps(-INFINITY), hsum16(part));
-    float bm = _mm512_reduce_max_ps(sv);
-    if (bm > m) {
-      float c = expf(m - bm);
-      l *= c;
-      __m512 vc = _mm512_set1_ps(c);
-      UNROLL
-      for (int k = 0; k < nv; k++)
-        acc[k] = _mm512_mul_ps(acc[k], vc);
-      m = bm;
-    }
-    __m512 p = _mm512_maskz_mov_ps(km, exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m))));
-    l += _mm512_reduce_add_ps(p);
-    _mm512_storeu_ps(s, p);
-    for (int jj = 0; jj < nb; jj++) {
-      const float *v = vb + (j0 + jj) * a->kv_stride;
-      __m512 pj = _mm512_set1_ps(s[jj]);
-      UNROLL
-      for (int c = 0; c < nv; c++)
-        acc[c] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, v + 16 * c), acc[c]);
+      int nb = (int)(nk[r] - j0 < 16 ? nk[r] - j0 : 16);
+      attn_block(qs + r * hp, kj, vj, a->kv_stride, nb, &ml[r], &ml[ATT_QT + r], acc + r * hp, nv, lm);
     }
   }
-  __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
+  for (int r = 0; r < nq; r++) {
+    float l = ml[ATT_QT + r];
+    __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
+    float *o = a->out + (i0 + r) * a->out_stride + (int64_t)h * hd;
+    for (int c = 0; c < nv; c++)
+      _mm512_mask_storeu_ps(o + 16 * c, c == nv - 1 ? lm : 0xFFFF,
+                            _mm512_mul_ps(_mm512_loadu_ps(acc + r * hp + 16 * c), il));
+  }
+}
+
+/* In-register transpose of a 16x16 float matrix (rows r[i] become columns): unpack ps, unpack pd,
+ * then two rounds of 128-bit lane shuffles; 64 shuffles. */
+INLINE void transpose16(__m512 *r) {
+  __m512 t[16];
   UNROLL
-  for (int c = 0; c < nv; c++)
-    _mm512_mask_storeu_ps(o + 16 * c, c == nv - 1 ? lm : 0xFFFF, _mm512_mul_ps(acc[c], il));
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  UNROLL
+  for (int i = 0; i < 4; i++) { /* r[4i+k] lane L = column 4L+k of rows 4i..4i+3 */
+    __m512d a0 = _mm512_castps_pd(t[4 * i]), a1 = _mm512_castps_pd(t[4 * i + 1]);
+    __m512d b0 = _mm512_castps_pd(t[4 * i + 2]), b1 = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, b0));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, b0));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, b1));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, b1));
+  }
+  UNROLL
+  for (int k = 0; k < 4; k++) {
+    __m512 a = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x44), b = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xEE);
+    __m512 c = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44), d = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xEE);
+    t[k] = _mm512_shuffle_f32x4(a, c, 0x88);      /* column k */
+    t[4 + k] = _mm512_shuffle_f32x4(a, c, 0xDD);  /* column 4 + k */
+    t[8 + k] = _mm512_shuffle_f32x4(b, d, 0x88);  /* column 8 + k */
+    t[12 + k] = _mm512_shuffle_f32x4(b, d, 0xDD); /* column 12 + k */
+  }
+  UNROLL
+  for (int i = 0; i < 16; i++)
+    r[i] = t[i];
+}
+
+/* Tile path for head_dim = 16 NV (64, 128): the tile's queries go through each block of 16 keys
+ * in groups of QB, with the block's keys transposed once per tile (kt[d][16]) so that 16 scores
+ * are 16-lane FMAs with q[d] broadcast (no horizontal sums), and each V row loaded once serves QB
+ * queries. Per query and key: NV FMAs for q.k and NV for p v. Rows of a partial group repeat the
+ * last query and are not stored, so a query's result does not depend on its position. */
+INLINE void attn_tile_t(const kn_attn *a, int h, int64_t i0, int64_t i1, float *scr, int NV, int QB) {
+  const int hd = 16 * NV;
+  int kvh = h / (a->n_head / a->n_kv_head);
+  const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
+  float *qs = scr, *acc = qs + ATT_QT * hd, *ml = acc + ATT_QT * hd, *kt = ml + 2 * ATT_QT;
+  float *ps = kt + 16 * hd; /* [QB][16] */
+  int nq = (int)(i1 - i0);
+  int64_t nk[ATT_QT], kmax = 0;
+  __m512 sc = _mm512_set1_ps(a->scale);
+  for (int r = 0; r < nq; r++) {
+    int64_t i = i0 + r;
+    nk[r] = a->n_kv;
+    if (a->causal_base >= 0 && a->causal_base + i + 1 < nk[r])
+      nk[r] = a->causal_base + i + 1;
+    kmax = nk[r] > kmax ? nk[r] : kmax;
+    const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
+    for (int c = 0; c < NV; c++) {
+      _mm512_storeu_ps(qs + r * hd + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(q + 16 * c), sc));
+      _mm512_storeu_ps(acc + r * hd + 16 * c, _mm512_setzero_ps());
+    }
+    ml[r] = -INFINITY;
+    ml[ATT_QT + r] = 0.0f;
+  }
+  for (int64_t j0 = 0; j0 < kmax; j0 += 16) {
+    int nb = (int)(kmax - j0 < 16 ? kmax - j0 : 16);
+    const float *kj = kb + j0 * a->kv_stride, *vj = vb + j0 * a->kv_stride;
+    for (int c = 0; c < NV; c++) {
+      __m512 rows[16];
+      UNROLL
+      for (int jj = 0; jj < 16; jj++)
+        rows[jj] = jj < nb ? _mm512_loadu_ps(kj + jj * a->kv_stride + 16 * c) : _mm512_setzero_ps();
+      transpose16(rows);
+      UNROLL
+      for (int d = 0; d < 16; d++)
+        _mm512_storeu_ps(kt + (16 * c + d) * 16, rows[d]);
+    }
+    for (int g0 = 0; g0 < nq; g0 += QB) {
+      int rr[4];
+      __mmask16 km[4];
+      bool any = false;
+      UNROLL
+      for (int r = 0; r < QB; r++) {
+        rr[r] = g0 + r < nq ? g0 + r : nq - 1;
+        int64_t left = nk[rr[r]] - j0;
+        km[r] = left <= 0 ? 0 : tail_mask(left);
+        any |= km[r] != 0;
+      }
+      if (!any)
+        continue;
+      __m512 s[4][2];
+      UNROLL
+      for (int r = 0; r < QB; r++)
+        s[r][0] = s[r][1] = _mm512_setzero_ps();
+      for (int d = 0; d < hd; d += 2) {
+        __m512 k0 = _mm512_loadu_ps(kt + d * 16), k1 = _mm512_loadu_ps(kt + d * 16 + 16);
+        UNROLL
+        for (int r = 0; r < QB; r++) {
+          s[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(qs[rr[r] * hd + d]), k0, s[r][0]);
+          s[r][1] = _mm512_fmadd_ps(_mm512_set1_ps(qs[rr[r] * hd + d + 1]), k1, s[r][1]);
+        }
+      }
+      __m512 av[4][8];
+      UNROLL
+      for (int r = 0; r < QB; r++) {
+        __m512 sv = _mm512_mask_blend_ps(km[r], _mm512_set1_ps(-INFINITY), _mm512_add_ps(s[r][0], s[r][1]));
+        float *mp = &ml[rr[r]], *lp = &ml[ATT_QT + rr[r]];
+        float bm = km[r] ? _mm512_reduce_max_ps(sv) : -INFINITY;
+        float m = *mp, c = 1.0f;
+        if (bm > m) {
+          c = expf(m - bm);
+          m = bm;
+        }
+        __m512 p = _mm512_maskz_mov_ps(km[r], exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m))));
+        float lnew = *lp * c + _mm512_reduce_add_ps(p);
+        if (g0 + r < nq) { /* padded rows must not update the shared state */
+          *mp = m;
+          *lp = lnew;
+        }
+        _mm512_storeu_ps(ps + 16 * r, p);
+        __m512 vc = _mm512_set1_ps(c);
+        UNROLL
+        for (int k = 0; k < NV; k++)
+          av[r][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + rr[r] * hd + 16 * k), vc);
+      }
+      for (int jj = 0; jj < nb; jj++) {
+        const float *v = vj + jj * a->kv_stride;
+        UNROLL
+        for (int k = 0; k < NV; k++) {
+          __m512 vv = _mm512_loadu_ps(v + 16 * k);
+          UNROLL
+          for (int r = 0; r < QB; r++)
+            av[r][k] = _mm512_fmadd_ps(_mm512_set1_ps(ps[16 * r + jj]), vv, av[r][k]);
+        }
+      }
+      UNROLL
+      for (int r = 0; r < QB; r++)
+        if (g0 + r < nq)
+          for (int k = 0; k < NV; k++)
+            _mm512_storeu_ps(acc + rr[r] * hd + 16 * k, av[r][k]);
+    }
+  }
+  for (int r = 0; r < nq; r++) {
+    float l = ml[ATT_QT + r];
+    __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
+    float *o = a->out + (i0 + r) * a->out_stride + (int64_t)h * hd;
+    for (int c = 0; c < NV; c++)
+      _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + r * hd + 16 * c), il));
+  }
 }
 
 static void avx512_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
@@ -603,18 +789,27 @@ static void avx512_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, in
     return;
   }
   int nv = (hd + 15) / 16;
-  int kvh = h / (a->n_head / a->n_kv_head);
-  const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
-  for (int64_t i = q0; i < q1; i++) {
-    int64_t n_keys = a->n_kv;
-    if (a->causal_base >= 0 && a->causal_base + i + 1 < n_keys)
-      n_keys = a->causal_base + i + 1;
-    const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
-    float *o = a->out + i * a->out_stride + (int64_t)h * hd;
+  float *scr = kn_scratch(thread, sizeof(float) * (size_t)(2 * ATT_QT * nv * 16 + 2 * ATT_QT +
+                                                          16 * nv * 16 + 4 * 16));
+  if (!scr) {
+    kn_ops_ref.attention(a, h, q0, q1, thread);
+    return;
+  }
+  for (int64_t i0 = q0; i0 < q1; i0 += ATT_QT) {
+    int64_t i1 = i0 + ATT_QT < q1 ? i0 + ATT_QT : q1;
+    /* Several queries share each key block: transposed tile path (64 and 128 only). */
+    if (i1 - i0 >= 4 && hd == 64) {
+      attn_tile_t(a, h, i0, i1, scr, 4, 4);
+      continue;
+    }
+    if (i1 - i0 >= 2 && hd == 128) {
+      attn_tile_t(a, h, i0, i1, scr, 8, 2);
+      continue;
+    }
     switch (nv) {
-    case 4: attn_row(a, q, kb, vb, n_keys, o, 4); break;
-    case 8: attn_row(a, q, kb, vb, n_keys, o, 8); break;
-    default: attn_row(a, q, kb, vb, n_keys, o, nv); break;
+    case 4: attn_tile(a, h, i0, i1, scr, 4); break;
+    case 8: attn_tile(a, h, i0, i1, scr, 8); break;
+    default: attn_tile(a, h, i0, i1, scr, nv); break;
     }
   }
 }
