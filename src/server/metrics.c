@@ -16,7 +16,7 @@ static qvl_status histogram(buf *b, const char *name, const char *help, const do
                             const uint64_t *counts, int n, double sum_ms) {
   QVL_TRY(buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name));
   for (int i = 0; i < n; i++)
-    QVL_TRY(buf_printf(b, "%s_bucket{le=\"%.17g\"} %llu\n", name, bounds_ms[i] / 1e3, (unsigned long long)counts[i]));
+    QVL_TRY(buf_printf(b, "%s_bucket{le=\"%.6g\"} %llu\n", name, bounds_ms[i] / 1e3, (unsigned long long)counts[i]));
   QVL_TRY(buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)counts[n]));
   QVL_TRY(buf_printf(b, "%s_sum %.17g\n", name, sum_ms / 1e3));
   return buf_printf(b, "%s_count %llu\n", name, (unsigned long long)counts[n]);
