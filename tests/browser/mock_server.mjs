@@ -146,7 +146,8 @@ async function completions(req, res) {
   const n = Math.min(toks.length, maxTok);
   const nImages = countImages(body.messages);
   const imageTokens = nImages * 400;
-  const promptTokens = 20 + imageTokens + JSON.stringify(body.messages).length / 40;
+  const textChars = body.messages.reduce((n, m) => n + (typeof m.content === 'string' ? m.content.length : (m.content ?? []).reduce((k, c) => k + (c.text?.length ?? 0), 0)), 0);
+  const promptTokens = 20 + imageTokens + textChars / 4;
 
   const id = `chatcmpl-mock${state.requests.length}`;
   const created = Math.floor(Date.now() / 1000);
