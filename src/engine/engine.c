@@ -50,12 +50,14 @@ typedef struct request {
   sampler *smp;
   stop_state *stp;
   float *work;             /* [n_vocab] logits copy the sampler may modify */
+  vision_job *vjob;        /* the image being encoded (next_image), in slices */
+  float *vds;              /* [n_deepstack][its tokens][n_embd] DeepStack output of vjob */
   const float *logits;     /* the sequence's next-token logits, when in RQ_DECODE */
   int64_t n_prefilled;     /* prompt tokens in the cache (restored + computed) */
   int next_image;
   int64_t n_gen;
   size_t sent;             /* text bytes streamed */
-  double t_submit, t_start, t_first, deadline, prefill_s;
+  double t_submit, t_queued, t_start, t_first, deadline, prefill_s; /* t_queued: after the prompt was built */
   engine_result res;
 } request;
 
@@ -95,6 +97,7 @@ void engine_config_default(engine_config *c) {
   c->image_cache_mb = 256;
   c->prefix_cache_mb = 512;
   c->prefill_chunk = 256;
+  c->vision_layers_per_step = 2;
   c->request_timeout_ms = 0;
 }
 
@@ -112,6 +115,8 @@ static void request_free(request *r) {
   sampler_free(r->smp);
   stop_free(r->stp);
   free(r->work);
+  vision_job_free(r->vjob);
+  free(r->vds);
   free(r);
 }
 
@@ -136,7 +141,8 @@ static void account_locked(engine *e, request *r, double now) {
   res->image_tokens = r->p.n_img;
   res->completion_tokens = r->n_gen;
   engine_timings *t = &res->t;
-  t->queue_ms = r->t_start > 0 ? (r->t_start - r->t_submit) * 1e3 : (now - r->t_submit) * 1e3;
+  double q0 = r->t_queued > 0 ? r->t_queued : r->t_submit;
+  t->queue_ms = r->t_start > 0 ? (r->t_start - q0) * 1e3 : (now - q0) * 1e3;
   t->preprocess_ms = r->p.preprocess_ms;
   t->vision_ms = r->p.vision_ms;
   t->prefill_ms = r->prefill_s * 1e3;
@@ -273,6 +279,7 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
               : qvl_errorf(QVL_ERR_BUSY, "the queue is full (%d requests waiting); retry later", nq);
   }
   r->id = ++e->next_id;
+  r->t_queued = time_now_s();
   if (e->q_tail)
     e->q_tail->next = r;
   else
@@ -341,38 +348,70 @@ static qvl_status request_begin(engine *e, request *r) {
   return QVL_OK;
 }
 
-/* Encodes (or fetches from the image cache) the next image the prefill still needs. */
+/* Advances the vision work of r by one slice: the next image the prefill still needs is taken from
+ * the image cache, or its tower job runs vision_layers_per_step more blocks. */
 static qvl_status vision_step(engine *e, request *r) {
   vlm_prompt *p = &r->p;
   int64_t d = e->m->text->hp.n_embd;
+  int64_t nds = p->n_deepstack;
   while (r->next_image < p->n_images) {
-    int i = r->next_image++;
+    int i = r->next_image;
     vlm_image *im = &p->images[i];
-    /* Rows that lie entirely in the restored prefix are never read: no vision needed. */
-    if (p->img_idx[im->row0 + im->n_tokens - 1] < r->n_prefilled)
-      continue;
     float *embd = p->img_embd + im->row0 * d, *ds = p->deepstack + im->row0 * d;
-    if (image_cache_get(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, p->n_deepstack, embd,
-                        ds, p->n_img * d)) {
-      r->res.image_cache_hits++;
-      pthread_mutex_lock(&e->mu);
-      e->st.image_cache_hits++;
-      pthread_mutex_unlock(&e->mu);
-      free(im->patches.pixel_values);
+    if (!r->vjob) {
+      /* Rows that lie entirely in the restored prefix are never read: no vision needed. */
+      if (p->img_idx[im->row0 + im->n_tokens - 1] < r->n_prefilled) {
+        r->next_image++;
+        continue;
+      }
+      if (image_cache_get(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds,
+                          p->n_img * d)) {
+        r->res.image_cache_hits++;
+        pthread_mutex_lock(&e->mu);
+        e->st.image_cache_hits++;
+        pthread_mutex_unlock(&e->mu);
+        free(im->patches.pixel_values);
+        im->patches.pixel_values = NULL;
+        r->next_image++;
+        continue;
+      }
+      /* The tower writes DeepStack levels per image ([nds][nt][d]); the decoder wants them over all
+       * images of the prompt, so they land in a buffer first. */
+      free(r->vds);
+      r->vds = malloc(sizeof *r->vds * (size_t)(im->n_tokens * d * (nds ? nds : 1)));
+      if (!r->vds)
+        return qvl_errorf(QVL_ERR_NOMEM, "image %d: out of memory for its DeepStack features", i + 1);
+      double t0 = time_now_s();
+      qvl_status s = vision_job_begin(e->m->vision, im->patches.pixel_values, im->grid_t, im->grid_h, im->grid_w,
+                                      embd, r->vds, NULL, NULL, &r->vjob);
+      p->vision_ms += (time_now_s() - t0) * 1e3;
+      if (s != QVL_OK)
+        return qvl_error_prefix(s, "image %d: ", i + 1);
+      free(im->patches.pixel_values); /* read by begin only */
       im->patches.pixel_values = NULL;
-      continue;
+      return QVL_OK; /* the blocks start in the next slice */
     }
-    QVL_TRY(vlm_prompt_encode_image(e->m, p, i, &r->popts));
-    image_cache_put(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, p->n_deepstack, embd, ds,
-                    p->n_img * d);
+    double t0 = time_now_s();
+    bool done = vision_job_run(r->vjob, e->c.vision_layers_per_step);
+    p->vision_ms += (time_now_s() - t0) * 1e3;
+    if (!done)
+      return QVL_OK;
+    vision_job_free(r->vjob);
+    r->vjob = NULL;
+    for (int64_t l = 0; l < nds; l++)
+      memcpy(ds + l * p->n_img * d, r->vds + l * im->n_tokens * d, sizeof(float) * (size_t)(im->n_tokens * d));
+    free(r->vds);
+    r->vds = NULL;
+    image_cache_put(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds, p->n_img * d);
     r->res.image_cache_misses++;
+    r->next_image++;
     pthread_mutex_lock(&e->mu);
     e->st.image_cache_misses++;
     e->st.image_cache_bytes = image_cache_bytes(e->ic);
     pthread_mutex_unlock(&e->mu);
-    break; /* one tower run per loop iteration: decode steps go on in between */
+    break;
   }
-  if (r->next_image >= p->n_images)
+  if (r->next_image >= p->n_images && !r->vjob)
     r->state = RQ_PREFILL;
   return QVL_OK;
 }

@@ -41,6 +41,8 @@ typedef struct engine_config {
   int64_t image_cache_mb;    /* image-embedding cache (default 256; 0 = off) */
   int64_t prefix_cache_mb;   /* reusable prefix KV blocks (default 512; 0 = off) */
   int prefill_chunk;         /* prompt tokens per engine step while others decode (default 256) */
+  int vision_layers_per_step;/* vision tower blocks per engine step while others decode (default 2;
+                              * <= 0: a whole image in one step) */
   int64_t request_timeout_ms;/* 0 = none */
 } engine_config;
 

@@ -665,9 +665,23 @@ static bool mul_ok(int64_t a, int64_t b, int64_t *out) {
   return !__builtin_mul_overflow(a, b, out) && *out <= INT64_MAX / 8;
 }
 
-qvl_status vision_encode(const vision_model *m, const float *pixel_values, int64_t grid_t,
-                         int64_t grid_h, int64_t grid_w, float *embeds, float *deepstack,
-                         trace_fn trace, void *trace_user) {
+/* The state of one image going through the tower: scratch memory and how far it got. */
+struct vision_job {
+  const vision_model *m;
+  int64_t grid_t, nf, N, n_tok;
+  float *mem;               /* the whole scratch allocation */
+  float *x, *h, *qkv, *ff, *cosb, *sinb;
+  float *embeds, *deepstack; /* caller's outputs */
+  int64_t next_layer;       /* first block not yet run; n_layer + 1 once the merger ran */
+  int ds;                   /* DeepStack mergers done */
+  trace_fn trace;
+  void *trace_user;
+};
+
+qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, int64_t grid_t, int64_t grid_h,
+                            int64_t grid_w, float *embeds, float *deepstack, trace_fn trace, void *trace_user,
+                            vision_job **out) {
+  *out = NULL;
   const vision_hparams *hp = &m->hp;
   const int64_t n_tok = vision_n_tokens(m, grid_t, grid_h, grid_w);
   if (n_tok < 0)
@@ -687,22 +701,35 @@ qvl_status vision_encode(const vision_model *m, const float *pixel_values, int64
       __builtin_add_overflow(total, sz_ff + 2 * sz_rope, &total) ||
       (uint64_t)total > SIZE_MAX / sizeof(float))
     return qvl_errorf(QVL_ERR_TOO_LARGE, "vision: image of %lld patches is too large", (long long)N);
-  float *mem = malloc((size_t)total * sizeof(float));
-  if (!mem)
+  vision_job *j = calloc(1, sizeof *j);
+  float *mem = j ? malloc((size_t)total * sizeof(float)) : NULL;
+  if (!mem) {
+    free(j);
     return qvl_errorf(QVL_ERR_NOMEM, "vision: out of memory for %lld patches (%lld MB of scratch)",
                       (long long)N, (long long)(total / (1 << 18)));
-  float *x = mem;               /* [N][Dv] residual stream */
-  float *h = x + sz_x;          /* [N][Dv] normed input / attention output / merger LayerNorm */
-  float *qkv = h + sz_x;        /* [N][3*Dv] */
-  float *ff = qkv + sz_qkv;     /* [N][max(n_ff, Dv)] MLP hidden / projection / merger fc1 */
-  float *cosb = ff + sz_ff;     /* [N][hd] */
-  float *sinb = cosb + sz_rope; /* [N][hd] */
+  }
+  j->m = m;
+  j->grid_t = grid_t;
+  j->nf = nf;
+  j->N = N;
+  j->n_tok = n_tok;
+  j->mem = mem;
+  j->embeds = embeds;
+  j->deepstack = deepstack;
+  j->trace = trace;
+  j->trace_user = trace_user;
+  float *x = j->x = mem;                 /* [N][Dv] residual stream */
+  float *h = j->h = x + sz_x;            /* [N][Dv] normed input / attention output / merger LayerNorm */
+  j->qkv = h + sz_x;                     /* [N][3*Dv] */
+  j->ff = j->qkv + sz_qkv;               /* [N][max(n_ff, Dv)] MLP hidden / projection / merger fc1 */
+  float *cosb = j->cosb = j->ff + sz_ff; /* [N][hd] */
+  float *sinb = j->sinb = cosb + sz_rope; /* [N][hd] */
 
   /* patch embedding (Conv3d as a matmul) + bias, then the position embedding of every frame */
   kn_matmul(&m->patch, pixel_values, N, m->patch_b, x);
   qvl_status s = pos_embed(m, grid_h, grid_w, h);
   if (s != QVL_OK) {
-    free(mem);
+    vision_job_free(j);
     return s;
   }
   for (int64_t t = 1; t < grid_t; t++)
@@ -720,18 +747,26 @@ qvl_status vision_encode(const vision_model *m, const float *pixel_values, int64
     trace(trace_user, "vision_rope_sin", sinb, N, hd);
     trace(trace_user, "vision_hidden.0", x, N, Dv);
   }
+  *out = j;
+  return QVL_OK;
+}
 
+bool vision_job_run(vision_job *j, int64_t max_layers) {
+  const vision_model *m = j->m;
+  const vision_hparams *hp = &m->hp;
+  const int64_t Dv = hp->n_embd, hd = hp->head_dim, nf = j->nf, N = j->N, n_tok = j->n_tok;
+  float *x = j->x, *h = j->h, *qkv = j->qkv, *ff = j->ff;
   const float scale = 1.0f / sqrtf((float)hd);
-  int ds = 0;
-  for (int64_t li = 0; li < hp->n_layer; li++) {
+  for (int64_t done = 0; j->next_layer < hp->n_layer && (max_layers <= 0 || done < max_layers); done++) {
+    const int64_t li = j->next_layer++;
     const vision_layer *l = &m->layers[li];
     kn_layernorm(x, l->ln1_w, l->ln1_b, N, Dv, hp->eps, h);
     kn_matmul(&l->qkv, h, N, l->qkv_b, qkv);
     rope_task rt = {.n = N, .n_head = hp->n_head, .head_dim = hd, .stride = 3 * Dv,
-                    .qkv = qkv, .cosb = cosb, .sinb = sinb};
+                    .qkv = qkv, .cosb = j->cosb, .sinb = j->sinb};
     kn_parallel_for(n_chunks(N), rope_task_fn, &rt);
     /* block-diagonal: each frame attends only to itself */
-    for (int64_t t = 0; t < grid_t; t++) {
+    for (int64_t t = 0; t < j->grid_t; t++) {
       const float *q = qkv + t * nf * 3 * Dv;
       kn_attention(q, nf, 3 * Dv, q + Dv, q + 2 * Dv, nf, 3 * Dv, (int)hp->n_head, (int)hp->n_head,
                    (int)hd, scale, -1, h + t * nf * Dv, Dv);
@@ -743,25 +778,44 @@ qvl_status vision_encode(const vision_model *m, const float *pixel_values, int64
     kn_gelu_tanh(ff, N * hp->n_ff);
     kn_matmul(&l->down, ff, N, l->down_b, h);
     kn_add(x, h, N * Dv);
-    if (trace) {
+    if (j->trace) {
       char name[40];
       snprintf(name, sizeof name, "vision_hidden.%lld", (long long)(li + 1));
-      trace(trace_user, name, x, N, Dv);
+      j->trace(j->trace_user, name, x, N, Dv);
     }
-    if (ds < m->n_deepstack && m->deepstack[ds].layer == li) {
-      float *out = deepstack + (int64_t)ds * n_tok * hp->proj_dim;
-      run_merger(&m->deepstack[ds], hp, x, N, h, ff, out);
-      if (trace) {
+    if (j->ds < m->n_deepstack && m->deepstack[j->ds].layer == li) {
+      float *out = j->deepstack + (int64_t)j->ds * n_tok * hp->proj_dim;
+      run_merger(&m->deepstack[j->ds], hp, x, N, h, ff, out);
+      if (j->trace) {
         char name[40];
-        snprintf(name, sizeof name, "deepstack.%d", ds);
-        trace(trace_user, name, out, n_tok, hp->proj_dim);
+        snprintf(name, sizeof name, "deepstack.%d", j->ds);
+        j->trace(j->trace_user, name, out, n_tok, hp->proj_dim);
       }
-      ds++;
+      j->ds++;
     }
   }
-  run_merger(&m->merger, hp, x, N, h, ff, embeds);
-  if (trace)
-    trace(trace_user, "image_embeds", embeds, n_tok, hp->proj_dim);
-  free(mem);
+  if (j->next_layer == hp->n_layer) {
+    run_merger(&m->merger, hp, x, N, h, ff, j->embeds);
+    if (j->trace)
+      j->trace(j->trace_user, "image_embeds", j->embeds, n_tok, hp->proj_dim);
+    j->next_layer++;
+  }
+  return j->next_layer > hp->n_layer;
+}
+
+void vision_job_free(vision_job *j) {
+  if (!j)
+    return;
+  free(j->mem);
+  free(j);
+}
+
+qvl_status vision_encode(const vision_model *m, const float *pixel_values, int64_t grid_t,
+                         int64_t grid_h, int64_t grid_w, float *embeds, float *deepstack,
+                         trace_fn trace, void *trace_user) {
+  vision_job *j;
+  QVL_TRY(vision_job_begin(m, pixel_values, grid_t, grid_h, grid_w, embeds, deepstack, trace, trace_user, &j));
+  vision_job_run(j, 0);
+  vision_job_free(j);
   return QVL_OK;
 }

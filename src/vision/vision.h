@@ -26,6 +26,7 @@
 #ifndef QVL_VISION_VISION_H
 #define QVL_VISION_VISION_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/trace.h"
@@ -151,5 +152,23 @@ int64_t vision_n_tokens(const vision_model *m, int64_t grid_t, int64_t grid_h, i
 qvl_status vision_encode(const vision_model *m, const float *pixel_values, int64_t grid_t,
                          int64_t grid_h, int64_t grid_w, float *embeds, float *deepstack,
                          trace_fn trace, void *trace_user);
+
+/*
+ * The same encode in slices, so a server can run other work between them (a 3000-patch image takes
+ * seconds in the tower; decode steps of running streams go on between slices). begin checks the
+ * arguments, allocates the scratch and runs the patch + position embedding; each run call does up
+ * to max_layers blocks (<= 0: all that remain) and, after the last block, the final merger; it
+ * returns true once the outputs are complete. The outputs are bit-identical to vision_encode
+ * (same operations in the same order). pixel_values is read by begin only; embeds and deepstack
+ * must stay valid until the job is done. Free with vision_job_free (any time; NULL is a no-op).
+ */
+typedef struct vision_job vision_job;
+qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, int64_t grid_t, int64_t grid_h,
+                            int64_t grid_w, float *embeds, float *deepstack, trace_fn trace, void *trace_user,
+                            vision_job **out);
+bool vision_job_run(vision_job *j, int64_t max_layers);
+void vision_job_free(vision_job *j);
+/* Blocks of the tower (for choosing a slice size). */
+static inline int64_t vision_n_layers(const vision_model *m) { return m->hp.n_layer; }
 
 #endif

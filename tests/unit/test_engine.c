@@ -266,7 +266,8 @@ static engine_config small_config(void) {
   engine_config_default(&c);
   c.kv_cache_mb = 512;
   c.n_ctx = 4096;
-  c.prefill_chunk = 16; /* several chunks per prompt: interleaving is exercised */
+  c.prefill_chunk = 16;         /* several chunks per prompt: interleaving is exercised */
+  c.vision_layers_per_step = 1; /* the tower in slices of one block */
   return c;
 }
 
@@ -661,7 +662,7 @@ int main(void) {
   }
   test_caches_unit();
   vlm *m = NULL;
-  vlm_paths paths = {MODEL, MMPROJ};
+  vlm_paths paths = {.model = MODEL, .mmproj = MMPROJ};
   qvl_status s = vlm_load(&paths, &m);
   CHECK(s == QVL_OK, "load: %s", qvl_last_error());
   if (s == QVL_OK) {
