@@ -296,7 +296,7 @@ int cmd_bench(int argc, char **argv) {
     return report_error("kernels", st);
   fprintf(stderr, "[bench] loading %s...\n", o.model);
   vlm *m = NULL;
-  vlm_paths paths = {o.model, o.mmproj};
+  vlm_paths paths = {.model = o.model, .mmproj = o.mmproj};
   double t0 = time_now_s();
   st = vlm_load(&paths, &m);
   if (st != QVL_OK)
