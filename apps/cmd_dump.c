@@ -1,7 +1,9 @@
 /*
- * qvl dump CASE.json OUT.safetensors — runs one fixture case (format in tests/fixtures/README.md)
- * and writes every stage under the names of the case's expected file: preprocessing, vision
- * stages, positions, decoder stages, logits and the greedy continuation (no EOS stop).
+ * qvl dump [--hf] CASE.json OUT.safetensors — runs one fixture case (format in
+ * tests/fixtures/README.md) and writes every stage under the names of the case's expected file:
+ * preprocessing, vision stages, positions, decoder stages, logits and the greedy continuation (no
+ * EOS stop). With --hf the case's Hugging Face directory (model.hf_dir) is loaded instead of its
+ * GGUF files.
  */
 #include <cjson/cJSON.h>
 #include <libgen.h>
@@ -126,7 +128,7 @@ static qvl_status write_prompt_tensors(st_writer *w, const vlm *m, const vlm_pro
   return st_writer_add(w, "rope_delta", ST_I32, 1, &one, &delta);
 }
 
-static qvl_status run_case(const char *case_path, const char *out_path) {
+static qvl_status run_case(const char *case_path, const char *out_path, bool use_hf) {
   buf text = {0};
   QVL_TRY(buf_read_file(case_path, 1 << 26, &text));
   cJSON *c = cJSON_Parse(text.data);
@@ -137,6 +139,7 @@ static qvl_status run_case(const char *case_path, const char *out_path) {
   const char *dir = dir_copy ? dirname(dir_copy) : ".";
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(c, "model");
   const char *text_rel = json_str(model, "gguf_text"), *mmproj_rel = json_str(model, "gguf_mmproj");
+  const char *hf_rel = json_str(model, "hf_dir");
   qvl_status s = QVL_OK;
   vlm *m = NULL;
   vlm_prompt p = {0};
@@ -147,10 +150,17 @@ static qvl_status run_case(const char *case_path, const char *out_path) {
   char text_path[4096], mmproj_path[4096];
   if (!cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(c, "messages")))
     s = qvl_errorf(QVL_ERR_FORMAT, "%s: no 'messages' array", case_path);
-  else if (!text_rel)
+  else if (use_hf && !hf_rel)
+    s = qvl_errorf(QVL_ERR_INVALID_ARG, "%s: the case has no Hugging Face directory (model.hf_dir)", case_path);
+  else if (!use_hf && !text_rel)
     s = qvl_errorf(QVL_ERR_INVALID_ARG, "%s: the case has no GGUF text model (model.gguf_text); use --hf",
                    case_path);
-  if (s == QVL_OK) {
+  if (s == QVL_OK && use_hf) {
+    snprintf(text_path, sizeof text_path, "%s/%s", dir, hf_rel);
+    vlm_paths paths = {.model = NULL, .mmproj = NULL};
+    vlm_load_opts lo = {.hf_dir = text_path, .dtype = NULL};
+    s = vlm_load_with(&paths, &lo, &m);
+  } else if (s == QVL_OK) {
     snprintf(text_path, sizeof text_path, "%s/%s", dir, text_rel);
     if (mmproj_rel)
       snprintf(mmproj_path, sizeof mmproj_path, "%s/%s", dir, mmproj_rel);
@@ -244,10 +254,16 @@ static qvl_status run_case(const char *case_path, const char *out_path) {
 int cmd_dump(int argc, char **argv) {
   const char *paths[2] = {0};
   int np = 0;
+  bool use_hf = false;
   for (int i = 2; i < argc; i++) {
     if (arg_flag(argv, i, "--help", "-h")) {
-      printf("usage: qvl dump CASE.json OUT.safetensors\n");
+      printf("usage: qvl dump [--hf] CASE.json OUT.safetensors\n"
+             "  --hf   load the case's Hugging Face directory (model.hf_dir) instead of its GGUF files\n");
       return 0;
+    }
+    if (arg_flag(argv, i, "--hf", NULL)) {
+      use_hf = true;
+      continue;
     }
     if (argv[i][0] == '-' && argv[i][1]) {
       fprintf(stderr, "qvl dump: unknown option '%s'\n", argv[i]);
@@ -260,9 +276,9 @@ int cmd_dump(int argc, char **argv) {
     paths[np++] = argv[i];
   }
   if (np != 2) {
-    fprintf(stderr, "usage: qvl dump CASE.json OUT.safetensors\n");
+    fprintf(stderr, "usage: qvl dump [--hf] CASE.json OUT.safetensors\n");
     return 2;
   }
-  qvl_status s = run_case(paths[0], paths[1]);
+  qvl_status s = run_case(paths[0], paths[1], use_hf);
   return s == QVL_OK ? 0 : report_error("dump", s);
 }

@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "base/timing.h"
 #include "model/verify.h"
+#include "model/wtable.h"
 #include "text/chat.h"
 #include "text/mrope.h"
 
@@ -18,39 +19,145 @@ static int32_t require_token(const tokenizer *t, const char *text, const char *p
   return id;
 }
 
-qvl_status vlm_load(const vlm_paths *p, vlm **out) {
+/* Builds the decoder / vision tower from a weight table (taken), re-encoding its matrices first
+ * when a dtype is asked for. */
+static qvl_status init_text(const decoder_hparams *hp, wtable *t, const qvl_dtype *dt, decoder_model **out) {
+  qvl_status s = dt ? wtable_convert(t, *dt, WTABLE_TEXT) : QVL_OK;
+  if (s != QVL_OK) {
+    wtable_free(t);
+    return s;
+  }
+  decoder_source src = {wtable_label(t), t, wtable_find, wtable_release};
+  return decoder_init(hp, &src, out);
+}
+
+static qvl_status init_vision(const vision_hparams *hp, wtable *t, const qvl_dtype *dt, vision_model **out) {
+  qvl_status s = dt ? wtable_convert(t, *dt, WTABLE_VISION) : QVL_OK;
+  if (s != QVL_OK) {
+    wtable_free(t);
+    return s;
+  }
+  vision_source src = {wtable_label(t), t, wtable_find, wtable_release};
+  return vision_init(hp, &src, out);
+}
+
+/* The text decoder of an open GGUF (g is taken). */
+static qvl_status load_text_gguf(gguf *g, const qvl_dtype *dt, decoder_model **out) {
+  if (!dt)
+    return decoder_load_gguf_file(g, out);
+  decoder_hparams hp;
+  qvl_status s = decoder_hparams_from_gguf(g, &hp);
+  if (s != QVL_OK) {
+    gguf_close(g);
+    return s;
+  }
+  wtable *t;
+  QVL_TRY(wtable_from_gguf(g, &t));
+  return init_text(&hp, t, dt, out);
+}
+
+static qvl_status load_vision_gguf(const char *path, const qvl_dtype *dt, vision_model **out) {
+  if (!dt)
+    return vision_load_gguf(path, out);
+  gguf *g;
+  QVL_TRY(gguf_open(path, &g));
+  vision_hparams hp;
+  qvl_status s = vision_hparams_from_gguf(g, &hp);
+  if (s != QVL_OK) {
+    gguf_close(g);
+    return s;
+  }
+  wtable *t;
+  QVL_TRY(wtable_from_gguf(g, &t));
+  return init_vision(&hp, t, dt, out);
+}
+
+/* A Hugging Face directory: tokenizer.json, then the weight tables under GGUF names. */
+static qvl_status load_hf(const char *dir, const qvl_dtype *dt, vlm *m) {
+  QVL_TRY(hf_model_open(dir, &m->hf));
+  const hf_config *c = hf_model_config(m->hf);
+  QVL_TRY(tokenizer_init_hf(hf_model_path(m->hf, "tokenizer.json"), &m->tok));
+  wtable *t;
+  QVL_TRY(hf_model_text_weights(m->hf, &t));
+  QVL_TRY(init_text(&c->text, t, dt, &m->text));
+  if (c->has_vision) {
+    QVL_TRY(hf_model_vision_weights(m->hf, &t));
+    QVL_TRY(init_vision(&c->vision, t, dt, &m->vision));
+    QVL_TRY(vision_check_text(m->vision, m->text->hp.n_embd, m->text->hp.n_deepstack));
+  }
+  /* config.json names the image tokens; a tokenizer that disagrees would place images wrongly. */
+  const struct {
+    const char *text;
+    int32_t id;
+  } ids[] = {{"<|image_pad|>", c->image_token_id},
+             {"<|vision_start|>", c->vision_start_token_id},
+             {"<|vision_end|>", c->vision_end_token_id}};
+  for (int i = 0; i < 3; i++) {
+    int32_t got = tokenizer_find(m->tok, ids[i].text);
+    if (ids[i].id >= 0 && got != ids[i].id)
+      return qvl_errorf(QVL_ERR_MISMATCH, "%s: config.json gives %s the id %d, the tokenizer %d", dir,
+                        ids[i].text, (int)ids[i].id, (int)got);
+  }
+  return QVL_OK;
+}
+
+qvl_status vlm_load(const vlm_paths *p, vlm **out) { return vlm_load_with(p, NULL, out); }
+
+qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) {
   *out = NULL;
-  if (!p->model || !*p->model)
+  const char *hf_dir = o && o->hf_dir && *o->hf_dir ? o->hf_dir : NULL;
+  if (!hf_dir && p->model && hf_model_is_dir(p->model)) {
+    if (p->mmproj && *p->mmproj)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "%s is a Hugging Face directory (it holds the vision tower too); "
+                        "it takes no --mmproj", p->model);
+    hf_dir = p->model;
+  }
+  bool hf = hf_dir != NULL;
+  if (!hf && (!p->model || !*p->model))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "no model file given (-m MODEL.gguf)");
+  if (hf && hf_dir != p->model && ((p->model && *p->model) || (p->mmproj && *p->mmproj)))
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "give either a Hugging Face directory or GGUF files, not both");
+  const char *dts = o ? o->dtype : NULL;
+  qvl_dtype dtype;
+  if (dts && !wtable_parse_dtype(dts, &dtype))
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "unknown weight type '%s' (expected f32, bf16, f16, q8_0, q4_0 or q4_k)",
+                      dts);
+  const qvl_dtype *dt = dts ? &dtype : NULL;
+  const char *label = hf ? hf_dir : p->model;
   vlm *m = calloc(1, sizeof *m);
   if (!m)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   gguf *g = NULL;
-  /* A file whose size differs from what a download recorded is damaged: say so instead of failing
-   * later with a parse error (or, worse, loading garbage). */
-  qvl_status s = verify_quick(p->model);
-  if (s == QVL_OK && p->mmproj && *p->mmproj)
-    s = verify_quick(p->mmproj);
-  if (s == QVL_OK)
-    s = gguf_open(p->model, &g);
-  if (s == QVL_OK)
-    s = tokenizer_init_gguf(g, &m->tok);
-  if (s == QVL_OK) {
-    s = decoder_load_gguf_file(g, &m->text); /* takes ownership of g */
-    g = NULL;
-  }
-  gguf_close(g);
-  if (s == QVL_OK && p->mmproj && *p->mmproj) {
-    s = vision_load_gguf(p->mmproj, &m->vision);
+  qvl_status s = QVL_OK;
+  if (hf) {
+    s = load_hf(hf_dir, dt, m);
+  } else {
+    /* A file whose size differs from what a download recorded is damaged: say so instead of failing
+     * later with a parse error (or, worse, loading garbage). */
+    s = verify_quick(p->model);
+    if (s == QVL_OK && p->mmproj && *p->mmproj)
+      s = verify_quick(p->mmproj);
     if (s == QVL_OK)
-      s = vision_check_text(m->vision, m->text->hp.n_embd, m->text->hp.n_deepstack);
-    if (s != QVL_OK)
-      qvl_error_prefix(s, "%s does not fit %s: ", p->mmproj, p->model);
+      s = gguf_open(p->model, &g);
+    if (s == QVL_OK)
+      s = tokenizer_init_gguf(g, &m->tok);
+    if (s == QVL_OK) {
+      s = load_text_gguf(g, dt, &m->text); /* takes ownership of g */
+      g = NULL;
+    }
+    gguf_close(g);
+    if (s == QVL_OK && p->mmproj && *p->mmproj) {
+      s = load_vision_gguf(p->mmproj, dt, &m->vision);
+      if (s == QVL_OK)
+        s = vision_check_text(m->vision, m->text->hp.n_embd, m->text->hp.n_deepstack);
+      if (s != QVL_OK)
+        qvl_error_prefix(s, "%s does not fit %s: ", p->mmproj, p->model);
+    }
   }
   if (s == QVL_OK) {
-    m->image_pad_id = require_token(m->tok, "<|image_pad|>", p->model, &s);
-    m->vision_start_id = require_token(m->tok, "<|vision_start|>", p->model, &s);
-    m->vision_end_id = require_token(m->tok, "<|vision_end|>", p->model, &s);
+    m->image_pad_id = require_token(m->tok, "<|image_pad|>", label, &s);
+    m->vision_start_id = require_token(m->tok, "<|vision_start|>", label, &s);
+    m->vision_end_id = require_token(m->tok, "<|vision_end|>", label, &s);
     int32_t im_end = tokenizer_find(m->tok, "<|im_end|>");
     int32_t eot = tokenizer_find(m->tok, "<|endoftext|>");
     if (im_end >= 0)
@@ -60,7 +167,7 @@ qvl_status vlm_load(const vlm_paths *p, vlm **out) {
     if (m->n_eos == 0 && tokenizer_eos_id(m->tok) >= 0)
       m->eos_ids[m->n_eos++] = tokenizer_eos_id(m->tok);
     if (s == QVL_OK && tokenizer_vocab_size(m->tok) > m->text->hp.n_vocab)
-      s = qvl_errorf(QVL_ERR_MISMATCH, "%s: tokenizer has %d tokens but the embedding only %lld rows", p->model,
+      s = qvl_errorf(QVL_ERR_MISMATCH, "%s: tokenizer has %d tokens but the embedding only %lld rows", label,
                      tokenizer_vocab_size(m->tok), (long long)m->text->hp.n_vocab);
   }
   if (s != QVL_OK) {
@@ -77,6 +184,7 @@ void vlm_free(vlm *m) {
   decoder_free(m->text);
   vision_free(m->vision);
   tokenizer_free(m->tok);
+  hf_model_close(m->hf);
   free(m);
 }
 

@@ -18,26 +18,39 @@
 #include "engine/image_source.h"
 #include "image/decode.h"
 #include "image/preprocess.h"
+#include "model/hf_model.h"
 #include "qvl.h"
 #include "text/decoder.h"
 #include "text/tokenizer.h"
 #include "vision/vision.h"
 
 typedef struct vlm_paths {
-  const char *model;  /* text GGUF */
+  const char *model;  /* text GGUF, or a Hugging Face model directory (then mmproj must be NULL) */
   const char *mmproj; /* mmproj GGUF or NULL (text only) */
 } vlm_paths;
+
+/* Load options beyond the paths (a separate struct so that callers initializing vlm_paths
+ * positionally keep compiling under -Wextra). */
+typedef struct vlm_load_opts {
+  const char *hf_dir; /* a Hugging Face model directory instead of the GGUF files (paths NULL) */
+  const char *dtype;  /* NULL: weights as stored; else re-encode the matrices at load ("f32", "bf16",
+                       * "f16", "q8_0", "q4_0", "q4_k"; norms stay F32; model/wtable.h) */
+} vlm_load_opts;
 
 typedef struct vlm {
   decoder_model *text;
   vision_model *vision; /* NULL without an mmproj */
   tokenizer *tok;
+  hf_model *hf;         /* the HF directory loaded (settings: hf_model_config), or NULL for GGUF */
   int32_t image_pad_id, vision_start_id, vision_end_id;
   int32_t eos_ids[2]; /* <|im_end|>, <|endoftext|> (-1 when absent) */
   int n_eos;
 } vlm;
 
+/* Loads GGUF files, or an HF directory given as p->model (a directory with a config.json). */
 qvl_status vlm_load(const vlm_paths *p, vlm **out);
+/* Same with options (o may be NULL). */
+qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out);
 void vlm_free(vlm *m);
 
 typedef struct vlm_prompt_opts {

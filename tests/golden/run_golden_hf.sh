@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Golden fixture cases from Hugging Face directories: `qvl dump --hf` every case whose case.json
+# names an hf_dir, compare every stage with the expected values (tests/golden/compare), as
+# run_golden.sh does for the GGUF files. With the scalar reference kernels (QVL_ISA=ref) the strict
+# f32 tolerances apply, for BF16 checkpoints too: the expected values of a BF16 directory are those
+# of its bf16 weights, and exact float32 compute on them meets f32. With the default (SIMD)
+# kernels, non-F32 weights use the llama_style tolerances (the fast kernels round activations like
+# ggml), the rule of run_golden.sh.
+set -u
+BUILD=${BUILD:-build/rel}
+cd "$(dirname "$0")/../.."
+QVL=$BUILD/qvl
+CMP=$BUILD/tests/golden/compare
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+pass=0 fail=0
+isas=${GOLDEN_ISAS:-"ref default"}
+for case_json in tests/fixtures/cases/*/*/*/case.json; do
+  id=${case_json#tests/fixtures/cases/}; id=${id%/case.json}
+  if grep -q '"hf_dir": null' "$case_json" || ! grep -q '"hf_dir"' "$case_json"; then
+    continue
+  fi
+  wtype=$(sed -n 's/.*"text_weight_type": "\([^"]*\)".*/\1/p' "$case_json" | head -1)
+  for isa in $isas; do
+    tol=f32
+    if [ "$isa" != ref ] && [ "$wtype" != F32 ]; then tol=llama_style; fi
+    dump="$out/$(echo "$id" | tr / _)-$isa.safetensors"
+    if [ "$isa" = default ]; then env_isa=(); else env_isa=(QVL_ISA=$isa); fi
+    if ! env "${env_isa[@]}" "$QVL" dump --hf "$case_json" "$dump" >"$out/log" 2>&1; then
+      echo "FAIL $id [hf, $isa]: qvl dump --hf failed"; sed 's/^/    /' "$out/log" | tail -5
+      fail=$((fail + 1)); continue
+    fi
+    if "$CMP" "$case_json" "$dump" "$tol" >"$out/cmp" 2>&1; then
+      pass=$((pass + 1))
+    else
+      echo "FAIL $id [hf, $isa, $tol]"; grep -E 'FAIL|error' "$out/cmp" | sed 's/^/    /' | head -12
+      fail=$((fail + 1))
+    fi
+  done
+done
+echo "golden-hf: $pass passed, $fail failed"
+[ $fail -eq 0 ]
