@@ -10,6 +10,8 @@
 #include "engine/generate.h"
 #include "engine/vlm.h"
 #include "kernels/kernels.h"
+#include "model/hf_model.h"
+#include "model/wtable.h"
 
 #define MAX_IMAGES 16
 #define MAX_STOPS 8
@@ -17,7 +19,9 @@
 static void run_usage(FILE *f) {
   fprintf(f,
           "usage: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image FILE]... -p PROMPT [options]\n"
+          "       qvl run -m HF_DIR ...   (a Hugging Face model directory: config.json, safetensors, ...)\n"
           "       qvl run --hf REPO[:QUANT] [--offline] ... (download into the cache on first use)\n"
+          "  --dtype T               re-encode the weight matrices at load: f32 bf16 f16 q8_0 q4_0 q4_k\n"
           "  -p, --prompt TEXT       the user message ('-' reads it from standard input)\n"
           "  --system TEXT           a system message\n"
           "  --raw                   use the prompt as is, without the chat template (no images)\n"
@@ -110,7 +114,7 @@ int cmd_run(int argc, char **argv) {
   const char *images[MAX_IMAGES], *stops[MAX_STOPS];
   int n_images = 0, n_stops = 0, threads = 0;
   bool raw = false, json = false, offline = false;
-  const char *hf = NULL;
+  const char *hf = NULL, *dtype = NULL;
   gen_params gp = gen_params_default();
   vlm_prompt_opts po;
   vlm_prompt_opts_default(&po);
@@ -121,7 +125,14 @@ int cmd_run(int argc, char **argv) {
       mmproj = v;
     else if (arg_value(argc, argv, &i, "--hf", NULL, &v))
       hf = v;
-    else if (arg_flag(argv, i, "--offline", NULL))
+    else if (arg_value(argc, argv, &i, "--dtype", NULL, &v)) {
+      qvl_dtype dt;
+      if (!wtable_parse_dtype(v, &dt)) {
+        fprintf(stderr, "qvl run: --dtype '%s': expected f32, bf16, f16, q8_0, q4_0 or q4_k\n", v);
+        return 2;
+      }
+      dtype = v;
+    } else if (arg_flag(argv, i, "--offline", NULL))
       offline = true;
     else if (arg_value(argc, argv, &i, "--image", NULL, &v)) {
       if (n_images == MAX_IMAGES) {
@@ -200,7 +211,7 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "qvl run: --min-pixels is larger than --max-pixels\n");
     return 2;
   }
-  if (n_images && !mmproj) {
+  if (n_images && !mmproj && !hf_model_is_dir(model)) {
     fprintf(stderr, "qvl run: --image needs the vision projector: --mmproj MMPROJ.gguf\n");
     return 2;
   }
@@ -214,7 +225,8 @@ int cmd_run(int argc, char **argv) {
     return report_error("kernels", s);
   vlm *m = NULL;
   vlm_paths paths = {model, mmproj};
-  s = vlm_load(&paths, &m);
+  vlm_load_opts lo = {.hf_dir = NULL, .dtype = dtype};
+  s = vlm_load_with(&paths, &lo, &m);
   if (s != QVL_OK) {
     free(stdin_prompt);
     return report_error("loading the model", s);
