@@ -568,13 +568,6 @@ qvl_status decoder_seq_check_fit(const decoder_seq *s, int64_t n_prompt, int64_t
   return QVL_OK;
 }
 
-/* A run of consecutive tokens of one sequence inside a forward batch: tokens [t0, t0 + n) of the
- * batch attend to their sequence's kv view (n_past stored rows) plus themselves, causally. */
-typedef struct seg {
-  int64_t t0, n;
-  kv_view kv;
-} seg;
-
 /* Rows r0 .. r0+n-1 of a forward chunk that belong to one sequence, and that sequence's layer KV:
  * the rows attend to kv.n_past stored keys plus themselves (causally) and are stored at kv.n_past.
  * A prefill chunk is one segment; a batched decode step has one segment of one row per sequence. */
