@@ -337,6 +337,24 @@ static void test_frames(void) {
           "frame %d of a 2-frame clip differs from the frame alone: embeds %.3g, deepstack %.3g (max %.3g)",
           f, max_e, max_d, mx);
   }
+  /* the resumable job API, one block per slice, gives exactly what vision_encode gives */
+  float *e3 = malloc((size_t)(2 * nt * D) * sizeof(float)), *d3 = malloc((size_t)(nds * 2 * nt * D) * sizeof(float));
+  vision_job *job = NULL;
+  s = vision_job_begin(vm, two, 2, thw[1], thw[2], e3, d3, NULL, NULL, &job);
+  CHECK(s == QVL_OK, "vision_job_begin: %s", qvl_last_error());
+  if (s == QVL_OK) {
+    int64_t calls = 1;
+    while (!vision_job_run(job, 1) && calls < 1000)
+      calls++;
+    CHECK(calls == vision_n_layers(vm), "%lld calls of one block for %lld blocks", (long long)calls,
+          (long long)vision_n_layers(vm));
+    CHECK(memcmp(e3, e2, (size_t)(2 * nt * D) * sizeof(float)) == 0 &&
+              memcmp(d3, d2, (size_t)(nds * 2 * nt * D) * sizeof(float)) == 0,
+          "sliced job differs from vision_encode");
+  }
+  vision_job_free(job);
+  free(e3);
+  free(d3);
   /* invalid grids are refused */
   CHECK(vision_encode(vm, two, 1, thw[1] - 1, thw[2], e1, d1, NULL, NULL) == QVL_ERR_INVALID_ARG,
         "odd grid height accepted");
