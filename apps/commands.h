@@ -3,6 +3,7 @@
 #define QVL_APPS_COMMANDS_H
 
 int cmd_dump(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

@@ -10,10 +10,12 @@ static void usage(FILE *f) {
           "qvl %s — Qwen3-VL on CPUs\n"
           "usage: qvl <command> [options]\n"
           "commands:\n"
-          "  run       generate a reply: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image F] -p PROMPT\n"
+          "  run       generate a reply: qvl run -m MODEL.gguf|HF_DIR [--mmproj MMPROJ.gguf] [--image F] -p PROMPT\n"
           "  serve     OpenAI-compatible HTTP service: qvl serve -m MODEL.gguf [--mmproj MMPROJ.gguf] [--port P]\n"
           "  tokenize  print token ids: qvl tokenize -m MODEL.gguf TEXT|-\n"
-          "  dump      run a fixture case: qvl dump CASE.json OUT.safetensors\n"
+          "  dump      run a fixture case: qvl dump [--hf] CASE.json OUT.safetensors\n"
+          "  convert   HF directory to llama.cpp GGUF: qvl convert --hf-dir DIR --outtype q8_0 --out-text T.gguf "
+          "--out-mmproj M.gguf\n"
           "  verify    check model files against recorded sha256: qvl verify MODEL|--hf REPO[:QUANT]\n"
           "  make-random  write a random-weight model with the 2B shapes (benchmarks)\n"
           "  bench     stage-by-stage speed and batched decode throughput: qvl bench -m MODEL.gguf [--mmproj F]\n",
@@ -39,6 +41,8 @@ int main(int argc, char **argv) {
     return cmd_dump(argc, argv);
   if (!strcmp(argv[1], "bench"))
     return cmd_bench(argc, argv);
+  if (!strcmp(argv[1], "convert"))
+    return cmd_convert(argc, argv);
   fprintf(stderr, "qvl: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

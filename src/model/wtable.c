@@ -61,6 +61,11 @@ static wentry *lookup(const wtable *t, const char *name) {
   return NULL;
 }
 
+int64_t wtable_index(const wtable *t, const char *name) {
+  wentry *e = lookup(t, name);
+  return e ? e - t->e : -1;
+}
+
 const tensor *wtable_find(void *user, const char *name) {
   wentry *e = lookup(user, name);
   return e ? &e->t : NULL;

@@ -37,6 +37,8 @@ void wtable_set_owner(wtable *t, void (*release)(void *user), void *user);
 const char *wtable_label(const wtable *t);
 int64_t wtable_count(const wtable *t);
 const tensor *wtable_at(const wtable *t, int64_t i);
+/* Index of a tensor by name, or -1. */
+int64_t wtable_index(const wtable *t, const char *name);
 
 /* Adds a view (name and shape copied, data borrowed: it must outlive the table). A name added
  * twice is an error (QVL_ERR_FORMAT). */
