@@ -1,8 +1,8 @@
-/* Vision tower against the golden fixtures: every case with images and an mmproj GGUF feeds the
- * expected pixel_values into vision_encode and compares every traced stage and both outputs with
+/* Vision tower against the golden fixtures: every case with images, loaded from its mmproj GGUF and
+ * from its HF directory where it has one, feeds the expected pixel_values into vision_encode and compares every traced stage and both outputs with
  * expected.safetensors (max|got - exp| <= tol * max|exp|, tol from case.json). Also the error paths:
  * a text model given as mmproj, another projector, a missing tensor, a bad shape, a mismatched
- * text/mmproj pair, invalid grids; and block-diagonal attention across frames. */
+ * text/mmproj pair, invalid grids; block-diagonal attention across frames; the sliced job API. */
 #include <cJSON.h>
 #include <dirent.h>
 #include <math.h>
@@ -14,6 +14,7 @@
 #include "kernels/kernels.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "model/hf_model.h"
 #include "model/safetensors.h"
 #include "test.h"
 #include "vision/vision.h"
@@ -126,68 +127,20 @@ static double tol_of(const cJSON *tols, const char *group, const char *name) {
 
 /* ---- one golden case ---- */
 
-static int n_cases_run, n_cases_skipped;
+static int n_cases_run;
 
-static void run_case(const char *dir) {
-  char path[512];
-  const char *case_id = dir + strlen(CASES_DIR) + 1;
-  if (!join(path, sizeof path, dir, "case.json"))
-    return;
-  buf b = {0};
-  if (buf_read_file(path, 1 << 24, &b) != QVL_OK) {
-    CHECK(0, "%s: cannot read: %s", path, qvl_last_error());
-    return;
-  }
-  cJSON *cj = cJSON_ParseWithLength(b.data, b.len);
-  buf_free(&b);
-  CHECK(cj != NULL, "%s: bad JSON", path);
-  if (!cj)
-    return;
-  const cJSON *images = cJSON_GetObjectItemCaseSensitive(cj, "images");
-  const cJSON *model = cJSON_GetObjectItemCaseSensitive(cj, "model");
-  const cJSON *mmproj = cJSON_GetObjectItemCaseSensitive(model, "gguf_mmproj");
-  const cJSON *mtype = cJSON_GetObjectItemCaseSensitive(model, "mmproj_weight_type");
-  if (!cJSON_IsArray(images) || cJSON_GetArraySize(images) == 0) {
-    cJSON_Delete(cj);
-    return; /* text-only case */
-  }
-  if (!cJSON_IsString(mmproj)) {
-    /* HF-directory-only variants (micro-b/f32, e2e/bf16) need the safetensors loader (issue 7) */
-    printf("  skip %s: no mmproj GGUF (HF directory only; needs the HF vision loader)\n", case_id);
-    n_cases_skipped++;
-    cJSON_Delete(cj);
-    return;
-  }
-  /* Same rule as tests/golden/run_golden.sh: the strict float32 tolerances hold for the scalar
-   * reference kernels and for F32 weights; SIMD kernels may round activations like ggml. */
-  const char *group = "f32";
-  if (strcmp(kernels_isa(), "ref") != 0 && !(cJSON_IsString(mtype) && strcmp(mtype->valuestring, "F32") == 0))
-    group = "llama_style";
-  const cJSON *tols = cJSON_GetObjectItemCaseSensitive(cj, "tolerances");
-  const double tol_pos = tol_of(tols, group, "vision_pos_embed");
-  const double tol_hidden = tol_of(tols, group, "vision_hidden");
-  const double tol_emb = tol_of(tols, group, "image_embeds");
-  const double tol_ds = tol_of(tols, group, "deepstack");
-  const double tol_rope = 1e-5; /* no group: float32 tables computed the same way as the reference */
+typedef struct tolset {
+  double pos, hidden, emb, ds, rope;
+} tolset;
 
-  char mpath[512];
-  vision_model *vm = NULL;
-  qvl_status s = join(mpath, sizeof mpath, dir, mmproj->valuestring) ? vision_load_gguf(mpath, &vm)
-                                                                       : QVL_ERR_INVALID_ARG;
-  CHECK(s == QVL_OK, "%s: loading %s: %s", case_id, mpath, qvl_last_error());
-  safetensors *st = NULL;
-  qvl_status s2 = join(path, sizeof path, dir, "expected.safetensors") ? st_open(path, &st)
-                                                                         : QVL_ERR_INVALID_ARG;
-  CHECK(s2 == QVL_OK, "%s: %s", path, qvl_last_error());
-  if (s != QVL_OK || s2 != QVL_OK) {
-    vision_free(vm);
-    st_close(st);
-    cJSON_Delete(cj);
-    return;
-  }
+/* Feeds every image of a case through vm and compares every stage with expected.safetensors. */
+static void check_case(const char *case_id, const vision_model *vm, const safetensors *st, int n_img,
+                       const tolset *tol) {
+  const double tol_pos = tol->pos, tol_hidden = tol->hidden, tol_emb = tol->emb, tol_ds = tol->ds,
+               tol_rope = tol->rope;
+  qvl_status s;
   const int64_t D = vm->hp.proj_dim;
   const st_tensor *grid = st_find(st, "image_grid_thw");
-  const int n_img = cJSON_GetArraySize(images);
   CHECK(grid && grid->dtype == ST_I32 && grid->n_dims == 2 && grid->shape[0] == n_img && grid->shape[1] == 3,
         "%s: image_grid_thw missing or not I32 [%d, 3]", case_id, n_img);
   collector col = {0};
@@ -252,11 +205,82 @@ static void run_case(const char *dir) {
     compare(case_id, name, st_find(st, name), c ? c->data : NULL, c ? c->rows : 0, vm->hp.n_embd,
             tol_hidden);
   }
-  n_cases_run++;
-  printf("  %s: mmproj %s, %d image(s), tolerance group %s\n", case_id,
-         cJSON_IsString(mtype) ? mtype->valuestring : "?", n_img, group);
   collector_free(&col);
-  vision_free(vm);
+}
+
+/* The vision tower of an HF directory, through the weight tables of model/hf_model.h. */
+static qvl_status load_hf(const char *dir, vision_model **out) {
+  *out = NULL;
+  hf_model *hf = NULL;
+  QVL_TRY(hf_model_open(dir, &hf));
+  const hf_config *c = hf_model_config(hf);
+  wtable *t = NULL;
+  qvl_status s = c->has_vision ? hf_model_vision_weights(hf, &t)
+                               : qvl_errorf(QVL_ERR_FORMAT, "%s: no vision_config", dir);
+  if (s == QVL_OK) {
+    vision_source src = {wtable_label(t), t, wtable_find, wtable_release};
+    s = vision_init(&c->vision, &src, out);
+  }
+  hf_model_close(hf);
+  return s;
+}
+
+static void run_case(const char *dir) {
+  char path[512];
+  const char *case_id = dir + strlen(CASES_DIR) + 1;
+  if (!join(path, sizeof path, dir, "case.json"))
+    return;
+  buf b = {0};
+  if (buf_read_file(path, 1 << 24, &b) != QVL_OK) {
+    CHECK(0, "%s: cannot read: %s", path, qvl_last_error());
+    return;
+  }
+  cJSON *cj = cJSON_ParseWithLength(b.data, b.len);
+  buf_free(&b);
+  CHECK(cj != NULL, "%s: bad JSON", path);
+  if (!cj)
+    return;
+  const cJSON *images = cJSON_GetObjectItemCaseSensitive(cj, "images");
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(cj, "model");
+  const cJSON *mtype = cJSON_GetObjectItemCaseSensitive(model, "mmproj_weight_type");
+  if (!cJSON_IsArray(images) || cJSON_GetArraySize(images) == 0) {
+    cJSON_Delete(cj);
+    return; /* text-only case */
+  }
+  /* Same rule as tests/golden/run_golden.sh: the strict float32 tolerances hold for the scalar
+   * reference kernels and for F32 weights; SIMD kernels may round activations like ggml. */
+  const char *group = "f32";
+  if (strcmp(kernels_isa(), "ref") != 0 && !(cJSON_IsString(mtype) && strcmp(mtype->valuestring, "F32") == 0))
+    group = "llama_style";
+  const cJSON *tols = cJSON_GetObjectItemCaseSensitive(cj, "tolerances");
+  tolset tol = {.pos = tol_of(tols, group, "vision_pos_embed"),
+                .hidden = tol_of(tols, group, "vision_hidden"),
+                .emb = tol_of(tols, group, "image_embeds"),
+                .ds = tol_of(tols, group, "deepstack"),
+                .rope = 1e-5}; /* no group: float32 tables computed as the reference does */
+  safetensors *st = NULL;
+  qvl_status s = join(path, sizeof path, dir, "expected.safetensors") ? st_open(path, &st) : QVL_ERR_INVALID_ARG;
+  CHECK(s == QVL_OK, "%s: %s", path, qvl_last_error());
+  /* the same expected values apply to the mmproj GGUF and to the HF directory, where present */
+  static const char *const kinds[] = {"gguf_mmproj", "hf_dir"};
+  for (int k = 0; k < 2 && st; k++) {
+    const cJSON *rel = cJSON_GetObjectItemCaseSensitive(model, kinds[k]);
+    char mpath[512];
+    if (!cJSON_IsString(rel) || !join(mpath, sizeof mpath, dir, rel->valuestring))
+      continue;
+    vision_model *vm = NULL;
+    s = k == 0 ? vision_load_gguf(mpath, &vm) : load_hf(mpath, &vm);
+    CHECK(s == QVL_OK, "%s: loading %s: %s", case_id, mpath, qvl_last_error());
+    if (s != QVL_OK)
+      continue;
+    char id[600];
+    snprintf(id, sizeof id, "%s [%s]", case_id, k == 0 ? "mmproj GGUF" : "HF dir");
+    check_case(id, vm, st, cJSON_GetArraySize(images), &tol);
+    n_cases_run++;
+    printf("  %s: %s weights, %d image(s), tolerance group %s\n", id,
+           cJSON_IsString(mtype) ? mtype->valuestring : "?", cJSON_GetArraySize(images), group);
+    vision_free(vm);
+  }
   st_close(st);
   cJSON_Delete(cj);
 }
@@ -596,8 +620,8 @@ int main(void) {
   test_errors();
   test_frames();
   run_all_cases();
-  printf("  %d vision cases compared, %d skipped; worst error / tolerance = %.3g\n", n_cases_run,
-         n_cases_skipped, worst_ratio);
-  CHECK(n_cases_run >= 15, "only %d vision cases ran", n_cases_run);
+  printf("  %d (case, weights) pairs compared; worst error / tolerance = %.3g\n", n_cases_run, worst_ratio);
+  /* 17 with an mmproj GGUF + 13 with an HF directory (micro-a/b f32: 5 each, e2e bf16: 3) */
+  CHECK(n_cases_run >= 30, "only %d vision cases ran", n_cases_run);
   return TEST_SUMMARY("test_vision");
 }
