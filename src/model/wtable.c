@@ -171,7 +171,7 @@ bool wtable_parse_dtype(const char *s, qvl_dtype *out) {
 
 static qvl_status convert_one(wtable *t, wentry *e, qvl_dtype to) {
   const tensor *src = &e->t;
-  int64_t n_in = src->ne[0], rows = src->ne[1];
+  int64_t n_in = src->ne[0], rows = src->ne[1] * src->ne[2] * src->ne[3];
   qvl_dtype dst_type = wtable_target_type(to, n_in);
   if (dst_type == src->type)
     return QVL_OK;
@@ -209,9 +209,13 @@ qvl_status wtable_convert(wtable *t, qvl_dtype to, wtable_kind kind) {
       to != QVL_DTYPE_Q4_0 && to != QVL_DTYPE_Q4_K)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "cannot convert weights to %s (expected f32, bf16, f16, q8_0, q4_0 or q4_k)",
                       dtype_name(to));
-  for (int64_t i = 0; i < t->n; i++)
-    if (wtable_is_matrix(kind, t->e[i].name, &t->e[i].t))
-      QVL_TRY(convert_one(t, &t->e[i], to));
+  for (int64_t i = 0; i < t->n; i++) {
+    wentry *e = &t->e[i];
+    if (wtable_is_matrix(kind, e->name, &e->t))
+      QVL_TRY(convert_one(t, e, to));
+    else if (e->t.type == QVL_DTYPE_F16 || e->t.type == QVL_DTYPE_BF16)
+      QVL_TRY(convert_one(t, e, QVL_DTYPE_F32)); /* norms, biases, tables: F32 as llama.cpp's files store them */
+  }
   return QVL_OK;
 }
 

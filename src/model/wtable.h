@@ -70,7 +70,8 @@ qvl_dtype wtable_target_type(qvl_dtype to, int64_t n_in);
 /* Re-encodes every matrix of the table (wtable_is_matrix) into `to` (F32, F16, BF16, Q8_0, Q4_0,
  * Q4_K; see wtable_target_type for rows that do not fit), by exact dequantization to float and
  * dtype_quantize_row (ggml's rounding). Tensors already of the target type are left as they are.
- * Other tensors (norms, biases, embeddings of the vision tower) are untouched. */
+ * Every other tensor (norms, biases, the vision position table and patch kernels) stored as F16 or
+ * BF16 becomes F32, as llama.cpp's converter stores them; F32 ones are untouched. */
 qvl_status wtable_convert(wtable *t, qvl_dtype to, wtable_kind kind);
 
 /* A table of every tensor of an open GGUF (views into its mapping). Takes ownership of g: it is
