@@ -35,5 +35,7 @@ done
 for g in tests/golden/*.sh tests/cli/*.sh; do
   [ -x "$g" ] && run env BUILD="$BUILD" "$g"
 done
+# qvl serve end to end (node + the openai npm client; starts and stops its own servers)
+[ -x tests/e2e/run.sh ] && run env QVL_BIN="$BUILD/qvl" tests/e2e/run.sh
 echo "total: $total_pass passed, $total_fail failed"
 [ $total_fail -eq 0 ]
