@@ -34,7 +34,7 @@ bool fetch_allowed(const fetch_opts *o, const char *url) {
     if (strncasecmp(url, pre, on) || strncmp(url + on, pre + on, n - on))
       continue;
     char next = url[n];
-    if (pre[n - 1] == '/' || next == '\0' || next == '/' || next == '?' || next == '#')
+    if (strchr("/?&=#", pre[n - 1]) || next == '\0' || next == '/' || next == '?' || next == '#')
       return true;
   }
   return false;

@@ -3,9 +3,10 @@
  * redirects (a redirect could leave the allow list), a byte cap and a time limit. Plugs into
  * image_source_opts.fetch_remote.
  *
- * Prefix rule: a prefix ending in '/' matches any URL that starts with it; otherwise the URL must
- * equal the prefix or continue with '/', '?' or '#', so "https://img.example.com" does not allow
- * "https://img.example.com.evil.net/". Scheme and host compare case-insensitively.
+ * Prefix rule: a prefix ending in '/', '?', '&', '=' or '#' matches any URL that starts with it;
+ * otherwise the URL must equal the prefix or continue with '/', '?' or '#', so
+ * "https://img.example.com" does not allow "https://img.example.com.evil.net/" and ".../pics" does
+ * not allow ".../picsx/". Scheme and host compare case-insensitively, the rest exactly.
  *
  * Thread safety: call fetch_global_init once before any thread uses fetch_remote.
  */
