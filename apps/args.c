@@ -67,9 +67,14 @@ int resolve_hf(const char *spec, bool offline, const char **model, const char **
   if (s != QVL_OK)
     return report_error("--hf", s);
   if (!files.is_gguf) {
-    fprintf(stderr, "qvl: --hf %s is a safetensors repository; loading HF directories is not supported yet "
-                    "(use a GGUF repository such as Qwen/Qwen3-VL-2B-Instruct-GGUF:Q8_0)\n", spec);
-    return 1;
+    /* a safetensors repository: the snapshot directory is an HF model directory (vlm_load) */
+    if (*mmproj) {
+      fprintf(stderr, "qvl: --hf %s is a Hugging Face checkpoint (vision tower included); it takes no --mmproj\n",
+              spec);
+      return 2;
+    }
+    *model = files.dir;
+    return 0;
   }
   *model = files.model;
   if (!*mmproj)
