@@ -1,0 +1,46 @@
+/* Fuzz target: /v1/chat/completions bodies through the validator; accepted requests are also
+ * turned into response and chunk JSON (with the input bytes as the generated text), which must
+ * parse back. Never a crash, leak or hang, whatever the bytes. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  static const char *const ids[] = {"m", "qvl"};
+  api_limits lim = {.max_tokens = 64, .max_images = 4, .max_pixels = 1 << 22, .default_max_pixels = 1 << 20,
+                    .default_min_pixels = 65536, .model_ids = ids, .n_model_ids = 2};
+  api_chat_request r;
+  api_error e;
+  if (!api_chat_parse((const char *)data, size, &lim, &r, &e)) {
+    if (e.http < 400 || e.http > 499 || !e.message[0])
+      abort();
+    char *j = api_error_json(&e);
+    cJSON *back = cJSON_Parse(j);
+    if (!back)
+      abort();
+    cJSON_Delete(back);
+    free(j);
+    return 0;
+  }
+  if (r.gen.max_tokens < 1 || r.gen.max_tokens > 64 || r.n_images > 4 || r.min_pixels > r.max_pixels)
+    abort();
+  api_result res;
+  memset(&res, 0, sizeof res);
+  snprintf(res.finish_reason, sizeof res.finish_reason, "stop");
+  buf_append(&res.text, data, size);
+  char *j = api_completion_json("chatcmpl-x", 1, "m", &res);
+  char *c = api_chunk_json("chatcmpl-x", 1, "m", true, res.text.data, res.text.len, NULL);
+  cJSON *a = cJSON_Parse(j), *b = cJSON_Parse(c);
+  if (!a || !b || strchr(c, '\n'))
+    abort();
+  cJSON_Delete(a);
+  cJSON_Delete(b);
+  free(j);
+  free(c);
+  api_result_free(&res);
+  api_chat_request_free(&r);
+  return 0;
+}
