@@ -510,6 +510,9 @@ int64_t vision_n_tokens(const vision_model *m, int64_t grid_t, int64_t grid_h, i
   return grid_t * grid_h * grid_w / (mg * mg);
 }
 
+/* Rows per block of the MLP: bounds its hidden buffer ([rows][n_ff]) while keeping GEMMs large. */
+#define VISION_MLP_ROWS 512
+
 /* Rows per parallel task: small enough to balance, large enough to amortise the dispatch. */
 #define ROWS_PER_TASK 32
 
@@ -694,9 +697,9 @@ qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, in
     return qvl_errorf(QVL_ERR_INVALID_ARG, "vision_encode: NULL %s", !pixel_values ? "pixel_values"
                       : !embeds ? "embeds" : "deepstack output");
   const int64_t Dv = hp->n_embd, hd = hp->head_dim, nf = grid_h * grid_w, N = grid_t * nf;
-  const int64_t wide = hp->n_ff > Dv ? hp->n_ff : Dv;
   int64_t sz_x, sz_qkv, sz_ff, sz_rope, total;
-  if (!mul_ok(N, Dv, &sz_x) || !mul_ok(N, 3 * Dv, &sz_qkv) || !mul_ok(N, wide, &sz_ff) ||
+  if (!mul_ok(N, Dv, &sz_x) || !mul_ok(N, 3 * Dv, &sz_qkv) ||
+      !mul_ok(N < VISION_MLP_ROWS ? N : VISION_MLP_ROWS, hp->n_ff, &sz_ff) ||
       !mul_ok(N, hd, &sz_rope) || __builtin_add_overflow(2 * sz_x, sz_qkv, &total) ||
       __builtin_add_overflow(total, sz_ff + 2 * sz_rope, &total) ||
       (uint64_t)total > SIZE_MAX / sizeof(float))
@@ -721,7 +724,7 @@ qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, in
   float *x = j->x = mem;                 /* [N][Dv] residual stream */
   float *h = j->h = x + sz_x;            /* [N][Dv] normed input / attention output / merger LayerNorm */
   j->qkv = h + sz_x;                     /* [N][3*Dv] */
-  j->ff = j->qkv + sz_qkv;               /* [N][max(n_ff, Dv)] MLP hidden / projection / merger fc1 */
+  j->ff = j->qkv + sz_qkv;               /* [min(N, VISION_MLP_ROWS)][n_ff] MLP hidden */
   float *cosb = j->cosb = j->ff + sz_ff; /* [N][hd] */
   float *sinb = j->sinb = cosb + sz_rope; /* [N][hd] */
 
@@ -771,13 +774,18 @@ bool vision_job_run(vision_job *j, int64_t max_layers) {
       kn_attention(q, nf, 3 * Dv, q + Dv, q + 2 * Dv, nf, 3 * Dv, (int)hp->n_head, (int)hp->n_head,
                    (int)hd, scale, -1, h + t * nf * Dv, Dv);
     }
-    kn_matmul(&l->out, h, N, l->out_b, ff);
-    kn_add(x, ff, N * Dv);
-    kn_layernorm(x, l->ln2_w, l->ln2_b, N, Dv, hp->eps, h);
-    kn_matmul(&l->up, h, N, l->up_b, ff);
-    kn_gelu_tanh(ff, N * hp->n_ff);
-    kn_matmul(&l->down, ff, N, l->down_b, h);
-    kn_add(x, h, N * Dv);
+    kn_matmul(&l->out, h, N, l->out_b, qkv); /* q, k, v are consumed: reuse their memory */
+    kn_add(x, qkv, N * Dv);
+    /* the MLP is row-wise: run it in row blocks so its [rows][n_ff] hidden stays small */
+    for (int64_t r0 = 0; r0 < N; r0 += VISION_MLP_ROWS) {
+      const int64_t nr = N - r0 < VISION_MLP_ROWS ? N - r0 : VISION_MLP_ROWS;
+      float *xr = x + r0 * Dv, *hr = h + r0 * Dv;
+      kn_layernorm(xr, l->ln2_w, l->ln2_b, nr, Dv, hp->eps, hr);
+      kn_matmul(&l->up, hr, nr, l->up_b, ff);
+      kn_gelu_tanh(ff, nr * hp->n_ff);
+      kn_matmul(&l->down, ff, nr, l->down_b, hr);
+      kn_add(xr, hr, nr * Dv);
+    }
     if (j->trace) {
       char name[40];
       snprintf(name, sizeof name, "vision_hidden.%lld", (long long)(li + 1));
@@ -785,7 +793,7 @@ bool vision_job_run(vision_job *j, int64_t max_layers) {
     }
     if (j->ds < m->n_deepstack && m->deepstack[j->ds].layer == li) {
       float *out = j->deepstack + (int64_t)j->ds * n_tok * hp->proj_dim;
-      run_merger(&m->deepstack[j->ds], hp, x, N, h, ff, out);
+      run_merger(&m->deepstack[j->ds], hp, x, N, h, qkv, out);
       if (j->trace) {
         char name[40];
         snprintf(name, sizeof name, "deepstack.%d", j->ds);
@@ -795,7 +803,7 @@ bool vision_job_run(vision_job *j, int64_t max_layers) {
     }
   }
   if (j->next_layer == hp->n_layer) {
-    run_merger(&m->merger, hp, x, N, h, ff, j->embeds);
+    run_merger(&m->merger, hp, x, N, h, qkv, j->embeds);
     if (j->trace)
       j->trace(j->trace_user, "image_embeds", j->embeds, n_tok, hp->proj_dim);
     j->next_layer++;
