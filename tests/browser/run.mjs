@@ -112,6 +112,12 @@ async function newPage(viewport = DESKTOP, opts = {}) {
   page.on('console', (m) => {
     if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) page.errors.push(m.text());
   });
+  // A real model (even the tiny fixture one) writes until max_tokens; keep answers short there
+  // unless a test changes the setting (only set when absent, so changes survive a reload).
+  if (MODE === 'real')
+    await page.addInitScript(() => {
+      if (!localStorage.getItem('qvl.settings.v1')) localStorage.setItem('qvl.settings.v1', JSON.stringify({ maxTokens: 48 }));
+    });
   if (opts.init) await page.addInitScript(opts.init.fn, opts.init.arg);
   if (opts.before) await opts.before(page);
   await page.goto(server.base + '/');
@@ -301,7 +307,7 @@ test('ask about an image: answer streams in as markdown, with timings', async ()
   await page.evaluate(() => {
     new MutationObserver(() => {
       const md = document.querySelector('.msg.assistant .md');
-      if (md) window.qvlSample(md.textContent.length);
+      if (md && !md.querySelector('.thinking')) window.qvlSample(md.textContent.length);
     }).observe(document.getElementById('log'), { subtree: true, childList: true, characterData: true });
   });
   await page.keyboard.press('Enter');
@@ -355,7 +361,11 @@ test('stop a generation', async () => {
   }
   await page.fill('#prompt', 'Tell me a long story about this picture.');
   await page.keyboard.press('Enter');
-  await page.waitForFunction(() => (document.querySelector('.msg.assistant .md')?.textContent ?? '').includes(' '), null, { timeout: TEST_TIMEOUT_MS - 5000 });
+  // Wait for real tokens (not the "Reading the image…" placeholder) before stopping.
+  await page.waitForFunction(() => {
+    const md = document.querySelector('.msg.assistant .md');
+    return md && !md.querySelector('.thinking') && md.textContent.trim().length > 0;
+  }, null, { timeout: TEST_TIMEOUT_MS - 5000 });
   const streaming = await page.isVisible('#stop-btn');
   if (streaming) await page.click('#stop-btn');
   const answer = await waitAnswerDone(page, 1);
@@ -371,7 +381,10 @@ test('stop a generation', async () => {
     const st = await mock('/__mock/state');
     eq(st.completed, 0, 'the server did not finish the stopped request');
   }
-  // The server is still usable: ask again, and Escape is the keyboard way to stop.
+  // The server is still usable: ask again.
+  if (MODE === 'real') await page.evaluate(() => localStorage.setItem('qvl.settings.v1', JSON.stringify({ maxTokens: 48 })));
+  if (MODE === 'real') await page.reload();
+  if (MODE === 'real') await page.click('.conv-open');
   await page.fill('#prompt', 'Short answer please.');
   await page.keyboard.press('Enter');
   await waitAnswerDone(page, 2);
