@@ -723,7 +723,7 @@ qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, in
   j->trace_user = trace_user;
   float *x = j->x = mem;                 /* [N][Dv] residual stream */
   float *h = j->h = x + sz_x;            /* [N][Dv] normed input / attention output / merger LayerNorm */
-  j->qkv = h + sz_x;                     /* [N][3*Dv] */
+  j->qkv = h + sz_x;                     /* [N][3*Dv] q|k|v, then attention projection / merger fc1 */
   j->ff = j->qkv + sz_qkv;               /* [min(N, VISION_MLP_ROWS)][n_ff] MLP hidden */
   float *cosb = j->cosb = j->ff + sz_ff; /* [N][hd] */
   float *sinb = j->sinb = cosb + sz_rope; /* [N][hd] */
