@@ -163,7 +163,6 @@ static void check_case(const char *case_id, const vision_model *vm, const safete
       continue;
     float *emb = malloc((size_t)(n_tok * D) * sizeof(float));
     float *ds = malloc((size_t)((vm->n_deepstack ? vm->n_deepstack : 1) * n_tok * D) * sizeof(float));
-    const int before = col.n;
     s = vision_encode(vm, pv->data, thw[0], thw[1], thw[2], emb, ds, collect, &col);
     CHECK(s == QVL_OK, "%s: image %d: %s", case_id, i, qvl_last_error());
     if (s == QVL_OK) {
@@ -182,7 +181,6 @@ static void check_case(const char *case_id, const vision_model *vm, const safete
       CHECK(st_find(st, name) == NULL, "%s: the fixture has %s but the tower only %d DeepStack mergers",
             case_id, name, vm->n_deepstack);
     }
-    (void)before;
     free(emb);
     free(ds);
   }
