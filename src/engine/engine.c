@@ -77,7 +77,7 @@ struct engine {
   image_cache *ic;
   prefix_cache *pc;
   engine_stats st;
-  double win_t0, win_busy; /* decode-speed window (engine thread) */
+  double win_t0;           /* decode-speed window (engine thread) */
   int64_t win_tokens;
 };
 
@@ -591,7 +591,6 @@ static void decode_step(engine *e) {
     return;
   /* Aggregate decode speed over windows of about a second of decoding. */
   e->win_tokens += nb;
-  e->win_busy += t1 - t0;
   if (e->win_t0 == 0)
     e->win_t0 = t0;
   if (t1 - e->win_t0 >= 1.0) {
@@ -601,7 +600,6 @@ static void decode_step(engine *e) {
     pthread_mutex_unlock(&e->mu);
     e->win_t0 = t1;
     e->win_tokens = 0;
-    e->win_busy = 0;
   }
 }
 
@@ -669,6 +667,9 @@ static void *engine_main(void *arg) {
         break;
       }
       /* Idle: sleep until work arrives, the gathering window closes, or a queued deadline. */
+      e->st.decode_tok_s = 0;
+      e->win_t0 = 0;
+      e->win_tokens = 0;
       double wake = now + 0.05;
       if (gather_until > 0 && gather_until < wake)
         wake = gather_until;

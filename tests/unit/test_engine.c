@@ -553,6 +553,7 @@ static void test_timeout_and_stop(const vlm *m) {
         "timeout: status %s after %.0f ms with %lld tokens", qvl_status_text(a.res.status), dt * 1e3,
         (long long)a.res.completion_tokens);
   engine_stop(e, true);
+  job_free(&a);
 
   /* Drain: everything accepted before the stop completes normally. */
   c = small_config();
