@@ -306,6 +306,35 @@ static void test_responses(void) {
   free(s);
   api_result_free(&r);
 
+  /* ill-formed UTF-8 -> one U+FFFD per maximal subpart, as Python's errors="replace" */
+  static const struct {
+    const char *in, *out;
+  } u8[] = {
+      {"a\xff b", "a\xef\xbf\xbd b"},
+      {"\xe4\xb8" "A", "\xef\xbf\xbd" "A"},                       /* truncated 3-byte sequence: one */
+      {"\xf0\x9f\x98\x80!", "\xf0\x9f\x98\x80!"},                 /* valid 4-byte */
+      {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate: three */
+      {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},                   /* overlong: two */
+      {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
+      {"\xe2\x82\xac\xe2\x82", "\xe2\x82\xac\xef\xbf\xbd"},       /* euro, then a cut one */
+  };
+  for (size_t i = 0; i < sizeof u8 / sizeof u8[0]; i++) {
+    s = api_chunk_json("id", 1, "m", false, u8[i].in, strlen(u8[i].in), NULL);
+    j = parse(s);
+    const char *got = cJSON_GetStringValue(cJSON_GetObjectItem(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "delta"), "content"));
+    CHECK(got && !strcmp(got, u8[i].out), "utf8 case %zu", i);
+    cJSON_Delete(j);
+    free(s);
+  }
+  s = api_chunk_json("id", 1, "m", false, "a\0b", 3, NULL);
+  j = parse(s);
+  const char *got = cJSON_GetStringValue(cJSON_GetObjectItem(
+      cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "delta"), "content"));
+  CHECK(got && !strcmp(got, "a\xef\xbf\xbd" "b"), "NUL replaced, not a cut");
+  cJSON_Delete(j);
+  free(s);
+
   CHECK(!strcmp(api_finish_reason("length"), "length") && !strcmp(api_finish_reason("stop"), "stop") &&
             api_finish_reason(NULL) == NULL,
         "finish reasons");
