@@ -13,12 +13,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/timing.h"
 #include "kernels/kernels.h"
 
 static double peak_bw = 25.0, peak_f32 = 300.0, peak_int8 = 770.0;
 static double min_time = 0.5;
+
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static uint64_t rs = 0x1234567;
 static float rnd(void) {
@@ -91,20 +98,20 @@ static void bench_matmul(const char *label, qvl_dtype type, int64_t n_in, int64_
     x[i] = rnd();
   kn_matmul(&ws[0].w, x, n_tok, NULL, y); /* warm up */
   int iters = 0;
-  double t0 = time_now_s(), t;
+  double t0 = time_now_s(), c0 = cpu_now(), t;
   do {
     kn_matmul(&ws[iters % copies].w, x, n_tok, NULL, y);
     iters++;
     t = time_now_s() - t0;
   } while (t < min_time);
-  double per = t / iters;
+  double per = t / iters, cpu_per = (cpu_now() - c0) / iters;
   double flops = 2.0 * (double)n_in * (double)n_out * (double)n_tok;
   double gbs = bytes / per / 1e9, gf = flops / per / 1e9;
   double peak = is_quant(type) ? peak_int8 : peak_f32;
-  printf("%-7s %-5s %6lld x %-6lld x %4lld tok  %9.3f ms  %7.2f GB/s (%3.0f%% of %.0f)  %7.1f "
-         "GFLOP/s (%3.0f%% of %.0f)\n",
+  printf("%-7s %-5s %6lld x %-6lld x %4lld tok  %9.3f ms (cpu %9.3f ms)  %7.2f GB/s (%3.0f%% of "
+         "%.0f)  %7.1f GFLOP/s (%3.0f%% of %.0f)\n",
          label, dtype_name(type), (long long)n_out, (long long)n_in, (long long)n_tok, per * 1e3,
-         gbs, 100 * gbs / peak_bw, peak_bw, gf, 100 * gf / peak, peak);
+         cpu_per * 1e3, gbs, 100 * gbs / peak_bw, peak_bw, gf, 100 * gf / peak, peak);
   fflush(stdout);
   free(x);
   free(y);

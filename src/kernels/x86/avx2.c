@@ -18,6 +18,8 @@
 #include "kernels/kernels_impl.h"
 
 #define INLINE static inline __attribute__((always_inline))
+/* Fixed-count loops are unrolled so that indices become constants and arrays stay in registers. */
+#define UNROLL _Pragma("GCC unroll 16")
 
 INLINE __m256i bcast4(const int8_t *p) {
   int32_t v;
@@ -43,11 +45,13 @@ INLINE __m256 load_w8(const uint8_t *p, int layout) {
 INLINE void panel_float(const uint8_t *pw, int layout, const float *x, int64_t n_in, int TT,
                         __m256 acc[][2]) {
   size_t esz = layout == KN_LAYOUT_X16_F32 ? 64 : 32;
+  UNROLL
   for (int t = 0; t < TT; t++)
     acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   for (int64_t i = 0; i < n_in; i++) {
     const uint8_t *p = pw + (size_t)i * esz;
     __m256 w0 = load_w8(p, layout), w1 = load_w8(p + esz / 2, layout);
+    UNROLL
     for (int t = 0; t < TT; t++) {
       __m256 xv = _mm256_set1_ps(x[t * n_in + i]);
       acc[t][0] = _mm256_fmadd_ps(w0, xv, acc[t][0]);
@@ -59,13 +63,16 @@ INLINE void panel_float(const uint8_t *pw, int layout, const float *x, int64_t n
 INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, int64_t n_in,
                        int TT, __m256 acc[][2]) {
   int64_t nb = n_in / 32;
+  UNROLL
   for (int t = 0; t < TT; t++)
     acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   const __m256i lo4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *blk = pw + (size_t)b * (q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
+    UNROLL
     for (int h = 0; h < 2; h++) {
       __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+      UNROLL
       for (int t = 0; t < TT; t++) {
         const int8_t *xt = xq + (size_t)t * xs;
         const float *xd = (const float *)(xt + n_in);
@@ -74,6 +81,7 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
         if (q4) {
           const int32_t *xsum = (const int32_t *)(xd + nb);
           is = _mm256_set1_epi32(-8 * xsum[b]);
+          UNROLL
           for (int k = 0; k < 4; k++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 32 + k * 64 + 32 * h));
             is = _mm256_add_epi32(is, dot4(_mm256_and_si256(raw, lo4), bcast4(xb + 4 * k)));
@@ -81,6 +89,7 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
                 is, dot4(_mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4), bcast4(xb + 16 + 4 * k)));
           }
         } else {
+          UNROLL
           for (int c = 0; c < 8; c++) {
             __m256i w = _mm256_xor_si256(
                 _mm256_loadu_si256((const __m256i *)(blk + 32 + c * 64 + 32 * h)), flip);
@@ -97,30 +106,36 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
 INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
                        __m256 acc[][2]) {
   int64_t ns = n_in / 256;
+  UNROLL
   for (int t = 0; t < TT; t++)
     acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   const __m256i lo4 = _mm256_set1_epi8(0x0F);
   for (int64_t sb = 0; sb < ns; sb++) {
     const uint8_t *blk = pw + (size_t)sb * X16_Q4_K_SB;
+    UNROLL
     for (int h = 0; h < 2; h++) {
       __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
       __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 32 + 16 * h)));
+      UNROLL
       for (int t = 0; t < TT; t++) {
         const int8_t *xt = xq + (size_t)t * xs;
         const float *xd = (const float *)(xt + n_in);
         const int16_t *x32 = (const int16_t *)(xd + ns) + ns * 16;
         __m256i A = _mm256_setzero_si256(), B = _mm256_setzero_si256();
+        UNROLL
         for (int c = 0; c < 4; c++) {
           __m256i mp = _mm256_cvtepu8_epi16(
               _mm_loadu_si128((const __m128i *)(blk + X16_Q4_K_MIN + 32 * c + 16 * h)));
           B = _mm256_add_epi32(B, _mm256_madd_epi16(mp, bcast4((const int8_t *)(x32 + sb * 8 + 2 * c))));
         }
+        UNROLL
         for (int s = 0; s < 8; s++) {
           int k = s / 2, half = s % 2;
           __m256i sc = _mm256_cvtepu8_epi32(
               _mm_loadl_epi64((const __m128i *)(blk + X16_Q4_K_SC + 16 * s + 8 * h)));
           const int8_t *xb = xt + sb * 256 + 64 * k + 32 * half;
           __m256i is = _mm256_setzero_si256();
+          UNROLL
           for (int j = 0; j < 8; j++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + X16_Q4_K_QS + (8 * k + j) * 64 + 32 * h));
             __m256i q = half ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4) : _mm256_and_si256(raw, lo4);
@@ -139,24 +154,29 @@ INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
 INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
                        __m256 acc[][2]) {
   int64_t ns = n_in / 256;
+  UNROLL
   for (int t = 0; t < TT; t++)
     acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   const __m256i m0f = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   for (int64_t sb = 0; sb < ns; sb++) {
     const uint8_t *blk = pw + (size_t)sb * X16_Q6_K_SB;
+    UNROLL
     for (int h2 = 0; h2 < 2; h2++) {
       __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h2)));
+      UNROLL
       for (int t = 0; t < TT; t++) {
         const int8_t *xt = xq + (size_t)t * xs;
         const float *xd = (const float *)(xt + n_in);
         const int16_t *x16 = (const int16_t *)(xd + ns);
         __m256i A = _mm256_setzero_si256();
+        UNROLL
         for (int g = 0; g < 16; g++) {
           int n = g / 8, h = (g / 4) & 1, j0 = 4 * (g % 4);
           __m256i sc = _mm256_cvtepi8_epi32(
               _mm_loadl_epi64((const __m128i *)(blk + X16_Q6_K_SC + 16 * g + 8 * h2)));
           const int8_t *xb = xt + sb * 256 + 16 * g;
           __m256i is = _mm256_set1_epi32(-32 * (int32_t)x16[sb * 16 + g]);
+          UNROLL
           for (int e = 0; e < 4; e++) {
             int j = j0 + e;
             int G = 16 * n + j, H = 8 * n + (j & 7), sh = 2 * (2 * h + j / 8);

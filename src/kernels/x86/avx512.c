@@ -235,6 +235,7 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
     UNROLL
     for (int t = 0; t < TT; t++)
       A[t] = _mm512_setzero_si512();
+    UNROLL
     for (int g = 0; g < 16; g++) {
       int n = g / 8, h = (g / 4) & 1, j0 = 4 * (g % 4);
       __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + X16_Q6_K_SC + 16 * g)));
