@@ -102,7 +102,7 @@ void hf_model_close(hf_model *m);
 
 const hf_config *hf_model_config(const hf_model *m);
 const char *hf_model_dir(const hf_model *m);
-/* Path of a file in the directory (valid until close). */
+/* Path of a file in the directory, in a buffer of m: valid until the next hf_model_path call. */
 const char *hf_model_path(hf_model *m, const char *file);
 /* The chat template text (NUL-terminated, owned by m), or NULL if the directory has none. */
 const char *hf_model_chat_template(const hf_model *m);
