@@ -7,6 +7,7 @@
  *      batching), for each N of --conc.
  * Usage: make bench; build/bench/engine_bench -m MODEL.gguf --mmproj MMPROJ.gguf [--size 1024x768]
  *        [--conc 1,2,4,8] [--decode 32] [-t THREADS] [--skip-turns] [--skip-conc]
+ *   --direct STEPS: only decoder_step_batch on --conc sequences, wall and CPU-time tok/s.
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -103,10 +104,58 @@ static void print_turn(const char *name, const job *j) {
          j->r.image_cache_misses);
 }
 
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* decoder_step_batch on n sequences directly (no engine): wall-clock tok/s, and tok/s per second of
+ * CPU time consumed by this process, which stays meaningful on a machine shared with other jobs
+ * (with -t 1 the CPU time is the time the one core spent on it). */
+static int batch_direct(const vlm *m, const int *sizes, int n_sizes, int steps) {
+  printf("decoder_step_batch directly, %d steps after a 16-token prompt (tok/s wall | tok/s per CPU-second):\n",
+         steps);
+  for (int k = 0; k < n_sizes; k++) {
+    int n = sizes[k];
+    decoder_seq **seqs = calloc((size_t)n, sizeof *seqs);
+    int32_t *toks = malloc(sizeof *toks * (size_t)n), prompt[16];
+    for (int i = 0; i < 16; i++)
+      prompt[i] = 1000 + 17 * i;
+    qvl_status s = QVL_OK;
+    for (int i = 0; s == QVL_OK && i < n; i++) {
+      decoder_seq_params sp = {.n_ctx = 16 + steps + 1, .n_batch = 16};
+      s = decoder_seq_init(m->text, &sp, &seqs[i]);
+      decoder_input in = {.n_tokens = 16, .tokens = prompt};
+      if (s == QVL_OK)
+        s = decoder_prefill(seqs[i], &in, NULL, NULL);
+    }
+    double w0 = time_now_s(), c0 = cpu_now();
+    for (int t = 0; s == QVL_OK && t < steps; t++) {
+      for (int i = 0; i < n; i++)
+        toks[i] = 2000 + 31 * t + i;
+      s = decoder_step_batch(seqs, toks, n, NULL);
+    }
+    double wall = time_now_s() - w0, cpu = cpu_now() - c0;
+    if (s != QVL_OK) {
+      fprintf(stderr, "decoder_step_batch: %s\n", qvl_last_error());
+      return 1;
+    }
+    printf("  %d sequences: %8.2f tok/s wall | %8.2f tok/s per CPU-second (%.2f s wall, %.2f s CPU)\n", n,
+           (double)n * steps / wall, (double)n * steps / cpu, wall, cpu);
+    for (int i = 0; i < n; i++)
+      decoder_seq_free(seqs[i]);
+    free(seqs);
+    free(toks);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *model = NULL, *mmproj = NULL, *v;
   int threads = 0, w = 1024, h = 768, n_decode = 32, conc[8] = {1, 2, 4, 8}, n_conc = 4;
   bool skip_turns = false, skip_conc = false;
+  int direct_steps = 0;
   for (int i = 1; i < argc; i++) {
     if (arg_value(argc, argv, &i, "--model", "-m", &v))
       model = v;
@@ -127,13 +176,15 @@ int main(int argc, char **argv) {
       snprintf(tmp, sizeof tmp, "%s", v);
       for (char *t = strtok(tmp, ","); t && n_conc < 8; t = strtok(NULL, ","))
         conc[n_conc++] = (int)arg_int("--conc", t, 1, 64);
+    } else if (arg_value(argc, argv, &i, "--direct", NULL, &v)) {
+      direct_steps = (int)arg_int("--direct", v, 1, 4096);
     } else if (arg_flag(argv, i, "--skip-turns", NULL))
       skip_turns = true;
     else if (arg_flag(argv, i, "--skip-conc", NULL))
       skip_conc = true;
     else {
       fprintf(stderr, "usage: engine_bench -m MODEL.gguf --mmproj MMPROJ.gguf [--size 1024x768] [--conc 1,2,4,8] "
-                      "[--decode 32] [-t N] [--skip-turns] [--skip-conc]\n");
+                      "[--decode 32] [-t N] [--skip-turns] [--skip-conc] [--direct STEPS]\n");
       return 2;
     }
   }
@@ -152,6 +203,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("engine_bench: %s, isa %s, %d threads\n", model, kernels_isa(), kernels_threads());
+  if (direct_steps > 0) {
+    int rc = batch_direct(m, conc, n_conc, direct_steps);
+    vlm_free(m);
+    return rc;
+  }
   engine_config c;
   engine_config_default(&c);
   c.max_batch_size = 8;
