@@ -690,9 +690,11 @@ static qvl_status prefill_span(decoder_seq *s, const decoder_input *in, int64_t 
           !(trace_logits = malloc(bytes)))
         return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for traced logits of %lld tokens",
                           (long long)span);
-      logits_all = trace_logits - begin * V;
     }
   }
+  /* Logits rows of tokens begin .. end-1 (the caller's [n_tokens][n_vocab] from row begin, or the
+   * trace's own buffer), or NULL when only the last token's are wanted. */
+  float *lg = logits_all ? logits_all + begin * V : trace_logits;
   scratch *w = &s->w;
   int64_t chunk = s->trace ? span : (s->n_batch < w->cap ? s->n_batch : w->cap);
   int64_t base = s->kv.n;          /* cache rows before token begin */
@@ -744,17 +746,17 @@ static qvl_status prefill_span(decoder_seq *s, const decoder_input *in, int64_t 
       }
     }
     /* Output. */
-    if (logits_all) {
-      head_forward(s, w->x, nc, logits_all + c0 * V);
+    if (lg) {
+      head_forward(s, w->x, nc, lg + (c0 - begin) * V);
       emit(s, "final_norm", w->xn, nc, D);
       if (c0 + nc == end)
-        memcpy(s->logits, logits_all + (end - 1) * V, (size_t)V * sizeof(float));
+        memcpy(s->logits, lg + (end - 1 - begin) * V, (size_t)V * sizeof(float));
     } else if (c0 + nc == end) {
       head_forward(s, w->x + (nc - 1) * D, 1, s->logits);
     }
   }
-  if (logits_all)
-    emit(s, "logits", logits_all + begin * V, span, V);
+  if (lg)
+    emit(s, "logits", lg, span, V);
   free(trace_logits);
   s->kv.n = base + span;
   s->next_pos = next_pos;
