@@ -257,6 +257,34 @@ static qvl_status bind_vector(const decoder_source *src, const char *name, int64
   return QVL_OK;
 }
 
+/* llama.cpp also accepts one fused attn_qkv matrix {D, qd + 2 kvd}: the q rows, then k, then v
+ * (create_tensor_qkv). Rows are contiguous, so the three matrices are views of row ranges. */
+static qvl_status bind_fused_qkv(const decoder_source *src, const char *name, const tensor *t, int64_t D,
+                                 int64_t qd, int64_t kvd, decoder_layer *L) {
+  int64_t want[2] = {D, qd + 2 * kvd};
+  QVL_TRY(shape_check(src, name, t, want, 2));
+  size_t rb;
+  if (!dtype_supported(t->type) || !dtype_row_bytes(t->type, D, &rb))
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: tensor '%s': type %s with rows of %lld is not supported",
+                      src->label, name, dtype_name(t->type), (long long)D);
+  if (t->nbytes / rb < (size_t)(qd + 2 * kvd))
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': %zu bytes, expected %lld rows of %zu", src->label, name,
+                      t->nbytes, (long long)(qd + 2 * kvd), rb);
+  kn_weight *w[3] = {&L->wq, &L->wk, &L->wv};
+  int64_t rows[3] = {qd, kvd, kvd}, r0 = 0;
+  for (int i = 0; i < 3; i++) {
+    tensor part = *t;
+    part.ne[1] = rows[i];
+    part.data = (const char *)t->data + (size_t)r0 * rb;
+    part.nbytes = (size_t)rows[i] * rb;
+    qvl_status st = kn_weight_init(w[i], &part);
+    if (st != QVL_OK)
+      return qvl_error_prefix(st, "%s: tensor '%s': ", src->label, name);
+    r0 += rows[i];
+  }
+  return QVL_OK;
+}
+
 static qvl_status bind_layer(const decoder_model *m, int64_t il, decoder_layer *L) {
   const decoder_hparams *hp = &m->hp;
   const decoder_source *src = &m->src;
@@ -264,9 +292,16 @@ static qvl_status bind_layer(const decoder_model *m, int64_t il, decoder_layer *
   char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%lld.%s", (long long)il, s), n)
   QVL_TRY(bind_vector(src, NAME("attn_norm.weight"), D, &L->attn_norm));
-  QVL_TRY(bind_matrix(src, NAME("attn_q.weight"), D, qd, &L->wq));
-  QVL_TRY(bind_matrix(src, NAME("attn_k.weight"), D, kvd, &L->wk));
-  QVL_TRY(bind_matrix(src, NAME("attn_v.weight"), D, kvd, &L->wv));
+  const tensor *fused = NULL;
+  if (!find_tensor(src, NAME("attn_q.weight")))
+    fused = find_tensor(src, NAME("attn_qkv.weight"));
+  if (fused) {
+    QVL_TRY(bind_fused_qkv(src, n, fused, D, qd, kvd, L));
+  } else {
+    QVL_TRY(bind_matrix(src, NAME("attn_q.weight"), D, qd, &L->wq));
+    QVL_TRY(bind_matrix(src, NAME("attn_k.weight"), D, kvd, &L->wk));
+    QVL_TRY(bind_matrix(src, NAME("attn_v.weight"), D, kvd, &L->wv));
+  }
   QVL_TRY(bind_matrix(src, NAME("attn_output.weight"), qd, D, &L->wo));
   QVL_TRY(bind_vector(src, NAME("attn_q_norm.weight"), hp->head_dim, &L->q_norm));
   QVL_TRY(bind_vector(src, NAME("attn_k_norm.weight"), hp->head_dim, &L->k_norm));
@@ -276,7 +311,8 @@ static qvl_status bind_layer(const decoder_model *m, int64_t il, decoder_layer *
   QVL_TRY(bind_matrix(src, NAME("ffn_down.weight"), hp->n_ff, D, &L->w_down));
 #undef NAME
   /* Biases would change the maths silently if ignored; Qwen3 has none. */
-  static const char *const biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
+  static const char *const biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_qkv.bias",
+                                       "attn_output.bias"};
   for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
     snprintf(n, sizeof n, "blk.%lld.%s", (long long)il, biases[i]);
     if (find_tensor(src, n))

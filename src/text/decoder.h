@@ -131,7 +131,9 @@ qvl_status decoder_hparams_from_gguf(const gguf *g, decoder_hparams *hp);
 /* Builds a model from hyperparameters and a tensor source, checking every tensor's presence, shape
  * ("tensor 'blk.0.attn_q.weight': expected shape {64, 64}, found {64, 32}") and type. Matrices become
  * kn_weight (kn_weight_init may repack them); norm vectors are F32 in files, F16/BF16 are accepted
- * and dequantized. Takes ownership of src: src->release is called on failure too. */
+ * and dequantized. A layer may hold one fused blk.N.attn_qkv.weight {n_embd, (n_head + 2 n_head_kv)
+ * head_dim} (q rows, then k, then v) instead of attn_q/k/v, as llama.cpp accepts; attention biases
+ * are refused. Takes ownership of src: src->release is called on failure too. */
 qvl_status decoder_init(const decoder_hparams *hp, const decoder_source *src, decoder_model **out);
 
 /* Opens a text GGUF and loads it (the file stays mapped until decoder_free). */

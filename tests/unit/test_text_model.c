@@ -533,7 +533,11 @@ typedef struct tiny_opts {
   const char *str_key;       /* metadata key written as a string instead of a number */
   qvl_dtype norm_type;       /* storage of the norm vectors (F32 = 0 by default) */
   bool tied;
+  bool fused_qkv;            /* one attn_qkv matrix instead of attn_q/k/v */
 } tiny_opts;
+
+/* Tensor i of the tiny model holds data[TINY_OFFSET(i) ..], so no two tensors hold the same values. */
+#define TINY_OFFSET(i) ((size_t)(i) * 7)
 
 static void *tiny_gguf(const tiny_opts *o, size_t *size) {
   gguf_writer *w = gguf_writer_init();
@@ -562,7 +566,7 @@ static void *tiny_gguf(const tiny_opts *o, size_t *size) {
   int32_t sec[4] = {1, 1, 0, 0};
   if (!o->skip_key || strcmp(o->skip_key, "qwen3vl.rope.dimension_sections") != 0)
     gguf_writer_set_array(w, "qwen3vl.rope.dimension_sections", GGUF_TYPE_INT32, sec, 4);
-  static float data[TFF * TV * 2];
+  static float data[512]; /* >= the largest offset + the largest tensor (doubled for bad_tensor) */
   for (size_t i = 0; i < sizeof data / sizeof data[0]; i++)
     data[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;
   struct {
@@ -575,20 +579,34 @@ static void *tiny_gguf(const tiny_opts *o, size_t *size) {
            {"blk.0.attn_q_norm.weight", THD, 0},  {"blk.0.attn_k_norm.weight", THD, 0},
            {"blk.0.ffn_norm.weight", TD, 0},      {"blk.0.ffn_gate.weight", TD, TFF},
            {"blk.0.ffn_up.weight", TD, TFF},      {"blk.0.ffn_down.weight", TFF, TD}};
+  if (o->fused_qkv) {
+    /* Rows of q, then k, then v, as the unfused file stores them (tensors 4, 5, 6 below). */
+    static float qkv[(TH + 2 * TKV) * THD * TD];
+    memcpy(qkv, data + TINY_OFFSET(4), sizeof(float) * TH * THD * TD);
+    memcpy(qkv + TH * THD * TD, data + TINY_OFFSET(5), sizeof(float) * TKV * THD * TD);
+    memcpy(qkv + (TH + TKV) * THD * TD, data + TINY_OFFSET(6), sizeof(float) * TKV * THD * TD);
+    gguf_writer_add_tensor(w, "blk.0.attn_qkv.weight", QVL_DTYPE_F32, 2, (int64_t[]){TD, (TH + 2 * TKV) * THD},
+                           qkv);
+  }
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     if (o->tied && strcmp(t[i].name, "output.weight") == 0)
+      continue;
+    if (o->fused_qkv && (strcmp(t[i].name, "blk.0.attn_q.weight") == 0 || strcmp(t[i].name, "blk.0.attn_k.weight") == 0 ||
+                         strcmp(t[i].name, "blk.0.attn_v.weight") == 0))
       continue;
     int64_t ne[2] = {t[i].ne0, t[i].ne1};
     if (o->bad_tensor && strcmp(o->bad_tensor, t[i].name) == 0)
       ne[1] = ne[1] ? ne[1] * 2 : 2;
     if (ne[1] == 0 && o->norm_type != QVL_DTYPE_F32) {
       uint16_t h[TFF];
-      for (int64_t k = 0; k < ne[0]; k++)
-        h[k] = o->norm_type == QVL_DTYPE_F16 ? f32_to_fp16(data[k]) : f32_to_bf16(data[k]);
+      for (int64_t k = 0; k < ne[0]; k++) {
+        float v = data[TINY_OFFSET(i) + k];
+        h[k] = o->norm_type == QVL_DTYPE_F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+      }
       gguf_writer_add_tensor(w, t[i].name, o->norm_type, 1, ne, h);
       continue;
     }
-    gguf_writer_add_tensor(w, t[i].name, QVL_DTYPE_F32, ne[1] ? 2 : 1, ne, data);
+    gguf_writer_add_tensor(w, t[i].name, QVL_DTYPE_F32, ne[1] ? 2 : 1, ne, data + TINY_OFFSET(i));
   }
   void *mem = NULL;
   if (gguf_writer_save_mem(w, &mem, size) != QVL_OK)
@@ -684,6 +702,30 @@ static void test_errors(void) {
     tiny_unload(m);
   }
 
+  /* A fused attn_qkv matrix gives the same logits as separate q/k/v (bit for bit). */
+  {
+    int32_t ids[5] = {1, 2, 3, 4, 5};
+    float ref[5 * TV], got[5 * TV];
+    bool loaded = true;
+    for (int k = 0; k < 2; k++) {
+      tiny_opts o = {.arch = "qwen3vl", .fused_qkv = k == 1};
+      s = tiny_load(&o, &m);
+      CHECK(s == QVL_OK, "fused %d: %s", k, qvl_last_error());
+      decoder_seq *seq = NULL;
+      decoder_seq_params sp = {.n_ctx = 8};
+      if (s != QVL_OK || decoder_seq_init(m, &sp, &seq) != QVL_OK) {
+        loaded = false;
+        tiny_unload(m);
+        break;
+      }
+      decoder_input in = {.n_tokens = 5, .tokens = ids};
+      CHECK(decoder_prefill(seq, &in, k ? got : ref, NULL) == QVL_OK, "prefill: %s", qvl_last_error());
+      decoder_seq_free(seq);
+      tiny_unload(m);
+    }
+    CHECK(loaded && memcmp(ref, got, sizeof ref) == 0, "fused attn_qkv logits differ");
+  }
+
   tiny_opts tied = {.arch = "qwen3vl", .tied = true};
   CHECK(tiny_load(&tied, &m) == QVL_OK && m && m->tied && m->head == &m->tok_embd, "tied: %s", qvl_last_error());
   tiny_unload(m);
@@ -695,11 +737,13 @@ static void test_errors(void) {
     s = tiny_load(&o, &m);
     CHECK(s == QVL_OK, "%s norms: %s", dtype_name(nt[k]), qvl_last_error());
     if (m) {
-      /* tiny_gguf fills every tensor with data[i] = ((i * 37) % 17) / 17 - 0.5. */
-      float want = (float)((3 * 37) % 17) / 17.0f - 0.5f;
-      float got = m->layers[0].ffn_norm[3];
-      float exp = k == 0 ? fp16_to_f32(f32_to_fp16(want)) : bf16_to_f32(f32_to_bf16(want));
-      CHECK(got == exp && m->output_norm[3] == exp, "%s norm value %g, expected %g", dtype_name(nt[k]), got, exp);
+      /* tiny_gguf: data[j] = ((j * 37) % 17) / 17 - 0.5; ffn_norm is tensor 10, output_norm 1. */
+      size_t jf = TINY_OFFSET(10) + 3, jo = TINY_OFFSET(1) + 3;
+      float wf = (float)((jf * 37) % 17) / 17.0f - 0.5f, wo = (float)((jo * 37) % 17) / 17.0f - 0.5f;
+      float ef = k == 0 ? fp16_to_f32(f32_to_fp16(wf)) : bf16_to_f32(f32_to_bf16(wf));
+      float eo = k == 0 ? fp16_to_f32(f32_to_fp16(wo)) : bf16_to_f32(f32_to_bf16(wo));
+      CHECK(m->layers[0].ffn_norm[3] == ef && m->output_norm[3] == eo, "%s norm values %g %g, expected %g %g",
+            dtype_name(nt[k]), m->layers[0].ffn_norm[3], m->output_norm[3], ef, eo);
     }
     tiny_unload(m);
   }
