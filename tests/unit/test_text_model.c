@@ -697,6 +697,28 @@ static void test_errors(void) {
           err = fmax(err, fabs((double)lg[v] - all[t * TV + v]));
       }
       CHECK(err < 1e-5, "decode steps vs prefill: %g", err);
+
+      /* A second prefill continues the positions (pos = NULL) and the cache. */
+      decoder_seq_reset(seq);
+      in.n_tokens = 2;
+      CHECK(decoder_prefill(seq, &in, NULL, NULL) == QVL_OK, "prefill 2");
+      decoder_input rest = {.n_tokens = 3, .tokens = ids + 2};
+      CHECK(decoder_prefill(seq, &rest, NULL, &lg) == QVL_OK && decoder_seq_next_pos(seq) == 5, "prefill 3 more");
+      err = 0;
+      for (int v = 0; v < TV; v++)
+        err = fmax(err, fabs((double)lg[v] - all[4 * TV + v]));
+      CHECK(err < 1e-5, "two prefills vs one: %g", err);
+
+      /* Embedding rows in (decoder_embed) give the same logits as token ids. */
+      float emb[5 * TD];
+      CHECK(decoder_embed(m, ids, 5, emb) == QVL_OK, "embed");
+      CHECK(decoder_embed(m, (int32_t[]){TV}, 1, emb) == QVL_ERR_INVALID_ARG, "embed of an id out of range");
+      CHECK(decoder_embed(m, ids, 5, emb) == QVL_OK, "embed");
+      decoder_seq_reset(seq);
+      decoder_input ein = {.n_tokens = 5, .embd = emb};
+      float all2[5 * TV];
+      CHECK(decoder_prefill(seq, &ein, all2, NULL) == QVL_OK, "prefill embd: %s", qvl_last_error());
+      CHECK(memcmp(all, all2, sizeof all) == 0, "embeddings in != token ids in");
       decoder_seq_free(seq);
     }
     tiny_unload(m);
