@@ -8,6 +8,7 @@
 #include "base/status.h"
 
 typedef struct cand {
+  double w;      /* exp(logit - max logit), filled once the max is known */
   float logit;
   int32_t id;
 } cand;
@@ -220,6 +221,47 @@ static float kth_largest(cand *c, int64_t n, int64_t k) {
   return c[want].logit;
 }
 
+/*
+ * Top-p without sorting the vocabulary: in the order of cand_cmp (logit descending, then id), a
+ * token is kept while the mass ranked strictly above it is < P (= p * total mass); at least one.
+ * A quickselect that partitions by rank and descends by mass finds the cut in O(n) expected time
+ * and leaves exactly the kept tokens in c[0 .. keep), unordered. Returns keep.
+ */
+static int64_t top_p_select(cand *c, int64_t n, double P) {
+  int64_t lo = 0, hi = n;
+  double acc = 0.0; /* mass of the ranks below lo, all kept */
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    cand t = c[mid];
+    c[mid] = c[hi - 1];
+    c[hi - 1] = t;
+    const cand *pivot = &c[hi - 1];
+    int64_t store = lo;
+    double above = 0.0;
+    for (int64_t i = lo; i < hi - 1; i++)
+      if (cand_cmp(&c[i], pivot) < 0) {
+        t = c[i];
+        c[i] = c[store];
+        c[store] = t;
+        above += c[store].w;
+        store++;
+      }
+    t = c[store];
+    c[store] = c[hi - 1];
+    c[hi - 1] = t;
+    /* c[lo .. store) rank above the pivot, now at c[store]. */
+    if (store > 0 && acc + above >= P) {
+      hi = store; /* the cut is among the ranks above the pivot */
+    } else {
+      acc += above + c[store].w; /* the pivot is kept: the mass above it is < P */
+      if (acc >= P)
+        return store + 1;
+      lo = store + 1;
+    }
+  }
+  return lo > 0 ? lo : 1;
+}
+
 int32_t sampler_sample(sampler *s, float *logits) {
   int64_t V = s->n_vocab;
   /* NaN is never a candidate: treat it as filtered out. */
@@ -237,13 +279,16 @@ int32_t sampler_sample(sampler *s, float *logits) {
 
   cand *c = s->cands;
   int64_t n = 0;
+  float mx = -INFINITY;
   for (int64_t i = 0; i < V; i++)
-    if (logits[i] > -INFINITY)
-      c[n++] = (cand){logits[i], (int32_t)i};
+    if (logits[i] > -INFINITY) {
+      c[n++] = (cand){0.0, logits[i], (int32_t)i};
+      if (logits[i] > mx)
+        mx = logits[i];
+    }
   if (n == 0)
     return 0;
 
-  bool sorted = false;
   if (s->p.top_k > 0 && s->p.top_k < n) {
     float thr = kth_largest(c, n, s->p.top_k);
     int64_t m = 0;
@@ -251,63 +296,42 @@ int32_t sampler_sample(sampler *s, float *logits) {
       if (c[i].logit >= thr)
         c[m++] = c[i];
     n = m;
-    qsort(c, (size_t)n, sizeof *c, cand_cmp); /* k (plus ties) rows: cheap */
-    sorted = true;
   }
-  /* The largest logit: every exp below is of (l - mx) <= 0, so nothing overflows even for tiny
-   * temperatures. */
-  float mx = c[0].logit;
-  for (int64_t i = 1; i < n; i++)
-    if (c[i].logit > mx)
-      mx = c[i].logit;
+  /* Relative to the largest logit every weight is <= 1: nothing overflows even for tiny
+   * temperatures, and min-p compares weights directly (p_i / p_max = w_i). */
+  double total = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    c[i].w = exp((double)c[i].logit - (double)mx);
+    total += c[i].w;
+  }
   if (s->p.top_p < 1.0f) {
-    double total = 0.0, p = s->p.top_p;
+    n = top_p_select(c, n, (double)s->p.top_p * total);
+    total = 0.0;
     for (int64_t i = 0; i < n; i++)
-      total += exp((double)c[i].logit - (double)mx);
-    /* Sort only as many of the best as the cut needs: the top m by quickselect, growing m until
-     * the mass above a token reaches p (usually within the first few hundred of a vocabulary). */
-    int64_t m = sorted || n <= 256 ? n : 256;
-    for (;;) {
-      if (!sorted) {
-        if (m < n)
-          kth_largest(c, n, m);
-        qsort(c, (size_t)m, sizeof *c, cand_cmp);
-      }
-      double above = 0.0;
-      int64_t keep = 0;
-      while (keep < m && (keep == 0 || above / total < p)) {
-        above += exp((double)c[keep].logit - (double)mx);
-        keep++;
-      }
-      if (keep < m || m == n) {
-        n = keep;
-        break;
-      }
-      m = m > n / 8 ? n : m * 8;
-    }
+      total += c[i].w;
   }
   if (s->p.min_p > 0.0f) {
-    /* p_i / p_max = exp(l_i - l_max); HF removes p_i < min_p * p_max. */
+    /* HF removes p_i < min_p * p_max; the top token (w = 1) always stays. */
     double lim = (double)s->p.min_p;
     int64_t m = 0;
+    total = 0.0;
     for (int64_t i = 0; i < n; i++)
-      if (!(exp((double)c[i].logit - (double)mx) < lim))
+      if (!(c[i].w < lim)) {
         c[m++] = c[i];
+        total += c[i].w;
+      }
     n = m;
   }
 
-  /* Draw in the candidates' current order, which depends only on the logits (id order, or the
-   * sorted order when a filter sorted them), so a seed reproduces its tokens. */
+  /* Draw in the candidates' current order, which depends only on the logits (the selections
+   * above are deterministic), so a seed reproduces its tokens. */
   for (int64_t i = 0; i < V; i++)
     logits[i] = -INFINITY;
-  double total = 0.0;
-  for (int64_t i = 0; i < n; i++) {
+  for (int64_t i = 0; i < n; i++)
     logits[c[i].id] = c[i].logit;
-    total += exp((double)c[i].logit - (double)mx);
-  }
   double u = sampler_uniform(s) * total, acc = 0.0;
   for (int64_t i = 0; i < n; i++) {
-    acc += exp((double)c[i].logit - (double)mx);
+    acc += c[i].w;
     if (u < acc)
       return c[i].id;
   }
