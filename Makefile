@@ -3,6 +3,9 @@
 
 CC ?= cc
 comma := ,
+# `make V=1` shows full command lines.
+Q := $(if $(filter 1,$(V)),,@)
+say = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' $(1) $(2))
 SAN ?= 0
 BUILD ?= build/$(if $(filter 1,$(SAN)),san,rel)$(if $(filter clang,$(notdir $(CC))),-clang,)
 
@@ -33,21 +36,24 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 
-.PHONY: all test test-san fuzz clean FORCE
+.PHONY: all test test-san fuzz clean serve qvl-bin FORCE
 all: $(BUILD)/qvl $(TEST_BIN) $(FUZZ_REPLAY)
 	@ln -sf $(BUILD)/qvl qvl
 
 $(BUILD)/libqvl.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(call say,AR,$@)
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/src/kernels/x86/%.o: src/kernels/x86/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(ISA_FLAGS_$(basename $(notdir $<))) -c $< -o $@
+	$(call say,CC,$<)
+	$(Q)$(CC) $(CFLAGS_ALL) $(ISA_FLAGS_$(basename $(notdir $<))) -c $< -o $@
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(call say,CC,$<)
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 # Build tool, run on this machine: plain flags (no sanitizers), whatever the build mode.
 $(BUILD)/tools/embed: tools/embed.c
@@ -67,16 +73,23 @@ $(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/qvl: $(APP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libqvl.a
-	$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+
+# Just the program (what `make serve` needs), without the tests.
+qvl-bin: $(BUILD)/qvl
+	@ln -sf $(BUILD)/qvl qvl
 
 $(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libqvl.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
 
 # Fuzz targets: a replay driver (tests/fuzz/replay.c) runs each corpus file through the target.
 $(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libqvl.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
 
 # libFuzzer builds (clang): make fuzz; run e.g. build/fuzz/fuzz_gguf tests/fuzz/corpus/gguf
 fuzz: $(BUILD)/gen/web_assets.c
@@ -94,6 +107,16 @@ bench: $(BENCH_BIN)
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libqvl.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
+
+# One command for a new user: install what is missing (apt), build, download the default model into
+# the cache on first use and serve the web UI and the API at http://127.0.0.1:8080.
+# Another model: make serve MODEL_SPEC=Qwen/Qwen3-VL-2B-Instruct-GGUF:Q4_K_M, or SERVE_ARGS="-m FILE.gguf --mmproj MMPROJ.gguf".
+MODEL_SPEC ?= Qwen/Qwen3-VL-2B-Instruct-GGUF:Q8_0
+SERVE_ARGS ?= --hf $(MODEL_SPEC)
+serve:
+	@tools/install-deps.sh
+	@$(MAKE) --no-print-directory -j2 qvl-bin
+	./qvl serve $(SERVE_ARGS)
 
 test: all
 	@BUILD=$(BUILD) tests/run.sh

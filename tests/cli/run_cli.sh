@@ -7,7 +7,6 @@ cd "$(dirname "$0")/../.."
 QVL=$BUILD/qvl
 E2E=tests/fixtures/models/e2e/gguf
 CASES=tests/fixtures/cases/e2e/q8_0
-PY=/usr/bin/python3
 pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
