@@ -1,6 +1,7 @@
 /* Sampler and stop conditions against hand-computed expectations. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qvl.h"
@@ -210,6 +211,57 @@ static void test_large_vocab(void) {
   sampler_free(s);
 }
 
+/* Top-p against a plain sort-and-walk, on random logits with many ties. */
+typedef struct ref_cand {
+  float l;
+  int id;
+} ref_cand;
+
+static int ref_cmp(const void *a, const void *b) {
+  const ref_cand *x = a, *y = b;
+  if (x->l != y->l)
+    return x->l > y->l ? -1 : 1;
+  return x->id - y->id;
+}
+
+static void test_top_p_random(void) {
+  enum { V = 3000 };
+  static float l[V];
+  static ref_cand r[V];
+  unsigned rng = 99;
+  int bad = 0;
+  for (int round = 0; round < 40; round++) {
+    sampler_params p = sampler_default_params();
+    p.temperature = 1.0f;
+    rng = rng * 1664525u + 1013904223u;
+    p.top_p = (float)((rng >> 8) % 1000) / 1000.0f;
+    sampler *s = make(p, V);
+    int levels = 2 + round * 5; /* few distinct values: many ties at the cut */
+    for (int i = 0; i < V; i++) {
+      rng = rng * 1664525u + 1013904223u;
+      l[i] = (float)((rng >> 8) % (unsigned)levels) * 0.37f;
+      r[i] = (ref_cand){l[i], i};
+    }
+    qsort(r, V, sizeof r[0], ref_cmp);
+    double total = 0, above = 0;
+    for (int i = 0; i < V; i++)
+      total += exp((double)r[i].l - (double)r[0].l);
+    int keep = 0;
+    while (keep < V && (keep == 0 || above / total < p.top_p)) {
+      above += exp((double)r[keep].l - (double)r[0].l);
+      keep++;
+    }
+    sampler_sample(s, l);
+    for (int i = 0; i < V; i++)
+      if ((l[r[i].id] > -INFINITY) != (i < keep)) {
+        bad++;
+        break;
+      }
+    sampler_free(s);
+  }
+  CHECK(bad == 0, "top-p kept set differs from sort-and-walk in %d of 40 rounds", bad);
+}
+
 static void test_seed(void) {
   sampler_params p = sampler_default_params();
   p.temperature = 1.0f;
@@ -343,6 +395,7 @@ int main(void) {
   test_top_k();
   test_top_p_min_p();
   test_large_vocab();
+  test_top_p_random();
   test_seed();
   test_params();
   test_stop();
