@@ -217,6 +217,9 @@ INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
   }
 }
 
+/* Q6_K: one qh group (2 high bits of 4 c-groups) and the two ql groups that share it give 4
+ * c-groups of 16 rows x 4 quants: elements 128n + 32m + 4jq for m = 0..3. The 16-element scale
+ * groups are g = 8n + 2m + jq/4, so four isum accumulators (one per m) run over jq = 4jb..4jb+3. */
 INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
                        __m512 *acc) {
   int64_t ns = n_in / 256;
@@ -236,29 +239,44 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
     for (int t = 0; t < TT; t++)
       A[t] = _mm512_setzero_si512();
     UNROLL
-    for (int g = 0; g < 16; g++) {
-      int n = g / 8, h = (g / 4) & 1, j0 = 4 * (g % 4);
-      __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + X16_Q6_K_SC + 16 * g)));
-      __m512i q[4];
+    for (int n = 0; n < 2; n++) {
       UNROLL
-      for (int e = 0; e < 4; e++) {
-        int j = j0 + e;
-        int G = 16 * n + j, H = 8 * n + (j & 7), sh = 2 * (2 * h + j / 8);
-        __m512i ql = _mm512_loadu_si512(blk + X16_Q6_K_QL + G * 64);
-        __m512i qh = _mm512_loadu_si512(blk + X16_Q6_K_QH + H * 64);
-        __m512i a = h ? _mm512_srli_epi16(ql, 4) : ql;
-        __m512i b = sh <= 4 ? _mm512_slli_epi16(qh, 4 - sh) : _mm512_srli_epi16(qh, sh - 4);
-        /* (a & 0x0F) | (b & 0x30) */
-        q[e] = _mm512_or_si512(_mm512_and_si512(a, m0f), _mm512_and_si512(b, m30));
-      }
-      UNROLL
-      for (int t = 0; t < TT; t++) {
-        const int8_t *xb = xq + (size_t)t * xs + sb * 256 + 16 * g;
-        __m512i is = _mm512_set1_epi32(-32 * (int32_t)x16[t][sb * 16 + g]);
+      for (int jb = 0; jb < 2; jb++) {
+        __m512i is[4][4]; /* [t][m] */
         UNROLL
-        for (int e = 0; e < 4; e++)
-          is = _mm512_dpbusd_epi32(is, q[e], bcast4(xb + 4 * e));
-        A[t] = _mm512_add_epi32(A[t], _mm512_mullo_epi32(is, sc));
+        for (int t = 0; t < TT; t++) {
+          UNROLL
+          for (int m = 0; m < 4; m++)
+            is[t][m] = _mm512_set1_epi32(-32 * (int32_t)x16[t][sb * 16 + 8 * n + 2 * m + jb]);
+        }
+        UNROLL
+        for (int jq = 4 * jb; jq < 4 * jb + 4; jq++) {
+          __m512i qh = _mm512_loadu_si512(blk + X16_Q6_K_QH + (8 * n + jq) * 64);
+          __m512i qa = _mm512_loadu_si512(blk + X16_Q6_K_QL + (16 * n + jq) * 64);
+          __m512i qb = _mm512_loadu_si512(blk + X16_Q6_K_QL + (16 * n + jq + 8) * 64);
+          __m512i q[4];
+          /* (low nibble & 0x0F) | (high bits & 0x30): ternary logic 0xEA = (A & B) | C */
+          q[0] = _mm512_ternarylogic_epi32(qa, m0f, _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30), 0xEA);
+          q[1] = _mm512_ternarylogic_epi32(qb, m0f, _mm512_and_si512(_mm512_slli_epi16(qh, 2), m30), 0xEA);
+          q[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(qa, 4), m0f, _mm512_and_si512(qh, m30), 0xEA);
+          q[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(qb, 4), m0f,
+                                           _mm512_and_si512(_mm512_srli_epi16(qh, 2), m30), 0xEA);
+          UNROLL
+          for (int t = 0; t < TT; t++) {
+            const int8_t *xb = xq + (size_t)t * xs + sb * 256 + 128 * n + 4 * jq;
+            UNROLL
+            for (int m = 0; m < 4; m++)
+              is[t][m] = _mm512_dpbusd_epi32(is[t][m], q[m], bcast4(xb + 32 * m));
+          }
+        }
+        UNROLL
+        for (int m = 0; m < 4; m++) {
+          __m512i sc = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128((const __m128i *)(blk + X16_Q6_K_SC + 16 * (8 * n + 2 * m + jb))));
+          UNROLL
+          for (int t = 0; t < TT; t++)
+            A[t] = _mm512_add_epi32(A[t], _mm512_mullo_epi32(is[t][m], sc));
+        }
       }
     }
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
@@ -326,6 +344,32 @@ DEFINE_PANEL_RUN(run_q6k_1, 1, Q6K_BODY(1))
 
 typedef void (*panel_fn)(const kn_mm *m, int64_t p, int64_t t);
 
+/* GEMV on float weights: one FMA chain per panel is latency-bound (4 cycles per 16 outputs), so
+ * four panels run side by side. Each output keeps exactly the same operation sequence as in
+ * panel_float, so results equal the batched path bit for bit. */
+INLINE void gemv_float4(const kn_mm *m, int64_t p, int L) {
+  const kn_weight *w = m->w;
+  size_t esz = L == KN_LAYOUT_X16_F32 ? 64 : 32, panel = (size_t)w->n_in * esz;
+  const uint8_t *pw = (const uint8_t *)w->packed + (size_t)p * panel;
+  const float *x = m->x;
+  __m512 acc[4];
+  UNROLL
+  for (int k = 0; k < 4; k++)
+    acc[k] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < w->n_in; i++) {
+    __m512 xv = _mm512_set1_ps(x[i]);
+    UNROLL
+    for (int k = 0; k < 4; k++)
+      acc[k] = _mm512_fmadd_ps(load_w16(pw + (size_t)k * panel + (size_t)i * esz, L), xv, acc[k]);
+  }
+  UNROLL
+  for (int k = 0; k < 4; k++)
+    panel_store(m, p + k, 0, 1, &acc[k]);
+}
+static void gemv4_f32(const kn_mm *m, int64_t p) { gemv_float4(m, p, KN_LAYOUT_X16_F32); }
+static void gemv4_f16(const kn_mm *m, int64_t p) { gemv_float4(m, p, KN_LAYOUT_X16_F16); }
+static void gemv4_bf16(const kn_mm *m, int64_t p) { gemv_float4(m, p, KN_LAYOUT_X16_BF16); }
+
 /* Runs panels [r0/16, r1/16) x tokens [t0, t1) with the widest token count first. run[0] handles
  * the largest chunk (max_tt tokens), run[1] half of it, ... down to 1 token. */
 static void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
@@ -346,6 +390,16 @@ static void tile_float(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64
   static const panel_fn f16[] = {run_f16_8, run_f16_4, run_f16_2, run_f16_1};
   static const panel_fn bf16[] = {run_bf16_8, run_bf16_4, run_bf16_2, run_bf16_1};
   int l = m->w->layout;
+  if (t0 == 0 && t1 == 1 && m->n_tokens == 1) {
+    int64_t p = r0 / PR, p1 = (r1 + PR - 1) / PR;
+    void (*g4)(const kn_mm *, int64_t) =
+        l == KN_LAYOUT_X16_F32 ? gemv4_f32 : l == KN_LAYOUT_X16_F16 ? gemv4_f16 : gemv4_bf16;
+    for (; p + 4 <= p1; p += 4)
+      g4(m, p);
+    r0 = p * PR; /* the remaining panels go through the normal path */
+    if (r0 >= r1)
+      return;
+  }
   tile_generic(m, r0, r1, t0, t1, l == KN_LAYOUT_X16_F32 ? f32 : l == KN_LAYOUT_X16_F16 ? f16 : bf16, 8);
 }
 static void tile_q8_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
