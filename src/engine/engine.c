@@ -183,6 +183,10 @@ static void deliver(request *r) {
   request_free(r);
 }
 
+/* Rows of one model step: a decode row per running sequence + a prefill budget. Each sequence's
+ * work buffers are sized for it, because the first sequence of a step serves the whole step. */
+static int64_t step_rows(const engine *e) { return (int64_t)e->c.prefill_chunk + e->c.max_batch_size; }
+
 /* ---- submit / cancel / stats ----------------------------------------------------------------- */
 
 qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
@@ -242,7 +246,7 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
   if (s == QVL_OK) {
-    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .n_batch = e->c.prefill_chunk};
+    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .n_batch = step_rows(e)};
     uint64_t need = decoder_seq_bytes(e->m->text, &sp);
     if (need == 0 || need > (uint64_t)e->kv_total)
       s = qvl_errorf(QVL_ERR_TOO_LARGE,
@@ -318,7 +322,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
 static qvl_status request_begin(engine *e, request *r) {
   const vlm *m = e->m;
   int64_t V = m->text->hp.n_vocab;
-  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .n_batch = e->c.prefill_chunk};
+  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .n_batch = step_rows(e)};
   QVL_TRY(decoder_seq_init(m->text, &sp, &r->seq));
   QVL_TRY(sampler_init(&r->gen.sampling, V, &r->smp));
   QVL_TRY(sampler_add_prompt(r->smp, r->p.ids, r->p.n));
@@ -413,23 +417,6 @@ static qvl_status vision_step(engine *e, request *r) {
   }
   if (r->next_image >= p->n_images && !r->vjob)
     r->state = RQ_PREFILL;
-  return QVL_OK;
-}
-
-static qvl_status prefill_step(engine *e, request *r) {
-  decoder_input in = vlm_prompt_input(&r->p);
-  int64_t end = r->n_prefilled + e->c.prefill_chunk;
-  if (end > r->p.n)
-    end = r->p.n;
-  double t0 = time_now_s();
-  const float *logits = NULL;
-  QVL_TRY(decoder_prefill_part(r->seq, &in, r->n_prefilled, end, &logits));
-  r->prefill_s += time_now_s() - t0;
-  r->n_prefilled = end;
-  if (end == r->p.n) {
-    r->logits = logits;
-    r->state = RQ_DECODE;
-  }
   return QVL_OK;
 }
 
@@ -558,39 +545,67 @@ static struct timespec abs_time(double t) {
   return ts;
 }
 
-/* Decode: every sequence with logits samples; those that go on advance in one batched step. */
-static void decode_step(engine *e) {
-  decoder_seq *seqs[ENGINE_MAX_BATCH];
+/*
+ * One model step for everyone: every sequence with logits samples its next token; then those that go
+ * on (one row each) and the next prefill pieces of requests still reading their prompt (up to
+ * prefill_chunk rows in all, in admission order) run through the decoder in ONE forward, so the
+ * weights are read once per step however many requests are active.
+ */
+static void model_step(engine *e) {
+  decoder_batch_item items[ENGINE_MAX_BATCH];
+  decoder_input ins[ENGINE_MAX_BATCH];
   request *who[ENGINE_MAX_BATCH];
-  int32_t toks[ENGINE_MAX_BATCH];
   const float *logits[ENGINE_MAX_BATCH];
-  int nb = 0;
+  int nb = 0, n_decode = 0;
   for (int i = 0; i < e->n_run; i++) {
     request *r = e->run[i];
     if (r->finished || r->state != RQ_DECODE)
       continue;
     int32_t tok;
     if (sample_one(e, r, &tok)) {
-      seqs[nb] = r->seq;
-      who[nb] = r;
-      toks[nb++] = tok;
+      items[nb] = (decoder_batch_item){.seq = r->seq, .token = tok};
+      who[nb++] = r;
     }
+  }
+  n_decode = nb;
+  int64_t budget = e->c.prefill_chunk;
+  for (int i = 0; i < e->n_run && budget > 0; i++) {
+    request *r = e->run[i];
+    if (r->finished || r->state != RQ_PREFILL)
+      continue;
+    int64_t end = r->n_prefilled + budget < r->p.n ? r->n_prefilled + budget : r->p.n;
+    ins[nb] = vlm_prompt_input(&r->p);
+    items[nb] = (decoder_batch_item){.seq = r->seq, .in = &ins[nb], .begin = r->n_prefilled, .end = end,
+                                     .logits = end == r->p.n};
+    who[nb++] = r;
+    budget -= end - r->n_prefilled;
   }
   if (nb == 0)
     return;
   double t0 = time_now_s();
-  qvl_status s = decoder_step_batch(seqs, toks, nb, logits);
+  qvl_status s = decoder_forward_batch(items, nb, logits);
   double t1 = time_now_s();
   for (int i = 0; i < nb; i++) {
-    if (s == QVL_OK)
-      who[i]->logits = logits[i];
-    else
-      set_error(who[i], s, "error", qvl_last_error());
+    request *r = who[i];
+    if (s != QVL_OK) {
+      set_error(r, s, "error", qvl_last_error());
+      continue;
+    }
+    if (i < n_decode) {
+      r->logits = logits[i];
+      continue;
+    }
+    r->prefill_s += t1 - t0;
+    r->n_prefilled = items[i].end;
+    if (items[i].logits) {
+      r->logits = logits[i];
+      r->state = RQ_DECODE;
+    }
   }
-  if (s != QVL_OK)
+  if (s != QVL_OK || n_decode == 0)
     return;
   /* Aggregate decode speed over windows of about a second of decoding. */
-  e->win_tokens += nb;
+  e->win_tokens += n_decode;
   if (e->win_t0 == 0)
     e->win_t0 = t0;
   if (t1 - e->win_t0 >= 1.0) {
@@ -702,7 +717,7 @@ static void *engine_main(void *arg) {
           set_error(r, s, "error", qvl_last_error());
       }
     }
-    /* One vision unit and one prefill chunk per iteration, then a decode step for everyone. */
+    /* One vision slice per iteration, then one forward: decode rows + prefill pieces. */
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
       if (!r->finished && r->state == RQ_VISION) {
@@ -712,16 +727,7 @@ static void *engine_main(void *arg) {
         break;
       }
     }
-    for (int i = 0; i < e->n_run; i++) {
-      request *r = e->run[i];
-      if (!r->finished && r->state == RQ_PREFILL) {
-        qvl_status s = prefill_step(e, r);
-        if (s != QVL_OK)
-          set_error(r, s, "error", qvl_last_error());
-        break;
-      }
-    }
-    decode_step(e);
+    model_step(e);
     reap(e);
   }
   return NULL;

@@ -824,10 +824,15 @@ qvl_status decoder_step(decoder_seq *s, int32_t token, const float **logits) {
   return st;
 }
 
-/* Grows the batch buffers of w to hold n rows (only when a larger batch than ever before comes). */
+/* Grows the work buffers of w to hold n rows (only when a larger batch than ever before comes). */
 static qvl_status batch_reserve(scratch *w, const decoder_hparams *hp, int64_t n) {
   if (w->cap < n)
     QVL_TRY(scratch_alloc(w, hp, n));
+  return QVL_OK;
+}
+
+/* Grows the gathered-logits buffer to n rows (n > 1; one row goes straight to the sequence). */
+static qvl_status batch_reserve_logits(scratch *w, const decoder_hparams *hp, int64_t n) {
   if (n > 1 && w->logits_cap < n) {
     size_t bytes;
     float *l = NULL;
@@ -840,57 +845,148 @@ static qvl_status batch_reserve(scratch *w, const decoder_hparams *hp, int64_t n
   return QVL_OK;
 }
 
-qvl_status decoder_step_batch(decoder_seq **seqs, const int32_t *tokens, int n, const float **logits) {
+/* Checks one item of a mixed batch; *rows = the rows it adds. */
+static qvl_status check_item(const decoder_model *m, const decoder_batch_item *it, int i, int64_t *rows) {
+  const decoder_seq *s = it->seq;
+  const decoder_hparams *hp = &m->hp;
+  if (!s || s->m != m)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: batch item %d has no sequence of this model", i);
+  if (it->in) {
+    if (it->begin < 0 || it->end <= it->begin || it->end > it->in->n_tokens)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: batch item %d: prefill range %lld..%lld outside the input "
+                        "of %lld tokens", i, (long long)it->begin, (long long)it->end, (long long)it->in->n_tokens);
+    QVL_TRY(check_input(s, it->in, it->begin, it->end));
+    *rows = it->end - it->begin;
+    return QVL_OK;
+  }
+  if (it->token < 0 || it->token >= hp->n_vocab)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "token id %d is outside the vocabulary (0..%lld)", (int)it->token,
+                      (long long)hp->n_vocab - 1);
+  if (s->kv.n >= s->kv.n_ctx)
+    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "context of %lld tokens is full", (long long)s->kv.n_ctx);
+  if (s->next_pos >= INT32_MAX)
+    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "positions beyond %d", INT32_MAX);
+  *rows = 1;
+  return QVL_OK;
+}
+
+qvl_status decoder_forward_batch(const decoder_batch_item *items, int n, const float **logits) {
   if (n <= 0)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: batch of %d sequences", n);
   if (n > DECODER_MAX_BATCH)
     return qvl_errorf(QVL_ERR_TOO_LARGE, "decoder: batch of %d sequences; the limit is %d", n, DECODER_MAX_BATCH);
-  const decoder_model *m = seqs[0]->m;
+  if (!items[0].seq)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: batch item 0 has no sequence");
+  const decoder_model *m = items[0].seq->m;
   const decoder_hparams *hp = &m->hp;
+  int64_t r0[DECODER_MAX_BATCH + 1], j0[DECODER_MAX_BATCH], j1[DECODER_MAX_BATCH];
+  int64_t R = 0, n_logits = 0;
   for (int i = 0; i < n; i++) {
-    const decoder_seq *s = seqs[i];
-    if (s->m != m)
-      return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: batch sequence %d belongs to another model", i);
+    int64_t rows = 0;
+    QVL_TRY(check_item(m, &items[i], i, &rows));
     for (int j = 0; j < i; j++)
-      if (seqs[j] == s)
+      if (items[j].seq == items[i].seq)
         return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: sequence %d appears twice in the batch (also %d)", i, j);
-    if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
-      return qvl_errorf(QVL_ERR_INVALID_ARG, "token id %d is outside the vocabulary (0..%lld)", (int)tokens[i],
-                        (long long)hp->n_vocab - 1);
-    if (s->kv.n >= s->kv.n_ctx)
-      return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "context of %lld tokens is full", (long long)s->kv.n_ctx);
-    if (s->next_pos >= INT32_MAX)
-      return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "positions beyond %d", INT32_MAX);
+    if (R > INT32_MAX - rows)
+      return qvl_errorf(QVL_ERR_TOO_LARGE, "decoder: batch of more than %d rows", INT32_MAX);
+    r0[i] = R;
+    R += rows;
+    if (!items[i].in || items[i].logits)
+      n_logits++;
   }
+  r0[n] = R;
   /* The first sequence's work buffers serve the whole batch (they are per call, not per sequence). */
-  scratch *w = &seqs[0]->w;
-  QVL_TRY(batch_reserve(w, hp, n));
+  decoder_seq *s0 = items[0].seq;
+  scratch *w = &s0->w;
+  QVL_TRY(batch_reserve(w, hp, R > n_logits ? R : n_logits));
+  QVL_TRY(batch_reserve_logits(w, hp, n_logits));
   int64_t D = hp->n_embd, V = hp->n_vocab;
+  /* Inputs and positions, row by row. */
+  for (int i = 0; i < n; i++) {
+    const decoder_batch_item *it = &items[i];
+    const decoder_input *in = it->in;
+    float *x = w->x + r0[i] * D;
+    if (!in) {
+      kn_weight_row(&m->tok_embd, it->token, x);
+      for (int a = 0; a < 3; a++)
+        w->pos[a * R + r0[i]] = (int32_t)it->seq->next_pos;
+      continue;
+    }
+    int64_t nr = it->end - it->begin, nin = in->n_tokens;
+    if (in->tokens)
+      for (int64_t k = 0; k < nr; k++)
+        kn_weight_row(&m->tok_embd, in->tokens[it->begin + k], x + k * D);
+    else
+      memcpy(x, in->embd + it->begin * D, (size_t)(nr * D) * sizeof(float));
+    int64_t j = 0;
+    while (j < in->n_img && in->img_idx[j] < it->begin)
+      j++;
+    j0[i] = j;
+    while (j < in->n_img && in->img_idx[j] < it->end)
+      j++;
+    j1[i] = j;
+    if (in->img_embd)
+      for (j = j0[i]; j < j1[i]; j++)
+        memcpy(x + (in->img_idx[j] - it->begin) * D, in->img_embd + j * D, (size_t)D * sizeof(float));
+    for (int64_t k = 0; k < nr; k++)
+      for (int a = 0; a < 3; a++)
+        w->pos[a * R + r0[i] + k] =
+            (int32_t)(in->pos ? in->pos[a * nin + it->begin + k] : it->seq->next_pos + k);
+  }
+  mrope_tables(&m->rope, w->pos, R, R, w->cos, w->sin);
   kv_seg segs[DECODER_MAX_BATCH];
-  for (int i = 0; i < n; i++) {
-    kn_weight_row(&m->tok_embd, tokens[i], w->x + i * D);
-    w->pos[0 * n + i] = w->pos[1 * n + i] = w->pos[2 * n + i] = (int32_t)seqs[i]->next_pos;
-  }
-  mrope_tables(&m->rope, w->pos, n, n, w->cos, w->sin);
+  memset(segs, 0, sizeof(kv_seg) * (size_t)n);
   for (int64_t il = 0; il < hp->n_layer; il++) {
-    for (int i = 0; i < n; i++)
-      segs[i] = (kv_seg){kv_cache_layer(&seqs[i]->kv, il), i, 1};
-    layer_forward(m, &m->layers[il], w->x, n, w->cos, w->sin, segs, n, w);
+    for (int i = 0; i < n; i++) {
+      segs[i] = (kv_seg){kv_cache_layer(&items[i].seq->kv, il), r0[i], r0[i + 1] - r0[i]};
+    }
+    layer_forward(m, &m->layers[il], w->x, R, w->cos, w->sin, segs, n, w);
+    for (int i = 0; i < n; i++) {
+      const decoder_input *in = items[i].in;
+      if (in && il < in->n_deepstack)
+        for (int64_t j = j0[i]; j < j1[i]; j++)
+          kn_add(w->x + (r0[i] + in->img_idx[j] - items[i].begin) * D, in->deepstack + (il * in->n_img + j) * D, D);
+    }
   }
-  if (n == 1) {
-    head_forward(seqs[0], w->x, 1, seqs[0]->logits);
-  } else {
-    head_forward(seqs[0], w->x, n, w->logits);
+  /* Output head on the last row of every item that wants logits, gathered into one matrix. */
+  int64_t k = 0;
+  for (int i = 0; i < n; i++)
+    if (!items[i].in || items[i].logits)
+      memcpy(w->tmp + (k++) * D, w->x + (r0[i + 1] - 1) * D, (size_t)D * sizeof(float));
+  if (n_logits == 1) {
     for (int i = 0; i < n; i++)
-      memcpy(seqs[i]->logits, w->logits + (int64_t)i * V, (size_t)V * sizeof(float));
+      if (!items[i].in || items[i].logits)
+        head_forward(s0, w->tmp, 1, items[i].seq->logits);
+  } else if (n_logits > 1) {
+    head_forward(s0, w->tmp, n_logits, w->logits);
+    k = 0;
+    for (int i = 0; i < n; i++)
+      if (!items[i].in || items[i].logits)
+        memcpy(items[i].seq->logits, w->logits + (k++) * V, (size_t)V * sizeof(float));
   }
   for (int i = 0; i < n; i++) {
-    seqs[i]->kv.n++;
-    seqs[i]->next_pos++;
+    decoder_seq *s = items[i].seq;
+    int64_t next = s->next_pos;
+    for (int64_t rr = r0[i]; rr < r0[i + 1]; rr++)
+      for (int a = 0; a < 3; a++)
+        if (w->pos[a * R + rr] + 1 > next)
+          next = w->pos[a * R + rr] + 1;
+    s->kv.n += r0[i + 1] - r0[i];
+    s->next_pos = next;
     if (logits)
-      logits[i] = seqs[i]->logits;
+      logits[i] = !items[i].in || items[i].logits ? s->logits : NULL;
   }
   return QVL_OK;
+}
+
+qvl_status decoder_step_batch(decoder_seq **seqs, const int32_t *tokens, int n, const float **logits) {
+  if (n <= 0 || n > DECODER_MAX_BATCH)
+    return qvl_errorf(n <= 0 ? QVL_ERR_INVALID_ARG : QVL_ERR_TOO_LARGE,
+                      "decoder: batch of %d sequences; expected 1..%d", n, DECODER_MAX_BATCH);
+  decoder_batch_item items[DECODER_MAX_BATCH];
+  for (int i = 0; i < n; i++)
+    items[i] = (decoder_batch_item){.seq = seqs[i], .token = tokens[i]};
+  return decoder_forward_batch(items, n, logits);
 }
 
 kv_cache *decoder_seq_kv(decoder_seq *s) { return &s->kv; }

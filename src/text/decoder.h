@@ -233,6 +233,24 @@ qvl_status decoder_step(decoder_seq *s, int32_t token, const float **logits);
  */
 qvl_status decoder_step_batch(decoder_seq **seqs, const int32_t *tokens, int n, const float **logits);
 
+/*
+ * The general form: one forward over a mix of decode tokens and prefill pieces of distinct
+ * sequences, so that a serving loop reads the weights once per step for everyone. Item i either
+ * appends one token (in == NULL: token at next_pos, like decoder_step) or tokens [begin, end) of a
+ * prompt (like decoder_prefill_part). logits[i] (if logits is non-NULL) points to the sequence's
+ * logits of its last row when computed — always for a decode item, for a prefill item only when
+ * it asks (logits = true) — else NULL. Rows never interact except through their own sequence's KV,
+ * so every result is bit-identical to the single-sequence calls. Errors change nothing.
+ */
+typedef struct decoder_batch_item {
+  decoder_seq *seq;
+  const decoder_input *in; /* NULL: one decode token */
+  int64_t begin, end;      /* with in: the prompt range to run */
+  int32_t token;           /* without in: the token to append */
+  bool logits;             /* with in: compute the logits of row end-1 */
+} decoder_batch_item;
+qvl_status decoder_forward_batch(const decoder_batch_item *items, int n, const float **logits);
+
 /* ---- KV access for a prefix cache ------------------------------------------------------------ */
 
 /* The sequence's cache storage: rows [0, n_past) of every layer are valid. A prefix cache copies

@@ -1,7 +1,8 @@
 /*
  * The serving engine and its decoder support, on the e2e fixture model (tiny; seconds):
  *  - decoder_step_batch gives each sequence bit-identical logits to decoder_step alone, whatever
- *    else is in the batch; decoder_prefill_part in any pieces equals one decoder_prefill;
+ *    else is in the batch; decoder_prefill_part in any pieces equals one decoder_prefill; a mixed
+ *    decoder_forward_batch (decode rows + prefill pieces) equals the single-sequence calls;
  *  - 8 concurrent engine requests (text and images, greedy and seeded sampling) produce exactly the
  *    tokens of their solo generate() runs (an independent path: one sequence, no engine);
  *  - image cache: a second question about the same image skips the vision tower (vision_ms == 0)
@@ -252,6 +253,42 @@ static void test_decoder_batch(const vlm *m) {
   int32_t bad[2] = {1, (int32_t)V};
   CHECK(decoder_step_batch(two, bad, 2, NULL) == QVL_ERR_INVALID_ARG, "a bad id is refused");
   CHECK(decoder_seq_n_past(bat_s[0]) == before, "a refused batch changes nothing");
+  /* A mixed step: one decode row and two prefill pieces (one asking for logits, one not) in one
+   * forward give what the single-sequence calls give. */
+  {
+    decoder_seq *a = NULL, *b = NULL, *c = NULL, *a2 = NULL, *b2 = NULL, *c2 = NULL;
+    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 4};
+    decoder_seq_init(dm, &sp, &a), decoder_seq_init(dm, &sp, &b), decoder_seq_init(dm, &sp, &c);
+    decoder_seq_init(dm, &sp, &a2), decoder_seq_init(dm, &sp, &b2), decoder_seq_init(dm, &sp, &c2);
+    decoder_input pa = {.n_tokens = 7, .tokens = prompt}, pb = {.n_tokens = 11, .tokens = prompt + 3},
+                  pc = {.n_tokens = 9, .tokens = prompt + 9};
+    const float *la, *lb, *lc;
+    /* reference: a prefilled then stepped; b prefilled whole; c prefilled 0..5 then 5..9 */
+    decoder_prefill(a, &pa, NULL, NULL);
+    decoder_step(a, 77, &la);
+    decoder_prefill(b, &pb, NULL, &lb);
+    decoder_prefill_part(c, &pc, 0, 5, NULL);
+    decoder_prefill_part(c, &pc, 5, 9, &lc);
+    /* batched: a2 prefilled, then {a2 decode 77, b2 prefill 0..11 with logits, c2 prefill 0..5} */
+    decoder_prefill(a2, &pa, NULL, NULL);
+    decoder_batch_item it[3] = {{.seq = a2, .token = 77},
+                                {.seq = b2, .in = &pb, .begin = 0, .end = 11, .logits = true},
+                                {.seq = c2, .in = &pc, .begin = 0, .end = 5}};
+    const float *lo[3];
+    CHECK(decoder_forward_batch(it, 3, lo) == QVL_OK, "mixed batch: %s", qvl_last_error());
+    CHECK(lo[2] == NULL, "a prefill piece without logits returns NULL");
+    CHECK(lo[0] && memcmp(lo[0], la, sizeof(float) * (size_t)V) == 0, "mixed batch: decode row equals decoder_step");
+    CHECK(lo[1] && memcmp(lo[1], lb, sizeof(float) * (size_t)V) == 0, "mixed batch: prefill equals decoder_prefill");
+    decoder_batch_item it2[2] = {{.seq = c2, .in = &pc, .begin = 5, .end = 9, .logits = true}, {.seq = a2, .token = 5}};
+    CHECK(decoder_forward_batch(it2, 2, lo) == QVL_OK, "mixed batch 2: %s", qvl_last_error());
+    CHECK(memcmp(lo[0], lc, sizeof(float) * (size_t)V) == 0, "prefill pieces across steps equal decoder_prefill_part");
+    CHECK(decoder_seq_n_past(c2) == 9 && decoder_seq_n_past(a2) == 9 && decoder_seq_n_past(b2) == 11,
+          "cache lengths after mixed steps");
+    decoder_batch_item outside[1] = {{.seq = b2, .in = &pb, .begin = 11, .end = 12}};
+    CHECK(decoder_forward_batch(outside, 1, NULL) == QVL_ERR_INVALID_ARG, "range outside the prompt is refused");
+    decoder_seq_free(a), decoder_seq_free(b), decoder_seq_free(c);
+    decoder_seq_free(a2), decoder_seq_free(b2), decoder_seq_free(c2);
+  }
   for (int i = 0; i < N; i++) {
     decoder_seq_free(solo_s[i]);
     decoder_seq_free(bat_s[i]);
