@@ -371,6 +371,26 @@ test("queue overflow answers 503 at once; disconnects free the slot; SIGTERM dra
   }
 }, 120000);
 
+test("request timeout: 504, or an error event once streaming", async () => {
+  const D = await startServer(["--timeout-s", "1", "--max-tokens", "6000"]);
+  try {
+    const long = { messages: [{ role: "user", content: "Hello" }], max_tokens: 6000, temperature: 0 };
+    const t0 = Date.now();
+    let r = await postJson(D, "/v1/chat/completions", long);
+    check(r.status === 504 && errorOf(r)?.code === "timeout", "non-streamed -> 504 timeout", { status: r.status, body: r.body.slice(0, 300) });
+    check(Date.now() - t0 < 5000, "within the time limit", Date.now() - t0);
+    r = await postJson(D, "/v1/chat/completions", { ...long, stream: true });
+    const events = r.body.split("\n\n").filter((e) => e);
+    const err = events.find((e) => e.startsWith('data: {"error":'));
+    check(r.status === 200 && err && JSON.parse(err.slice(6)).error.code === "timeout", "streamed: an error event", r.body.slice(-400));
+    check(events[events.length - 1] === "data: [DONE]", "then [DONE]", events.slice(-2));
+    const m = await metrics(D);
+    check(m.qvl_running_sequences === 0, "slot freed after the timeout", m.qvl_running_sequences);
+  } finally {
+    await D.stop();
+  }
+});
+
 test("API keys (flag beats environment)", async () => {
   const C = await startServer(["--api-key", "sk-flag"], { QVL_API_KEY: "sk-env" });
   try {
