@@ -2,11 +2,14 @@
  * The serving engine: many requests, one model, one engine thread.
  *
  * Requests enter a bounded queue (engine_submit answers QVL_ERR_BUSY at once when it is full, so the
- * HTTP layer can send 503 + Retry-After). The engine thread runs a continuous-batching loop: every
- * running sequence advances by one token in a single batched decode step; a new request's prompt is
- * prefilled in chunks interleaved with those steps, so running streams keep flowing; images of
- * queued requests are encoded by the vision tower in slices between decode steps. Admission
- * accounts for KV-cache memory (paged, shared budget) so the process never runs out of memory.
+ * HTTP layer can send 503 + Retry-After). engine_submit builds the prompt (template, tokens, image
+ * decode + resize) on the caller's thread. The engine thread runs a continuous-batching loop: every
+ * running sequence advances by one token per step, and new requests' prompts are prefilled in pieces
+ * (prefill_chunk rows per step), all in ONE decoder forward per step; images are encoded by the
+ * vision tower in slices of blocks between steps, so running streams keep flowing. Admission
+ * reserves each request's whole KV (prompt + max_tokens, per-sequence contiguous caches) and work
+ * memory from one budget (kv_cache_mb), so the process never runs out of memory mid-stream.
+ * See docs/ENGINE.md.
  *
  * Caches: image embeddings keyed by a hash of the decoded pixels + preprocessing settings (LRU,
  * bounded in MB); prefix KV blocks keyed by a rolling hash of token ids and image content (LRU,
@@ -92,7 +95,10 @@ void engine_stop(engine *e, bool drain);
  * ERR_CONTEXT_OVERFLOW for requests that can never run (checked up front where possible). On
  * success *id identifies it and on_done will be called exactly once. */
 qvl_status engine_submit(engine *e, const engine_request *r, uint64_t *id);
-/* Cancels a queued or running request (its on_done reports "cancelled"); unknown ids are ignored. */
+/* Cancels a queued or running request (its on_done reports "cancelled", status QVL_ERR_CANCELLED,
+ * at the next step boundary, with the slot and memory freed before the callback); unknown ids are
+ * ignored. Returning false from on_text does the same. A request that exceeds request_timeout_ms
+ * ends with status QVL_ERR_TIMEOUT and finish_reason "error" (text so far included). */
 void engine_cancel(engine *e, uint64_t id);
 
 typedef struct engine_stats {
