@@ -9,6 +9,8 @@
 #include "engine/engine.h"
 #include "engine/vlm.h"
 #include "kernels/kernels.h"
+#include "model/hf_model.h"
+#include "model/wtable.h"
 #include "server/config.h"
 #include "server/server.h"
 
@@ -37,6 +39,12 @@ int cmd_serve(int argc, char **argv) {
   server_config_init(&cfg);
   if (server_config_load(&cfg, argc, argv, 2, getenv_fn) != QVL_OK) {
     fprintf(stderr, "qvl serve: %s\n", qvl_last_error());
+    server_config_free(&cfg);
+    return 2;
+  }
+  qvl_dtype dt;
+  if (cfg.dtype && !wtable_parse_dtype(cfg.dtype, &dt)) {
+    fprintf(stderr, "qvl serve: dtype '%s': expected f32, bf16, f16, q8_0, q4_0 or q4_k\n", cfg.dtype);
     server_config_free(&cfg);
     return 2;
   }
@@ -75,7 +83,8 @@ int cmd_serve(int argc, char **argv) {
   st = kernels_init(NULL, (int)cfg.threads);
   if (st == QVL_OK) {
     vlm_paths paths = {model, mmproj};
-    st = vlm_load(&paths, &m);
+    vlm_load_opts lo = {.hf_dir = NULL, .dtype = cfg.dtype};
+    st = vlm_load_with(&paths, &lo, &m);
   }
   if (st == QVL_OK) {
     engine_config ec;
@@ -99,8 +108,17 @@ int cmd_serve(int argc, char **argv) {
     server_config_free(&cfg);
     return rc;
   }
-  /* The model id: --alias, else the file name; the file name and "qvl" are accepted too. */
-  const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
+  /* The model id: --alias, else the file name (for a Hugging Face directory: the repository or
+   * directory name, not a snapshot hash); that name and "qvl" are accepted too. */
+  char name[256];
+  const char *src = hf_model_is_dir(model) && cfg.hf ? cfg.hf : model;
+  snprintf(name, sizeof name, "%s", src);
+  size_t nl = strlen(name);
+  while (nl > 1 && name[nl - 1] == '/')
+    name[--nl] = '\0';
+  if (src == cfg.hf && strchr(name, ':'))
+    *strchr(name, ':') = '\0';
+  const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
   const char *ids[3];
   int n_ids = 0;
   if (cfg.alias)

@@ -31,6 +31,7 @@ typedef struct server_config {
   char *hf;                /* REPO[:QUANT] instead of model/mmproj */
   bool offline;            /* --hf: use the cache only */
   char *alias;             /* model id served in /v1/models (default: the model file name) */
+  char *dtype;             /* re-encode the weight matrices at load (vlm_load_opts.dtype); NULL: as stored */
   int64_t threads;         /* 0 = physical cores */
   /* engine */
   int64_t max_batch_size, max_wait_ms, queue, ctx;
