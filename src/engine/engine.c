@@ -32,6 +32,9 @@ typedef enum rq_state { RQ_NEW, RQ_VISION, RQ_PREFILL, RQ_DECODE } rq_state;
 typedef struct request {
   uint64_t id;
   struct request *next;    /* queue link */
+  /* Set under e->mu by engine_cancel / engine_stop. Kept apart from the fields the engine thread
+   * reads without the lock (a widened load of neighbours would race with this write). */
+  bool cancel;
   bool (*on_text)(void *user, const char *text, size_t len);
   void (*on_done)(void *user, const engine_result *r);
   void *user;
@@ -43,7 +46,6 @@ typedef struct request {
   int32_t *ids;            /* [max_tokens] generated ids */
   int64_t need_bytes;      /* memory its sequence takes (KV + work buffers), reserved at admission */
   rq_state state;
-  bool cancel;             /* set under e->mu by engine_cancel / engine_stop */
   bool cancel_seen;        /* the engine thread's copy, taken under e->mu each iteration */
   bool finished;           /* result filled; reaped (on_done + free) at the end of the iteration */
   decoder_seq *seq;
