@@ -309,7 +309,8 @@ static void run_case(const char *dir, const char *cid, bool strict) {
     goto free_model;
 
   decoder_seq *seq = NULL;
-  decoder_seq_params sp = {.n_ctx = n + 16, .n_batch = 0};
+  /* n_batch 4 < n: tracing makes prefill grow the work buffers and run the prompt as one chunk. */
+  decoder_seq_params sp = {.n_ctx = n + 16, .n_batch = 4};
   s = decoder_seq_init(m, &sp, &seq);
   CHECK(s == QVL_OK, "%s: seq: %s", cid, qvl_last_error());
   if (s != QVL_OK)
