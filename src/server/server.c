@@ -405,13 +405,14 @@ static void stream_free(void *cls) {
   if (cancel)
     k->cancelled = true;
   bool complete = k->finished && k->out_off >= k->out.len;
+  k->log.status = complete ? 200 : 499; /* 499: the client closed the connection (nginx's code) */
+  k->log.res = k->done ? &k->result : NULL;
   pthread_mutex_unlock(&k->mu);
   if (cancel) {
     atomic_fetch_add(&k->srv->disconnects, 1);
     backend_cancel(k->srv, k->engine_id);
   }
-  k->log.status = complete ? 200 : 499; /* 499: the client closed the connection (nginx's code) */
-  k->log.res = k->done ? &k->result : NULL;
+  /* k->result is written only before done is set, so reading it here without the lock is safe */
   log_request(&k->log);
   call_unref(k);
 }
