@@ -248,6 +248,11 @@ static bool check_messages(const cJSON *msgs, int *n_images, api_error *e) {
                     "%s: unknown role '%s' (expected system, user, assistant or tool)", param, role->valuestring);
       return false;
     }
+    /* OpenAI's newer name for system instructions; the Qwen template knows only "system" */
+    if (!strcmp(role->valuestring, "developer") && !cJSON_SetValuestring((cJSON *)role, "system")) {
+      api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+      return false;
+    }
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
     snprintf(param, sizeof param, "messages[%d].content", mi);
     if (!content || cJSON_IsNull(content)) {

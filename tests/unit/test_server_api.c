@@ -100,6 +100,13 @@ static void test_parse_ok(void) {
   CHECK(ok && r.max_pixels == 2048 && r.min_pixels == 2048, "min follows a low max");
   if (ok)
     api_chat_request_free(&r);
+  /* the developer role is the system role for this model */
+  body = "{\"messages\":[{\"role\":\"developer\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"b\"}]}";
+  ok = api_chat_parse(body, strlen(body), &l, &r, &e);
+  CHECK(ok && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(r.messages, 0), "role")), "system"),
+        "developer -> system");
+  if (ok)
+    api_chat_request_free(&r);
   /* assistant with null content, tools empty array, response_format text */
   body = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"assistant\",\"content\":null},"
          "{\"role\":\"user\",\"content\":\"b\"}],\"tools\":[],\"response_format\":{\"type\":\"text\"}}";
