@@ -67,7 +67,8 @@ typedef struct engine_result {
   const char *finish_reason; /* "stop", "length", "cancelled", "error" */
   int64_t prompt_tokens, completion_tokens, image_tokens;
   int64_t cached_prompt_tokens; /* prompt tokens whose KV came from the prefix cache */
-  int image_cache_hits, image_cache_misses;
+  int image_cache_hits, image_cache_misses; /* images inside the reused prefix need no vision and
+                                             * count as neither */
   engine_timings t;
   const char *text;          /* full generated text (valid during the callback) */
   size_t text_len;
