@@ -4,6 +4,7 @@
 // jobs, metrics, API keys, config errors and SIGTERM draining. Each server is started on a free
 // loopback port (--port 0) and stopped here. Prints "e2e: N passed, N failed".
 import { execFile, spawn, spawnSync } from "node:child_process";
+import { createServer } from "node:http";
 import { readFileSync, writeFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -388,6 +389,40 @@ test("request timeout: 504, or an error event once streaming", async () => {
     check(m.qvl_running_sequences === 0, "slot freed after the timeout", m.qvl_running_sequences);
   } finally {
     await D.stop();
+  }
+});
+
+test("http image URLs only from allow-listed prefixes", async () => {
+  // a small image host: the fixture images, a redirect, a 404
+  const host = createServer((req, res) => {
+    if (req.url === "/redirect.png") { res.writeHead(302, { Location: "/rgb_64x64.png" }); return res.end(); }
+    try {
+      const data = readFileSync(join(root, "tests/fixtures/images", req.url.slice(1).replace(/[^a-z0-9_.]/gi, "")));
+      res.writeHead(200, { "Content-Type": "image/png" });
+      res.end(data);
+    } catch { res.writeHead(404); res.end("no"); }
+  });
+  await new Promise((r) => host.listen(0, "127.0.0.1", r));
+  const hp = host.address().port;
+  const E = await startServer(["--allow-image-url", `http://127.0.0.1:${hp}/`]);
+  try {
+    const ask = (url) => ({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url } }, { type: "text", text: "What is this?" }] }], max_tokens: 12, temperature: 0 });
+    const viaData = await client(E).chat.completions.create({ model: MODEL_ID, ...ask(dataUrl("rgb_64x64.png")) });
+    const viaUrl = await client(E).chat.completions.create({ model: MODEL_ID, ...ask(`http://127.0.0.1:${hp}/rgb_64x64.png`) });
+    check(viaUrl.choices[0].message.content === viaData.choices[0].message.content, "the fetched image gives the data-URL answer", [viaUrl.choices[0].message.content, viaData.choices[0].message.content]);
+    let r = await postJson(E, "/v1/chat/completions", ask(`http://localhost:${hp}/rgb_64x64.png`));
+    check(r.status === 400 && /not allowed/.test(errorOf(r)?.message), "another host -> 400", r);
+    r = await postJson(E, "/v1/chat/completions", ask(`http://127.0.0.1:${hp}/missing.png`));
+    check(r.status === 400 && /404/.test(errorOf(r)?.message), "a 404 image -> 400", r);
+    r = await postJson(E, "/v1/chat/completions", ask(`http://127.0.0.1:${hp}/redirect.png`));
+    check(r.status === 400 && /redirect/.test(errorOf(r)?.message), "redirects are not followed", r);
+    r = await postJson(A, "/v1/chat/completions", ask(`http://127.0.0.1:${hp}/rgb_64x64.png`));
+    check(r.status === 400, "no allow list: remote URLs refused", r);
+    r = await postJson(E, "/v1/chat/completions", ask(join(root, "tests/fixtures/images/rgb_64x64.png")));
+    check(r.status === 400 && /local file/.test(errorOf(r)?.message), "local paths refused", r);
+  } finally {
+    await E.stop();
+    host.close();
   }
 });
 
