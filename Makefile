@@ -36,7 +36,7 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 
-.PHONY: all test test-san fuzz clean serve qvl-bin FORCE
+.PHONY: all test test-quick test-san fuzz clean serve qvl-bin FORCE
 all: $(BUILD)/qvl $(TEST_BIN) $(FUZZ_REPLAY)
 	@ln -sf $(BUILD)/qvl qvl
 
@@ -118,11 +118,23 @@ serve:
 	@$(MAKE) --no-print-directory -j2 qvl-bin
 	./qvl serve $(SERVE_ARGS)
 
+# `make test` is what CI runs: the release build with every test, then the same unit, kernel, golden,
+# CLI and fuzz-corpus tests under ASan + UBSan (the server and browser suites are left out there:
+# they test timing-sensitive behaviour the sanitizers slow down), and a clang build with -Werror.
+# `make test-quick` runs only the first part.
 test: all
+	@BUILD=$(BUILD) tests/run.sh
+	@echo "== ASan + UBSan =="
+	@$(MAKE) --no-print-directory SAN=1 -j2 all
+	@BUILD=build/san QVL_E2E=0 QVL_BROWSER=0 tests/run.sh
+	@echo "== clang -Werror build =="
+	@$(MAKE) --no-print-directory CC=clang BUILD=build/rel-clang -j2 all
+
+test-quick: all
 	@BUILD=$(BUILD) tests/run.sh
 
 test-san:
-	$(MAKE) SAN=1 test
+	$(MAKE) SAN=1 test-quick
 
 clean:
 	rm -rf build qvl

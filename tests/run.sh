@@ -36,7 +36,7 @@ for g in tests/golden/*.sh tests/cli/*.sh; do
   [ -x "$g" ] && run env BUILD="$BUILD" "$g"
 done
 # qvl serve end to end (node + the openai npm client; starts and stops its own servers)
-[ -x tests/e2e/run.sh ] && run env QVL_BIN="$BUILD/qvl" tests/e2e/run.sh
+[ -x tests/e2e/run.sh ] && [ "${QVL_E2E:-1}" != 0 ] && run env QVL_BIN="$BUILD/qvl" tests/e2e/run.sh
 # the web UI in headless Chromium against a real qvl serve with the e2e fixture model
 # (QVL_BROWSER=0 skips it on machines without chromium)
 [ -x tests/browser/run.sh ] && [ "${QVL_BROWSER:-1}" != 0 ] && run env QVL_BROWSER_SERVER=real QVL_BIN="$BUILD/qvl" tests/browser/run.sh
