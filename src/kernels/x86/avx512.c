@@ -234,6 +234,9 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
   const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   for (int64_t sb = 0; sb < ns; sb++) {
     const uint8_t *blk = pw + (size_t)sb * X16_Q6_K_SB;
+    if (TT == 1) /* GEMV streams from DRAM: fetch the super-block after next (3360 B) early */
+      for (int l = 0; l < X16_Q6_K_SB; l += 64)
+        _mm_prefetch((const char *)blk + 2 * X16_Q6_K_SB + l, _MM_HINT_T0);
     __m512i A[4];
     UNROLL
     for (int t = 0; t < TT; t++)
