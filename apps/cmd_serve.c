@@ -1,4 +1,5 @@
 /* qvl serve — the OpenAI-compatible HTTP service (src/server/, docs/API.md). */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,7 +134,12 @@ int cmd_serve(int argc, char **argv) {
 
   int sig = 0;
   sigwait(&sigs, &sig);
-  fprintf(stderr, "qvl serve: %s: draining (no new requests; running ones finish)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  fprintf(stderr, "qvl serve: %s: draining (no new requests; running ones finish; a second signal exits at once)\n",
+          sig == SIGINT ? "SIGINT" : "SIGTERM");
+  /* Only this thread unblocks them, with the default action: a second signal ends the process. */
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
   double grace = cfg.timeout_s > 0 ? (double)cfg.timeout_s + 5 : 3600;
   bool clean = server_drain(srv, grace);
   engine_stop(eng, true);
