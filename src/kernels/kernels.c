@@ -483,8 +483,9 @@ typedef struct attn_job {
 
 static void attn_body(void *arg, int64_t i, int thread) {
   const attn_job *j = arg;
-  int h = (int)(i % j->a.n_head);
-  int64_t q0 = (i / j->a.n_head) * j->q_per_task;
+  int units = g_ops.attn_by_group ? j->a.n_kv_head : j->a.n_head;
+  int h = (int)(i % units);
+  int64_t q0 = (i / units) * j->q_per_task;
   int64_t q1 = q0 + j->q_per_task < j->a.n_q ? q0 + j->q_per_task : j->a.n_q;
   g_ops.attention(&j->a, h, q0, q1, thread);
 }
@@ -501,7 +502,12 @@ void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k,
   for (int i = 0; i < g_threads; i++)
     if (!kn_scratch(i, (size_t)head_dim * 16 + 64 * 1024))
       abort();
-  j.q_per_task = n_q < 32 ? n_q : 32;
+  /* About 32 (query, head) rows per task; by KV group when the variant wants it. */
+  int units = g_ops.attn_by_group ? n_kv_head : n_head;
+  int64_t per = g_ops.attn_by_group ? 32 / (n_head / n_kv_head) : 32;
+  if (per < 1)
+    per = 1;
+  j.q_per_task = n_q < per ? n_q : per;
   j.n_q_tasks = (n_q + j.q_per_task - 1) / j.q_per_task;
-  run_parallel(j.n_q_tasks * n_head, 1, attn_body, &j);
+  run_parallel(j.n_q_tasks * units, 1, attn_body, &j);
 }

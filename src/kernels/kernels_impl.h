@@ -76,8 +76,10 @@ typedef struct kn_ops {
   void (*gelu_erf)(float *x, int64_t n);
   void (*silu_mul)(float *gate, const float *up, int64_t n);
   void (*add)(float *y, const float *x, int64_t n);
-  /* Queries [q0, q1) of head h. */
+  /* Queries [q0, q1) of head h; or, if attn_by_group, of every query head of KV head h (so that
+   * heads sharing K/V read it once). */
   void (*attention)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
+  bool attn_by_group;
 } kn_ops;
 
 /* 16-row panel layouts shared by the x86 variants (built by kn_pack_x16 in pack.c). A panel holds

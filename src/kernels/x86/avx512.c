@@ -650,16 +650,23 @@ INLINE void attn_block(const float *qs, const float *kb, const float *vb, int64_
 
 #define ATT_QT 32 /* queries per tile */
 
-INLINE void attn_tile(const kn_attn *a, int h, int64_t i0, int64_t i1, float *scr, int nv) {
+/* Rows of a tile are (query i, head h) pairs of one KV group: row R is query R / G of head
+ * kvh * G + R % G (G = n_head / n_kv_head), so the query heads sharing a KV head read each key
+ * block once. */
+#define ROW_I(R) ((R) / G)
+#define ROW_H(R) (kvh * G + (int)((R) % G))
+
+INLINE void attn_tile(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr, int nv) {
   int hd = a->head_dim, hp = nv * 16; /* padded head dim */
   __mmask16 lm = tail_mask(hd - (nv - 1) * 16);
-  int kvh = h / (a->n_head / a->n_kv_head);
+  const int64_t G = a->n_head / a->n_kv_head;
   const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
   float *qs = scr, *acc = scr + ATT_QT * hp, *ml = acc + ATT_QT * hp; /* ml: m[QT], l[QT] */
   int nq = (int)(i1 - i0);
   int64_t nk[ATT_QT], kmax = 0;
   for (int r = 0; r < nq; r++) {
-    int64_t i = i0 + r;
+    int64_t i = ROW_I(i0 + r);
+    int h = ROW_H(i0 + r);
     nk[r] = a->n_kv;
     if (a->causal_base >= 0 && a->causal_base + i + 1 < nk[r])
       nk[r] = a->causal_base + i + 1;
@@ -686,7 +693,7 @@ INLINE void attn_tile(const kn_attn *a, int h, int64_t i0, int64_t i1, float *sc
   for (int r = 0; r < nq; r++) {
     float l = ml[ATT_QT + r];
     __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
-    float *o = a->out + (i0 + r) * a->out_stride + (int64_t)h * hd;
+    float *o = a->out + ROW_I(i0 + r) * a->out_stride + (int64_t)ROW_H(i0 + r) * hd;
     for (int c = 0; c < nv; c++)
       _mm512_mask_storeu_ps(o + 16 * c, c == nv - 1 ? lm : 0xFFFF,
                             _mm512_mul_ps(_mm512_loadu_ps(acc + r * hp + 16 * c), il));
@@ -730,9 +737,9 @@ INLINE void transpose16(__m512 *r) {
  * are 16-lane FMAs with q[d] broadcast (no horizontal sums), and each V row loaded once serves QB
  * queries. Per query and key: NV FMAs for q.k and NV for p v. Rows of a partial group repeat the
  * last query and are not stored, so a query's result does not depend on its position. */
-INLINE void attn_tile_t(const kn_attn *a, int h, int64_t i0, int64_t i1, float *scr, int NV, int QB) {
+INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr, int NV, int QB) {
   const int hd = 16 * NV;
-  int kvh = h / (a->n_head / a->n_kv_head);
+  const int64_t G = a->n_head / a->n_kv_head;
   const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
   float *qs = scr, *acc = qs + ATT_QT * hd, *ml = acc + ATT_QT * hd, *kt = ml + 2 * ATT_QT;
   float *ps = kt + 16 * hd; /* [QB][16] */
@@ -740,7 +747,8 @@ INLINE void attn_tile_t(const kn_attn *a, int h, int64_t i0, int64_t i1, float *
   int64_t nk[ATT_QT], kmax = 0;
   __m512 sc = _mm512_set1_ps(a->scale);
   for (int r = 0; r < nq; r++) {
-    int64_t i = i0 + r;
+    int64_t i = ROW_I(i0 + r);
+    int h = ROW_H(i0 + r);
     nk[r] = a->n_kv;
     if (a->causal_base >= 0 && a->causal_base + i + 1 < nk[r])
       nk[r] = a->causal_base + i + 1;
@@ -834,40 +842,46 @@ INLINE void attn_tile_t(const kn_attn *a, int h, int64_t i0, int64_t i1, float *
   for (int r = 0; r < nq; r++) {
     float l = ml[ATT_QT + r];
     __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
-    float *o = a->out + (i0 + r) * a->out_stride + (int64_t)h * hd;
+    float *o = a->out + ROW_I(i0 + r) * a->out_stride + (int64_t)ROW_H(i0 + r) * hd;
     for (int c = 0; c < NV; c++)
       _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + r * hd + 16 * c), il));
   }
 }
 
-static void avx512_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+/* Called once per KV head (kn_ops.attn_by_group): queries [q0, q1) of every query head of the
+ * group, as rows (query, head) in tiles of ATT_QT rows. */
+static void avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, int thread) {
   int hd = a->head_dim;
+  const int64_t G = a->n_head / a->n_kv_head;
   if (hd > 16 * ATT_MAXV) {
-    kn_ops_ref.attention(a, h, q0, q1, thread);
+    for (int64_t g = 0; g < G; g++)
+      kn_ops_ref.attention(a, (int)(kvh * G + g), q0, q1, thread);
     return;
   }
   int nv = (hd + 15) / 16;
   float *scr = kn_scratch(thread, sizeof(float) * (size_t)(2 * ATT_QT * nv * 16 + 2 * ATT_QT +
                                                           16 * nv * 16 + 4 * 16));
   if (!scr) {
-    kn_ops_ref.attention(a, h, q0, q1, thread);
+    for (int64_t g = 0; g < G; g++)
+      kn_ops_ref.attention(a, (int)(kvh * G + g), q0, q1, thread);
     return;
   }
-  for (int64_t i0 = q0; i0 < q1; i0 += ATT_QT) {
-    int64_t i1 = i0 + ATT_QT < q1 ? i0 + ATT_QT : q1;
-    /* Several queries share each key block: transposed tile path (64 and 128 only). */
-    if (i1 - i0 >= 4 && hd == 64) {
-      attn_tile_t(a, h, i0, i1, scr, 4, 4);
+  int64_t R1 = q1 * G;
+  for (int64_t r0 = q0 * G; r0 < R1; r0 += ATT_QT) {
+    int64_t r1 = r0 + ATT_QT < R1 ? r0 + ATT_QT : R1;
+    /* Several rows share each key block: transposed tile path (64 and 128 only). */
+    if (r1 - r0 >= 4 && hd == 64) {
+      attn_tile_t(a, kvh, r0, r1, scr, 4, 4);
       continue;
     }
-    if (i1 - i0 >= 2 && hd == 128) {
-      attn_tile_t(a, h, i0, i1, scr, 8, 2);
+    if (r1 - r0 >= 2 && hd == 128) {
+      attn_tile_t(a, kvh, r0, r1, scr, 8, 2);
       continue;
     }
     switch (nv) {
-    case 4: attn_tile(a, h, i0, i1, scr, 4); break;
-    case 8: attn_tile(a, h, i0, i1, scr, 8); break;
-    default: attn_tile(a, h, i0, i1, scr, nv); break;
+    case 4: attn_tile(a, kvh, r0, r1, scr, 4); break;
+    case 8: attn_tile(a, kvh, r0, r1, scr, 8); break;
+    default: attn_tile(a, kvh, r0, r1, scr, nv); break;
     }
   }
 }
@@ -881,6 +895,7 @@ void kn_avx512_override(kn_ops *ops) {
   ops->silu_mul = avx512_silu_mul;
   ops->add = avx512_add;
   ops->attention = avx512_attention;
+  ops->attn_by_group = true;
 }
 
 #else
