@@ -94,6 +94,7 @@ int cmd_serve(int argc, char **argv) {
     ec.max_wait_ms = (int)cfg.max_wait_ms;
     ec.queue_capacity = (int)cfg.queue;
     ec.n_ctx = cfg.ctx;
+    ec.max_prompt_tokens = cfg.max_prompt_tokens;
     if (cfg.kv_cache_mb > 0)
       ec.kv_cache_mb = cfg.kv_cache_mb;
     ec.image_cache_mb = cfg.image_cache_mb;

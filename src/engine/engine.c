@@ -243,6 +243,9 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
   qvl_status s = vlm_prompt_build(e->m, rq->messages, &r->popts, &r->p);
   if (s == QVL_OK && r->p.n <= 0)
     s = qvl_errorf(QVL_ERR_INVALID_ARG, "the prompt is empty");
+  if (s == QVL_OK && e->c.max_prompt_tokens > 0 && r->p.n > e->c.max_prompt_tokens)
+    s = qvl_errorf(QVL_ERR_TOO_LARGE, "the prompt has %lld tokens (images included); this server accepts at most %lld",
+                   (long long)r->p.n, (long long)e->c.max_prompt_tokens);
   if (s == QVL_OK && r->p.n > e->c.n_ctx - g->max_tokens)
     s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",

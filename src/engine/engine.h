@@ -40,6 +40,7 @@ typedef struct engine_config {
   int max_wait_ms;           /* how long the loop waits to gather new requests into a batch (default 5) */
   int queue_capacity;        /* waiting requests beyond the running ones (default 64) */
   int64_t n_ctx;             /* max tokens per sequence, prompt + output (default 8192) */
+  int64_t max_prompt_tokens; /* cap on a request's prompt tokens, images included (0 = n_ctx only) */
   int64_t kv_cache_mb;       /* KV memory shared by all sequences (default: from free RAM, capped) */
   int64_t image_cache_mb;    /* image-embedding cache (default 256; 0 = off) */
   int64_t prefix_cache_mb;   /* reusable prefix KV blocks (default 512; 0 = off) */

@@ -57,6 +57,7 @@ static const setting settings[] = {
     S_INT("default_max_pixels", default_max_pixels, 1024, IMAGE_HF_MAX_PIXELS,
           "resize target when a request gives no max_pixels (at most --max-pixels)"),
     S_INT("max_tokens", max_tokens, 1, 1 << 24, "generated tokens: cap and default"),
+    S_INT("max_prompt_tokens", max_prompt_tokens, 0, 1 << 24, "prompt tokens per request, images included (0: ctx only)"),
     S_LIST("api_key", api_keys, "accepted API key (repeatable); none: no authentication"),
     S_STR("api_key_file", api_key_file, NULL, "file with one API key per line"),
     S_LIST("allow_image_url", allow_image_url, "http(s) URL prefix images may be fetched from (repeatable)"),

@@ -571,6 +571,16 @@ static void test_backpressure(const vlm *m) {
   CHECK(s == QVL_ERR_TOO_LARGE && strstr(qvl_last_error(), "kv_cache_mb"), "too large for the budget: %s (%s)",
         qvl_status_text(s), qvl_last_error());
   engine_stop(e, true);
+
+  /* A prompt over max_prompt_tokens: ERR_TOO_LARGE naming the limit. */
+  c = small_config();
+  c.max_prompt_tokens = 3;
+  CHECK(engine_start(m, &c, &e) == QVL_OK, "engine_start: %s", qvl_last_error());
+  gen_params g3 = greedy(4);
+  s = submit(e, q, &g3, &x, NULL);
+  CHECK(s == QVL_ERR_TOO_LARGE && strstr(qvl_last_error(), "at most 3"), "prompt over max_prompt_tokens: %s (%s)",
+        qvl_status_text(s), qvl_last_error());
+  engine_stop(e, true);
   cJSON_Delete(q);
 }
 
