@@ -742,7 +742,7 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
   const int64_t G = a->n_head / a->n_kv_head;
   const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
   float *qs = scr, *acc = qs + ATT_QT * hd, *ml = acc + ATT_QT * hd, *kt = ml + 2 * ATT_QT;
-  float *ps = kt + 16 * hd; /* [QB][16] */
+  float *ps = kt + 32 * hd; /* [QB][32] */
   int nq = (int)(i1 - i0);
   int64_t nk[ATT_QT], kmax = 0;
   __m512 sc = _mm512_set1_ps(a->scale);
@@ -761,29 +761,35 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
     ml[r] = -INFINITY;
     ml[ATT_QT + r] = 0.0f;
   }
-  for (int64_t j0 = 0; j0 < kmax; j0 += 16) {
-    int nb = (int)(kmax - j0 < 16 ? kmax - j0 : 16);
+  /* Blocks of 32 keys: kt[half][d][16] holds keys j0 + 16 half + 0..15 transposed. */
+  for (int64_t j0 = 0; j0 < kmax; j0 += 32) {
+    int nb = (int)(kmax - j0 < 32 ? kmax - j0 : 32);
     const float *kj = kb + j0 * a->kv_stride, *vj = vb + j0 * a->kv_stride;
-    for (int c = 0; c < NV; c++) {
-      __m512 rows[16];
-      UNROLL
-      for (int jj = 0; jj < 16; jj++)
-        rows[jj] = jj < nb ? _mm512_loadu_ps(kj + jj * a->kv_stride + 16 * c) : _mm512_setzero_ps();
-      transpose16(rows);
-      UNROLL
-      for (int d = 0; d < 16; d++)
-        _mm512_storeu_ps(kt + (16 * c + d) * 16, rows[d]);
-    }
+    for (int hh = 0; hh < 2; hh++)
+      for (int c = 0; c < NV; c++) {
+        __m512 rows[16];
+        UNROLL
+        for (int jj = 0; jj < 16; jj++)
+          rows[jj] = 16 * hh + jj < nb ? _mm512_loadu_ps(kj + (16 * hh + jj) * a->kv_stride + 16 * c)
+                                       : _mm512_setzero_ps();
+        transpose16(rows);
+        UNROLL
+        for (int d = 0; d < 16; d++)
+          _mm512_storeu_ps(kt + hh * 16 * hd + (16 * c + d) * 16, rows[d]);
+      }
     for (int g0 = 0; g0 < nq; g0 += QB) {
       int rr[4];
-      __mmask16 km[4];
+      __mmask16 km[4][2];
       bool any = false;
       UNROLL
       for (int r = 0; r < QB; r++) {
         rr[r] = g0 + r < nq ? g0 + r : nq - 1;
-        int64_t left = nk[rr[r]] - j0;
-        km[r] = left <= 0 ? 0 : tail_mask(left);
-        any |= km[r] != 0;
+        UNROLL
+        for (int hh = 0; hh < 2; hh++) {
+          int64_t left = nk[rr[r]] - j0 - 16 * hh;
+          km[r][hh] = left <= 0 ? 0 : tail_mask(left);
+        }
+        any |= km[r][0] != 0;
       }
       if (!any)
         continue;
@@ -791,32 +797,38 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
       UNROLL
       for (int r = 0; r < QB; r++)
         s[r][0] = s[r][1] = _mm512_setzero_ps();
-      for (int d = 0; d < hd; d += 2) {
-        __m512 k0 = _mm512_loadu_ps(kt + d * 16), k1 = _mm512_loadu_ps(kt + d * 16 + 16);
+      for (int d = 0; d < hd; d++) {
+        __m512 k0 = _mm512_loadu_ps(kt + d * 16), k1 = _mm512_loadu_ps(kt + 16 * hd + d * 16);
         UNROLL
         for (int r = 0; r < QB; r++) {
-          s[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(qs[rr[r] * hd + d]), k0, s[r][0]);
-          s[r][1] = _mm512_fmadd_ps(_mm512_set1_ps(qs[rr[r] * hd + d + 1]), k1, s[r][1]);
+          __m512 qd = _mm512_set1_ps(qs[rr[r] * hd + d]);
+          s[r][0] = _mm512_fmadd_ps(qd, k0, s[r][0]);
+          s[r][1] = _mm512_fmadd_ps(qd, k1, s[r][1]);
         }
       }
       __m512 av[4][8];
       UNROLL
       for (int r = 0; r < QB; r++) {
-        __m512 sv = _mm512_mask_blend_ps(km[r], _mm512_set1_ps(-INFINITY), _mm512_add_ps(s[r][0], s[r][1]));
+        const __m512 ninf = _mm512_set1_ps(-INFINITY);
+        __m512 sv0 = _mm512_mask_blend_ps(km[r][0], ninf, s[r][0]);
+        __m512 sv1 = _mm512_mask_blend_ps(km[r][1], ninf, s[r][1]);
         float *mp = &ml[rr[r]], *lp = &ml[ATT_QT + rr[r]];
-        float bm = km[r] ? _mm512_reduce_max_ps(sv) : -INFINITY;
+        float bm = km[r][0] ? _mm512_reduce_max_ps(_mm512_max_ps(sv0, sv1)) : -INFINITY;
         float m = *mp, c = 1.0f;
         if (bm > m) {
           c = expf(m - bm);
           m = bm;
         }
-        __m512 p = _mm512_maskz_mov_ps(km[r], exp512(_mm512_sub_ps(sv, _mm512_set1_ps(m))));
-        float lnew = *lp * c + _mm512_reduce_add_ps(p);
+        __m512 vm = _mm512_set1_ps(m);
+        __m512 p0 = _mm512_maskz_mov_ps(km[r][0], exp512(_mm512_sub_ps(sv0, vm)));
+        __m512 p1 = _mm512_maskz_mov_ps(km[r][1], exp512(_mm512_sub_ps(sv1, vm)));
+        float lnew = *lp * c + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
         if (g0 + r < nq) { /* padded rows must not update the shared state */
           *mp = m;
           *lp = lnew;
         }
-        _mm512_storeu_ps(ps + 16 * r, p);
+        _mm512_storeu_ps(ps + 32 * r, p0);
+        _mm512_storeu_ps(ps + 32 * r + 16, p1);
         __m512 vc = _mm512_set1_ps(c);
         UNROLL
         for (int k = 0; k < NV; k++)
@@ -829,7 +841,7 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
           __m512 vv = _mm512_loadu_ps(v + 16 * k);
           UNROLL
           for (int r = 0; r < QB; r++)
-            av[r][k] = _mm512_fmadd_ps(_mm512_set1_ps(ps[16 * r + jj]), vv, av[r][k]);
+            av[r][k] = _mm512_fmadd_ps(_mm512_set1_ps(ps[32 * r + jj]), vv, av[r][k]);
         }
       }
       UNROLL
@@ -860,7 +872,7 @@ static void avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, 
   }
   int nv = (hd + 15) / 16;
   float *scr = kn_scratch(thread, sizeof(float) * (size_t)(2 * ATT_QT * nv * 16 + 2 * ATT_QT +
-                                                          16 * nv * 16 + 4 * 16));
+                                                          32 * nv * 16 + 4 * 32));
   if (!scr) {
     for (int64_t g = 0; g < G; g++)
       kn_ops_ref.attention(a, (int)(kvh * G + g), q0, q1, thread);
