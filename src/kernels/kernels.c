@@ -500,11 +500,12 @@ void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k,
   attn_job j = {.a = {q, k, v, out, n_q, q_stride, n_kv, kv_stride, out_stride, n_head, n_kv_head,
                       head_dim, scale, causal_base}};
   for (int i = 0; i < g_threads; i++)
-    if (!kn_scratch(i, (size_t)head_dim * 16 + 64 * 1024))
+    if (!kn_scratch(i, (size_t)head_dim * 1024 + 64 * 1024))
       abort();
-  /* About 32 (query, head) rows per task; by KV group when the variant wants it. */
+  /* About 64 (query, head) rows per task (each task streams the K/V of its head once); by KV
+   * group when the variant wants it. */
   int units = g_ops.attn_by_group ? n_kv_head : n_head;
-  int64_t per = g_ops.attn_by_group ? 32 / (n_head / n_kv_head) : 32;
+  int64_t per = g_ops.attn_by_group ? 64 / (n_head / n_kv_head) : 64;
   if (per < 1)
     per = 1;
   j.q_per_task = n_q < per ? n_q : per;

@@ -648,7 +648,7 @@ INLINE void attn_block(const float *qs, const float *kb, const float *vb, int64_
     _mm512_storeu_ps(acc + 16 * k, av[k]);
 }
 
-#define ATT_QT 32 /* queries per tile */
+#define ATT_QT 64 /* (query, head) rows per tile: K/V are streamed once per tile */
 
 /* Rows of a tile are (query i, head h) pairs of one KV group: row R is query R / G of head
  * kvh * G + R % G (G = n_head / n_kv_head), so the query heads sharing a KV head read each key
