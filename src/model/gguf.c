@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/mapfile.h"
 #include "base/status.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -609,35 +610,9 @@ static qvl_status open_image(const void *data, size_t size, void *map, const cha
 
 qvl_status gguf_open(const char *path, gguf **out) {
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return qvl_errorf(errno == ENOENT ? QVL_ERR_NOT_FOUND : QVL_ERR_IO, "%s: cannot open: %s", path,
-                      strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    int e = errno;
-    close(fd);
-    return qvl_errorf(QVL_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    close(fd);
-    return qvl_errorf(QVL_ERR_IO, "%s: not a regular file", path);
-  }
-  if (st.st_size < 4) {
-    close(fd);
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: not a GGUF file (only %lld bytes)", path, (long long)st.st_size);
-  }
-  if ((uint64_t)st.st_size > SIZE_MAX / 2) {
-    close(fd);
-    return qvl_errorf(QVL_ERR_TOO_LARGE, "%s: file of %lld bytes is too large to map", path,
-                      (long long)st.st_size);
-  }
-  size_t size = (size_t)st.st_size;
-  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int e = errno;
-  close(fd);
-  if (map == MAP_FAILED)
-    return qvl_errorf(QVL_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, strerror(e));
+  void *map;
+  size_t size;
+  QVL_TRY(map_file(path, 4, "GGUF", &map, &size));
   return open_image(map, size, map, path, out);
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/mapfile.h"
 #include "base/status.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -60,15 +61,7 @@ void gguf_writer_free(gguf_writer *w) {
 }
 
 static qvl_status grow(void **arr, size_t *cap, size_t n, size_t elem) {
-  if (n < *cap)
-    return QVL_OK;
-  size_t nc = *cap ? *cap * 2 : 16;
-  void *p = realloc(*arr, nc * elem);
-  if (!p)
-    return qvl_errorf(QVL_ERR_NOMEM, "gguf writer: out of memory");
-  *arr = p;
-  *cap = nc;
-  return QVL_OK;
+  return array_grow(arr, cap, n, elem, "gguf writer");
 }
 
 /* Finds or creates the entry for key and leaves its value empty, typed `type`. */

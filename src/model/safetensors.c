@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/mapfile.h"
 #include "base/status.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -372,29 +373,9 @@ static qvl_status open_image(const void *data, size_t size, void *map, const cha
 
 qvl_status st_open(const char *path, safetensors **out) {
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return qvl_errorf(errno == ENOENT ? QVL_ERR_NOT_FOUND : QVL_ERR_IO, "%s: cannot open: %s", path,
-                      strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return qvl_errorf(QVL_ERR_IO, "%s: not a regular file", path);
-  }
-  if (sb.st_size < 8) {
-    close(fd);
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: not a safetensors file (only %lld bytes)", path, (long long)sb.st_size);
-  }
-  if ((uint64_t)sb.st_size > SIZE_MAX / 2) {
-    close(fd);
-    return qvl_errorf(QVL_ERR_TOO_LARGE, "%s: file too large to map", path);
-  }
-  size_t size = (size_t)sb.st_size;
-  void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int e = errno;
-  close(fd);
-  if (map == MAP_FAILED)
-    return qvl_errorf(QVL_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, strerror(e));
+  void *map;
+  size_t size;
+  QVL_TRY(map_file(path, 8, "safetensors", &map, &size));
   return open_image(map, size, map, path, out);
 }
 
@@ -480,15 +461,7 @@ void st_writer_free(st_writer *w) {
 }
 
 static qvl_status grow(void **arr, size_t *cap, size_t n, size_t elem) {
-  if (n < *cap)
-    return QVL_OK;
-  size_t nc = *cap ? *cap * 2 : 16;
-  void *p = realloc(*arr, nc * elem);
-  if (!p)
-    return qvl_errorf(QVL_ERR_NOMEM, "safetensors writer: out of memory");
-  *arr = p;
-  *cap = nc;
-  return QVL_OK;
+  return array_grow(arr, cap, n, elem, "safetensors writer");
 }
 
 qvl_status st_writer_set_metadata(st_writer *w, const char *key, const char *value) {
