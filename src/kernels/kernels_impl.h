@@ -100,8 +100,11 @@ typedef struct kn_ops {
 #define X16_Q4_K_QS 320
 #define X16_Q6_K_SB (32 + 256 + 32 * 64 + 16 * 64) /* d, scales [16][16], ql, qh */
 #define X16_Q6_K_SC 32
-#define X16_Q6_K_QL 288
-#define X16_Q6_K_QH (288 + 32 * 64)
+/* Q6_K quants: for n = 0..1, jq = 0..7 one 192-byte unit [qh group 8n+jq][ql group 16n+jq]
+ * [ql group 16n+jq+8]: the three groups one unpacking step needs, contiguous in memory. */
+#define X16_Q6_K_Q 288
+#define X16_Q6_K_QH_AT(H) (X16_Q6_K_Q + (H) * 192)
+#define X16_Q6_K_QL_AT(G) (X16_Q6_K_Q + (((G) / 16) * 8 + ((G) % 8)) * 192 + 64 + 64 * (((G) % 16) / 8))
 
 /* Repacks F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K weights into the X16 layout (other types untouched). */
 qvl_status kn_pack_x16(kn_weight *w);

@@ -117,8 +117,18 @@ qvl_status kn_pack_x16(kn_weight *w) {
           ql[r] = blk;
           qh[r] = blk + 128;
         }
-        put_groups(o + X16_Q6_K_QL, ql, rows, 32, 0);
-        put_groups(o + X16_Q6_K_QH, qh, rows, 16, 0);
+        for (int g = 0; g < 32; g++) {
+          const uint8_t *src[PR];
+          for (int r = 0; r < rows; r++)
+            src[r] = ql[r] + 4 * g;
+          put_groups(o + X16_Q6_K_QL_AT(g), src, rows, 1, 0);
+        }
+        for (int g = 0; g < 16; g++) {
+          const uint8_t *src[PR];
+          for (int r = 0; r < rows; r++)
+            src[r] = qh[r] + 4 * g;
+          put_groups(o + X16_Q6_K_QH_AT(g), src, rows, 1, 0);
+        }
       }
       break;
     default:

@@ -180,8 +180,8 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
           for (int e = 0; e < 4; e++) {
             int j = j0 + e;
             int G = 16 * n + j, H = 8 * n + (j & 7), sh = 2 * (2 * h + j / 8);
-            __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + X16_Q6_K_QL + G * 64 + 32 * h2));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + X16_Q6_K_QH + H * 64 + 32 * h2));
+            __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + X16_Q6_K_QL_AT(G) + 32 * h2));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + X16_Q6_K_QH_AT(H) + 32 * h2));
             __m256i a = h ? _mm256_srli_epi16(ql, 4) : ql;
             __m256i bq = sh <= 4 ? _mm256_slli_epi16(qh, 4 - sh) : _mm256_srli_epi16(qh, sh - 4);
             __m256i q = _mm256_or_si256(_mm256_and_si256(a, m0f), _mm256_and_si256(bq, m30));

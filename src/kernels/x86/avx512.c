@@ -254,9 +254,9 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
         }
         UNROLL
         for (int jq = 4 * jb; jq < 4 * jb + 4; jq++) {
-          __m512i qh = _mm512_loadu_si512(blk + X16_Q6_K_QH + (8 * n + jq) * 64);
-          __m512i qa = _mm512_loadu_si512(blk + X16_Q6_K_QL + (16 * n + jq) * 64);
-          __m512i qb = _mm512_loadu_si512(blk + X16_Q6_K_QL + (16 * n + jq + 8) * 64);
+          __m512i qh = _mm512_loadu_si512(blk + X16_Q6_K_QH_AT(8 * n + jq));
+          __m512i qa = _mm512_loadu_si512(blk + X16_Q6_K_QL_AT(16 * n + jq));
+          __m512i qb = _mm512_loadu_si512(blk + X16_Q6_K_QL_AT(16 * n + jq + 8));
           __m512i q[4];
           /* (low nibble & 0x0F) | (high bits & 0x30): ternary logic 0xEA = (A & B) | C */
           q[0] = _mm512_ternarylogic_epi32(qa, m0f, _mm512_and_si512(_mm512_slli_epi16(qh, 4), m30), 0xEA);
