@@ -3,21 +3,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/lru.h"
 #include "base/status.h"
 
 typedef struct ic_entry {
+  lru_node lru;              /* first member: the list node converts back to the entry */
   uint64_t hash;
   int grid_t, grid_h, grid_w;
   int64_t nt, d, n_deepstack;
   float *data;               /* [1 + n_deepstack][nt][d]: merger rows, then each DeepStack level */
   int64_t bytes;
-  struct ic_entry *prev, *next; /* LRU list: head = most recent */
 } ic_entry;
 
 struct image_cache {
   int64_t cap, used;
   int count;
-  ic_entry *head, *tail;
+  lru_list lru; /* head = most recent */
 };
 
 qvl_status image_cache_init(int64_t cap_bytes, image_cache **out) {
@@ -28,30 +29,8 @@ qvl_status image_cache_init(int64_t cap_bytes, image_cache **out) {
   return QVL_OK;
 }
 
-static void unlink_entry(image_cache *c, ic_entry *e) {
-  if (e->prev)
-    e->prev->next = e->next;
-  else
-    c->head = e->next;
-  if (e->next)
-    e->next->prev = e->prev;
-  else
-    c->tail = e->prev;
-  e->prev = e->next = NULL;
-}
-
-static void push_front(image_cache *c, ic_entry *e) {
-  e->prev = NULL;
-  e->next = c->head;
-  if (c->head)
-    c->head->prev = e;
-  c->head = e;
-  if (!c->tail)
-    c->tail = e;
-}
-
 static void drop(image_cache *c, ic_entry *e) {
-  unlink_entry(c, e);
+  lru_unlink(&c->lru, &e->lru);
   c->used -= e->bytes;
   c->count--;
   free(e->data);
@@ -61,13 +40,13 @@ static void drop(image_cache *c, ic_entry *e) {
 void image_cache_free(image_cache *c) {
   if (!c)
     return;
-  while (c->head)
-    drop(c, c->head);
+  while (c->lru.head)
+    drop(c, (ic_entry *)c->lru.head);
   free(c);
 }
 
 static ic_entry *find(image_cache *c, uint64_t hash, int gt, int gh, int gw, int64_t nt, int64_t d, int64_t nds) {
-  for (ic_entry *e = c->head; e; e = e->next)
+  for (ic_entry *e = (ic_entry *)c->lru.head; e; e = (ic_entry *)e->lru.next)
     if (e->hash == hash && e->grid_t == gt && e->grid_h == gh && e->grid_w == gw && e->nt == nt && e->d == d &&
         e->n_deepstack == nds)
       return e;
@@ -83,8 +62,8 @@ bool image_cache_get(image_cache *c, uint64_t hash, int grid_t, int grid_h, int 
   memcpy(embd, e->data, level * sizeof(float));
   for (int64_t l = 0; l < n_deepstack; l++)
     memcpy(deepstack + l * ds_level_stride, e->data + (size_t)(l + 1) * level, level * sizeof(float));
-  unlink_entry(c, e);
-  push_front(c, e);
+  lru_unlink(&c->lru, &e->lru);
+  lru_push_front(&c->lru, &e->lru);
   return true;
 }
 
@@ -92,16 +71,16 @@ void image_cache_put(image_cache *c, uint64_t hash, int grid_t, int grid_h, int 
                      int64_t n_deepstack, const float *embd, const float *deepstack, int64_t ds_level_stride) {
   ic_entry *e = find(c, hash, grid_t, grid_h, grid_w, nt, d, n_deepstack);
   if (e) {
-    unlink_entry(c, e);
-    push_front(c, e);
+    lru_unlink(&c->lru, &e->lru);
+    lru_push_front(&c->lru, &e->lru);
     return;
   }
   size_t level = (size_t)(nt * d);
   int64_t bytes = (int64_t)(level * (size_t)(1 + n_deepstack) * sizeof(float) + sizeof(ic_entry));
   if (bytes > c->cap)
     return;
-  while (c->used + bytes > c->cap && c->tail)
-    drop(c, c->tail);
+  while (c->used + bytes > c->cap && c->lru.tail)
+    drop(c, (ic_entry *)c->lru.tail);
   e = calloc(1, sizeof *e);
   float *data = malloc(level * (size_t)(1 + n_deepstack) * sizeof(float));
   if (!e || !data) {
@@ -114,7 +93,7 @@ void image_cache_put(image_cache *c, uint64_t hash, int grid_t, int grid_h, int 
     memcpy(data + (size_t)(l + 1) * level, deepstack + l * ds_level_stride, level * sizeof(float));
   *e = (ic_entry){.hash = hash, .grid_t = grid_t, .grid_h = grid_h, .grid_w = grid_w, .nt = nt, .d = d,
                   .n_deepstack = n_deepstack, .data = data, .bytes = bytes};
-  push_front(c, e);
+  lru_push_front(&c->lru, &e->lru);
   c->used += bytes;
   c->count++;
 }

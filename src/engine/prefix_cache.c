@@ -4,24 +4,25 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/lru.h"
 #include "base/status.h"
 
 #define PC_BUCKETS 4096
 #define PC_ROOT 0x51ed270b7f3a6c1dull /* h_{-1}: the chain's seed */
 
 typedef struct pc_entry {
+  lru_node lru;              /* first member: the list node converts back to the entry */
   uint64_t hash, parent;
   uint64_t keys[PREFIX_BLOCK];
   int64_t next_pos;          /* position state after this block */
   float *k, *v;              /* [n_layer][PREFIX_BLOCK][row] */
-  struct pc_entry *prev, *next; /* LRU: head = most recent */
   struct pc_entry *chain;    /* bucket list */
 } pc_entry;
 
 struct prefix_cache {
   int64_t cap, used, n_layer, row, block_bytes;
   pc_entry *buckets[PC_BUCKETS];
-  pc_entry *head, *tail;
+  lru_list lru; /* head = most recent */
 };
 
 uint64_t prefix_image_key(uint64_t image_hash, int64_t row) {
@@ -46,34 +47,12 @@ qvl_status prefix_cache_init(int64_t cap_bytes, int64_t n_layer, int64_t row, pr
   return QVL_OK;
 }
 
-static void lru_unlink(prefix_cache *c, pc_entry *e) {
-  if (e->prev)
-    e->prev->next = e->next;
-  else
-    c->head = e->next;
-  if (e->next)
-    e->next->prev = e->prev;
-  else
-    c->tail = e->prev;
-  e->prev = e->next = NULL;
-}
-
-static void lru_front(prefix_cache *c, pc_entry *e) {
-  e->prev = NULL;
-  e->next = c->head;
-  if (c->head)
-    c->head->prev = e;
-  c->head = e;
-  if (!c->tail)
-    c->tail = e;
-}
-
 static void drop(prefix_cache *c, pc_entry *e) {
   pc_entry **p = &c->buckets[e->hash % PC_BUCKETS];
   while (*p != e)
     p = &(*p)->chain;
   *p = e->chain;
-  lru_unlink(c, e);
+  lru_unlink(&c->lru, &e->lru);
   c->used -= c->block_bytes;
   free(e->k);
   free(e->v);
@@ -83,8 +62,8 @@ static void drop(prefix_cache *c, pc_entry *e) {
 void prefix_cache_free(prefix_cache *c) {
   if (!c)
     return;
-  while (c->head)
-    drop(c, c->head);
+  while (c->lru.head)
+    drop(c, (pc_entry *)c->lru.head);
   free(c);
 }
 
@@ -118,18 +97,8 @@ int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_
     }
     /* Chain order in the LRU list: block 0 at the head, later blocks right behind it, so eviction
      * takes a chain's far end first and the shared start of a conversation survives longest. */
-    lru_unlink(c, e);
-    if (last) {
-      e->prev = last;
-      e->next = last->next;
-      if (last->next)
-        last->next->prev = e;
-      else
-        c->tail = e;
-      last->next = e;
-    } else {
-      lru_front(c, e);
-    }
+    lru_unlink(&c->lru, &e->lru);
+    lru_insert_after(&c->lru, last ? &last->lru : NULL, &e->lru);
     last = e;
     *next_pos = e->next_pos;
     parent = h;
@@ -150,11 +119,11 @@ void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks,
     uint64_t h = block_hash(bk, parent);
     pc_entry *e = find(c, h, parent, bk);
     if (!e) {
-      while (c->used + c->block_bytes > c->cap && c->tail) {
+      while (c->used + c->block_bytes > c->cap && c->lru.tail) {
         /* Never evict the part of this chain already placed (it sits at the head). */
-        if (last && c->tail == last)
+        if (last && c->lru.tail == &last->lru)
           break;
-        drop(c, c->tail);
+        drop(c, (pc_entry *)c->lru.tail);
       }
       if (c->used + c->block_bytes > c->cap)
         break;
@@ -183,20 +152,10 @@ void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks,
       *b = e;
       c->used += c->block_bytes;
     } else {
-      lru_unlink(c, e);
+      lru_unlink(&c->lru, &e->lru);
     }
     /* Chain order in the LRU list: block 0 at the head, later blocks right behind it. */
-    if (last) {
-      e->prev = last;
-      e->next = last->next;
-      if (last->next)
-        last->next->prev = e;
-      else
-        c->tail = e;
-      last->next = e;
-    } else {
-      lru_front(c, e);
-    }
+    lru_insert_after(&c->lru, last ? &last->lru : NULL, &e->lru);
     last = e;
     parent = h;
   }
