@@ -23,7 +23,6 @@ typedef struct tol {
 
 static const tol TOL_REF = {"ref (double accumulation)", 1e-6, 0};
 static const tol TOL_F32_SIMD = {"simd fp32 accumulation", 1e-5, 0};
-static const tol TOL_BF16_DOT = {"bf16 activations (vdpbf16ps)", 1.0 / 128, 0};
 static const tol TOL_Q8_ACT = {"q8_0 activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1.0 / 2048};
 static const tol TOL_Q8K_ACT = {"q8_K activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1e-6};
 
@@ -54,8 +53,6 @@ static tol matmul_tol(qvl_dtype t) {
   case QVL_DTYPE_Q4_K:
   case QVL_DTYPE_Q6_K:
     return TOL_Q8K_ACT;
-  case QVL_DTYPE_BF16:
-    return TOL_BF16_DOT;
   default:
     return TOL_F32_SIMD;
   }
