@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "base/log.h"
@@ -262,6 +264,25 @@ void kn_parallel_for(int64_t n, kn_task_fn fn, void *arg) {
 /* ---------------------------------------------------------------------------------------------
  * Weights and matmul
  */
+/* After repacking, the source rows (usually in a mapped model file) are only read again for the odd
+ * embedding row. Without this their pages stay resident next to the packed copy and the process
+ * holds the weights twice. MADV_PAGEOUT only reclaims (file pages are re-read on the next access,
+ * anonymous ones go to swap or stay), so it is safe whatever memory the tensor lives in. */
+static void release_source_pages(const void *data, size_t nbytes) {
+#ifdef MADV_PAGEOUT
+  long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0 || nbytes < (size_t)page * 2)
+    return;
+  uintptr_t start = ((uintptr_t)data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+  uintptr_t end = ((uintptr_t)data + nbytes) & ~((uintptr_t)page - 1);
+  if (end > start)
+    (void)madvise((void *)start, end - start, MADV_PAGEOUT);
+#else
+  (void)data;
+  (void)nbytes;
+#endif
+}
+
 qvl_status kn_weight_init(kn_weight *w, const tensor *t) {
   memset(w, 0, sizeof *w);
   const char *name = t->name ? t->name : "(unnamed)";
@@ -296,6 +317,8 @@ qvl_status kn_weight_init(kn_weight *w, const tensor *t) {
     kn_weight_free(w);
     return qvl_error_prefix(st, "kernels: preparing tensor '%s': ", name);
   }
+  if (w->packed)
+    release_source_pages(t->data, t->nbytes);
   return QVL_OK;
 }
 
