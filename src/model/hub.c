@@ -138,8 +138,12 @@ static char *url_escape(const char *s, int keep_slash) {
     unsigned char c = (unsigned char)*s;
     if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/'))
       *d++ = (char)c;
-    else
-      d += sprintf(d, "%%%02X", c);
+    else {
+      static const char hex[] = "0123456789ABCDEF";
+      *d++ = '%';
+      *d++ = hex[c >> 4];
+      *d++ = hex[c & 15];
+    }
   }
   *d = 0;
   return o;
@@ -406,8 +410,9 @@ static int split_part(const char *name, int *part, int *count, size_t *stem_len)
     if (tail[i] == '0' ? !isdigit((unsigned char)t[i]) : tolower((unsigned char)t[i]) != tail[i])
       return 0;
   }
-  *part = atoi(t + 1);
-  *count = atoi(t + 10);
+  /* Both fields are exactly five digits (checked above), so strtol cannot overflow. */
+  *part = (int)strtol(t + 1, NULL, 10);
+  *count = (int)strtol(t + 10, NULL, 10);
   *stem_len = n - tn;
   return *part >= 1 && *count >= 1 && *part <= *count;
 }
