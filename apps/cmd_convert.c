@@ -4,7 +4,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "model/hf_convert.h"
+#include "engine/hf_convert.h"
 #include "model/wtable.h"
 
 static void convert_usage(FILE *f) {

@@ -10,7 +10,7 @@
 #include "engine/generate.h"
 #include "engine/vlm.h"
 #include "kernels/kernels.h"
-#include "model/hf_model.h"
+#include "engine/hf_model.h"
 #include "model/wtable.h"
 
 #define MAX_IMAGES 16

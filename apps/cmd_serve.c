@@ -10,7 +10,7 @@
 #include "engine/engine.h"
 #include "engine/vlm.h"
 #include "kernels/kernels.h"
-#include "model/hf_model.h"
+#include "engine/hf_model.h"
 #include "model/wtable.h"
 #include "server/config.h"
 #include "server/server.h"

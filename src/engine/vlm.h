@@ -18,7 +18,7 @@
 #include "engine/image_source.h"
 #include "image/decode.h"
 #include "image/preprocess.h"
-#include "model/hf_model.h"
+#include "engine/hf_model.h"
 #include "qvl.h"
 #include "text/decoder.h"
 #include "text/tokenizer.h"

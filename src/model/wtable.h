@@ -3,7 +3,7 @@
  * into a mapped file or into memory the table owns. It is what the decoder and the vision tower
  * read through their tensor-source callbacks (decoder_source / vision_source: find = wtable_find,
  * release = wtable_release), whatever the weights came from: a GGUF file (wtable_from_gguf), a
- * Hugging Face directory (model/hf_model.h), and optionally re-encoded at load into another dtype
+ * Hugging Face directory (engine/hf_model.h), and optionally re-encoded at load into another dtype
  * (wtable_convert: "quantize on load").
  *
  *   wtable *t;

@@ -1,4 +1,4 @@
-/* libFuzzer target for the Hugging Face directory parsers (model/hf_model.h). The first byte picks
+/* libFuzzer target for the Hugging Face directory parsers (engine/hf_model.h). The first byte picks
  * the parser, the rest is the file: 0 config.json, 1 preprocessor_config.json (after the micro-a
  * config), 2 generation_config.json, 3 model.safetensors.index.json. A config that parses must
  * satisfy the invariants the loaders rely on. */
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/hf_model.h"
+#include "engine/hf_model.h"
 
 static const char base_config[] =
     "{\"architectures\": [\"Qwen3VLForConditionalGeneration\"], \"text_config\": {\"vocab_size\": 512, "

@@ -1,6 +1,6 @@
 /*
- * Hugging Face directories (model/hf_model.h), weight tables and quantize-on-load (model/wtable.h),
- * and qvl convert (model/hf_convert.h), against the fixture files:
+ * Hugging Face directories (engine/hf_model.h), weight tables and quantize-on-load (model/wtable.h),
+ * and qvl convert (engine/hf_convert.h), against the fixture files:
  *  - every fixture HF directory loads; hyperparameters equal the fixture README's table;
  *  - the HF weight tables hold exactly the tensors of the GGUFs made from the same weights (names,
  *    shapes, types, bytes; the Conv3d patch kernel split into its two temporal slices);
@@ -24,8 +24,8 @@
 #include "engine/vlm.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
-#include "model/hf_convert.h"
-#include "model/hf_model.h"
+#include "engine/hf_convert.h"
+#include "engine/hf_model.h"
 #include "model/safetensors.h"
 #include "model/wtable.h"
 #include "test.h"

@@ -14,7 +14,7 @@
 #include "kernels/kernels.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
-#include "model/hf_model.h"
+#include "engine/hf_model.h"
 #include "model/safetensors.h"
 #include "test.h"
 #include "vision/vision.h"
@@ -206,7 +206,7 @@ static void check_case(const char *case_id, const vision_model *vm, const safete
   collector_free(&col);
 }
 
-/* The vision tower of an HF directory, through the weight tables of model/hf_model.h. */
+/* The vision tower of an HF directory, through the weight tables of engine/hf_model.h. */
 static qvl_status load_hf(const char *dir, vision_model **out) {
   *out = NULL;
   hf_model *hf = NULL;

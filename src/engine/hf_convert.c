@@ -1,4 +1,4 @@
-#include "model/hf_convert.h"
+#include "engine/hf_convert.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -10,7 +10,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "model/gguf_write.h"
-#include "model/hf_model.h"
+#include "engine/hf_model.h"
 #include "model/wtable.h"
 #include "text/tokenizer.h"
 

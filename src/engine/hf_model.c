@@ -1,4 +1,4 @@
-#include "model/hf_model.h"
+#include "engine/hf_model.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -29,8 +29,8 @@
  * The directory is reference-counted (single-threaded loading): hf_model_close drops the caller's
  * reference; the files are unmapped when the last table is freed too.
  */
-#ifndef QVL_MODEL_HF_MODEL_H
-#define QVL_MODEL_HF_MODEL_H
+#ifndef QVL_ENGINE_HF_MODEL_H
+#define QVL_ENGINE_HF_MODEL_H
 
 #include <stdbool.h>
 #include <stddef.h>

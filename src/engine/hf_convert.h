@@ -10,8 +10,8 @@
  * multiple of its block size fall back as wtable_target_type says). Quantized types use ggml's
  * rounding (tensor/dtype.h), so q8_0 gives the bytes llama-quantize gives from the F32 file.
  */
-#ifndef QVL_MODEL_HF_CONVERT_H
-#define QVL_MODEL_HF_CONVERT_H
+#ifndef QVL_ENGINE_HF_CONVERT_H
+#define QVL_ENGINE_HF_CONVERT_H
 
 #include "qvl.h"
 #include "tensor/dtype.h"
