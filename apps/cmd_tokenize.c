@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "args.h"
 #include "base/buf.h"
@@ -15,7 +16,7 @@ int cmd_tokenize(int argc, char **argv) {
     if (arg_value(argc, argv, &i, "--model", "-m", &v))
       model = v;
     else if (arg_flag(argv, i, "--help", "-h")) {
-      printf("usage: qvl tokenize -m MODEL.gguf TEXT   ('-' reads raw bytes from standard input)\n");
+      printf("usage: qvl tokenize -m MODEL.gguf|HF_DIR TEXT   ('-' reads raw bytes from standard input)\n");
       return 0;
     } else if (argv[i][0] == '-' && argv[i][1]) {
       fprintf(stderr, "qvl tokenize: unknown option '%s'\n", argv[i]);
@@ -42,9 +43,18 @@ int cmd_tokenize(int argc, char **argv) {
   }
   gguf *g = NULL;
   tokenizer *t = NULL;
-  qvl_status s = gguf_open(model, &g);
-  if (s == QVL_OK)
-    s = tokenizer_init_gguf(g, &t);
+  qvl_status s;
+  struct stat st;
+  if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
+    /* A Hugging Face model directory: its tokenizer.json. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", model);
+    s = tokenizer_init_hf(path, &t);
+  } else {
+    s = gguf_open(model, &g);
+    if (s == QVL_OK)
+      s = tokenizer_init_gguf(g, &t);
+  }
   int32_t *ids = NULL;
   size_t n_ids = 0;
   if (s == QVL_OK)

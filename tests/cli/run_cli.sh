@@ -47,6 +47,8 @@ got=$("$QVL" tokenize -m "$E2E/e2e-Q8_0.gguf" "Hello world" 2>&1)
 if [ "$got" = "[9707, 1879]" ]; then ok; else bad "tokenize 'Hello world' gave $got"; fi
 got=$(printf 'Hello world' | "$QVL" tokenize -m "$E2E/e2e-Q8_0.gguf" - 2>&1)
 if [ "$got" = "[9707, 1879]" ]; then ok; else bad "tokenize from stdin gave $got"; fi
+got=$("$QVL" tokenize -m tests/fixtures/models/e2e/hf "Hello world" 2>&1)
+if [ "$got" = "[9707, 1879]" ]; then ok; else bad "tokenize from the HF directory gave $got"; fi
 
 # 4. Errors: exit status 1 or 2 and a message that says what is wrong.
 expect_error() { # expect_error NEEDLE CMD...
