@@ -467,7 +467,7 @@ static void list_names(const char *const *paths, size_t n, int want_mmproj, char
     len += (size_t)w;
   }
   if (len >= cap && cap > 4)
-    strcpy(out + cap - 4, "...");
+    memcpy(out + cap - 4, "...", 4); /* the list was cut: mark it, keeping the NUL */
   if (!out[0])
     snprintf(out, cap, "none");
 }
