@@ -257,7 +257,7 @@ qvl_status decoder_forward_batch(const decoder_batch_item *items, int n, const f
  * rows out after a request and back in before the next one (then calls decoder_seq_set_past). */
 kv_cache *decoder_seq_kv(decoder_seq *s);
 /* Declares the first n_past rows of every layer valid, with next_pos the position the next
- * default-position token gets (max stored position + 1). QVL_ERR_INVALID_ARG beyond the capacity. */
+ * default-position token is given (max stored position + 1). QVL_ERR_INVALID_ARG beyond the capacity. */
 qvl_status decoder_seq_set_past(decoder_seq *s, int64_t n_past, int64_t next_pos);
 
 #endif
