@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# End-to-end tests of qvl serve (tests/e2e/e2e.mjs) with the e2e fixture models and the openai npm
-# client. Needs node (>= 18), npm and curl; installs the locked packages into node_modules when
-# they are missing or stale. QVL_BIN picks the binary (default ./qvl, relative to the repo root);
-# QVL_E2E_ONLY='regex' runs only the matching tests. Prints "e2e: N passed, N failed" last and
-# exits non-zero on any failure or missing tool.
+# End-to-end tests of qvl serve with the e2e fixture models and the real npm clients pinned in
+# package-lock.json. Every suite (tests/e2e/*.mjs but lib.mjs) starts and stops its own servers and
+# prints "NAME: N passed, N failed"; this script runs them one after another and adds them up.
+# Needs node (>= 18), npm and curl; installs the locked packages into node_modules when they are
+# missing or stale. QVL_BIN picks the binary (default ./qvl, relative to the repo root);
+# QVL_E2E_ONLY='regex' runs only the matching tests, QVL_E2E_SUITES='regex' only matching suite
+# files. Prints "e2e: N passed, N failed" last and exits non-zero on any failure or missing tool.
 set -u
 cd "$(dirname "$0")"
 fail() { echo "e2e tests: $*" >&2; echo "e2e: 0 passed, 1 failed"; exit 1; }
@@ -12,10 +14,24 @@ command -v curl >/dev/null || fail "curl is not installed (Debian: apt-get insta
 bin=${QVL_BIN:-qvl}
 case $bin in /*) ;; *) bin=../../$bin ;; esac
 [ -x "$bin" ] || fail "no qvl binary at $bin (run make first)"
-have=$(node -e 'try { console.log(require("./node_modules/openai/package.json").version) } catch { console.log("") }')
-want=$(node -e 'console.log(require("./package-lock.json").packages["node_modules/openai"].version)')
-if [ "$have" != "$want" ]; then
+# node_modules is current when npm's own record of the install matches the lock file
+if ! cmp -s <(node -e 'const l=require("./package-lock.json").packages; delete l[""]; console.log(JSON.stringify(Object.keys(l).sort().map(k=>[k,l[k].version])))' 2>/dev/null) \
+           <(node -e 'const l=require("./node_modules/.package-lock.json").packages; console.log(JSON.stringify(Object.keys(l).sort().map(k=>[k,l[k].version])))' 2>/dev/null); then
   command -v npm >/dev/null || fail "npm is not installed (Debian: apt-get install -y npm)"
   npm ci --no-audit --no-fund --loglevel=error >&2 || fail "npm ci failed"
 fi
-exec timeout 600 node e2e.mjs
+total_pass=0 total_fail=0
+for suite in *.mjs; do
+  [ "$suite" = lib.mjs ] && continue
+  [ -n "${QVL_E2E_SUITES:-}" ] && ! [[ $suite =~ $QVL_E2E_SUITES ]] && continue
+  out=$(timeout 600 node "$suite" 2>&1 | tee /dev/stderr | tail -1)
+  line=$(printf '%s\n' "$out" | grep -E ': [0-9]+ passed, [0-9]+ failed$' | tail -1)
+  if [ -z "$line" ]; then
+    echo "e2e: suite $suite printed no result" >&2; total_fail=$((total_fail + 1)); continue
+  fi
+  p=$(printf '%s' "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed$/\1/')
+  f=$(printf '%s' "$line" | sed -E 's/.*: ([0-9]+) passed, ([0-9]+) failed$/\2/')
+  total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+done
+echo "e2e: $total_pass passed, $total_fail failed"
+[ $total_fail -eq 0 ]
