@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/relpath.h"
 #include "base/status.h"
 #include "model/verify.h"
 
@@ -96,30 +97,11 @@ static qvl_status mkdirs(const char *path) {
   return QVL_OK;
 }
 
-/* A repo-relative path from the hub must stay inside the snapshot directory. */
-static int path_is_safe(const char *p) {
-  if (!*p || p[0] == '/' || strlen(p) > 1024)
-    return 0;
-  for (const char *s = p; *s; s++)
-    if ((unsigned char)*s < 0x20 || *s == '\\')
-      return 0;
-  const char *seg = p;
-  for (;;) {
-    const char *e = strchr(seg, '/');
-    size_t n = e ? (size_t)(e - seg) : strlen(seg);
-    if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
-      return 0;
-    if (!e)
-      return 1;
-    seg = e + 1;
-  }
-}
-
 static int name_char_ok(char c) { return isalnum((unsigned char)c) || c == '-' || c == '_' || c == '.'; }
 
 /* Revisions are branch names, tags or commit ids; '/' occurs in refs like "refs/pr/1". */
 static int revision_is_safe(const char *r) {
-  if (!*r || strlen(r) > 200 || !path_is_safe(r))
+  if (!*r || strlen(r) > 200 || !relpath_is_safe(r))
     return 0;
   for (const char *s = r; *s; s++)
     if (!name_char_ok(*s) && *s != '/')
@@ -317,7 +299,7 @@ static qvl_status listing_add_json(listing *l, const cJSON *arr, const char *wha
     entry e = {0};
     if (!cJSON_IsString(p) || !json_size(cJSON_GetObjectItemCaseSensitive(it, "size"), &e.size))
       return qvl_errorf(QVL_ERR_FORMAT, "%s: file entry without a string \"path\" and a numeric \"size\"", what);
-    if (!path_is_safe(p->valuestring))
+    if (!relpath_is_safe(p->valuestring))
       return qvl_errorf(QVL_ERR_FORMAT, "%s: refusing file path '%.200s' (absolute, '..' or control characters)",
                         what, p->valuestring);
     if (cJSON_IsObject(lfs)) {
@@ -1418,7 +1400,7 @@ static qvl_status index_shards(const char *index_path, const listing *l, const c
   qvl_status s = QVL_OK;
   const cJSON *it;
   cJSON_ArrayForEach(it, wm) {
-    if (!cJSON_IsString(it) || !path_is_safe(it->valuestring)) {
+    if (!cJSON_IsString(it) || !relpath_is_safe(it->valuestring)) {
       s = qvl_errorf(QVL_ERR_FORMAT, "%s: weight_map['%.100s'] is not a safe file name", index_path,
                      it->string ? it->string : "?");
       break;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/relpath.h"
 #include "base/status.h"
 
 /* A manifest lists a handful of files; anything this large is not one of ours. */
@@ -102,21 +103,6 @@ qvl_status verify_file(const char *path, uint64_t size, const char *sha256) {
 
 /* ---- manifest ---- */
 
-/* Recorded paths must stay inside the directory: relative, no "." / ".." / empty segment. */
-static int rel_path_ok(const char *p) {
-  if (!p[0] || p[0] == '/')
-    return 0;
-  for (const char *seg = p;;) {
-    const char *e = strchr(seg, '/');
-    size_t n = e ? (size_t)(e - seg) : strlen(seg);
-    if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
-      return 0;
-    if (!e)
-      return 1;
-    seg = e + 1;
-  }
-}
-
 static qvl_status path_join(const char *dir, const char *rel, char **out) {
   buf b = {0};
   qvl_status s = buf_printf(&b, "%s/%s", dir, rel);
@@ -166,7 +152,7 @@ static qvl_status manifest_entry(const char *dir, const cJSON *e, const char **p
                       dir, VERIFY_MANIFEST_NAME);
   /* The manifest must not name files outside its directory. */
   const char *ps = p->valuestring;
-  if (!rel_path_ok(ps))
+  if (!relpath_is_safe(ps))
     return qvl_errorf(QVL_ERR_FORMAT, "%s/%s: entry path '%s' leaves the directory", dir,
                       VERIFY_MANIFEST_NAME, ps);
   *path = ps;
@@ -379,7 +365,7 @@ static qvl_status sums_to_list(const char *file, const char *default_name, check
                        line_no, line);
         break;
       }
-      if (!rel_path_ok(name)) {
+      if (!relpath_is_safe(name)) {
         s = qvl_errorf(QVL_ERR_FORMAT, "%s:%d: file name '%s' leaves the directory", file, line_no, name);
         break;
       }
