@@ -47,6 +47,41 @@ qvl_status map_file(const char *path, size_t min_size, const char *kind, void **
   return QVL_OK;
 }
 
+static qvl_status image_init(const void *data, size_t size, void *map, const char *label, file_image *out) {
+  *out = (file_image){0};
+  char *l = strdup(label);
+  if (!l) {
+    if (map)
+      munmap(map, size);
+    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", label);
+  }
+  *out = (file_image){.label = l, .data = data, .size = size, .map = map};
+  return QVL_OK;
+}
+
+qvl_status file_image_map(const char *path, size_t min_size, const char *kind, file_image *out) {
+  *out = (file_image){0};
+  void *map;
+  size_t size;
+  QVL_TRY(map_file(path, min_size, kind, &map, &size));
+  return image_init(map, size, map, path, out);
+}
+
+qvl_status file_image_memory(const void *data, size_t size, const char *label, file_image *out) {
+  *out = (file_image){0};
+  const char *l = label ? label : "(memory)";
+  if (!data && size)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "%s: NULL data", l);
+  return image_init(data ? data : "", size, NULL, l, out);
+}
+
+void file_image_close(file_image *im) {
+  if (im->map)
+    munmap(im->map, im->size);
+  free(im->label);
+  *im = (file_image){0};
+}
+
 qvl_status array_grow(void **arr, size_t *cap, size_t n, size_t elem, const char *what) {
   if (n < *cap)
     return QVL_OK;

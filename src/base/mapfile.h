@@ -3,6 +3,7 @@
 #define QVL_BASE_MAPFILE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "qvl.h"
 
@@ -10,6 +11,22 @@
  * (QVL_ERR_FORMAT); a missing file is QVL_ERR_NOT_FOUND; other failures QVL_ERR_IO. Unmap with
  * munmap(*map, *size). */
 qvl_status map_file(const char *path, size_t min_size, const char *kind, void **map, size_t *size);
+
+/* The bytes a file parser reads: a read-only mapping of a file, or memory the caller keeps alive.
+ * label is the path or the caller's name for the memory, for messages. */
+typedef struct file_image {
+  char *label;
+  const uint8_t *data; /* [size] */
+  size_t size;
+  void *map; /* the mapping's base, NULL for caller memory */
+} file_image;
+
+/* Maps path as map_file does (min_size, kind) into *out. */
+qvl_status file_image_map(const char *path, size_t min_size, const char *kind, file_image *out);
+/* Wraps the caller's [data, data + size) (data may be NULL when size is 0) under label. */
+qvl_status file_image_memory(const void *data, size_t size, const char *label, file_image *out);
+/* Unmaps a mapping and frees the label; a zeroed file_image is a no-op. */
+void file_image_close(file_image *im);
 
 /* Makes room for element n of *arr (capacity *cap, elements of elem bytes), doubling as needed.
  * what names the owner in the out-of-memory message. */

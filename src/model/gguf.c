@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -75,11 +74,8 @@ typedef struct name_index {
 } name_index;
 
 struct gguf {
-  char *path; /* the path or label, for messages */
+  file_image img; /* the whole file image; img.label names it in messages */
   uint32_t version;
-  const uint8_t *data; /* the whole file image */
-  size_t size;
-  void *map; /* mmap base when opened from a path, else NULL */
   uint32_t alignment;
   uint64_t data_offset; /* start of the data section */
   int64_t n_kv;
@@ -104,8 +100,7 @@ const char *gguf_type_name(gguf_type t) {
   return type_names[t];
 }
 
-/* Byte size of a fixed-size value type; 0 for STRING / ARRAY / invalid. */
-static size_t type_size(gguf_type t) {
+size_t gguf_type_size(gguf_type t) {
   switch (t) {
   case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
   case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
@@ -242,19 +237,19 @@ typedef struct reader {
   char what[200]; /* what is being read, for truncation messages */
 } reader;
 
-static size_t left(const reader *r) { return r->g->size - r->off; }
+static size_t left(const reader *r) { return r->g->img.size - r->off; }
 
 static qvl_status need(reader *r, uint64_t n) {
   if (n > left(r))
     return qvl_errorf(QVL_ERR_FORMAT,
                       "%s: file truncated reading %s: need %llu bytes at offset %zu, only %zu left",
-                      r->g->path, r->what, (unsigned long long)n, r->off, left(r));
+                      r->g->img.label, r->what, (unsigned long long)n, r->off, left(r));
   return QVL_OK;
 }
 
 static qvl_status read_bytes(reader *r, void *dst, size_t n) {
   QVL_TRY(need(r, n));
-  memcpy(dst, r->g->data + r->off, n);
+  memcpy(dst, r->g->img.data + r->off, n);
   r->off += n;
   return QVL_OK;
 }
@@ -269,8 +264,8 @@ static qvl_status read_str(reader *r, const uint8_t **p, uint64_t *len) {
     return qvl_errorf(QVL_ERR_FORMAT,
                       "%s: %s: string length %llu at offset %zu runs past the end of the file "
                       "(%zu bytes left)",
-                      r->g->path, r->what, (unsigned long long)*len, r->off - 8, left(r));
-  *p = r->g->data + r->off;
+                      r->g->img.label, r->what, (unsigned long long)*len, r->off - 8, left(r));
+  *p = r->g->img.data + r->off;
   r->off += (size_t)*len;
   return QVL_OK;
 }
@@ -278,7 +273,7 @@ static qvl_status read_str(reader *r, const uint8_t **p, uint64_t *len) {
 static qvl_status check_bools(reader *r, const char *key, const uint8_t *p, uint64_t n, bool is_array) {
   for (uint64_t j = 0; j < n; j++)
     if (p[j] > 1)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': bool %s %llu holds %u, expected 0 or 1", r->g->path,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': bool %s %llu holds %u, expected 0 or 1", r->g->img.label,
                         key, is_array ? "element" : "value at offset",
                         is_array ? (unsigned long long)j : (unsigned long long)(r->off - 1), p[j]);
   return QVL_OK;
@@ -286,7 +281,7 @@ static qvl_status check_bools(reader *r, const char *key, const uint8_t *p, uint
 
 static qvl_status parse_value(reader *r, gguf_kv *kv) {
   const char *key = kv->key;
-  size_t sz = type_size(kv->type);
+  size_t sz = gguf_type_size(kv->type);
   if (kv->type == GGUF_TYPE_STRING) {
     const uint8_t *p;
     uint64_t n;
@@ -295,7 +290,7 @@ static qvl_status parse_value(reader *r, gguf_kv *kv) {
     kv->str = arena_copy(r->g, p, (size_t)n);
     kv->str_len = n;
     if (!kv->str)
-      return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory copying key '%s'", r->g->path, key);
+      return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory copying key '%s'", r->g->img.label, key);
     return QVL_OK;
   }
   if (kv->type == GGUF_TYPE_ARRAY) {
@@ -306,23 +301,23 @@ static qvl_status parse_value(reader *r, gguf_kv *kv) {
     QVL_TRY(read_u64(r, &n));
     if (et >= GGUF_TYPE_COUNT)
       return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': array element type %u is not a GGUF type (0..%d)",
-                        r->g->path, key, et, GGUF_TYPE_COUNT - 1);
+                        r->g->img.label, key, et, GGUF_TYPE_COUNT - 1);
     if (et == GGUF_TYPE_ARRAY)
       return qvl_errorf(QVL_ERR_UNSUPPORTED,
-                        "%s: key '%s' is an array of arrays, which qvl does not support", r->g->path,
+                        "%s: key '%s' is an array of arrays, which qvl does not support", r->g->img.label,
                         key);
     kv->arr_type = (gguf_type)et;
     kv->arr_len = n;
     /* A string element takes at least its 8-byte length; check before allocating the index. */
-    size_t min = et == GGUF_TYPE_STRING ? 8 : type_size((gguf_type)et);
+    size_t min = et == GGUF_TYPE_STRING ? 8 : gguf_type_size((gguf_type)et);
     if (n > left(r) / min)
       return qvl_errorf(QVL_ERR_FORMAT,
                         "%s: key '%s': array of %llu %s elements needs at least %llu bytes per element "
                         "but only %zu bytes are left in the file",
-                        r->g->path, key, (unsigned long long)n, gguf_type_name((gguf_type)et),
+                        r->g->img.label, key, (unsigned long long)n, gguf_type_name((gguf_type)et),
                         (unsigned long long)min, left(r));
     if (et != GGUF_TYPE_STRING) {
-      kv->arr_data = r->g->data + r->off;
+      kv->arr_data = r->g->img.data + r->off;
       if (et == GGUF_TYPE_BOOL)
         QVL_TRY(check_bools(r, key, kv->arr_data, n, true));
       r->off += (size_t)(n * min);
@@ -330,7 +325,7 @@ static qvl_status parse_value(reader *r, gguf_kv *kv) {
     }
     kv->arr_str_off = malloc((n ? n : 1) * sizeof *kv->arr_str_off);
     if (!kv->arr_str_off)
-      return qvl_errorf(QVL_ERR_NOMEM, "%s: key '%s': out of memory indexing %llu strings", r->g->path,
+      return qvl_errorf(QVL_ERR_NOMEM, "%s: key '%s': out of memory indexing %llu strings", r->g->img.label,
                         key, (unsigned long long)n);
     for (uint64_t j = 0; j < n; j++) {
       const uint8_t *p;
@@ -377,28 +372,28 @@ static qvl_status parse_kvs(reader *r, uint64_t n_kv) {
     QVL_TRY(read_str(r, &p, &len));
     name_buf shown = show_name(p, len);
     if (len == 0)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key #%llu has an empty name", g->path, (unsigned long long)k);
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key #%llu has an empty name", g->img.label, (unsigned long long)k);
     if (len > GGUF_MAX_KEY_LEN)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key #%llu ('%s') is %llu bytes long, the limit is %d", g->path,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key #%llu ('%s') is %llu bytes long, the limit is %d", g->img.label,
                         (unsigned long long)k, shown.s, (unsigned long long)len, GGUF_MAX_KEY_LEN);
     if (memchr(p, 0, (size_t)len))
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key #%llu ('%s') contains a NUL byte", g->path,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key #%llu ('%s') contains a NUL byte", g->img.label,
                         (unsigned long long)k, shown.s);
     int64_t dup;
     uint64_t slot = index_probe(&g->kv_index, g, kv_name_of, (const char *)p, (size_t)len, &dup);
     if (dup >= 0)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate key '%s' (entries #%lld and #%llu)", g->path,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate key '%s' (entries #%lld and #%llu)", g->img.label,
                         shown.s, (long long)dup, (unsigned long long)k);
     kv->key = arena_copy(g, p, (size_t)len);
     if (!kv->key)
-      return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory copying key names", g->path);
+      return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory copying key names", g->img.label);
     g->kv_index.slots[slot] = (uint32_t)k + 1;
     g->n_kv = (int64_t)k + 1; /* entries up to here are complete enough for gguf_close */
     snprintf(r->what, sizeof r->what, "the type of key '%s'", shown.s);
     QVL_TRY(read_u32(r, &type));
     if (type >= GGUF_TYPE_COUNT)
       return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' has value type %u, expected a GGUF type (0..%d)",
-                        g->path, shown.s, type, GGUF_TYPE_COUNT - 1);
+                        g->img.label, shown.s, type, GGUF_TYPE_COUNT - 1);
     kv->type = (gguf_type)type;
     QVL_TRY(parse_value(r, kv));
   }
@@ -431,19 +426,19 @@ static qvl_status parse_tensor_infos(reader *r, uint64_t n_tensors) {
     QVL_TRY(read_str(r, &p, &len));
     name_buf shown = show_name(p, len);
     if (len == 0)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor #%llu has an empty name", g->path,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor #%llu has an empty name", g->img.label,
                         (unsigned long long)k);
     if (memchr(p, 0, (size_t)len))
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor #%llu ('%s') has a NUL byte in its name", g->path,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor #%llu ('%s') has a NUL byte in its name", g->img.label,
                         (unsigned long long)k, shown.s);
     int64_t dup;
     uint64_t slot = index_probe(&g->tensor_index, g, tensor_name_of, (const char *)p, (size_t)len, &dup);
     if (dup >= 0)
       return qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate tensor name '%s' (tensors #%lld and #%llu)",
-                        g->path, shown.s, (long long)dup, (unsigned long long)k);
+                        g->img.label, shown.s, (long long)dup, (unsigned long long)k);
     t->name = arena_copy(g, p, (size_t)len);
     if (!t->name)
-      return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory copying tensor names", g->path);
+      return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory copying tensor names", g->img.label);
     g->tensor_index.slots[slot] = (uint32_t)k + 1;
     g->n_tensors = (int64_t)k + 1;
 
@@ -451,7 +446,7 @@ static qvl_status parse_tensor_infos(reader *r, uint64_t n_tensors) {
     snprintf(r->what, sizeof r->what, "the info of tensor '%s'", shown.s);
     QVL_TRY(read_u32(r, &n_dims));
     if (n_dims < 1 || n_dims > TENSOR_MAX_DIMS)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s' has %u dimensions, expected 1..%d", g->path,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s' has %u dimensions, expected 1..%d", g->img.label,
                         shown.s, n_dims, TENSOR_MAX_DIMS);
     t->n_dims = (int)n_dims;
     int64_t nel = 1;
@@ -462,10 +457,10 @@ static qvl_status parse_tensor_infos(reader *r, uint64_t n_tensors) {
       QVL_TRY(read_u64(r, &ne));
       if (ne == 0 || ne > (uint64_t)INT64_MAX)
         return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': ne[%u] = %lld, expected a positive size",
-                          g->path, shown.s, d, (long long)ne);
+                          g->img.label, shown.s, d, (long long)ne);
       if ((int64_t)ne > INT64_MAX / nel)
         return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': element count overflows int64 at ne[%u] = %llu",
-                          g->path, shown.s, d, (unsigned long long)ne);
+                          g->img.label, shown.s, d, (unsigned long long)ne);
       t->ne[d] = (int64_t)ne;
       nel *= (int64_t)ne;
     }
@@ -475,24 +470,24 @@ static qvl_status parse_tensor_infos(reader *r, uint64_t n_tensors) {
     if (!dtype_supported((int)type) || type == QVL_DTYPE_Q8_K) {
       if (tn)
         return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s (id %u), which qvl does not support",
-                          g->path, shown.s, tn, type);
+                          g->img.label, shown.s, tn, type);
       return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s' has type id %u, which is not a known ggml type",
-                        g->path, shown.s, type);
+                        g->img.label, shown.s, type);
     }
     t->type = (qvl_dtype)type;
     size_t row_bytes;
     if (t->ne[0] % dtype_block_elems(t->type) != 0)
       return qvl_errorf(QVL_ERR_FORMAT,
                         "%s: tensor '%s': ne[0] = %lld is not a multiple of the %s block size %d",
-                        g->path, shown.s, (long long)t->ne[0], dtype_name((int)type),
+                        g->img.label, shown.s, (long long)t->ne[0], dtype_name((int)type),
                         dtype_block_elems(t->type));
     if (!dtype_row_bytes(t->type, t->ne[0], &row_bytes))
       return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': row of ne[0] = %lld %s elements overflows size_t",
-                        g->path, shown.s, (long long)t->ne[0], dtype_name((int)type));
+                        g->img.label, shown.s, (long long)t->ne[0], dtype_name((int)type));
     uint64_t rows = (uint64_t)(nel / t->ne[0]);
     if (row_bytes != 0 && rows > SIZE_MAX / row_bytes)
       return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': byte size (%llu rows of %zu bytes) overflows",
-                        g->path, shown.s, (unsigned long long)rows, row_bytes);
+                        g->img.label, shown.s, (unsigned long long)rows, row_bytes);
     t->nbytes = (size_t)rows * row_bytes;
     uint64_t offset;
     QVL_TRY(read_u64(r, &offset));
@@ -504,11 +499,11 @@ static qvl_status parse_tensor_infos(reader *r, uint64_t n_tensors) {
 
 static qvl_status parse(gguf *g) {
   reader r = {.g = g, .off = 0};
-  if (g->size < 4)
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: not a GGUF file (only %zu bytes)", g->path, g->size);
-  if (memcmp(g->data, "GGUF", 4) != 0) {
-    name_buf m = show_name(g->data, 4);
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: not a GGUF file (magic '%s', expected 'GGUF')", g->path, m.s);
+  if (g->img.size < 4)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: not a GGUF file (only %zu bytes)", g->img.label, g->img.size);
+  if (memcmp(g->img.data, "GGUF", 4) != 0) {
+    name_buf m = show_name(g->img.data, 4);
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: not a GGUF file (magic '%s', expected 'GGUF')", g->img.label, m.s);
   }
   r.off = 4;
   snprintf(r.what, sizeof r.what, "the GGUF version");
@@ -516,13 +511,13 @@ static qvl_status parse(gguf *g) {
   if (g->version != 2 && g->version != 3) {
     if (g->version == 1)
       return qvl_errorf(QVL_ERR_UNSUPPORTED,
-                        "%s: GGUF version 1 is not supported (qvl reads versions 2 and 3)", g->path);
+                        "%s: GGUF version 1 is not supported (qvl reads versions 2 and 3)", g->img.label);
     if ((g->version & 0xffff) == 0)
       return qvl_errorf(QVL_ERR_UNSUPPORTED,
                         "%s: GGUF version field 0x%08x looks big-endian, which qvl does not support",
-                        g->path, g->version);
+                        g->img.label, g->version);
     return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: unsupported GGUF version %u (qvl reads versions 2 and 3)",
-                      g->path, g->version);
+                      g->img.label, g->version);
   }
   uint64_t n_tensors, n_kv;
   snprintf(r.what, sizeof r.what, "the tensor and key counts");
@@ -534,18 +529,18 @@ static qvl_status parse(gguf *g) {
     return qvl_errorf(QVL_ERR_FORMAT,
                       "%s: header declares %llu keys and %llu tensors, which need more than the %zu bytes "
                       "left in the file",
-                      g->path, (unsigned long long)n_kv, (unsigned long long)n_tensors, rest);
+                      g->img.label, (unsigned long long)n_kv, (unsigned long long)n_tensors, rest);
   if (n_kv > GGUF_MAX_ENTRIES || n_tensors > GGUF_MAX_ENTRIES)
     return qvl_errorf(QVL_ERR_TOO_LARGE, "%s: header declares %llu keys and %llu tensors, the limit is %u each",
-                      g->path, (unsigned long long)n_kv, (unsigned long long)n_tensors, GGUF_MAX_ENTRIES);
+                      g->img.label, (unsigned long long)n_kv, (unsigned long long)n_tensors, GGUF_MAX_ENTRIES);
 
   g->kv = calloc(n_kv ? n_kv : 1, sizeof *g->kv);
   g->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *g->tensors);
   if (!g->kv || !g->tensors)
-    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory for %llu keys and %llu tensors", g->path,
+    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory for %llu keys and %llu tensors", g->img.label,
                       (unsigned long long)n_kv, (unsigned long long)n_tensors);
-  QVL_TRY(index_init(&g->kv_index, n_kv, g->path));
-  QVL_TRY(index_init(&g->tensor_index, n_tensors, g->path));
+  QVL_TRY(index_init(&g->kv_index, n_kv, g->img.label));
+  QVL_TRY(index_init(&g->tensor_index, n_tensors, g->img.label));
 
   QVL_TRY(parse_kvs(&r, n_kv));
 
@@ -554,11 +549,11 @@ static qvl_status parse(gguf *g) {
   if (ai >= 0) {
     const gguf_kv *kv = &g->kv[ai];
     if (kv->type != GGUF_TYPE_UINT32)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key 'general.alignment' has type %s, expected uint32", g->path,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key 'general.alignment' has type %s, expected uint32", g->img.label,
                         gguf_type_name(kv->type));
     if (kv->num.u == 0 || (kv->num.u & (kv->num.u - 1)) != 0)
       return qvl_errorf(QVL_ERR_FORMAT, "%s: key 'general.alignment' = %llu, expected a nonzero power of two",
-                        g->path, (unsigned long long)kv->num.u);
+                        g->img.label, (unsigned long long)kv->num.u);
     g->alignment = (uint32_t)kv->num.u;
   }
 
@@ -572,33 +567,31 @@ static qvl_status parse(gguf *g) {
     uint64_t offset = (uint64_t)(uintptr_t)t->data;
     if (offset % a != 0)
       return qvl_errorf(QVL_ERR_FORMAT,
-                        "%s: tensor '%s': data offset %llu is not a multiple of the alignment %u", g->path,
+                        "%s: tensor '%s': data offset %llu is not a multiple of the alignment %u", g->img.label,
                         t->name, (unsigned long long)offset, g->alignment);
-    uint64_t data_size = g->data_offset <= g->size ? g->size - g->data_offset : 0;
+    uint64_t data_size = g->data_offset <= g->img.size ? g->img.size - g->data_offset : 0;
     if (offset > data_size || t->nbytes > data_size - offset)
       return qvl_errorf(QVL_ERR_FORMAT,
                         "%s: tensor '%s': data [%llu, %llu + %zu) lies outside the data section of %llu "
                         "bytes (file %zu bytes, data starts at %llu)",
-                        g->path, t->name, (unsigned long long)offset, (unsigned long long)offset,
-                        t->nbytes, (unsigned long long)data_size, g->size,
+                        g->img.label, t->name, (unsigned long long)offset, (unsigned long long)offset,
+                        t->nbytes, (unsigned long long)data_size, g->img.size,
                         (unsigned long long)g->data_offset);
-    t->data = g->data + g->data_offset + offset;
+    t->data = g->img.data + g->data_offset + offset;
   }
   return QVL_OK;
 }
 
-static qvl_status open_image(const void *data, size_t size, void *map, const char *label, gguf **out) {
+/* Takes over im (closed on failure) and parses it. */
+static qvl_status open_image(file_image *im, gguf **out) {
   *out = NULL;
   gguf *g = calloc(1, sizeof *g);
-  if (!g || !(g->path = strdup(label ? label : "(memory)"))) {
-    free(g);
-    if (map)
-      munmap(map, size);
-    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", label ? label : "(memory)");
+  if (!g) {
+    qvl_status e = qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", im->label);
+    file_image_close(im);
+    return e;
   }
-  g->data = data;
-  g->size = size;
-  g->map = map;
+  g->img = *im;
   qvl_status s = parse(g);
   if (s != QVL_OK) {
     gguf_close(g);
@@ -610,16 +603,16 @@ static qvl_status open_image(const void *data, size_t size, void *map, const cha
 
 qvl_status gguf_open(const char *path, gguf **out) {
   *out = NULL;
-  void *map;
-  size_t size;
-  QVL_TRY(map_file(path, 4, "GGUF", &map, &size));
-  return open_image(map, size, map, path, out);
+  file_image im;
+  QVL_TRY(file_image_map(path, 4, "GGUF", &im));
+  return open_image(&im, out);
 }
 
 qvl_status gguf_open_memory(const void *data, size_t size, const char *label, gguf **out) {
-  if (!data && size)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "%s: NULL data", label ? label : "(memory)");
-  return open_image(data ? data : "", size, NULL, label, out);
+  *out = NULL;
+  file_image im;
+  QVL_TRY(file_image_memory(data, size, label, &im));
+  return open_image(&im, out);
 }
 
 void gguf_close(gguf *g) {
@@ -636,15 +629,13 @@ void gguf_close(gguf *g) {
     free(g->arena);
     g->arena = next;
   }
-  if (g->map)
-    munmap(g->map, g->size);
-  free(g->path);
+  file_image_close(&g->img);
   free(g);
 }
 
 /* ---- accessors -------------------------------------------------------------------------------- */
 
-const char *gguf_path(const gguf *g) { return g->path; }
+const char *gguf_path(const gguf *g) { return g->img.label; }
 uint32_t gguf_version(const gguf *g) { return g->version; }
 uint32_t gguf_alignment(const gguf *g) { return g->alignment; }
 uint64_t gguf_data_offset(const gguf *g) { return g->data_offset; }
@@ -696,10 +687,10 @@ const char *gguf_array_str(const gguf *g, int64_t idx, uint64_t i, size_t *len) 
   if (!kv || kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_STRING || i >= kv->arr_len)
     return NULL;
   uint64_t off = kv->arr_str_off[i], n;
-  memcpy(&n, g->data + off, 8);
+  memcpy(&n, g->img.data + off, 8);
   if (len)
     *len = (size_t)n;
-  return (const char *)g->data + off + 8;
+  return (const char *)g->img.data + off + 8;
 }
 
 const char *gguf_key_str(const gguf *g, int64_t idx, size_t *len) {
@@ -716,16 +707,16 @@ const char *gguf_key_str(const gguf *g, int64_t idx, size_t *len) {
 static qvl_status lookup(const gguf *g, const char *key, const gguf_kv **kv) {
   int64_t i = gguf_find_key(g, key);
   if (i < 0)
-    return qvl_errorf(QVL_ERR_NOT_FOUND, "%s: key '%s' not found", g->path, key ? key : "(null)");
+    return qvl_errorf(QVL_ERR_NOT_FOUND, "%s: key '%s' not found", g->img.label, key ? key : "(null)");
   *kv = &g->kv[i];
   return QVL_OK;
 }
 
 static qvl_status wrong_type(const gguf *g, const gguf_kv *kv, const char *expected) {
   if (kv->type == GGUF_TYPE_ARRAY)
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' has type array of %s, expected %s", g->path, kv->key,
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' has type array of %s, expected %s", g->img.label, kv->key,
                       gguf_type_name(kv->arr_type), expected);
-  return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' has type %s, expected %s", g->path, kv->key,
+  return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' has type %s, expected %s", g->img.label, kv->key,
                     gguf_type_name(kv->type), expected);
 }
 
@@ -742,12 +733,12 @@ qvl_status gguf_get_u32(const gguf *g, const char *key, uint32_t *out) {
   QVL_TRY(get_int(g, key, "an integer (uint32)", &kv));
   if (type_is_signed(kv->type)) {
     if (kv->num.i < 0 || kv->num.i > (int64_t)UINT32_MAX)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %lld (%s) does not fit in uint32", g->path, key,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %lld (%s) does not fit in uint32", g->img.label, key,
                         (long long)kv->num.i, gguf_type_name(kv->type));
     *out = (uint32_t)kv->num.i;
   } else {
     if (kv->num.u > UINT32_MAX)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %llu (%s) does not fit in uint32", g->path, key,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %llu (%s) does not fit in uint32", g->img.label, key,
                         (unsigned long long)kv->num.u, gguf_type_name(kv->type));
     *out = (uint32_t)kv->num.u;
   }
@@ -761,7 +752,7 @@ qvl_status gguf_get_i64(const gguf *g, const char *key, int64_t *out) {
     *out = kv->num.i;
   } else {
     if (kv->num.u > (uint64_t)INT64_MAX)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %llu (%s) does not fit in int64", g->path, key,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %llu (%s) does not fit in int64", g->img.label, key,
                         (unsigned long long)kv->num.u, gguf_type_name(kv->type));
     *out = (int64_t)kv->num.u;
   }
@@ -802,11 +793,11 @@ qvl_status gguf_get_int_array(const gguf *g, const char *key, int64_t **out, uin
   QVL_TRY(lookup(g, key, &kv));
   if (kv->type != GGUF_TYPE_ARRAY || !type_is_int(kv->arr_type))
     return wrong_type(g, kv, "an array of integers");
-  size_t es = type_size(kv->arr_type);
+  size_t es = gguf_type_size(kv->arr_type);
   /* arr_len * es <= file size, so arr_len * 8 fits too. */
   int64_t *v = malloc((kv->arr_len ? kv->arr_len : 1) * sizeof *v);
   if (!v)
-    return qvl_errorf(QVL_ERR_NOMEM, "%s: key '%s': out of memory for %llu integers", g->path, key,
+    return qvl_errorf(QVL_ERR_NOMEM, "%s: key '%s': out of memory for %llu integers", g->img.label, key,
                       (unsigned long long)kv->arr_len);
   for (uint64_t j = 0; j < kv->arr_len; j++) {
     bool s;
@@ -815,7 +806,7 @@ qvl_status gguf_get_int_array(const gguf *g, const char *key, int64_t **out, uin
     load_int(kv->arr_type, kv->arr_data + j * es, &s, &i, &u);
     if (!s && u > (uint64_t)INT64_MAX) {
       free(v);
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': element %llu = %llu does not fit in int64", g->path,
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s': element %llu = %llu does not fit in int64", g->img.label,
                         key, (unsigned long long)j, (unsigned long long)u);
     }
     v[j] = s ? i : (int64_t)u;
@@ -835,7 +826,7 @@ qvl_status gguf_get_f32_array(const gguf *g, const char *key, float **out, uint6
     return wrong_type(g, kv, "an array of float32 or float64");
   float *v = malloc((kv->arr_len ? kv->arr_len : 1) * sizeof *v);
   if (!v)
-    return qvl_errorf(QVL_ERR_NOMEM, "%s: key '%s': out of memory for %llu floats", g->path, key,
+    return qvl_errorf(QVL_ERR_NOMEM, "%s: key '%s': out of memory for %llu floats", g->img.label, key,
                       (unsigned long long)kv->arr_len);
   for (uint64_t j = 0; j < kv->arr_len; j++) {
     if (kv->arr_type == GGUF_TYPE_FLOAT32) {

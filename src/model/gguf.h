@@ -41,6 +41,8 @@ void gguf_close(gguf *g);
 const char *gguf_path(const gguf *g);
 uint32_t gguf_version(const gguf *g);
 const char *gguf_type_name(gguf_type t);
+/* Byte size of a fixed-size value type; 0 for STRING / ARRAY / invalid. */
+size_t gguf_type_size(gguf_type t);
 /* general.alignment (default 32) and the file offset where the data section starts. */
 uint32_t gguf_alignment(const gguf *g);
 uint64_t gguf_data_offset(const gguf *g);

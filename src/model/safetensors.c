@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,10 +53,7 @@ typedef struct st_meta {
 } st_meta;
 
 struct safetensors {
-  char *path; /* path or label, for messages */
-  const uint8_t *data;
-  size_t size;
-  void *map; /* mmap base, or NULL for memory images */
+  file_image img; /* the whole file image; img.label names it in messages */
   int64_t n;
   st_tensor *t;    /* [n], header order; names owned (malloc'd) */
   uint32_t *index; /* [index_mask + 1] open-addressing slots: tensor index + 1, 0 = empty */
@@ -114,26 +110,26 @@ static bool json_uint(const cJSON *item, uint64_t *out) {
 
 static qvl_status parse_metadata(safetensors *st, const cJSON *obj) {
   if (!cJSON_IsObject(obj))
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: \"__metadata__\" is not an object of strings", st->path);
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: \"__metadata__\" is not an object of strings", st->img.label);
   size_t n = 0;
   for (const cJSON *c = obj->child; c; c = c->next)
     n++;
   st->meta = calloc(n ? n : 1, sizeof *st->meta);
   if (!st->meta)
-    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", st->path);
+    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", st->img.label);
   for (const cJSON *c = obj->child; c; c = c->next) {
     name_buf k = show(c->string);
     if (!cJSON_IsString(c))
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: \"__metadata__\" value of '%s' is not a string", st->path, k.s);
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: \"__metadata__\" value of '%s' is not a string", st->img.label, k.s);
     for (size_t i = 0; i < st->n_meta; i++)
       if (strcmp(st->meta[i].key, c->string) == 0)
-        return qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate \"__metadata__\" key '%s'", st->path, k.s);
+        return qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate \"__metadata__\" key '%s'", st->img.label, k.s);
     st_meta *m = &st->meta[st->n_meta];
     m->key = strdup(c->string);
     m->value = strdup(c->valuestring);
     st->n_meta++;
     if (!m->key || !m->value)
-      return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", st->path);
+      return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", st->img.label);
   }
   return QVL_OK;
 }
@@ -141,7 +137,7 @@ static qvl_status parse_metadata(safetensors *st, const cJSON *obj) {
 static qvl_status parse_entry(safetensors *st, const cJSON *e, st_tensor *t, uint64_t *begin, uint64_t *end) {
   name_buf nm = show(e->string);
   if (!cJSON_IsObject(e))
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': entry is not an object", st->path, nm.s);
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': entry is not an object", st->img.label, nm.s);
   const cJSON *dtype = NULL, *shape = NULL, *offsets = NULL;
   for (const cJSON *f = e->child; f; f = f->next) {
     const cJSON **slot = strcmp(f->string, "dtype") == 0          ? &dtype
@@ -151,18 +147,18 @@ static qvl_status parse_entry(safetensors *st, const cJSON *e, st_tensor *t, uin
     name_buf fn = show(f->string);
     if (!slot)
       return qvl_errorf(QVL_ERR_FORMAT,
-                        "%s: tensor '%s': unknown field '%s' (expected dtype, shape, data_offsets)", st->path,
+                        "%s: tensor '%s': unknown field '%s' (expected dtype, shape, data_offsets)", st->img.label,
                         nm.s, fn.s);
     if (*slot)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': duplicate field '%s'", st->path, nm.s, fn.s);
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': duplicate field '%s'", st->img.label, nm.s, fn.s);
     *slot = f;
   }
   if (!dtype || !shape || !offsets)
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': missing field '%s'", st->path, nm.s,
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': missing field '%s'", st->img.label, nm.s,
                       !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
 
   if (!cJSON_IsString(dtype))
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': dtype is not a string", st->path, nm.s);
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': dtype is not a string", st->img.label, nm.s);
   int dt = -1;
   for (int i = 0; i < ST_DTYPE_COUNT; i++)
     if (strcmp(dtype->valuestring, dtype_names[i]) == 0)
@@ -172,15 +168,15 @@ static qvl_status parse_entry(safetensors *st, const cJSON *e, st_tensor *t, uin
     return qvl_errorf(QVL_ERR_UNSUPPORTED,
                       "%s: tensor '%s' has dtype '%s', which qvl does not read (F64 F32 F16 BF16 I64 I32 "
                       "I16 I8 U8 BOOL)",
-                      st->path, nm.s, d.s);
+                      st->img.label, nm.s, d.s);
   }
   t->dtype = (st_dtype)dt;
 
   if (!cJSON_IsArray(shape))
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': shape is not an array", st->path, nm.s);
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': shape is not an array", st->img.label, nm.s);
   int nd = cJSON_GetArraySize(shape);
   if (nd > ST_MAX_DIMS)
-    return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dims, qvl reads at most %d", st->path, nm.s,
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dims, qvl reads at most %d", st->img.label, nm.s,
                       nd, ST_MAX_DIMS);
   t->n_dims = nd;
   uint64_t nel = 1;
@@ -190,13 +186,13 @@ static qvl_status parse_entry(safetensors *st, const cJSON *e, st_tensor *t, uin
     uint64_t v;
     if (!json_uint(c, &v))
       return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': shape[%d] is not a non-negative integer below 2^53",
-                        st->path, nm.s, d);
+                        st->img.label, nm.s, d);
     t->shape[d] = (int64_t)v;
     if (v == 0)
       zero = true;
     else if (!zero && nel > UINT64_MAX / v)
       return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': element count overflows at shape[%d] = %llu",
-                        st->path, nm.s, d, (unsigned long long)v);
+                        st->img.label, nm.s, d, (unsigned long long)v);
     else if (!zero)
       nel *= v;
   }
@@ -204,21 +200,21 @@ static qvl_status parse_entry(safetensors *st, const cJSON *e, st_tensor *t, uin
     nel = 0;
   size_t es = dtype_sizes[dt];
   if (nel > SIZE_MAX / es)
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': byte size overflows (%llu elements of %s)", st->path,
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': byte size overflows (%llu elements of %s)", st->img.label,
                       nm.s, (unsigned long long)nel, dtype_names[dt]);
   t->nbytes = (size_t)(nel * es);
 
   if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 || !json_uint(offsets->child, begin) ||
       !json_uint(offsets->child->next, end))
     return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': data_offsets is not [begin, end] of non-negative integers",
-                      st->path, nm.s);
+                      st->img.label, nm.s);
   if (*end < *begin)
     return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu) ends before it begins",
-                      st->path, nm.s, (unsigned long long)*begin, (unsigned long long)*end);
+                      st->img.label, nm.s, (unsigned long long)*begin, (unsigned long long)*end);
   if (*end - *begin != t->nbytes)
     return qvl_errorf(QVL_ERR_FORMAT,
                       "%s: tensor '%s': data_offsets [%llu, %llu) hold %llu bytes, expected %zu (%llu x %s)",
-                      st->path, nm.s, (unsigned long long)*begin, (unsigned long long)*end,
+                      st->img.label, nm.s, (unsigned long long)*begin, (unsigned long long)*end,
                       (unsigned long long)(*end - *begin), t->nbytes, (unsigned long long)nel, dtype_names[dt]);
   return QVL_OK;
 }
@@ -239,7 +235,7 @@ static int span_cmp(const void *a, const void *b) {
 
 static qvl_status parse_header(safetensors *st, const cJSON *root, size_t data_start) {
   if (!cJSON_IsObject(root))
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: header is not a JSON object", st->path);
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: header is not a JSON object", st->img.label);
   size_t n = 0;
   bool have_meta = false;
   for (const cJSON *c = root->child; c; c = c->next) {
@@ -247,7 +243,7 @@ static qvl_status parse_header(safetensors *st, const cJSON *root, size_t data_s
       n++;
     } else {
       if (have_meta)
-        return qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate \"__metadata__\"", st->path);
+        return qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate \"__metadata__\"", st->img.label);
       have_meta = true;
       QVL_TRY(parse_metadata(st, c));
     }
@@ -260,7 +256,7 @@ static qvl_status parse_header(safetensors *st, const cJSON *root, size_t data_s
   span *spans = malloc((n ? n : 1) * sizeof *spans);
   if (!st->t || !st->index || !spans) {
     free(spans);
-    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory for %zu tensors", st->path, n);
+    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory for %zu tensors", st->img.label, n);
   }
   st->index_mask = cap - 1;
   qvl_status s = QVL_OK;
@@ -271,12 +267,12 @@ static qvl_status parse_header(safetensors *st, const cJSON *root, size_t data_s
     uint64_t slot = probe(st, c->string, &dup);
     if (dup >= 0) {
       name_buf nm = show(c->string);
-      s = qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate tensor name '%s'", st->path, nm.s);
+      s = qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate tensor name '%s'", st->img.label, nm.s);
       break;
     }
     st_tensor *t = &st->t[k];
     if (!(t->name = strdup(c->string))) {
-      s = qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", st->path);
+      s = qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", st->img.label);
       break;
     }
     st->n++;
@@ -285,7 +281,7 @@ static qvl_status parse_header(safetensors *st, const cJSON *root, size_t data_s
     s = parse_entry(st, c, t, &spans[k].begin, &spans[k].end);
   }
   /* The tensors must tile the data section: sorted by offset, each starts where the last ended. */
-  size_t data_size = st->size - data_start;
+  size_t data_size = st->img.size - data_start;
   if (s == QVL_OK) {
     qsort(spans, n, sizeof *spans, span_cmp);
     uint64_t at = 0;
@@ -294,55 +290,55 @@ static qvl_status parse_header(safetensors *st, const cJSON *root, size_t data_s
       name_buf nm = show(t->name);
       if (spans[i].begin != at)
         s = qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu) %s, expected it to start at %llu",
-                       st->path, nm.s, (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end,
+                       st->img.label, nm.s, (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end,
                        spans[i].begin < at ? "overlap the previous tensor" : "leave a gap", (unsigned long long)at);
       else if (spans[i].end > data_size)
         s = qvl_errorf(QVL_ERR_FORMAT,
                        "%s: tensor '%s': data_offsets [%llu, %llu) run past the end of the data section (%zu bytes)",
-                       st->path, nm.s, (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end,
+                       st->img.label, nm.s, (unsigned long long)spans[i].begin, (unsigned long long)spans[i].end,
                        data_size);
       at = spans[i].end;
     }
     if (s == QVL_OK && at != data_size)
       s = qvl_errorf(QVL_ERR_FORMAT, "%s: the tensors cover %llu bytes of the data section, but it holds %zu",
-                     st->path, (unsigned long long)at, data_size);
+                     st->img.label, (unsigned long long)at, data_size);
   }
   if (s == QVL_OK)
     for (size_t i = 0; i < n; i++)
-      st->t[spans[i].i].data = st->data + data_start + spans[i].begin;
+      st->t[spans[i].i].data = st->img.data + data_start + spans[i].begin;
   free(spans);
   return s;
 }
 
 static qvl_status parse(safetensors *st) {
-  if (st->size < 8)
+  if (st->img.size < 8)
     return qvl_errorf(QVL_ERR_FORMAT, "%s: not a safetensors file (only %zu bytes, need an 8-byte header length)",
-                      st->path, st->size);
+                      st->img.label, st->img.size);
   uint64_t hlen;
-  memcpy(&hlen, st->data, 8);
+  memcpy(&hlen, st->img.data, 8);
   if (hlen > ST_MAX_HEADER)
-    return qvl_errorf(QVL_ERR_TOO_LARGE, "%s: header length %llu exceeds the %u byte limit", st->path,
+    return qvl_errorf(QVL_ERR_TOO_LARGE, "%s: header length %llu exceeds the %u byte limit", st->img.label,
                       (unsigned long long)hlen, ST_MAX_HEADER);
-  if (hlen > st->size - 8)
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes)", st->path,
-                      (unsigned long long)hlen, st->size);
-  const char *h = (const char *)st->data + 8;
+  if (hlen > st->img.size - 8)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes)", st->img.label,
+                      (unsigned long long)hlen, st->img.size);
+  const char *h = (const char *)st->img.data + 8;
   if (hlen < 2 || h[0] != '{')
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: header does not start with a JSON object ('{')", st->path);
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: header does not start with a JSON object ('{')", st->img.label);
   const char *nul = memchr(h, 0, (size_t)hlen);
   if (nul)
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: header has a NUL byte at offset %zu", st->path, (size_t)(nul - h) + 8);
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: header has a NUL byte at offset %zu", st->img.label, (size_t)(nul - h) + 8);
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &end, 0);
   if (!root) {
     size_t at = end && end >= h && end <= h + hlen ? (size_t)(end - h) : 0;
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: header is not valid JSON (error near header byte %zu)", st->path, at);
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: header is not valid JSON (error near header byte %zu)", st->img.label, at);
   }
   for (const char *p = end; p < h + hlen; p++) {
     if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
       cJSON_Delete(root);
       return qvl_errorf(QVL_ERR_FORMAT, "%s: header has trailing bytes after the JSON object (header byte %zu)",
-                        st->path, (size_t)(p - h));
+                        st->img.label, (size_t)(p - h));
     }
   }
   qvl_status s = parse_header(st, root, 8 + (size_t)hlen);
@@ -350,18 +346,16 @@ static qvl_status parse(safetensors *st) {
   return s;
 }
 
-static qvl_status open_image(const void *data, size_t size, void *map, const char *label, safetensors **out) {
+/* Takes over im (closed on failure) and parses it. */
+static qvl_status open_image(file_image *im, safetensors **out) {
   *out = NULL;
   safetensors *st = calloc(1, sizeof *st);
-  if (!st || !(st->path = strdup(label ? label : "(memory)"))) {
-    free(st);
-    if (map)
-      munmap(map, size);
-    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", label ? label : "(memory)");
+  if (!st) {
+    qvl_status e = qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory", im->label);
+    file_image_close(im);
+    return e;
   }
-  st->data = data;
-  st->size = size;
-  st->map = map;
+  st->img = *im;
   qvl_status s = parse(st);
   if (s != QVL_OK) {
     st_close(st);
@@ -373,16 +367,16 @@ static qvl_status open_image(const void *data, size_t size, void *map, const cha
 
 qvl_status st_open(const char *path, safetensors **out) {
   *out = NULL;
-  void *map;
-  size_t size;
-  QVL_TRY(map_file(path, 8, "safetensors", &map, &size));
-  return open_image(map, size, map, path, out);
+  file_image im;
+  QVL_TRY(file_image_map(path, 8, "safetensors", &im));
+  return open_image(&im, out);
 }
 
 qvl_status st_open_memory(const void *data, size_t size, const char *label, safetensors **out) {
-  if (!data && size)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "%s: NULL data", label ? label : "(memory)");
-  return open_image(data ? data : "", size, NULL, label, out);
+  *out = NULL;
+  file_image im;
+  QVL_TRY(file_image_memory(data, size, label, &im));
+  return open_image(&im, out);
 }
 
 void st_close(safetensors *st) {
@@ -397,9 +391,7 @@ void st_close(safetensors *st) {
   free(st->meta);
   free(st->t);
   free(st->index);
-  if (st->map)
-    munmap(st->map, st->size);
-  free(st->path);
+  file_image_close(&st->img);
   free(st);
 }
 
