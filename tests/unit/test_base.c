@@ -1,0 +1,177 @@
+/* Unit tests of src/base: safe relative paths, file images, the intrusive LRU list and the thread
+ * pool's contract (every index exactly once, the static partition, nesting runs serially). */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/lru.h"
+#include "base/mapfile.h"
+#include "base/relpath.h"
+#include "base/threadpool.h"
+#include "test.h"
+
+static void test_relpath(void) {
+  const char *ok[] = {"a", "a/b", "model-Q8_0.gguf", "dir/.hidden", "a/..b/c", "x..", "...", "refs/pr/1"};
+  const char *bad[] = {"", "/etc/passwd", "..", ".", "a/../b", "a/./b", "a//b", "a/", "../a", "a/..",
+                       "a\\b", "a\nb", "\x01", "a/\x1f"};
+  for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+    CHECK(relpath_is_safe(ok[i]), "'%s' is safe", ok[i]);
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    CHECK(!relpath_is_safe(bad[i]), "'%s' is refused", bad[i]);
+  char longp[1100];
+  memset(longp, 'a', sizeof longp - 1);
+  longp[sizeof longp - 1] = 0;
+  CHECK(!relpath_is_safe(longp), "a path over 1024 bytes is refused");
+  longp[1024] = 0;
+  CHECK(relpath_is_safe(longp), "a path of exactly 1024 bytes is fine");
+}
+
+static void test_file_image(void) {
+  char path[] = "/tmp/qvl_test_base_XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0, "temp file");
+  CHECK(write(fd, "GGUFdata", 8) == 8, "write");
+  close(fd);
+  file_image im;
+  CHECK(file_image_map(path, 4, "GGUF", &im) == QVL_OK, "map");
+  CHECK(im.size == 8 && im.map && !memcmp(im.data, "GGUFdata", 8) && !strcmp(im.label, path), "mapped bytes and label");
+  file_image_close(&im);
+  CHECK(!im.map && !im.label && !im.data, "close zeroes the image");
+  file_image_close(&im); /* twice is harmless */
+  CHECK(file_image_map(path, 9, "GGUF", &im) == QVL_ERR_FORMAT, "shorter than min_size: not a GGUF file");
+  CHECK(strstr(qvl_last_error(), "not a GGUF file") != NULL, "message: %s", qvl_last_error());
+  unlink(path);
+  CHECK(file_image_map(path, 4, "GGUF", &im) == QVL_ERR_NOT_FOUND, "missing file");
+  CHECK(file_image_map("/tmp", 4, "GGUF", &im) == QVL_ERR_IO, "a directory");
+  static const char mem[] = "xyz";
+  CHECK(file_image_memory(mem, 3, NULL, &im) == QVL_OK && im.data == (const uint8_t *)mem && !im.map &&
+            !strcmp(im.label, "(memory)"),
+        "memory image under the default label");
+  file_image_close(&im);
+  CHECK(file_image_memory(NULL, 0, "empty", &im) == QVL_OK && im.size == 0 && im.data, "empty memory image");
+  file_image_close(&im);
+  CHECK(file_image_memory(NULL, 5, "bad", &im) == QVL_ERR_INVALID_ARG, "NULL data with a size");
+}
+
+typedef struct entry {
+  lru_node node; /* first member: a node pointer converts back to its entry */
+  int id;
+} entry;
+
+/* The list's ids front to back, and checks that the back links agree. */
+static int order(const lru_list *l, int *ids, int cap) {
+  int n = 0;
+  const lru_node *prev = NULL;
+  for (const lru_node *x = l->head; x && n < cap; x = x->next) {
+    CHECK(x->prev == prev, "back link of %d", ((const entry *)x)->id);
+    ids[n++] = ((const entry *)x)->id;
+    prev = x;
+  }
+  CHECK(l->tail == prev, "tail is the last node");
+  return n;
+}
+
+static void test_lru(void) {
+  entry e[4] = {{.id = 0}, {.id = 1}, {.id = 2}, {.id = 3}};
+  lru_list l = {0};
+  int ids[8], n;
+  for (int i = 0; i < 3; i++)
+    lru_push_front(&l, &e[i].node);
+  n = order(&l, ids, 8);
+  CHECK(n == 3 && ids[0] == 2 && ids[1] == 1 && ids[2] == 0, "push_front: most recent first");
+  lru_unlink(&l, &e[1].node);
+  n = order(&l, ids, 8);
+  CHECK(n == 2 && ids[0] == 2 && ids[1] == 0 && !e[1].node.prev && !e[1].node.next, "unlink from the middle");
+  lru_unlink(&l, &e[0].node); /* the tail */
+  lru_unlink(&l, &e[2].node); /* the head, now alone */
+  CHECK(!l.head && !l.tail, "empty after unlinking everything");
+  lru_insert_after(&l, NULL, &e[0].node);
+  lru_insert_after(&l, &e[0].node, &e[1].node);
+  lru_insert_after(&l, &e[0].node, &e[2].node);
+  lru_insert_after(&l, NULL, &e[3].node);
+  n = order(&l, ids, 8);
+  CHECK(n == 4 && ids[0] == 3 && ids[1] == 0 && ids[2] == 2 && ids[3] == 1, "insert_after in the middle, at the tail and at the front");
+  /* touching = unlink + push_front moves an entry to the front */
+  lru_unlink(&l, &e[1].node);
+  lru_push_front(&l, &e[1].node);
+  n = order(&l, ids, 8);
+  CHECK(n == 4 && ids[0] == 1 && ids[3] == 2 && l.tail == &e[2].node, "touch moves the tail to the front");
+}
+
+#define N_IDX 1000
+typedef struct loop_state {
+  atomic_int hits[N_IDX];
+  int thread_of[N_IDX];
+  threadpool *pool;
+  atomic_int nested_calls, nested_off_caller;
+} loop_state;
+
+static void count_body(void *arg, int64_t i, int thread) {
+  loop_state *st = arg;
+  atomic_fetch_add(&st->hits[i], 1);
+  st->thread_of[i] = thread;
+}
+
+static void inner_body(void *arg, int64_t i, int thread) {
+  loop_state *st = arg;
+  /* CHECK is not thread-safe: count here, check on the main thread */
+  if (thread != 0)
+    atomic_fetch_add(&st->nested_off_caller, 1);
+  atomic_fetch_add(&st->nested_calls, 1);
+}
+
+static void outer_body(void *arg, int64_t i, int thread) {
+  loop_state *st = arg;
+  threadpool_for(st->pool, 5, 0, inner_body, st);
+}
+
+static void test_threadpool(void) {
+  threadpool *p = NULL;
+  CHECK(threadpool_init(0, &p) != QVL_OK, "zero threads is refused");
+  for (int T = 1; T <= 3; T++) {
+    CHECK(threadpool_init(T, &p) == QVL_OK && p, "init %d threads", T);
+    loop_state *st = calloc(1, sizeof *st);
+    st->pool = p;
+    threadpool_for(p, N_IDX, 0, count_body, st);
+    int once = 1, in_range = 1, monotone = 1;
+    for (int i = 0; i < N_IDX; i++) {
+      once &= atomic_load(&st->hits[i]) == 1;
+      int t = st->thread_of[i];
+      /* static partition: thread t owns [n*t/T, n*(t+1)/T) */
+      in_range &= (int64_t)N_IDX * t / T <= i && i < (int64_t)N_IDX * (t + 1) / T;
+      monotone &= i == 0 || st->thread_of[i - 1] <= t;
+    }
+    CHECK(once, "static: every index exactly once (%d threads)", T);
+    CHECK(in_range && monotone, "static: contiguous ranges by thread index (%d threads)", T);
+    for (int r = 0; r < 20; r++) { /* the pool is reused loop after loop */
+      memset(st->hits, 0, sizeof st->hits);
+      threadpool_for(p, N_IDX, 7, count_body, st);
+      once = 1;
+      for (int i = 0; i < N_IDX; i++)
+        once &= atomic_load(&st->hits[i]) == 1;
+      if (!once)
+        break;
+    }
+    CHECK(once, "dynamic chunks: every index exactly once, 20 loops (%d threads)", T);
+    memset(st->hits, 0, sizeof st->hits);
+    threadpool_for(p, 0, 0, count_body, st);
+    threadpool_for(p, 1, 0, count_body, st);
+    CHECK(atomic_load(&st->hits[0]) == 1 && atomic_load(&st->hits[1]) == 0, "n = 0 and n = 1");
+    threadpool_for(p, 4, 1, outer_body, st);
+    CHECK(atomic_load(&st->nested_calls) == 20, "nested loops complete: %d of 20", atomic_load(&st->nested_calls));
+    CHECK(atomic_load(&st->nested_off_caller) == 0, "a nested loop runs serially on its caller");
+    free(st);
+    threadpool_free(p);
+  }
+  threadpool_free(NULL);
+  CHECK(threadpool_physical_cores() >= 1, "at least one core");
+}
+
+int main(void) {
+  test_relpath();
+  test_file_image();
+  test_lru();
+  test_threadpool();
+  return TEST_SUMMARY("test_base");
+}
