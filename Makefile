@@ -104,9 +104,12 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 .PHONY: bench
 bench: $(BENCH_BIN)
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libqvl.a
+# The command line's argument parser and benchmark images are shared with the benchmarks by linking
+# their objects (apps/ is not part of libqvl).
+BENCH_APP_OBJ := $(BUILD)/apps/args.o $(BUILD)/apps/bench_image.o
+$(BUILD)/bench/%: bench/%.c $(BENCH_APP_OBJ) $(BUILD)/libqvl.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
+	$(CC) $(CFLAGS_ALL) -Iapps -o $@ $< $(BENCH_APP_OBJ) $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
 
 # One command for a new user: install what is missing (apt), build, download the default model into
 # the cache on first use and serve the web UI and the API at http://127.0.0.1:8080.

@@ -17,8 +17,8 @@
 
 /* apps/ is not part of libqvl: take the command line helpers and the synthetic JPEG encoder of
  * `qvl bench` from there directly. */
-#include "../apps/args.c"
-#include "../apps/bench_image.c"
+#include "args.h"
+#include "bench_image.h"
 #include "base/buf.h"
 #include "base/dataurl.h"
 #include "base/timing.h"
