@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/status.h"
+#include "server/api_extra.h"
 #include "text/sampler.h"
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -211,6 +212,12 @@ static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images,
     (*n_images)++;
     return true;
   }
+  if (!strcmp(type->valuestring, "file")) { /* LlamaIndex's image part (api_extra.h) */
+    if (!api_file_part_to_image((cJSON *)part, param, e))
+      return false;
+    (*n_images)++;
+    return true;
+  }
   api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
                 "%s: unsupported content part type '%s' (supported: text, image_url)", param, type->valuestring);
   return false;
@@ -409,6 +416,8 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   sp->frequency_penalty = (float)frequency;
   sp->repetition_penalty = (float)repetition;
   sp->seed = seeded ? (uint64_t)seed : random_u64();
+  if (!api_parse_logit_bias(root, sp, e) || !api_refuse_unhonoured(root, e))
+    goto fail;
   if (sampler_check_params(sp) != QVL_OK) {
     api_error_set(e, 400, "invalid_request_error", "invalid_value", NULL, "%s", qvl_last_error());
     goto fail;
