@@ -98,6 +98,7 @@ bool completions_translate(const char *body, size_t len, const compat_ctx *ctx, 
   }
   out->state = st;
   api_random_id("cmpl-", st->id, sizeof st->id);
+  snprintf(out->id, sizeof out->id, "%s", st->id);
   snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");
   st->created = ctx->created;
   st->stream_usage = ctx->stream_usage;

@@ -213,6 +213,7 @@ static ollama_state *new_state(compat_request *out, bool generate, api_error *e)
   }
   st->generate = generate;
   out->state = st;
+  api_random_id("ollama-", out->id, sizeof out->id);
   return st;
 }
 

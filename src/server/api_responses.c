@@ -313,6 +313,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   api_random_id("", hex, sizeof hex);
   snprintf(st->id, sizeof st->id, "resp_%s", hex);
   snprintf(st->msg_id, sizeof st->msg_id, "msg_%s", hex);
+  snprintf(out->id, sizeof out->id, "resp_%.40s", hex);
   snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");
   st->created = ctx->created;
 

@@ -69,6 +69,7 @@ typedef struct compat_request {
   bool raw;               /* the prompt is raw_text / raw_ids; the chat body carries only settings */
   char *reply_body;       /* set: answer this JSON with reply_status instead of generating (malloc'd) */
   int reply_status;
+  char id[48];            /* the answer's id (resp_..., cmpl-...), also the request's id in the log */
   const compat_format *fmt; /* always set by a translator, also when it fails */
   void *state;            /* the formatter's; freed by compat_request_free */
 } compat_request;

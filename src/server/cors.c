@@ -16,6 +16,13 @@ const char *cors_match(const server_config *c, const char *origin) {
   return NULL;
 }
 
+static bool allows_any(const server_config *c) {
+  for (int i = 0; i < c->n_cors_origin; i++)
+    if (!strcmp(c->cors_origin[i], "*"))
+      return true;
+  return false;
+}
+
 static const char *request_origin(const server_config *c, struct MHD_Connection *conn) {
   if (c->n_cors_origin == 0)
     return NULL;
@@ -24,8 +31,12 @@ static const char *request_origin(const server_config *c, struct MHD_Connection 
 
 void cors_add_headers(const server_config *c, struct MHD_Connection *conn, struct MHD_Response *resp) {
   const char *origin = request_origin(c, conn), *m = cors_match(c, origin);
-  if (!m)
+  if (!m) {
+    /* the answer still depends on Origin (another one would get the header): tell caches */
+    if (c->n_cors_origin && !allows_any(c))
+      MHD_add_response_header(resp, "Vary", "Origin");
     return;
+  }
   /* "*" is answered with "*" itself: a cache may then share the answer across origins */
   MHD_add_response_header(resp, "Access-Control-Allow-Origin", strcmp(m, "*") ? origin : "*");
   if (strcmp(m, "*"))

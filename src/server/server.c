@@ -496,6 +496,8 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
     return NULL;
   }
   api_random_id("chatcmpl-", k->id, sizeof k->id);
+  if (cr && cr->id[0])
+    snprintf(k->id, sizeof k->id, "%s", cr->id);
   snprintf(k->model, sizeof k->model, "%s", s->model_ids[0]);
   k->created = (int64_t)time(NULL);
   k->stream = req.stream && !job;

@@ -14,6 +14,7 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { generateText, streamText } from "ai";
 import { OpenAI as LlamaOpenAI } from "@llamaindex/openai";
 import { Ollama } from "ollama";
+import { ChatOpenAI } from "@langchain/openai";
 import {
   root, MODEL_ID, check, dataUrl, startServer, client, curl, postJson, errorOf, test, runSuite,
 } from "./lib.mjs";
@@ -128,6 +129,18 @@ test("AI SDK @ai-sdk/openai default provider (Responses): generateText, streamTe
   const img = await generateText({ model, maxOutputTokens: 4, temperature: 0, maxRetries: 0, messages: [{ role: "user", content: [
     { type: "image", image: bytes("rgb_64x64.png"), mediaType: "image/png" }, { type: "text", text: "What is this?" }] }] });
   check(img.usage.inputTokens > g.usage.inputTokens + 4, "image input counted", [img.usage, g.usage]);
+});
+
+test("LangChain ChatOpenAI with useResponsesApi: invoke, stream", async () => {
+  const m = new ChatOpenAI({ model: MODEL_ID, apiKey: "none", configuration: { baseURL: A.base + "/v1" }, useResponsesApi: true,
+    maxTokens: 5, temperature: 0, maxRetries: 0 });
+  const r = await m.invoke("Say hi");
+  const text = typeof r.content === "string" ? r.content : r.content.map((p) => p.text ?? "").join("");
+  check(text.length > 0 && r.usage_metadata?.output_tokens > 0, "invoke: text and usage", { content: r.content, u: r.usage_metadata });
+  let streamed = "";
+  for await (const ch of await m.stream("Say hi"))
+    streamed += typeof ch.content === "string" ? ch.content : ch.content.map((p) => p.text ?? "").join("");
+  check(streamed === text, "streamed = invoked (greedy)", [streamed, text]);
 });
 
 test("AI SDK @ai-sdk/openai-compatible: streamed usage without include_usage", async () => {
