@@ -194,7 +194,7 @@ static int64_t step_rows(const engine *e) { return (int64_t)e->c.prefill_chunk +
 qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
   if (id)
     *id = 0;
-  if (!rq || !rq->messages || !rq->on_done)
+  if (!rq || !(rq->messages || rq->raw_text || rq->raw_ids) || !rq->on_done)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "engine: a request needs messages and an on_done callback");
   const gen_params *g = &rq->gen;
   if (g->max_tokens <= 0)
@@ -240,7 +240,9 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->popts.keep_images = false;
   r->popts.trace = NULL;
   r->popts.trace_user = NULL;
-  qvl_status s = vlm_prompt_build(e->m, rq->messages, &r->popts, &r->p);
+  qvl_status s = rq->raw_ids    ? vlm_prompt_from_ids(e->m, rq->raw_ids, rq->n_raw_ids, &r->p)
+                 : rq->raw_text ? vlm_prompt_from_text(e->m, rq->raw_text, rq->raw_len, &r->p)
+                                : vlm_prompt_build(e->m, rq->messages, &r->popts, &r->p);
   if (s == QVL_OK && r->p.n <= 0)
     s = qvl_errorf(QVL_ERR_INVALID_ARG, "the prompt is empty");
   if (s == QVL_OK && e->c.max_prompt_tokens > 0 && r->p.n > e->c.max_prompt_tokens)

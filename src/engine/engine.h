@@ -78,6 +78,12 @@ typedef struct engine_result {
 
 typedef struct engine_request {
   const cJSON *messages;     /* copied at submit */
+  /* A raw prompt instead of messages (legacy completions; no chat template, no images): text, or
+   * token ids when raw_ids is set (both copied at submit). */
+  const char *raw_text;
+  size_t raw_len;
+  const int32_t *raw_ids;
+  int64_t n_raw_ids;
   vlm_prompt_opts prompt;    /* min/max pixels, image source rules (trace unused) */
   gen_params gen;            /* sampling, max tokens, stop strings (copied at submit) */
   /* Streaming: called with each piece of final text. Return false to cancel the request. */

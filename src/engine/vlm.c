@@ -411,6 +411,32 @@ qvl_status vlm_prompt_build(const vlm *m, const cJSON *messages, const vlm_promp
   return s;
 }
 
+qvl_status vlm_prompt_from_ids(const vlm *m, const int32_t *ids, int64_t n, vlm_prompt *out) {
+  memset(out, 0, sizeof *out);
+  int32_t vocab = tokenizer_vocab_size(m->tok);
+  for (int64_t i = 0; i < n; i++) {
+    if (ids[i] < 0 || ids[i] >= vocab)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "token id %d at %lld is outside the vocabulary (0..%d)", ids[i],
+                        (long long)i, vocab - 1);
+    if (ids[i] == m->image_pad_id)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "a raw prompt cannot contain <|image_pad|> (no image is attached)");
+  }
+  out->ids = malloc(sizeof *out->ids * (size_t)(n ? n : 1));
+  out->pos = malloc(sizeof *out->pos * 3 * (size_t)(n ? n : 1));
+  qvl_status s = QVL_OK;
+  if (!out->ids || !out->pos)
+    s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  if (s == QVL_OK) {
+    memcpy(out->ids, ids, sizeof *ids * (size_t)n);
+    out->n = n;
+    s = mrope_positions(out->ids, out->n, m->image_pad_id, m->vision_start_id, NULL, 0, IMAGE_MERGE_SIZE, out->pos,
+                        &out->rope_delta);
+  }
+  if (s != QVL_OK)
+    vlm_prompt_free(out);
+  return s;
+}
+
 qvl_status vlm_prompt_from_text(const vlm *m, const char *text, size_t len, vlm_prompt *out) {
   memset(out, 0, sizeof *out);
   size_t n = 0;

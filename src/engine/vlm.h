@@ -98,6 +98,9 @@ void vlm_prompt_opts_default(vlm_prompt_opts *o);
 qvl_status vlm_prompt_build(const vlm *m, const cJSON *messages, const vlm_prompt_opts *o, vlm_prompt *out);
 /* A prompt from raw text (no template, no images). */
 qvl_status vlm_prompt_from_text(const vlm *m, const char *text, size_t len, vlm_prompt *out);
+/* A prompt from token ids (no template, no images): ids outside the vocabulary or <|image_pad|>
+ * give QVL_ERR_INVALID_ARG. */
+qvl_status vlm_prompt_from_ids(const vlm *m, const int32_t *ids, int64_t n, vlm_prompt *out);
 void vlm_prompt_free(vlm_prompt *p);
 /* Runs the vision tower on image i of a prompt built with defer_vision, filling its rows of
  * img_embd and deepstack (adds to p->vision_ms; frees its pixel_values unless keep_images). Only

@@ -82,6 +82,8 @@ void api_result_free(api_result *r);
 /* OpenAI's finish_reason for the engine's ("stop", "length"; NULL while running). */
 const char *api_finish_reason(const char *engine_reason);
 
+/* A JSON string of generated text: each ill-formed UTF-8 sequence (and NUL) becomes U+FFFD. */
+cJSON *api_text_json(const char *s, size_t n);
 /* The chat.completion object (malloc'd). */
 char *api_completion_json(const char *id, int64_t created, const char *model, const api_result *r);
 /* The chat.completion object as cJSON (for job results). */

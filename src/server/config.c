@@ -62,6 +62,8 @@ static const setting settings[] = {
     S_STR("api_key_file", api_key_file, NULL, "file with one API key per line"),
     S_LIST("allow_image_url", allow_image_url, "http(s) URL prefix images may be fetched from (repeatable)"),
     S_INT("image_fetch_timeout_s", image_fetch_timeout_s, 1, 3600, "time limit of one image download"),
+    S_LIST("cors_origin", cors_origin, "origin a browser page may call from, e.g. https://app.example.com or * (repeatable)"),
+    S_BOOL("stream_usage", stream_usage, "usage on the last chunk of every chat stream, even without include_usage"),
     S_INT("job_ttl_s", job_ttl_s, 1, 86400 * 30, "how long finished jobs are kept"),
     S_INT("max_jobs", max_jobs, 1, 1000000, "stored jobs, finished or not"),
 };
@@ -72,6 +74,7 @@ void server_config_init(server_config *c) {
   c->host = strdup("127.0.0.1");
   c->port = 8080;
   c->max_connections = 64;
+  c->stream_usage = true;
   c->max_batch_size = 8;
   c->max_wait_ms = 5;
   c->queue = 32;
@@ -432,6 +435,11 @@ qvl_status server_config_check(server_config *c) {
     const char *host = strstr(u, "://") + 3;
     if (!*host || *host == '/')
       return qvl_errorf(QVL_ERR_INVALID_ARG, "allow_image_url: '%s' names no host", u);
+  }
+  for (int i = 0; i < c->n_cors_origin; i++) { /* a browser's Origin: scheme://host[:port], nothing after */
+    const char *o = c->cors_origin[i], *sep = strstr(o, "://");
+    if (strcmp(o, "*") && (!sep || sep == o || !sep[3] || strchr(sep + 3, '/') || strlen(o) > 512))
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "cors_origin: '%s' must be * or scheme://host[:port] (no path, no '/')", o);
   }
   return QVL_OK;
 }

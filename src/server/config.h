@@ -53,6 +53,9 @@ typedef struct server_config {
   char **allow_image_url;  /* [n_allow_image_url] URL prefixes that may be fetched */
   int n_allow_image_url;
   int64_t image_fetch_timeout_s;
+  char **cors_origin;      /* [n_cors_origin] origins browsers may call from ("*": any); none: no CORS */
+  int n_cors_origin;
+  bool stream_usage;       /* usage on the last chunk of every chat stream, asked for or not (default true) */
   /* jobs */
   int64_t job_ttl_s, max_jobs;
   /* the config file that was read (NULL = none) */

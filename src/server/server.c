@@ -34,9 +34,15 @@
 #include "base/status.h"
 #include "base/timing.h"
 #include "server/api.h"
+#include "server/api_completions.h"
+#include "server/api_ollama.h"
+#include "server/api_responses.h"
+#include "server/compat.h"
+#include "server/cors.h"
 #include "server/fetch.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
+#include "server/resp_store.h"
 #include "server/web_assets.h"
 
 #define WAIT_SLICE_MS 100 /* how often a waiting thread looks for a client hang-up */
@@ -57,6 +63,7 @@ struct server {
 
   jobs *jobs;
   fetch_opts fetch;
+  resp_store *responses;    /* Responses API conversations (previous_response_id) */
 
   pthread_mutex_t mu;       /* calls_alive */
   pthread_cond_t cv;
@@ -105,6 +112,9 @@ typedef struct call {
   /* jobs */
   bool is_job;
   char job_id[JOBS_ID_CAP];
+  /* another API's endpoint (compat.h): its formatter and state (owned); NULL for chat */
+  const compat_format *fmt;
+  void *fmt_state;
 } call;
 
 static double now_ms(double t0) { return (time_now_s() - t0) * 1e3; }
@@ -166,6 +176,8 @@ static void call_unref(call *k) {
     return;
   server *s = k->srv;
   api_result_free(&k->result);
+  if (k->fmt && k->fmt->free_state)
+    k->fmt->free_state(k->fmt_state);
   buf_free(&k->pending);
   buf_free(&k->out);
   pthread_mutex_destroy(&k->mu);
@@ -268,6 +280,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, server *s, conn_req *r, i
   if (ctype)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
   add_common_headers(resp);
+  cors_add_headers(s->cfg, c, resp);
   for (int i = 0; extra && extra[i]; i += 2)
     MHD_add_response_header(resp, extra[i], extra[i + 1]);
   enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
@@ -314,6 +327,17 @@ static enum MHD_Result reply_errorf(struct MHD_Connection *c, server *s, conn_re
 
 /* Formats what is due into k->out (mutex held). */
 static void stream_format(call *k) {
+  if (k->fmt) { /* another API's stream shape (compat.h) */
+    if (k->pending.len) {
+      k->fmt->stream_text(k->fmt_state, &k->out, k->pending.data, k->pending.len);
+      k->pending.len = 0;
+      k->pending.data[0] = '\0';
+    } else if (k->done) {
+      k->fmt->stream_end(k->fmt_state, &k->out, &k->result);
+      k->finished = true;
+    }
+    return;
+  }
   if (k->pending.len) {
     char *j = api_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending.data, k->pending.len, NULL);
     if (j)
@@ -344,6 +368,8 @@ static void stream_format(call *k) {
     }
     const char *fr = api_finish_reason(r->finish_reason);
     char *j = api_chunk_json(k->id, k->created, k->model, false, NULL, 0, fr ? fr : "stop");
+    if (j && !k->include_usage && k->srv->cfg->stream_usage)
+      j = compat_chunk_add_usage(j, k->id, k->created, k->model, r); /* --stream-usage (compat.h) */
     if (j)
       sse_append(&k->out, j);
     free(j);
@@ -456,11 +482,12 @@ static void fill_limits(server *s, api_limits *lim) {
 }
 
 /* Parses and submits (be_lock read-held by the caller). On failure fills e and returns NULL. */
-static call *submit_chat(server *s, conn_req *r, bool job, api_error *e) {
+static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, api_error *e) {
   api_limits lim;
   fill_limits(s, &lim);
   api_chat_request req;
-  if (!api_chat_parse(r->body.data ? r->body.data : "", r->body.len, &lim, &req, e))
+  if (cr ? !api_chat_parse(cr->chat_body, cr->chat_len, &lim, &req, e)
+         : !api_chat_parse(r->body.data ? r->body.data : "", r->body.len, &lim, &req, e))
     return NULL;
   call *k = call_new(s);
   if (!k) {
@@ -469,11 +496,18 @@ static call *submit_chat(server *s, conn_req *r, bool job, api_error *e) {
     return NULL;
   }
   api_random_id("chatcmpl-", k->id, sizeof k->id);
+  if (cr && cr->id[0])
+    snprintf(k->id, sizeof k->id, "%s", cr->id);
   snprintf(k->model, sizeof k->model, "%s", s->model_ids[0]);
   k->created = (int64_t)time(NULL);
   k->stream = req.stream && !job;
   k->include_usage = req.include_usage;
   k->is_job = job;
+  if (cr) { /* the call now owns the formatter's state */
+    k->fmt = cr->fmt;
+    k->fmt_state = cr->state;
+    cr->state = NULL;
+  }
   k->log = r->log;
   snprintf(k->log.id, sizeof k->log.id, "%s", k->id);
   k->log.chat = true;
@@ -492,6 +526,12 @@ static call *submit_chat(server *s, conn_req *r, bool job, api_error *e) {
   engine_request er;
   memset(&er, 0, sizeof er);
   er.messages = req.messages;
+  if (cr && cr->raw) { /* legacy completions: the prompt as given, no template */
+    er.raw_text = cr->raw_text;
+    er.raw_len = cr->raw_len;
+    er.raw_ids = cr->raw_ids;
+    er.n_raw_ids = cr->n_raw_ids;
+  }
   vlm_prompt_opts_default(&er.prompt);
   er.prompt.pre.min_pixels = req.min_pixels;
   er.prompt.pre.max_pixels = req.max_pixels;
@@ -530,16 +570,21 @@ static call *submit_chat(server *s, conn_req *r, bool job, api_error *e) {
   return k;
 }
 
+static enum MHD_Result reply_error_as(struct MHD_Connection *c, server *s, conn_req *r, const api_error *e,
+                                     const compat_format *fmt, void *state);
+
 static enum MHD_Result reply_result(struct MHD_Connection *c, server *s, conn_req *r, call *k) {
   if (k->result.status != QVL_OK) {
     api_error e;
     api_error_from_status(&e, k->result.status, k->result.error);
-    return reply_error(c, s, r, &e, NULL);
+    return reply_error_as(c, s, r, &e, k->fmt, k->fmt_state);
   }
+  if (k->fmt)
+    return reply_json(c, s, r, 200, k->fmt->result_json(k->fmt_state, &k->result), NULL);
   return reply_json(c, s, r, 200, api_completion_json(k->id, k->created, k->model, &k->result), NULL);
 }
 
-static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req *r, bool job) {
+static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req *r, bool job, compat_request *cr) {
   api_error e;
   pthread_rwlock_rdlock(&s->be_lock);
   if (s->draining || !s->ready) {
@@ -548,10 +593,14 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
     api_error_set(&e, 503, "server_error", draining ? "shutting_down" : "model_loading", NULL,
                   draining ? "the server is shutting down" : "the model is still loading; retry in a few seconds");
     static const char *const close_hdr[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
+    if (cr)
+      return reply_error_as(c, s, r, &e, cr->fmt, cr->state);
     return reply_error(c, s, r, &e, draining ? close_hdr : NULL);
   }
-  call *k = submit_chat(s, r, job, &e);
+  call *k = submit_chat(s, r, job, cr, &e);
   pthread_rwlock_unlock(&s->be_lock);
+  if (!k && cr)
+    return reply_error_as(c, s, r, &e, cr->fmt, cr->state);
   if (!k)
     return reply_error(c, s, r, &e, NULL);
 
@@ -619,16 +668,88 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
     call_unref(k);
     return MHD_NO;
   }
-  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, k->fmt ? k->fmt->stream_content_type : "text/event-stream");
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
   add_common_headers(resp);
+  cors_add_headers(s->cfg, c, resp);
   enum MHD_Result ret = MHD_queue_response(c, 200, resp);
   MHD_destroy_response(resp); /* the stream's reference to k is released in stream_free */
   r->responded = true;
   r->log_owned_by_stream = true;
   count_status(s, 200);
   return ret;
+}
+
+/* ---- the other APIs (compat.h): Responses, legacy completions, Ollama ------------------------- */
+
+/* An error in the shape of the API that was called, with reply_error's headers. */
+static enum MHD_Result reply_error_as(struct MHD_Connection *c, server *s, conn_req *r, const api_error *e,
+                                     const compat_format *fmt, void *state) {
+  if (!fmt || !fmt->error_json)
+    return reply_error(c, s, r, e, NULL);
+  static const char *const retry[] = {"Retry-After", "2", NULL}, *const bearer[] = {"WWW-Authenticate", "Bearer", NULL};
+  return reply_json(c, s, r, e->http, fmt->error_json(state, e), e->http == 503 ? retry : e->http == 401 ? bearer : NULL);
+}
+
+static void fill_compat_ctx(server *s, compat_ctx *x) {
+  memset(x, 0, sizeof *x);
+  pthread_rwlock_rdlock(&s->be_lock);
+  x->model_id = s->ready && s->n_model_ids ? s->model_ids[0] : NULL; /* set once, kept until server_stop */
+  pthread_rwlock_unlock(&s->be_lock);
+  x->created = (int64_t)time(NULL);
+  x->started = s->unix_start;
+  x->responses = s->responses;
+  x->stream_usage = s->cfg->stream_usage;
+}
+
+/* A POST of another API: translated into a chat request and served by handle_chat. */
+static enum MHD_Result handle_compat(struct MHD_Connection *c, server *s, conn_req *r, compat_translate_fn translate) {
+  compat_ctx x;
+  fill_compat_ctx(s, &x);
+  compat_request cr;
+  api_error e;
+  enum MHD_Result ret;
+  if (!translate(r->body.data ? r->body.data : "", r->body.len, &x, &cr, &e)) {
+    ret = reply_error_as(c, s, r, &e, cr.fmt, cr.state);
+  } else if (cr.reply_body) { /* answered without generating (Ollama's empty "load the model" prompt) */
+    ret = reply_json(c, s, r, cr.reply_status, cr.reply_body, NULL);
+    cr.reply_body = NULL;
+  } else {
+    ret = handle_chat(c, s, r, false, &cr);
+  }
+  compat_request_free(&cr);
+  return ret;
+}
+
+/* Ollama's API under /api/ (api_ollama.h). */
+static enum MHD_Result handle_ollama(struct MHD_Connection *c, server *s, conn_req *r, const char *url,
+                                     const char *method) {
+  api_error e;
+  if (!auth_ok(s, c)) {
+    api_error_set(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                  "Incorrect or missing API key: send 'Authorization: Bearer KEY'");
+    return reply_error_as(c, s, r, &e, &ollama_format, NULL);
+  }
+  bool post = !strcmp(method, "POST");
+  if (post && !strcmp(url, "/api/chat"))
+    return handle_compat(c, s, r, ollama_chat_translate);
+  if (post && !strcmp(url, "/api/generate"))
+    return handle_compat(c, s, r, ollama_generate_translate);
+  compat_ctx x;
+  fill_compat_ctx(s, &x);
+  int status = 500;
+  const char *allow = NULL;
+  char *json = ollama_info(url, method, r->body.data ? r->body.data : "", r->body.len, &x, &status, &allow);
+  const char *hdr[] = {MHD_HTTP_HEADER_ALLOW, allow, NULL};
+  return reply_json(c, s, r, status, json, allow ? hdr : NULL);
+}
+
+/* A CORS preflight from an allowed origin (cors.h): 204 with what the browser asked to send. */
+static enum MHD_Result handle_preflight(struct MHD_Connection *c, server *s, conn_req *r) {
+  const char *hdr[CORS_PREFLIGHT_HEADERS * 2 + 1];
+  cors_preflight_headers(s->cfg, c, hdr);
+  return reply(c, s, r, 204, NULL, NULL, 0, hdr);
 }
 
 static bool valid_job_id(const char *id) {
@@ -749,6 +870,7 @@ static enum MHD_Result handle_asset(struct MHD_Connection *c, server *s, conn_re
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   MHD_add_response_header(resp, "Content-Security-Policy", WEB_ASSETS_CSP);
   add_common_headers(resp);
+  cors_add_headers(s->cfg, c, resp);
   int status = fresh ? 304 : 200;
   enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
   MHD_destroy_response(resp);
@@ -777,6 +899,10 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
     static const char *const close_hdr[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
     return reply_error(c, s, r, &e, close_hdr);
   }
+  if (cors_is_preflight(s->cfg, c, method)) /* before the key check: a preflight carries no key */
+    return handle_preflight(c, s, r);
+  if (!strncmp(url, "/api/", 5))
+    return handle_ollama(c, s, r, url, method);
   if (!strcmp(url, "/health"))
     return get ? handle_health(c, s, r) : method_not_allowed(c, s, r, "GET, HEAD");
   if (!strcmp(url, "/metrics"))
@@ -789,9 +915,13 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
       return reply_error(c, s, r, &e, NULL);
     }
     if (!strcmp(url, "/v1/chat/completions"))
-      return post ? handle_chat(c, s, r, false) : method_not_allowed(c, s, r, "POST");
+      return post ? handle_chat(c, s, r, false, NULL) : method_not_allowed(c, s, r, "POST");
+    if (!strcmp(url, "/v1/responses"))
+      return post ? handle_compat(c, s, r, responses_translate) : method_not_allowed(c, s, r, "POST");
+    if (!strcmp(url, "/v1/completions"))
+      return post ? handle_compat(c, s, r, completions_translate) : method_not_allowed(c, s, r, "POST");
     if (!strcmp(url, "/v1/jobs"))
-      return post ? handle_chat(c, s, r, true) : method_not_allowed(c, s, r, "POST");
+      return post ? handle_chat(c, s, r, true, NULL) : method_not_allowed(c, s, r, "POST");
     if (!strncmp(url, "/v1/jobs/", 9)) {
       if (get || !strcmp(method, "DELETE"))
         return handle_job(c, s, r, url + 9, !get);
@@ -943,6 +1073,8 @@ qvl_status server_start(const server_config *cfg, server **out) {
   s->fetch.n_allow = cfg->n_allow_image_url;
   s->fetch.timeout_s = (double)cfg->image_fetch_timeout_s;
   qvl_status st = jobs_init(cfg->max_jobs, (double)cfg->job_ttl_s, &s->jobs);
+  if (st == QVL_OK)
+    st = resp_store_init(RESPONSES_STORE_ENTRIES, RESPONSES_STORE_BYTES, RESPONSES_STORE_TTL_S, &s->responses);
   if (st == QVL_OK && s->fetch.n_allow)
     st = fetch_global_init();
   if (st == QVL_OK)
@@ -962,6 +1094,7 @@ qvl_status server_start(const server_config *cfg, server **out) {
     if (s->listen_fd >= 0)
       close(s->listen_fd);
     jobs_free(s->jobs);
+    resp_store_free(s->responses);
     pthread_rwlock_destroy(&s->be_lock);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -1029,6 +1162,7 @@ void server_stop(server *s) {
   /* Calls still referenced by the engine (a drain that timed out) stay allocated: their on_done
    * still comes, from engine_stop. */
   jobs_free(s->jobs);
+  resp_store_free(s->responses);
   for (int i = 0; i < s->n_model_ids; i++)
     free(s->model_ids[i]);
   free(s->model_ids);

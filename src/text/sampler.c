@@ -49,6 +49,12 @@ qvl_status sampler_check_params(const sampler_params *p) {
   if (!(p->repetition_penalty > 0.0f) || !isfinite(p->repetition_penalty))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "repetition_penalty %g must be > 0 (1: off)",
                       (double)p->repetition_penalty);
+  if (p->n_bias < 0 || p->n_bias > SAMPLER_MAX_BIAS)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "%d logit biases; at most %d", (int)p->n_bias, SAMPLER_MAX_BIAS);
+  for (int32_t i = 0; i < p->n_bias; i++)
+    if (p->bias_ids[i] < 0 || !isfinite(p->bias[i]))
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "logit bias %d: token %d, bias %g", (int)i, (int)p->bias_ids[i],
+                        (double)p->bias[i]);
   if (!(p->presence_penalty >= -2.0f && p->presence_penalty <= 2.0f))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "presence_penalty %g must be in [-2, 2]", (double)p->presence_penalty);
   if (!(p->frequency_penalty >= -2.0f && p->frequency_penalty <= 2.0f))
@@ -97,6 +103,10 @@ qvl_status sampler_init(const sampler_params *p, int64_t n_vocab, sampler **out)
   QVL_TRY(sampler_check_params(p));
   if (n_vocab <= 0 || n_vocab > INT32_MAX)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "sampler: vocabulary of %lld tokens", (long long)n_vocab);
+  for (int32_t i = 0; i < p->n_bias; i++)
+    if (p->bias_ids[i] >= n_vocab)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "logit_bias: token id %d is outside the vocabulary (0..%lld)",
+                        (int)p->bias_ids[i], (long long)n_vocab - 1);
   sampler *s = calloc(1, sizeof *s);
   if (!s)
     return qvl_errorf(QVL_ERR_NOMEM, "sampler: out of memory");
@@ -268,6 +278,8 @@ int32_t sampler_sample(sampler *s, float *logits) {
   for (int64_t i = 0; i < V; i++)
     if (isnan(logits[i]))
       logits[i] = -INFINITY;
+  for (int32_t i = 0; i < s->p.n_bias; i++) /* logit_bias, as OpenAI: on the raw logits */
+    logits[s->p.bias_ids[i]] += s->p.bias[i];
   apply_penalties(s, logits);
   if (s->p.temperature <= 0.0f)
     return argmax(logits, V);

@@ -25,6 +25,8 @@
 
 #include "qvl.h"
 
+#define SAMPLER_MAX_BIAS 300 /* logit_bias entries */
+
 typedef struct sampler_params {
   float temperature;        /* <= 0: greedy */
   int32_t top_k;            /* <= 0: off */
@@ -34,6 +36,10 @@ typedef struct sampler_params {
   float presence_penalty;   /* in [-2, 2]; 0: off */
   float frequency_penalty;  /* in [-2, 2]; 0: off */
   uint64_t seed;
+  /* logit_bias: bias[i] is added to the logit of bias_ids[i] before everything else */
+  int32_t n_bias;
+  int32_t bias_ids[SAMPLER_MAX_BIAS];
+  float bias[SAMPLER_MAX_BIAS];
 } sampler_params;
 
 /* Greedy, every filter and penalty off, seed 0. */

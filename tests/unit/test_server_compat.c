@@ -1,0 +1,626 @@
+/* The other APIs' translators and formatters (Responses, legacy completions, Ollama), the response
+ * store, the chat extras (file parts, logit_bias, unhonoured fields) and logit_bias in the sampler.
+ * Every translated body is also run through api_chat_parse: what a translator writes must be a valid
+ * chat request. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/api.h"
+#include "server/api_completions.h"
+#include "server/api_extra.h"
+#include "server/api_ollama.h"
+#include "server/api_responses.h"
+#include "server/compat.h"
+#include "server/resp_store.h"
+#include "base/timing.h"
+#include "test.h"
+#include "text/sampler.h"
+
+static const char *const ids[] = {"e2e-Q8_0.gguf", "qvl"};
+
+static api_limits limits(void) {
+  api_limits l;
+  memset(&l, 0, sizeof l);
+  l.max_tokens = 100;
+  l.max_images = 4;
+  l.max_pixels = 4 << 20;
+  l.default_max_pixels = 1 << 20;
+  l.default_min_pixels = 65536;
+  l.model_ids = ids;
+  l.n_model_ids = 2;
+  return l;
+}
+
+static compat_ctx ctx_with(resp_store *st) {
+  compat_ctx c;
+  memset(&c, 0, sizeof c);
+  c.model_id = "e2e-Q8_0.gguf";
+  c.created = 1764540000;
+  c.started = 1764500000;
+  c.responses = st;
+  c.stream_usage = true;
+  return c;
+}
+
+/* Translates body; on success parses the chat body too and returns it as cJSON (caller frees). */
+static cJSON *translate(compat_translate_fn fn, const char *body, const compat_ctx *c, compat_request *cr) {
+  api_error e;
+  if (!fn(body, strlen(body), c, cr, &e)) {
+    CHECK(0, "%s: refused: %s", body, e.message);
+    return NULL;
+  }
+  if (cr->reply_body)
+    return NULL;
+  api_limits l = limits();
+  api_chat_request req;
+  bool ok = api_chat_parse(cr->chat_body, cr->chat_len, &l, &req, &e);
+  CHECK(ok, "%s: translated body refused by the chat parser: %s (%s)", body, e.message, cr->chat_body);
+  if (ok)
+    api_chat_request_free(&req);
+  return cJSON_Parse(cr->chat_body);
+}
+
+static void expect_refused(compat_translate_fn fn, const char *body, const compat_ctx *c, int http, const char *param,
+                           const char *msg_part) {
+  compat_request cr;
+  api_error e;
+  bool ok = fn(body, strlen(body), c, &cr, &e);
+  CHECK(!ok, "accepted: %s", body);
+  CHECK(cr.fmt != NULL, "%s: no formatter for the error", body);
+  if (!ok) {
+    CHECK(e.http == http, "%s: http %d, expected %d (%s)", body, e.http, http, e.message);
+    if (param)
+      CHECK(!strcmp(e.param, param), "%s: param '%s', expected '%s'", body, e.param, param);
+    if (msg_part)
+      CHECK(strstr(e.message, msg_part) != NULL, "%s: message '%s' lacks '%s'", body, e.message, msg_part);
+  }
+  compat_request_free(&cr);
+}
+
+static const char *str_at(const cJSON *j, const char *path) {
+  /* "messages.1.content.0.type": object keys and array indices */
+  char path_copy[256];
+  snprintf(path_copy, sizeof path_copy, "%s", path);
+  const cJSON *cur = j;
+  for (char *tok = strtok(path_copy, "."); tok && cur; tok = strtok(NULL, "."))
+    cur = (*tok >= '0' && *tok <= '9') ? cJSON_GetArrayItem(cur, atoi(tok)) : cJSON_GetObjectItemCaseSensitive(cur, tok);
+  return cJSON_IsString(cur) ? cur->valuestring : NULL;
+}
+
+static double num_at(const cJSON *j, const char *name) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+  return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static bool eq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
+
+static api_result result_of(const char *text, const char *finish) {
+  api_result r;
+  memset(&r, 0, sizeof r);
+  r.status = QVL_OK;
+  snprintf(r.finish_reason, sizeof r.finish_reason, "%s", finish);
+  r.prompt_tokens = 11;
+  r.completion_tokens = 3;
+  r.cached_prompt_tokens = 4;
+  buf_append_str(&r.text, text);
+  return r;
+}
+
+/* ---- Responses ------------------------------------------------------------------------------- */
+
+static void test_responses_translate(void) {
+  compat_ctx c = ctx_with(NULL);
+  compat_request cr;
+  cJSON *chat = translate(responses_translate,
+                          "{\"model\":\"qvl\",\"input\":\"hello\",\"instructions\":\"be brief\",\"max_output_tokens\":7,"
+                          "\"temperature\":0,\"top_p\":0.5,\"seed\":3,\"metadata\":{\"a\":\"b\"},\"store\":false,"
+                          "\"text\":{\"format\":{\"type\":\"text\"}},\"parallel_tool_calls\":true,\"tools\":[]}",
+                          &c, &cr);
+  CHECK(chat && eq(str_at(chat, "messages.0.role"), "system") && eq(str_at(chat, "messages.0.content"), "be brief") &&
+            eq(str_at(chat, "messages.1.role"), "user") && eq(str_at(chat, "messages.1.content"), "hello"),
+        "instructions + string input -> system + user");
+  CHECK(chat && num_at(chat, "max_tokens") == 7 && num_at(chat, "temperature") == 0 && num_at(chat, "seed") == 3,
+        "max_output_tokens -> max_tokens; sampling passes");
+  CHECK(chat && !cJSON_GetObjectItem(chat, "tools") && !cJSON_GetObjectItem(chat, "response_format"),
+        "tools [] and text format 'text' add nothing");
+  cJSON_Delete(chat);
+  compat_request_free(&cr);
+
+  chat = translate(responses_translate,
+                   "{\"input\":[{\"role\":\"developer\",\"content\":\"sys\"},"
+                   "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"what?\"},"
+                   "{\"type\":\"input_image\",\"image_url\":\"data:image/png;base64,AAAA\",\"detail\":\"auto\"},"
+                   "{\"type\":\"input_file\",\"file_data\":\"data:image/jpeg;base64,BBBB\",\"filename\":\"x.jpg\"}]},"
+                   "{\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"earlier\"}]},"
+                   "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{}\"},"
+                   "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"42\"}],\"stream\":true}",
+                   &c, &cr);
+  CHECK(chat && eq(str_at(chat, "messages.0.role"), "system"), "developer -> system");
+  CHECK(chat && eq(str_at(chat, "messages.1.content.0.type"), "text") &&
+            eq(str_at(chat, "messages.1.content.1.image_url.url"), "data:image/png;base64,AAAA") &&
+            eq(str_at(chat, "messages.1.content.2.image_url.url"), "data:image/jpeg;base64,BBBB"),
+        "input_text / input_image / input_file with image data -> chat parts");
+  CHECK(chat && eq(str_at(chat, "messages.2.content.0.text"), "earlier"), "output_text in an assistant turn");
+  CHECK(chat && eq(str_at(chat, "messages.3.tool_calls.0.function.name"), "f") &&
+            eq(str_at(chat, "messages.4.role"), "tool") && eq(str_at(chat, "messages.4.tool_call_id"), "c1"),
+        "function_call / function_call_output -> tool_calls / tool message");
+  CHECK(chat && cJSON_IsTrue(cJSON_GetObjectItem(chat, "stream")), "stream passes");
+  cJSON_Delete(chat);
+  compat_request_free(&cr);
+
+  /* mapped for the chat features being added: tools, tool_choice, text.format */
+  api_error e;
+  const char *tools = "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"get\",\"parameters\":{\"type\":"
+                      "\"object\"}}],\"tool_choice\":{\"type\":\"function\",\"name\":\"get\"},"
+                      "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"s\",\"schema\":{\"type\":\"object\"},"
+                      "\"strict\":true}}}";
+  bool ok = responses_translate(tools, strlen(tools), &c, &cr, &e);
+  cJSON *j = ok ? cJSON_Parse(cr.chat_body) : NULL;
+  CHECK(j && eq(str_at(j, "tools.0.type"), "function") && eq(str_at(j, "tools.0.function.name"), "get") &&
+            eq(str_at(j, "tools.0.function.parameters.type"), "object") &&
+            eq(str_at(j, "tool_choice.function.name"), "get"),
+        "function tools and tool_choice -> the chat's shape");
+  CHECK(j && eq(str_at(j, "response_format.type"), "json_schema") &&
+            eq(str_at(j, "response_format.json_schema.name"), "s") &&
+            eq(str_at(j, "response_format.json_schema.schema.type"), "object"),
+        "text.format json_schema -> response_format (nested)");
+  cJSON_Delete(j);
+  compat_request_free(&cr);
+
+  expect_refused(responses_translate, "{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\"}]}", &c, 400, "tools[0]",
+                 "web_search");
+  expect_refused(responses_translate, "{\"input\":\"x\",\"background\":true}", &c, 400, "background", "background");
+  expect_refused(responses_translate, "{\"input\":\"x\",\"conversation\":\"conv_1\"}", &c, 400, "conversation", NULL);
+  expect_refused(responses_translate, "{\"input\":\"x\",\"reasoning\":{\"effort\":\"low\"}}", &c, 400, "reasoning", NULL);
+  expect_refused(responses_translate, "{\"input\":\"x\",\"include\":[\"file_search_call.results\"]}", &c, 400, "include",
+                 NULL);
+  expect_refused(responses_translate, "{\"input\":\"x\",\"truncation\":\"auto\"}", &c, 400, "truncation", NULL);
+  expect_refused(responses_translate, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"file_id\":\"f\"}]}]}",
+                 &c, 400, "input[0].content[0]", "files API");
+  expect_refused(responses_translate, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_file\",\"file_data\":\"data:application/pdf;base64,AA\"}]}]}",
+                 &c, 400, "input[0].content[0]", "input_file");
+  expect_refused(responses_translate, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\"}]}]}", &c, 400,
+                 "input[0].content[0]", "input_audio");
+  expect_refused(responses_translate, "{\"input\":[{\"type\":\"reasoning\",\"id\":\"r\"}]}", &c, 400, "input[0]", "reasoning");
+  expect_refused(responses_translate, "{\"input\":[{\"role\":\"bot\",\"content\":\"x\"}]}", &c, 400, "input[0]", "role");
+  expect_refused(responses_translate, "{\"model\":\"qvl\"}", &c, 400, "input", "required");
+  expect_refused(responses_translate, "{\"input\":5}", &c, 400, "input", NULL);
+  expect_refused(responses_translate, "{\"input\":\"x\",\"max_output_tokens\":0}", &c, 400, "max_output_tokens", NULL);
+  expect_refused(responses_translate, "{\"input\":\"x\",\"text\":{\"verbosity\":\"low\"}}", &c, 400, "text.verbosity", NULL);
+  expect_refused(responses_translate, "{\"input\":\"x\",\"previous_response_id\":\"resp_x\"}", &c, 404,
+                 "previous_response_id", "not found");
+  expect_refused(responses_translate, "[1]", &c, 400, NULL, "JSON object");
+  expect_refused(responses_translate, "{\"input\":\"x\"} x", &c, 400, NULL, "extra data");
+}
+
+/* Runs a request through the formatter as the server does (optionally streamed); returns the body. */
+static char *run_format(const compat_request *cr, bool stream, const char *const *pieces, const api_result *r) {
+  if (!stream)
+    return cr->fmt->result_json(cr->state, r);
+  buf out = {0};
+  for (int i = 0; pieces[i]; i++)
+    cr->fmt->stream_text(cr->state, &out, pieces[i], strlen(pieces[i]));
+  cr->fmt->stream_end(cr->state, &out, r);
+  return out.data; /* taken */
+}
+
+static void test_responses_format_and_store(void) {
+  resp_store *st = NULL;
+  CHECK(resp_store_init(8, 1 << 20, 3600, &st) == QVL_OK, "store");
+  compat_ctx c = ctx_with(st);
+  compat_request cr;
+  api_error e;
+  const char *body = "{\"input\":\"first\",\"instructions\":\"sys\",\"max_output_tokens\":3,\"metadata\":{\"k\":\"v\"}}";
+  CHECK(responses_translate(body, strlen(body), &c, &cr, &e), "translate");
+  api_result r = result_of("one two", "length");
+  char *json = run_format(&cr, false, NULL, &r);
+  cJSON *o = json ? cJSON_Parse(json) : NULL;
+  CHECK(o && eq(str_at(o, "object"), "response") && !strncmp(str_at(o, "id"), "resp_", 5) &&
+            eq(str_at(o, "status"), "incomplete") && eq(str_at(o, "incomplete_details.reason"), "max_output_tokens"),
+        "a response cut by max_output_tokens is incomplete: %s", json);
+  CHECK(o && eq(str_at(o, "output.0.type"), "message") && eq(str_at(o, "output.0.role"), "assistant") &&
+            eq(str_at(o, "output.0.content.0.type"), "output_text") && eq(str_at(o, "output.0.content.0.text"), "one two"),
+        "output message");
+  const cJSON *u = o ? cJSON_GetObjectItem(o, "usage") : NULL;
+  CHECK(u && num_at(u, "input_tokens") == 11 && num_at(u, "output_tokens") == 3 && num_at(u, "total_tokens") == 14 &&
+            num_at(cJSON_GetObjectItem(u, "input_tokens_details"), "cached_tokens") == 4,
+        "usage in Responses terms");
+  CHECK(o && eq(str_at(o, "instructions"), "sys") && eq(str_at(o, "metadata.k"), "v") &&
+            cJSON_IsTrue(cJSON_GetObjectItem(o, "store")),
+        "request settings echoed");
+  char id[64];
+  snprintf(id, sizeof id, "%s", o ? str_at(o, "id") : "");
+  char msg_id[64];
+  snprintf(msg_id, sizeof msg_id, "%s", o ? str_at(o, "output.0.id") : "");
+  cJSON_Delete(o);
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  /* continuing: the stored turns come first, the new instructions replace the old */
+  char next[256];
+  snprintf(next, sizeof next, "{\"input\":\"second\",\"previous_response_id\":\"%s\",\"instructions\":\"new\"}", id);
+  cJSON *chat = translate(responses_translate, next, &c, &cr);
+  CHECK(chat && cJSON_GetArraySize(cJSON_GetObjectItem(chat, "messages")) == 4 &&
+            eq(str_at(chat, "messages.0.content"), "new") && eq(str_at(chat, "messages.1.content"), "first") &&
+            eq(str_at(chat, "messages.2.role"), "assistant") && eq(str_at(chat, "messages.2.content"), "one two") &&
+            eq(str_at(chat, "messages.3.content"), "second"),
+        "previous_response_id prepends the stored conversation: %s", cr.chat_body);
+  cJSON_Delete(chat);
+
+  /* streamed: the event sequence, numbered, and the stored answer */
+  const char *pieces[] = {"thr", "ee", NULL};
+  r = result_of("three", "stop");
+  char *sse = run_format(&cr, true, pieces, &r);
+  const char *order[] = {"response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
+                         "response.output_text.done", "response.content_part.done", "response.output_item.done",
+                         "response.completed"};
+  const char *p = sse;
+  bool in_order = sse != NULL;
+  for (size_t i = 0; i < sizeof order / sizeof order[0] && in_order; i++) {
+    char ev[80];
+    snprintf(ev, sizeof ev, "event: %s\ndata: ", order[i]);
+    const char *q = p ? strstr(p, ev) : NULL;
+    in_order = q != NULL;
+    p = q ? q + strlen(ev) : NULL;
+  }
+  CHECK(in_order, "stream events in order: %s", sse ? sse : "(null)");
+  CHECK(sse && strstr(sse, "\"sequence_number\":9") && !strstr(sse, "\"sequence_number\":10"), "sequence numbers 0..9");
+  CHECK(sse && strstr(sse, "\"delta\":\"thr\"") && strstr(sse, "\"text\":\"three\""), "deltas and the done text");
+  char rid[64];
+  const char *idp = sse ? strstr(sse, "\"id\":\"resp_") : NULL;
+  snprintf(rid, sizeof rid, "%.29s", idp ? idp + 6 : "");
+  free(sse);
+  api_result_free(&r);
+  compat_request_free(&cr);
+  char *kept = resp_store_get(st, rid, time_now_s());
+  cJSON *conv = kept ? cJSON_Parse(kept) : NULL;
+  CHECK(conv && cJSON_GetArraySize(conv) == 4 && eq(str_at(conv, "3.content"), "three") &&
+            eq(str_at(conv, "0.content"), "first"),
+        "the streamed answer is stored after the earlier turns, instructions left out: %s", kept ? kept : "(none)");
+  cJSON_Delete(conv);
+  free(kept);
+  int n = 0;
+  size_t bytes = 0;
+  resp_store_usage(st, &n, &bytes);
+  CHECK(n == 2 && bytes > 0, "both turns stored (%d)", n);
+
+  /* item_reference to the first answer's message */
+  char ref[256];
+  snprintf(ref, sizeof ref, "{\"input\":[{\"type\":\"item_reference\",\"id\":\"%s\"},{\"role\":\"user\",\"content\":\"more\"}]}",
+           msg_id);
+  chat = translate(responses_translate, ref, &c, &cr);
+  CHECK(chat && eq(str_at(chat, "messages.0.role"), "assistant") && eq(str_at(chat, "messages.0.content"), "one two"),
+        "item_reference resolves to the stored output message: %s", cr.chat_body);
+  cJSON_Delete(chat);
+  compat_request_free(&cr);
+  expect_refused(responses_translate, "{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_nope\"}]}", &c, 404,
+                 "input[0]", "not found");
+
+  /* a failure after the stream started */
+  body = "{\"input\":\"x\",\"stream\":true}";
+  CHECK(responses_translate(body, strlen(body), &c, &cr, &e), "translate");
+  r = result_of("", "error");
+  r.status = QVL_ERR_TIMEOUT;
+  snprintf(r.error, sizeof r.error, "took too long");
+  const char *one[] = {"a", NULL};
+  sse = run_format(&cr, true, one, &r);
+  CHECK(sse && strstr(sse, "event: error\n") && strstr(sse, "event: response.failed\n") && strstr(sse, "took too long") &&
+            !strstr(sse, "response.completed"),
+        "error + response.failed: %s", sse ? sse : "");
+  free(sse);
+  api_result_free(&r);
+  compat_request_free(&cr);
+  resp_store_free(st);
+}
+
+static void test_resp_store(void) {
+  resp_store *st = NULL;
+  CHECK(resp_store_init(2, 100, 10, &st) == QVL_OK, "init");
+  CHECK(resp_store_put(st, "a", "[1]", 0) == QVL_OK && resp_store_put(st, "b", "[2]", 1) == QVL_OK, "put");
+  char *x = resp_store_get(st, "a", 2); /* a is now the most recent */
+  CHECK(x && !strcmp(x, "[1]"), "get a");
+  free(x);
+  CHECK(resp_store_put(st, "c", "[3]", 3) == QVL_OK, "put c");
+  x = resp_store_get(st, "b", 3);
+  CHECK(!x, "b (least recently used) evicted by the entry cap");
+  free(x);
+  x = resp_store_get(st, "a", 3);
+  CHECK(x != NULL, "a kept");
+  free(x);
+  x = resp_store_get(st, "a", 20);
+  CHECK(!x, "a expired after the ttl");
+  free(x);
+  char big[120];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  CHECK(resp_store_put(st, "d", big, 21) == QVL_ERR_TOO_LARGE, "an entry over the byte cap is refused");
+  char mid[60];
+  memset(mid, 'y', sizeof mid - 1);
+  mid[sizeof mid - 1] = '\0';
+  CHECK(resp_store_put(st, "e", mid, 22) == QVL_OK && resp_store_put(st, "f", mid, 23) == QVL_OK, "two halves");
+  int n = 0;
+  size_t bytes = 0;
+  resp_store_usage(st, &n, &bytes);
+  CHECK(n == 1 && bytes <= 100, "the byte cap evicts (%d entries, %zu bytes)", n, bytes);
+  CHECK(resp_store_put(st, "f", "[9]", 24) == QVL_OK, "replace");
+  x = resp_store_get(st, "f", 24);
+  CHECK(x && !strcmp(x, "[9]"), "replaced value");
+  free(x);
+  resp_store_free(st);
+}
+
+/* ---- legacy completions ---------------------------------------------------------------------- */
+
+static void test_completions(void) {
+  compat_ctx c = ctx_with(NULL);
+  compat_request cr;
+  cJSON *chat = translate(completions_translate, "{\"model\":\"qvl\",\"prompt\":\"Once\",\"temperature\":0,\"echo\":true}",
+                          &c, &cr);
+  CHECK(cr.raw && eq(cr.raw_text, "Once") && cr.raw_len == 4 && !cr.raw_ids, "a string prompt is raw text");
+  CHECK(chat && num_at(chat, "max_tokens") == COMPLETIONS_DEFAULT_MAX_TOKENS, "max_tokens defaults to 16");
+  cJSON_Delete(chat);
+  api_result r = result_of(" upon", "stop");
+  char *json = run_format(&cr, false, NULL, &r);
+  cJSON *o = json ? cJSON_Parse(json) : NULL;
+  CHECK(o && eq(str_at(o, "object"), "text_completion") && eq(str_at(o, "choices.0.text"), "Once upon") &&
+            eq(str_at(o, "choices.0.finish_reason"), "stop") && !strncmp(str_at(o, "id"), "cmpl-", 5),
+        "text_completion with echo: %s", json);
+  cJSON_Delete(o);
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  chat = translate(completions_translate, "{\"prompt\":[[5,6,7]],\"max_tokens\":4,\"stream\":true}", &c, &cr);
+  CHECK(cr.raw && cr.n_raw_ids == 3 && cr.raw_ids[2] == 7 && !cr.raw_text, "[[ids]] -> raw ids");
+  cJSON_Delete(chat);
+  const char *pieces[] = {"a", "b", NULL};
+  r = result_of("ab", "length");
+  char *sse = run_format(&cr, true, pieces, &r);
+  CHECK(sse && strstr(sse, "\"text\":\"a\"") && strstr(sse, "\"finish_reason\":\"length\"") &&
+            strstr(sse, "\"usage\":{") && strstr(sse, "data: [DONE]\n\n"),
+        "stream: chunks, final with usage (--stream-usage), [DONE]: %s", sse ? sse : "");
+  free(sse);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  chat = translate(completions_translate, "{\"prompt\":[\"only one\"],\"logprobs\":0,\"best_of\":1,\"suffix\":\"\"}", &c, &cr);
+  CHECK(eq(cr.raw_text, "only one"), "[string] -> raw text; neutral logprobs/best_of/suffix accepted");
+  cJSON_Delete(chat);
+  compat_request_free(&cr);
+  expect_refused(completions_translate, "{\"prompt\":\"x\",\"suffix\":\"y\"}", &c, 400, "suffix", NULL);
+  expect_refused(completions_translate, "{\"prompt\":[\"x\",\"y\"]}", &c, 400, "prompt", "one prompt");
+  expect_refused(completions_translate, "{\"prompt\":[[1],[2]]}", &c, 400, "prompt", "one prompt");
+  expect_refused(completions_translate, "{\"prompt\":[1,-2]}", &c, 400, "prompt", NULL);
+  expect_refused(completions_translate, "{\"prompt\":[]}", &c, 400, "prompt", NULL);
+  expect_refused(completions_translate, "{\"prompt\":\"\"}", &c, 400, "prompt", "empty");
+  expect_refused(completions_translate, "{}", &c, 400, "prompt", "required");
+  expect_refused(completions_translate, "{\"prompt\":[1,2],\"echo\":true}", &c, 400, "echo", "text prompt");
+  expect_refused(completions_translate, "{\"prompt\":\"x\",\"logprobs\":3}", &c, 400, "logprobs", NULL);
+  expect_refused(completions_translate, "{\"prompt\":\"x\",\"best_of\":2}", &c, 400, "best_of", NULL);
+}
+
+/* ---- Ollama ---------------------------------------------------------------------------------- */
+
+static void test_ollama(void) {
+  compat_ctx c = ctx_with(NULL);
+  compat_request cr;
+  cJSON *chat = translate(ollama_chat_translate,
+                          "{\"model\":\"qvl:latest\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+                          "{\"role\":\"user\",\"content\":\"what?\",\"images\":[\"iVBORw0KGgo=\",\"/9j/4AAQ\"]}],"
+                          "\"options\":{\"temperature\":0.2,\"num_predict\":9,\"repeat_penalty\":1.1,\"top_k\":5,"
+                          "\"num_ctx\":4096,\"mirostat\":0,\"stop\":[\"x\"]},\"keep_alive\":\"5m\"}",
+                          &c, &cr);
+  CHECK(chat && eq(str_at(chat, "model"), "qvl"), "':latest' is the bare name");
+  CHECK(chat && cJSON_IsTrue(cJSON_GetObjectItem(chat, "stream")), "Ollama streams by default");
+  CHECK(chat && eq(str_at(chat, "messages.1.content.0.image_url.url"), "data:image/png;base64,iVBORw0KGgo=") &&
+            eq(str_at(chat, "messages.1.content.1.image_url.url"), "data:image/jpeg;base64,/9j/4AAQ") &&
+            eq(str_at(chat, "messages.1.content.2.text"), "what?"),
+        "images -> image parts (type from the bytes), then the text");
+  CHECK(chat && num_at(chat, "max_tokens") == 9 && fabs(num_at(chat, "repetition_penalty") - 1.1) < 1e-9 &&
+            num_at(chat, "top_k") == 5 && eq(str_at(chat, "stop.0"), "x") && !cJSON_GetObjectItem(chat, "num_ctx"),
+        "options -> sampling fields; runtime options dropped");
+  cJSON_Delete(chat);
+  api_result r = result_of("hi", "stop");
+  r.t.decode_ms = 2;
+  r.t.prefill_ms = 1;
+  char *json = run_format(&cr, false, NULL, &r);
+  cJSON *o = json ? cJSON_Parse(json) : NULL;
+  CHECK(o && eq(str_at(o, "model"), "qvl:latest") && eq(str_at(o, "message.role"), "assistant") &&
+            eq(str_at(o, "message.content"), "hi") && cJSON_IsTrue(cJSON_GetObjectItem(o, "done")) &&
+            eq(str_at(o, "done_reason"), "stop") && num_at(o, "eval_count") == 3 && num_at(o, "prompt_eval_count") == 11 &&
+            num_at(o, "eval_duration") == 2e6 && str_at(o, "created_at"),
+        "chat answer: %s", json);
+  cJSON_Delete(o);
+  free(json);
+  const char *pieces[] = {"h", "i", NULL};
+  char *nd = run_format(&cr, true, pieces, &r);
+  int lines = 0;
+  for (const char *p = nd; p && (p = strchr(p, '\n')); p++)
+    lines++;
+  CHECK(nd && lines == 3 && strstr(nd, "\"done\":false") && strstr(nd, "\"done\":true,\"done_reason\":\"stop\""),
+        "NDJSON: a line per piece and a last done line: %s", nd ? nd : "");
+  free(nd);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  chat = translate(ollama_generate_translate,
+                   "{\"model\":\"qvl\",\"prompt\":\"why?\",\"system\":\"s\",\"images\":[\"UklGRg==\"],\"stream\":false}", &c,
+                   &cr);
+  CHECK(chat && eq(str_at(chat, "messages.0.role"), "system") &&
+            eq(str_at(chat, "messages.1.content.0.image_url.url"), "data:image/webp;base64,UklGRg==") &&
+            cJSON_IsFalse(cJSON_GetObjectItem(chat, "stream")) && !cr.raw,
+        "generate: system + prompt with an image");
+  cJSON_Delete(chat);
+  r = result_of("because", "length");
+  json = run_format(&cr, false, NULL, &r);
+  CHECK(json && strstr(json, "\"response\":\"because\"") && strstr(json, "\"done_reason\":\"length\""), "generate answer");
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+  chat = translate(ollama_generate_translate, "{\"model\":\"qvl\",\"prompt\":\"<|im_start|>raw\",\"raw\":true}", &c, &cr);
+  CHECK(cr.raw && eq(cr.raw_text, "<|im_start|>raw"), "raw: the prompt as given");
+  cJSON_Delete(chat);
+  compat_request_free(&cr);
+  translate(ollama_generate_translate, "{\"model\":\"qvl\"}", &c, &cr);
+  CHECK(cr.reply_body && cr.reply_status == 200 && strstr(cr.reply_body, "\"done_reason\":\"load\""),
+        "an empty prompt is answered at once");
+  compat_request_free(&cr);
+  /* not through the chat parser: it refuses response_format until structured output lands */
+  const char *fj = "{\"model\":\"qvl\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"format\":\"json\"}";
+  api_error fe;
+  CHECK(ollama_chat_translate(fj, strlen(fj), &c, &cr, &fe) && cr.chat_body &&
+            strstr(cr.chat_body, "\"response_format\":{\"type\":\"json_object\"}"),
+        "format json -> response_format");
+  compat_request_free(&cr);
+
+  expect_refused(ollama_chat_translate, "{\"model\":\"qvl\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"options\":{\"mirostat\":2}}",
+                 &c, 400, "options", "mirostat");
+  expect_refused(ollama_chat_translate, "{\"model\":\"qvl\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"options\":{\"foo\":1}}",
+                 &c, 400, "options", "foo");
+  expect_refused(ollama_chat_translate, "{\"model\":\"qvl\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"think\":true}",
+                 &c, 400, "think", NULL);
+  expect_refused(ollama_chat_translate, "{\"model\":\"qvl\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"images\":[5]}]}",
+                 &c, 400, "messages[0]", "base64");
+  expect_refused(ollama_chat_translate, "{\"model\":\"qvl\",\"messages\":[]}", &c, 400, "messages", NULL);
+  expect_refused(ollama_generate_translate, "{\"model\":\"qvl\",\"prompt\":\"x\",\"suffix\":\"y\"}", &c, 400, "suffix", NULL);
+  expect_refused(ollama_generate_translate, "{\"model\":\"qvl\",\"prompt\":\"x\",\"context\":[1,2]}", &c, 400, "context", NULL);
+  char *err = ollama_format.error_json(NULL, &(api_error){.http = 404, .message = "gone"});
+  CHECK(err && !strcmp(err, "{\"error\":\"gone\"}"), "Ollama's error shape: %s", err ? err : "");
+  free(err);
+
+  int status = 0;
+  const char *allow = NULL;
+  char *j = ollama_info("/api/tags", "GET", "", 0, &c, &status, &allow);
+  CHECK(status == 200 && j && strstr(j, "\"name\":\"e2e-Q8_0.gguf\""), "tags: %s", j ? j : "");
+  free(j);
+  j = ollama_info("/api/ps", "GET", "", 0, &c, &status, &allow);
+  CHECK(status == 200 && j && strstr(j, "\"expires_at\""), "ps");
+  free(j);
+  j = ollama_info("/api/version", "GET", "", 0, &c, &status, &allow);
+  CHECK(status == 200 && j && strstr(j, OLLAMA_API_VERSION), "version");
+  free(j);
+  j = ollama_info("/api/show", "POST", "{\"model\":\"e2e-Q8_0.gguf:latest\"}", 32, &c, &status, &allow);
+  CHECK(status == 200 && j && strstr(j, "\"vision\""), "show: %s", j ? j : "");
+  free(j);
+  j = ollama_info("/api/show", "POST", "{\"model\":\"llama3\"}", 18, &c, &status, &allow);
+  CHECK(status == 404 && j && strstr(j, "llama3"), "show of another model -> 404");
+  free(j);
+  j = ollama_info("/api/pull", "POST", "{}", 2, &c, &status, &allow);
+  CHECK(status == 501 && j && strstr(j, "not supported"), "pull -> 501");
+  free(j);
+  j = ollama_info("/api/embed", "POST", "{}", 2, &c, &status, &allow);
+  CHECK(status == 501, "embed -> 501");
+  free(j);
+  j = ollama_info("/api/tags", "POST", "", 0, &c, &status, &allow);
+  CHECK(status == 405 && allow && strstr(allow, "GET"), "tags with POST -> 405 + Allow");
+  free(j);
+  j = ollama_info("/api/nothing", "GET", "", 0, &c, &status, &allow);
+  CHECK(status == 404, "unknown /api/ path -> 404");
+  free(j);
+  compat_ctx loading = c;
+  loading.model_id = NULL;
+  j = ollama_info("/api/tags", "GET", "", 0, &loading, &status, &allow);
+  CHECK(status == 503, "tags while loading -> 503");
+  free(j);
+}
+
+/* ---- chat extras and the sampler -------------------------------------------------------------- */
+
+static void test_chat_extras(void) {
+  api_limits l = limits();
+  api_chat_request req;
+  api_error e;
+  const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"},"
+                     "{\"type\":\"file\",\"file\":{\"file_data\":\"data:image/png;base64,AAAA\",\"filename\":\"a.png\"}}]}],"
+                     "\"logit_bias\":{\"15\":100,\"7\":-100.0}}";
+  bool ok = api_chat_parse(body, strlen(body), &l, &req, &e);
+  CHECK(ok, "file part + logit_bias: %s", e.message);
+  if (ok) {
+    CHECK(req.n_images == 1, "the file part counts as an image");
+    const cJSON *part = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(req.messages, 0), "content"), 1);
+    CHECK(eq(str_at(part, "type"), "image_url") && eq(str_at(part, "image_url.url"), "data:image/png;base64,AAAA") &&
+              !cJSON_GetObjectItem(part, "file"),
+          "rewritten into an image_url part");
+    const sampler_params *sp = &req.gen.sampling;
+    CHECK(sp->n_bias == 2 && sp->bias_ids[0] == 15 && sp->bias[0] == 100 && sp->bias_ids[1] == 7 && sp->bias[1] == -100,
+          "logit_bias parsed");
+    api_chat_request_free(&req);
+  }
+  static const struct {
+    const char *body, *param;
+  } bad[] = {
+      {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"file\",\"file\":{\"file_id\":\"file-1\"}}]}]}",
+       "messages[0].content[0]"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"file\",\"file\":{\"file_data\":\"data:application/pdf;base64,AA\"}}]}]}",
+       "messages[0].content[0]"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"a\":1}}", "logit_bias"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"1\":101}}", "logit_bias"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"-1\":1}}", "logit_bias"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":[1]}", "logit_bias"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"audio\":{\"voice\":\"a\"}}", "audio"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"low\"}", "reasoning_effort"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prediction\":{\"type\":\"content\"}}", "prediction"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"web_search_options\":{}}", "web_search_options"},
+      {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":[\"text\",\"audio\"]}", "modalities"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ok = api_chat_parse(bad[i].body, strlen(bad[i].body), &l, &req, &e);
+    CHECK(!ok && e.http == 400 && !strcmp(e.param, bad[i].param), "%s: expected 400 naming %s, got %d '%s'", bad[i].body,
+          bad[i].param, ok ? 200 : e.http, ok ? "" : e.param);
+    if (ok)
+      api_chat_request_free(&req);
+  }
+  body = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":[\"text\"]}";
+  ok = api_chat_parse(body, strlen(body), &l, &req, &e);
+  CHECK(ok, "modalities [text] is fine");
+  if (ok)
+    api_chat_request_free(&req);
+
+  /* the final chunk with usage, for clients that do not ask (--stream-usage) */
+  api_result r = result_of("x", "stop");
+  char *chunk = api_chunk_json("chatcmpl-1", 1, "m", false, NULL, 0, "stop");
+  chunk = compat_chunk_add_usage(chunk, "chatcmpl-1", 1, "m", &r);
+  cJSON *o = chunk ? cJSON_Parse(chunk) : NULL;
+  CHECK(o && eq(str_at(o, "choices.0.finish_reason"), "stop") && num_at(cJSON_GetObjectItem(o, "usage"), "total_tokens") == 14 &&
+            cJSON_GetObjectItem(o, "timings"),
+        "usage on the finish chunk: %s", chunk ? chunk : "");
+  cJSON_Delete(o);
+  free(chunk);
+  api_result_free(&r);
+}
+
+static void test_sampler_bias(void) {
+  sampler_params p = sampler_default_params();
+  p.n_bias = 2;
+  p.bias_ids[0] = 3;
+  p.bias[0] = 5;
+  p.bias_ids[1] = 1;
+  p.bias[1] = -100;
+  sampler *s = NULL;
+  CHECK(sampler_init(&p, 8, &s) == QVL_OK, "init with biases");
+  float logits[8] = {0, 9, 0, 4.5f, 0, 0, 0, 0}; /* greedy: 1 without biases */
+  CHECK(s && sampler_sample(s, logits) == 3, "-100 bans token 1, +5 lifts token 3 over the rest");
+  sampler_free(s);
+  p.bias_ids[0] = 8;
+  CHECK(sampler_init(&p, 8, &s) == QVL_ERR_INVALID_ARG, "a bias outside the vocabulary is refused");
+  p.bias_ids[0] = 3;
+  p.bias[0] = NAN;
+  CHECK(sampler_check_params(&p) == QVL_ERR_INVALID_ARG, "a NaN bias is refused");
+  p.bias[0] = 1;
+  p.n_bias = SAMPLER_MAX_BIAS + 1;
+  CHECK(sampler_check_params(&p) == QVL_ERR_INVALID_ARG, "too many biases are refused");
+}
+
+int main(void) {
+  test_responses_translate();
+  test_responses_format_and_store();
+  test_resp_store();
+  test_completions();
+  test_ollama();
+  test_chat_extras();
+  test_sampler_bias();
+  return TEST_SUMMARY("server_compat");
+}
