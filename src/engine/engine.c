@@ -79,6 +79,7 @@ struct engine {
   image_cache *ic;
   prefix_cache *pc;
   engine_stats st;
+  uint64_t loop_iter;      /* iterations of the engine loop (engine_result.admitted_step) */
   double win_t0;           /* decode-speed window (engine thread) */
   int64_t win_tokens;
 };
@@ -240,7 +241,12 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->popts.keep_images = false;
   r->popts.trace = NULL;
   r->popts.trace_user = NULL;
-  qvl_status s = vlm_prompt_build(e->m, rq->messages, &r->popts, &r->p);
+  qvl_status s = rq->history ? history_build_prompt(e->m, rq->messages, &r->popts, rq->history, e->c.n_ctx,
+                                                    e->c.max_prompt_tokens, &r->gen.max_tokens, &r->p, &r->res.history)
+                             : vlm_prompt_build(e->m, rq->messages, &r->popts, &r->p);
+  if (rq->history_out)
+    *rq->history_out = r->res.history;
+  g = &r->gen; /* the policy may have chosen max_tokens */
   if (s == QVL_OK && r->p.n <= 0)
     s = qvl_errorf(QVL_ERR_INVALID_ARG, "the prompt is empty");
   if (s == QVL_OK && e->c.max_prompt_tokens > 0 && r->p.n > e->c.max_prompt_tokens)
@@ -629,6 +635,7 @@ static void *engine_main(void *arg) {
     request *gone = NULL; /* queued requests that end without running */
     double now = time_now_s();
     pthread_mutex_lock(&e->mu);
+    e->loop_iter++;
     bool abort_all = e->stopping && !e->drain;
     request **pp = &e->q_head;
     e->q_tail = NULL;
@@ -675,6 +682,7 @@ static void *engine_main(void *arg) {
       e->n_queued--;
       e->kv_used += r->need_bytes;
       r->t_start = now;
+      r->res.admitted_step = e->loop_iter;
       r->state = RQ_NEW;
       e->run[e->n_run++] = r;
     }
