@@ -11,6 +11,7 @@ static void usage(FILE *f) {
           "usage: qvl <command> [options]\n"
           "commands:\n"
           "  run       generate a reply: qvl run -m MODEL.gguf|HF_DIR [--mmproj MMPROJ.gguf] [--image F] -p PROMPT\n"
+          "  chat      conversation in the terminal: qvl chat -m MODEL.gguf [--mmproj MMPROJ.gguf]\n"
           "  serve     OpenAI-compatible HTTP service: qvl serve -m MODEL.gguf [--mmproj MMPROJ.gguf] [--port P]\n"
           "  tokenize  print token ids: qvl tokenize -m MODEL.gguf TEXT|-\n"
           "  dump      run a fixture case: qvl dump [--hf] CASE.json OUT.safetensors\n"
@@ -29,6 +30,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "run"))
     return cmd_run(argc, argv);
+  if (!strcmp(argv[1], "chat"))
+    return cmd_chat(argc, argv);
   if (!strcmp(argv[1], "serve"))
     return cmd_serve(argc, argv);
   if (!strcmp(argv[1], "tokenize"))
