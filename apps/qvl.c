@@ -18,6 +18,7 @@ static void usage(FILE *f) {
           "  convert   HF directory to llama.cpp GGUF: qvl convert --hf-dir DIR --outtype q8_0 --out-text T.gguf "
           "--out-mmproj M.gguf\n"
           "  verify    check model files against recorded sha256: qvl verify MODEL|--hf REPO[:QUANT]\n"
+          "  loadtest  concurrency table of a running server: qvl loadtest http://HOST:PORT --image F [--svg F]\n"
           "  make-random  write a random-weight model with the 2B shapes (benchmarks)\n"
           "  bench     stage-by-stage speed and batched decode throughput: qvl bench -m MODEL.gguf [--mmproj F]\n",
           QVL_VERSION);
@@ -32,6 +33,8 @@ int main(int argc, char **argv) {
     return cmd_run(argc, argv);
   if (!strcmp(argv[1], "chat"))
     return cmd_chat(argc, argv);
+  if (!strcmp(argv[1], "loadtest"))
+    return cmd_loadtest(argc, argv);
   if (!strcmp(argv[1], "serve"))
     return cmd_serve(argc, argv);
   if (!strcmp(argv[1], "tokenize"))

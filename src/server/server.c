@@ -743,6 +743,7 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, server *s, conn_
   ms.disconnects = atomic_load(&s->disconnects);
   jobs_counts(s->jobs, time_now_s(), &ms.jobs_stored, &ms.jobs_pending);
   ms.rss_bytes = metrics_rss_bytes();
+  ms.rss_peak_bytes = metrics_rss_peak_bytes();
   buf b = {0};
   if (metrics_format(&b, ms.loaded ? &st : NULL, &ms) != QVL_OK) {
     buf_free(&b);

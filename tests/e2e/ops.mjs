@@ -261,6 +261,30 @@ test("--log-format json: request lines are JSON objects", async () => {
   } finally { await s.stop(); }
 }, 60000);
 
+// ---- loadtest ------------------------------------------------------------------------------
+
+test("qvl loadtest: the table, the JSON and the chart from the real server", async () => {
+  const svg = join(tmp, "lt.svg"), js = join(tmp, "lt.json");
+  const r = await run(["loadtest", A.base, "--image", join(here, "../fixtures/images/photo_96x60.jpg"), "--levels", "1,2,4",
+    "--requests", "4", "-n", "4", "--svg", svg, "--json", js], { timeout: 120000 });
+  check(r.code === 0, "exits 0 when every request succeeds", r.stderr);
+  const rows = r.stdout.split("\n").filter((l) => /^\| \d+ \|/.test(l));
+  check(rows.length === 3 && rows.every((l) => l.includes("4/4 (100%)")), "one row per level, all succeeded", r.stdout);
+  check(/^\| 1 \|[^|]*\|[^|]*\| 1\.00x \|/.test(rows[0] || ""), "speedup 1.00x at concurrency 1", rows[0]);
+  const j = JSON.parse(readFileSync(js, "utf8"));
+  check(j.levels.length === 3 && j.levels.map((l) => l.concurrency).join() === "1,2,4", "JSON levels", j);
+  check(j.levels.every((l) => l.succeeded === 4 && l.generated_tokens > 0 && l.tok_s > 0 && l.peak_rss_mib > 1 &&
+    l.ttft_p50_ms > 0 && l.e2e_p95_ms >= l.e2e_p50_ms && l.e2e_p50_ms >= l.ttft_p50_ms), "JSON figures are consistent", j.levels);
+  const text = readFileSync(svg, "utf8");
+  check(text.startsWith("<svg") && (text.match(/<polyline/g) || []).length === 5 && text.trim().endsWith("</svg>"), "an SVG with the 5 series", text.slice(0, 200));
+  const m = await (await fetch(A.base + "/metrics")).text();
+  check(/^qvl_process_resident_memory_peak_bytes \d+/m.test(m), "/metrics has the peak RSS gauge");
+  const bad = await run(["loadtest", A.base]);
+  check(bad.code === 2 && /--image FILE is required/.test(bad.stderr), "without --image: usage error", bad.stderr);
+  const down = await run(["loadtest", "http://127.0.0.1:1", "--image", join(here, "../fixtures/images/photo_96x60.jpg")]);
+  check(down.code === 1 && /warm-up request failed/.test(down.stderr), "a server that is not there: exit 1 with the reason", down.stderr);
+}, 180000);
+
 runSuite("e2e-ops", {
   async setup() {
     A = await startServer(["--ctx", "4096", "--history", "trim", "--max-images", "16"]);
