@@ -428,8 +428,9 @@ static void svg_panel(FILE *f, double x0, double y0, double w, double h, const c
       double x = n > 1 ? x0 + 30 + (w - 60) * i / (n - 1) : x0 + w / 2;
       double y = y0 + h - h * series[k][i] / vmax;
       fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", x, y, colors[k]);
+      /* odd series label below their points, so that close lines (p50 and p95) stay readable */
       fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\" fill=\"%s\">%.3g</text>\n", x,
-              y - 8, colors[k], series[k][i]);
+              k % 2 ? y + 17 : y - 8, colors[k], series[k][i]);
     }
     /* the legend under the axis, clear of the lines */
     fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"14\" height=\"4\" fill=\"%s\"/>\n", x0 + 10, y0 + h + 52 + 18 * k,

@@ -59,7 +59,7 @@ static void quote(buf *b, const char *v) {
   buf_append_str(b, "\"");
 }
 
-/* Puts `text` on line `line`; false when that line already has a setting (flow mappings). */
+/* Puts `text` on line `line`; *clash when that line already has a setting (flow mappings). */
 static qvl_status flat_put(flat *f, size_t line, buf *text, bool *clash) {
   *clash = false;
   if (line == 0 || line > CONFIG_MAX_LINES)
@@ -141,8 +141,7 @@ static qvl_status map_setting(const char *section, const char *key, const char *
   return QVL_OK;
 }
 
-static qvl_status emit(flat *f, size_t line, const char *key, const char *v, bool plain_empty, const char *where,
-                       bool *clash) {
+static qvl_status emit(flat *f, size_t line, const char *key, const char *v, bool plain_empty, bool *clash) {
   buf b = {0};
   buf_printf(&b, "%s:", key);
   if (!plain_empty) {
@@ -151,7 +150,6 @@ static qvl_status emit(flat *f, size_t line, const char *key, const char *v, boo
   }
   qvl_status s = flat_put(f, line, &b, clash);
   buf_free(&b);
-  (void)where;
   return s;
 }
 
@@ -225,7 +223,7 @@ qvl_status config_yaml_normalize(const char *text, size_t len, const char *name,
       bool clash = false;
       if (!strcmp(key, "cpu_affinity")) {
         /* [0, 1, 2, 3] is the same CPU list as "0-3" */
-        st = emit(&f, key_line, key, seq.data ? seq.data : "", false, where, &clash);
+        st = emit(&f, key_line, key, seq.data ? seq.data : "", false, &clash);
         needed = true;
       } else if (IN(key, ignored_keys)) {
         buf_printf(&ignored, "%s%s", ignored.len ? ", " : "", key);
@@ -280,7 +278,7 @@ qvl_status config_yaml_normalize(const char *text, size_t len, const char *name,
         bool clash = false;
         if (k2) {
           bool plain_empty = !*v && ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-          st = emit(&f, key_line, k2, val, plain_empty, where, &clash);
+          st = emit(&f, key_line, k2, val, plain_empty, &clash);
         }
         if (clash)
           bail = true;
