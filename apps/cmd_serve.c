@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "args.h"
+#include "base/logsink.h"
+#include "serve_ops.h"
 #include "commands.h"
 #include "engine/engine.h"
 #include "engine/vlm.h"
@@ -43,6 +45,15 @@ int cmd_serve(int argc, char **argv) {
     server_config_free(&cfg);
     return 2;
   }
+  if (cfg.print_config) {
+    server_config_print_yaml(&cfg, stdout);
+    server_config_free(&cfg);
+    return 0;
+  }
+  if (serve_apply_process_settings(&cfg) != 0) {
+    server_config_free(&cfg);
+    return 2;
+  }
   qvl_dtype dt;
   if (cfg.dtype && !wtable_parse_dtype(cfg.dtype, &dt)) {
     fprintf(stderr, "qvl serve: dtype '%s': expected f32, bf16, f16, q8_0, q4_0 or q4_k\n", cfg.dtype);
@@ -64,6 +75,7 @@ int cmd_serve(int argc, char **argv) {
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP); /* reopen --log-file (logrotate) */
   pthread_sigmask(SIG_BLOCK, &sigs, NULL);
   signal(SIGPIPE, SIG_IGN);
 
@@ -134,7 +146,11 @@ int cmd_serve(int argc, char **argv) {
           kernels_threads(), kernels_isa(), (long long)cfg.max_batch_size, (long long)cfg.queue, (long long)cfg.ctx);
 
   int sig = 0;
-  sigwait(&sigs, &sig);
+  while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP)
+    if (logsink_reopen() != QVL_OK)
+      fprintf(stderr, "qvl serve: SIGHUP: %s\n", qvl_last_error());
+    else if (cfg.log_file)
+      fprintf(stderr, "qvl serve: SIGHUP: reopened %s\n", cfg.log_file);
   fprintf(stderr, "qvl serve: %s: draining (no new requests; running ones finish; a second signal exits at once)\n",
           sig == SIGINT ? "SIGINT" : "SIGTERM");
   /* Only this thread unblocks them, with the default action: a second signal ends the process. */

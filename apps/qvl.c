@@ -11,12 +11,14 @@ static void usage(FILE *f) {
           "usage: qvl <command> [options]\n"
           "commands:\n"
           "  run       generate a reply: qvl run -m MODEL.gguf|HF_DIR [--mmproj MMPROJ.gguf] [--image F] -p PROMPT\n"
+          "  chat      conversation in the terminal: qvl chat -m MODEL.gguf [--mmproj MMPROJ.gguf]\n"
           "  serve     OpenAI-compatible HTTP service: qvl serve -m MODEL.gguf [--mmproj MMPROJ.gguf] [--port P]\n"
           "  tokenize  print token ids: qvl tokenize -m MODEL.gguf TEXT|-\n"
           "  dump      run a fixture case: qvl dump [--hf] CASE.json OUT.safetensors\n"
           "  convert   HF directory to llama.cpp GGUF: qvl convert --hf-dir DIR --outtype q8_0 --out-text T.gguf "
           "--out-mmproj M.gguf\n"
           "  verify    check model files against recorded sha256: qvl verify MODEL|--hf REPO[:QUANT]\n"
+          "  loadtest  concurrency table of a running server: qvl loadtest http://HOST:PORT --image F [--svg F]\n"
           "  make-random  write a random-weight model with the 2B shapes (benchmarks)\n"
           "  bench     stage-by-stage speed and batched decode throughput: qvl bench -m MODEL.gguf [--mmproj F]\n",
           QVL_VERSION);
@@ -29,6 +31,10 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(argv[1], "run"))
     return cmd_run(argc, argv);
+  if (!strcmp(argv[1], "chat"))
+    return cmd_chat(argc, argv);
+  if (!strcmp(argv[1], "loadtest"))
+    return cmd_loadtest(argc, argv);
   if (!strcmp(argv[1], "serve"))
     return cmd_serve(argc, argv);
   if (!strcmp(argv[1], "tokenize"))

@@ -328,6 +328,9 @@ function timingItems(m) {
     if (fin(m.client.tok_s)) items.push({ text: `≈${fmtNum(m.client.tok_s)} tok/s`, title: 'Measured in the browser' });
   }
   if (m.usage && fin(m.usage.completion_tokens)) items.push({ text: `${m.usage.completion_tokens.toLocaleString('en-US')} tokens` });
+  const h = m.usage && m.usage.history; // qvl: the server dropped the oldest turns to fit its context
+  if (h && fin(h.dropped_turns) && h.dropped_turns > 0)
+    items.push({ text: `${h.dropped_turns} older turn${h.dropped_turns > 1 ? 's' : ''} dropped`, title: `The conversation did not fit the context: the server left out the oldest ${h.dropped_turns} turn(s)${h.dropped_images ? ` and ${h.dropped_images} image(s)` : ''} (${h.dropped_tokens} tokens)` });
   return items;
 }
 
@@ -690,6 +693,7 @@ function requestBody(msg) {
     stream_options: { include_usage: true },
     temperature: Number(settings.temperature),
     max_tokens: Number(settings.maxTokens),
+    history: 'trim', // qvl: long chats drop their oldest turns instead of failing
     // qvl extensions: the image size limits for this request (smart_resize bounds, in pixels).
     max_pixels: Number(settings.maxPixels),
     min_pixels: minPixels(),

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/logsink.h"
+
 static log_level current_level = LOG_WARN;
 static pthread_once_t level_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -45,6 +47,21 @@ void log_msg(log_level level, const char *fmt, ...) {
   gmtime_r(&ts.tv_sec, &tm);
   char stamp[32];
   strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+  if (logsink_json()) {
+    /* --log-format json: the message as one logfmt line, turned into JSON by the sink */
+    char msg[2048], line[2300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (char *p = msg; *p; p++)
+      if (*p == '"')
+        *p = '\'';
+    int n = snprintf(line, sizeof line, "ts=%s.%03ldZ level=%s msg=\"%s\"", stamp, ts.tv_nsec / 1000000, names[level],
+                     msg);
+    logsink_write(line, n < 0 ? 0 : (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    return;
+  }
   pthread_mutex_lock(&log_lock);
   fprintf(stderr, "%s.%03ldZ qvl %s: ", stamp, ts.tv_nsec / 1000000, names[level]);
   va_list ap;

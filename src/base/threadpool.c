@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cpulist.h"
 #include "base/log.h"
 #include "base/status.h"
 
@@ -141,6 +142,15 @@ qvl_status threadpool_init(int n_threads, threadpool **out) {
       threadpool_free(p);
       return qvl_errorf(QVL_ERR_INTERNAL, "threadpool: pthread_create failed for worker %d: %s",
                         i + 1, strerror(rc));
+    }
+    /* --cpu-affinity: worker t on the t-th CPU of the list (the caller, thread 0, keeps the first
+     * one free for itself), so workers do not migrate between cores mid-loop. */
+    int cpu = cpulist_pin_cpu(i + 1);
+    if (cpu >= 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      pthread_setaffinity_np(w->tid, sizeof one, &one);
     }
   }
   *out = p;

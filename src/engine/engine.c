@@ -79,6 +79,7 @@ struct engine {
   image_cache *ic;
   prefix_cache *pc;
   engine_stats st;
+  uint64_t loop_iter;      /* iterations of the engine loop (engine_result.admitted_step) */
   double win_t0;           /* decode-speed window (engine thread) */
   int64_t win_tokens;
 };
@@ -242,7 +243,13 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->popts.trace_user = NULL;
   qvl_status s = rq->raw_ids    ? vlm_prompt_from_ids(e->m, rq->raw_ids, rq->n_raw_ids, &r->p)
                  : rq->raw_text ? vlm_prompt_from_text(e->m, rq->raw_text, rq->raw_len, &r->p)
+                 : rq->history  ? history_build_prompt(e->m, rq->messages, &r->popts, rq->history, e->c.n_ctx,
+                                                       e->c.max_prompt_tokens, &r->gen.max_tokens, &r->p,
+                                                       &r->res.history)
                                 : vlm_prompt_build(e->m, rq->messages, &r->popts, &r->p);
+  if (rq->history_out)
+    *rq->history_out = r->res.history;
+  g = &r->gen; /* the policy may have chosen max_tokens */
   if (s == QVL_OK && r->p.n <= 0)
     s = qvl_errorf(QVL_ERR_INVALID_ARG, "the prompt is empty");
   if (s == QVL_OK && e->c.max_prompt_tokens > 0 && r->p.n > e->c.max_prompt_tokens)
@@ -631,6 +638,7 @@ static void *engine_main(void *arg) {
     request *gone = NULL; /* queued requests that end without running */
     double now = time_now_s();
     pthread_mutex_lock(&e->mu);
+    e->loop_iter++;
     bool abort_all = e->stopping && !e->drain;
     request **pp = &e->q_head;
     e->q_tail = NULL;
@@ -677,6 +685,7 @@ static void *engine_main(void *arg) {
       e->n_queued--;
       e->kv_used += r->need_bytes;
       r->t_start = now;
+      r->res.admitted_step = e->loop_iter;
       r->state = RQ_NEW;
       e->run[e->n_run++] = r;
     }

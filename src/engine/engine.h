@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "engine/generate.h"
+#include "engine/history.h"
 #include "engine/vlm.h"
 #include "qvl.h"
 
@@ -74,6 +75,9 @@ typedef struct engine_result {
   const char *text;          /* full generated text (valid during the callback) */
   size_t text_len;
   const int32_t *ids;        /* [completion_tokens] generated ids, EOS included (valid during the callback) */
+  history_report history;    /* what the context policy dropped (engine_request.history) */
+  uint64_t admitted_step;    /* the engine-loop iteration that admitted it: requests that start in the
+                              * same step share it (dynamic batching, max_wait_ms); 0 = never ran */
 } engine_result;
 
 typedef struct engine_request {
@@ -91,6 +95,11 @@ typedef struct engine_request {
   /* Called exactly once when the request ends (success, error, cancel, timeout). */
   void (*on_done)(void *user, const engine_result *r);
   void *user;
+  /* Context policy (engine/history.h), applied at submit; NULL: the prompt as given and
+   * gen.max_tokens as given. history_out (may be NULL) receives its report before engine_submit
+   * returns, for response headers. */
+  const history_policy *history;
+  history_report *history_out;
 } engine_request;
 
 /* Starts the engine thread on a loaded model (not owned). */

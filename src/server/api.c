@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "server/api_extra.h"
+#include "server/chat_history.h"
 #include "text/sampler.h"
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -498,6 +499,7 @@ bool api_result_copy(api_result *d, const engine_result *r) {
   d->image_cache_hits = r->image_cache_hits;
   d->image_cache_misses = r->image_cache_misses;
   d->t = r->t;
+  d->history = r->history;
   if (buf_append(&d->text, r->text ? r->text : "", r->text ? r->text_len : 0) != QVL_OK)
     return false;
   return true;
@@ -524,6 +526,7 @@ static void add_usage(cJSON *o, const api_result *r) {
   cJSON_AddNumberToObject(u, "total_tokens", (double)(r->prompt_tokens + r->completion_tokens));
   cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
   cJSON_AddNumberToObject(d, "cached_tokens", (double)r->cached_prompt_tokens);
+  chat_history_add_usage(u, &r->history);
   cJSON *t = cJSON_AddObjectToObject(o, "timings");
   cJSON_AddNumberToObject(t, "ttft_ms", r->t.ttft_ms);
   cJSON_AddNumberToObject(t, "prefill_tok_s", r->t.prefill_tok_s);

@@ -74,6 +74,7 @@ typedef struct api_result {
   int image_cache_hits, image_cache_misses;
   engine_timings t;
   buf text;
+  history_report history;
 } api_result;
 
 /* Copies r (the text too); false when out of memory. */

@@ -11,6 +11,7 @@
 #include "base/buf.h"
 #include "base/status.h"
 #include "image/preprocess.h"
+#include "server/config_ops.h"
 
 typedef enum setting_kind { SETTING_STR, SETTING_INT, SETTING_BOOL, SETTING_LIST } setting_kind;
 
@@ -42,7 +43,7 @@ static const setting settings[] = {
     S_STR("alias", alias, NULL, "model id in /v1/models (default: the model file name)"),
     S_STR("dtype", dtype, NULL, "re-encode the weights at load: f32 bf16 f16 q8_0 q4_0 q4_k (default: as stored)"),
     {"threads", "-t", SETTING_INT, offsetof(server_config, threads), 0, 0, 1024, "compute threads (0: physical cores)"},
-    S_INT("max_batch_size", max_batch_size, 1, 256, "sequences decoded together"),
+    S_INT("max_batch_size", max_batch_size, 1, 64, "sequences decoded together"), /* the engine's limit */
     S_INT("max_wait_ms", max_wait_ms, 0, 10000, "wait to gather new requests into a batch"),
     S_INT("queue", queue, 0, 100000, "waiting requests beyond the running ones (then 503)"),
     S_INT("ctx", ctx, 64, 262144, "tokens per sequence, prompt + output"),
@@ -66,6 +67,14 @@ static const setting settings[] = {
     S_BOOL("stream_usage", stream_usage, "usage on the last chunk of every chat stream, even without include_usage"),
     S_INT("job_ttl_s", job_ttl_s, 1, 86400 * 30, "how long finished jobs are kept"),
     S_INT("max_jobs", max_jobs, 1, 1000000, "stored jobs, finished or not"),
+    /* operations (issue 13) */
+    S_STR("history", history, NULL, "context policy when a conversation does not fit: error or trim (oldest turns)"),
+    S_INT("max_history_turns", max_history_turns, -1, 100000, "earlier turns kept per request (-1: no cap)"),
+    S_STR("cpu_affinity", cpu_affinity, NULL, "CPUs to run on, e.g. 0-3,8 (workers pinned one per CPU)"),
+    S_INT("nice", nice, -20, 19, "process priority (negative needs CAP_SYS_NICE)"),
+    S_STR("log_file", log_file, NULL, "append logs to this file; reopened on SIGHUP (logrotate)"),
+    S_STR("log_format", log_format, NULL, "log lines as logfmt or json"),
+    S_BOOL("print_config", print_config, "print the effective settings as YAML and exit"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -91,6 +100,9 @@ void server_config_init(server_config *c) {
   c->image_fetch_timeout_s = 10;
   c->job_ttl_s = 3600;
   c->max_jobs = 1024;
+  c->history = strdup("error");
+  c->max_history_turns = -1;
+  c->log_format = strdup("logfmt");
 }
 
 static void list_clear(char ***items, int *n) {
@@ -220,7 +232,7 @@ static const char *yaml_event_name(yaml_event_type_t t) {
   }
 }
 
-qvl_status server_config_apply_yaml(server_config *c, const char *text, size_t len, const char *name) {
+static qvl_status apply_flat_yaml(server_config *c, const char *text, size_t len, const char *name) {
   yaml_parser_t p;
   if (!yaml_parser_initialize(&p))
     return qvl_errorf(QVL_ERR_NOMEM, "%s: cannot initialise the YAML parser", name);
@@ -309,6 +321,17 @@ qvl_status server_config_apply_yaml(server_config *c, const char *text, size_t l
     yaml_event_delete(&ev);
   }
   yaml_parser_delete(&p);
+  return st;
+}
+
+/* Nested, transformers-style files are first rewritten onto the flat keys (config_ops.c). */
+qvl_status server_config_apply_yaml(server_config *c, const char *text, size_t len, const char *name) {
+  buf flat = {0};
+  bool rewritten = false;
+  qvl_status st = config_yaml_normalize(text, len, name, &flat, &rewritten, NULL);
+  if (st == QVL_OK)
+    st = rewritten ? apply_flat_yaml(c, flat.data, flat.len, name) : apply_flat_yaml(c, text, len, name);
+  buf_free(&flat);
   return st;
 }
 
@@ -428,6 +451,7 @@ qvl_status server_config_check(server_config *c) {
   if (c->max_tokens >= c->ctx)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "max_tokens %lld leaves no room for a prompt in ctx %lld",
                       (long long)c->max_tokens, (long long)c->ctx);
+  QVL_TRY(config_ops_check(c));
   for (int i = 0; i < c->n_allow_image_url; i++) {
     const char *u = c->allow_image_url[i];
     if (strncasecmp(u, "http://", 7) && strncasecmp(u, "https://", 8))
@@ -461,7 +485,10 @@ qvl_status server_config_load(server_config *c, int argc, char **argv, int first
     buf_free(&b);
     QVL_TRY(st);
   }
+  /* -m and --hf are one choice: a higher source's replaces a lower one's (config_ops.h) */
+  config_ops_model_choice(c, 0, NULL, 0, env);
   QVL_TRY(server_config_apply_env(c, env));
+  config_ops_model_choice(c, argc, argv, first, NULL);
   QVL_TRY(apply_args(c, argc, argv, first, false));
   if (c->api_key_file)
     QVL_TRY(read_key_file(c));
@@ -488,4 +515,63 @@ void server_config_usage(FILE *f) {
     fprintf(f, "  %-30s %s%s [%s]\n", left, s->help, def, env);
   }
   server_config_free(&d);
+}
+
+/* ---- the effective settings (qvl serve --print-config) -------------------------------------- */
+
+/* A YAML double-quoted string. */
+static void print_quoted(FILE *f, const char *v) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p < 0x20)
+      fprintf(f, "\\x%02x", *p);
+    else
+      fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+void server_config_print_yaml(const server_config *c, FILE *f) {
+  fprintf(f, "# qvl serve: effective settings (flags > environment > %s > defaults)\n",
+          c->config ? c->config : "config file");
+  const char *base = (const char *)c;
+  for (size_t i = 0; i < N_SETTINGS; i++) {
+    const setting *s = &settings[i];
+    if (!strcmp(s->key, "config") || !strcmp(s->key, "print_config"))
+      continue;
+    switch (s->kind) {
+    case SETTING_STR: {
+      const char *v = *(char *const *)(base + s->off);
+      if (!v) {
+        fprintf(f, "# %s: (not set)\n", s->key); /* a YAML null would read back as the text "null" */
+      } else {
+        fprintf(f, "%s: ", s->key);
+        print_quoted(f, v);
+        fputc('\n', f);
+      }
+      break;
+    }
+    case SETTING_INT:
+      fprintf(f, "%s: %lld\n", s->key, (long long)*(const int64_t *)(base + s->off));
+      break;
+    case SETTING_BOOL:
+      fprintf(f, "%s: %s\n", s->key, *(const bool *)(base + s->off) ? "true" : "false");
+      break;
+    case SETTING_LIST: {
+      int n = *(const int *)(base + s->count_off);
+      char *const *items = *(char **const *)(base + s->off);
+      bool secret = !strcmp(s->key, "api_key");
+      fprintf(f, "%s: [", s->key);
+      for (int k = 0; k < n; k++) {
+        if (k)
+          fputs(", ", f);
+        print_quoted(f, secret ? "<redacted>" : items[k]);
+      }
+      fputs("]\n", f);
+      break;
+    }
+    }
+  }
 }

@@ -58,6 +58,14 @@ typedef struct server_config {
   bool stream_usage;       /* usage on the last chunk of every chat stream, asked for or not (default true) */
   /* jobs */
   int64_t job_ttl_s, max_jobs;
+  /* operations (issue 13): context policy, CPU placement, logging */
+  char *history;             /* "error" | "trim": default context policy of chat requests */
+  int64_t max_history_turns; /* earlier turns kept at most (-1: no cap) */
+  char *cpu_affinity;        /* CPU list "0-3,8" the process and its workers run on (NULL: any) */
+  int64_t nice;              /* scheduling priority, -20..19 (lowering it needs CAP_SYS_NICE) */
+  char *log_file;            /* append logs here, reopened on SIGHUP (NULL: stderr) */
+  char *log_format;          /* "logfmt" | "json" */
+  bool print_config;         /* --print-config: print the effective settings as YAML and exit */
   /* the config file that was read (NULL = none) */
   char *config;
 } server_config;
@@ -80,6 +88,10 @@ qvl_status server_config_apply_yaml(server_config *c, const char *text, size_t l
 qvl_status server_config_apply_env(server_config *c, server_config_getenv_fn env);
 qvl_status server_config_apply_args(server_config *c, int argc, char **argv, int first);
 qvl_status server_config_check(server_config *c);
+
+/* The effective settings as YAML a config file can hold (API keys redacted), for
+ * `qvl serve --print-config`. */
+void server_config_print_yaml(const server_config *c, FILE *f);
 
 /* The flag list with defaults, for `qvl serve --help`. */
 void server_config_usage(FILE *f);

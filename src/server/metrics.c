@@ -69,7 +69,23 @@ qvl_status metrics_format(buf *b, const engine_stats *st, const metrics_server *
                  (double)s->disconnects));
   QVL_TRY(metric(b, "qvl_jobs_stored", "gauge", "Async jobs stored (finished or not)", (double)s->jobs_stored));
   QVL_TRY(metric(b, "qvl_jobs_pending", "gauge", "Async jobs queued or running", (double)s->jobs_pending));
+  if (s->rss_peak_bytes > 0)
+    QVL_TRY(metric(b, "qvl_process_resident_memory_peak_bytes", "gauge", "Peak resident memory of the process",
+                   (double)s->rss_peak_bytes));
   return metric(b, "qvl_process_resident_memory_bytes", "gauge", "Resident memory of the process", (double)s->rss_bytes);
+}
+
+int64_t metrics_rss_peak_bytes(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f)
+    return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmHWM:", 6) && sscanf(line + 6, "%lld", &kb) == 1)
+      break;
+  fclose(f);
+  return kb >= 0 ? (int64_t)kb * 1024 : -1;
 }
 
 int64_t metrics_rss_bytes(void) {

@@ -20,10 +20,13 @@ typedef struct metrics_server {
   uint64_t disconnects;        /* requests cancelled because the client went away */
   int64_t jobs_stored, jobs_pending;
   int64_t rss_bytes;           /* resident memory (metrics_rss_bytes) */
+  int64_t rss_peak_bytes;      /* its peak since the start (metrics_rss_peak_bytes; 0: not shown) */
 } metrics_server;
 
 /* Appends the exposition text. st is NULL before the engine runs (engine metrics then read 0). */
 qvl_status metrics_format(buf *out, const engine_stats *st, const metrics_server *s);
+/* Peak resident set size (VmHWM of /proc/self/status); -1 when unavailable. */
+int64_t metrics_rss_peak_bytes(void);
 /* Resident set size from /proc/self/statm; -1 when unavailable. */
 int64_t metrics_rss_bytes(void);
 

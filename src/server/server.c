@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/logsink.h"
 #include "base/status.h"
 #include "base/timing.h"
 #include "server/api.h"
@@ -39,6 +40,7 @@
 #include "server/api_responses.h"
 #include "server/compat.h"
 #include "server/cors.h"
+#include "server/chat_history.h"
 #include "server/fetch.h"
 #include "server/jobs.h"
 #include "server/metrics.h"
@@ -115,6 +117,9 @@ typedef struct call {
   /* another API's endpoint (compat.h): its formatter and state (owned); NULL for chat */
   const compat_format *fmt;
   void *fmt_state;
+  /* context policy (chat_history.h): the request's, and what it dropped (filled at submit) */
+  history_policy hpol;
+  history_report hist;
 } call;
 
 static double now_ms(double t0) { return (time_now_s() - t0) * 1e3; }
@@ -149,8 +154,7 @@ static void log_request(const req_log *l) {
   if ((size_t)n >= sizeof line - 1)
     n = (int)sizeof line - 2;
   line[n++] = '\n';
-  ssize_t w = write(2, line, (size_t)n);
-  (void)w;
+  logsink_write(line, (size_t)n); /* one write(2); JSON with --log-format json */
 }
 
 static call *call_new(server *s) {
@@ -486,9 +490,15 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   api_limits lim;
   fill_limits(s, &lim);
   api_chat_request req;
+  lim.max_images = -1; /* checked by chat_history_parse: trimming may drop images */
   if (cr ? !api_chat_parse(cr->chat_body, cr->chat_len, &lim, &req, e)
          : !api_chat_parse(r->body.data ? r->body.data : "", r->body.len, &lim, &req, e))
     return NULL;
+  history_policy hpol;
+  if (!chat_history_parse(req.root, s->cfg, &hpol, e) || !chat_history_check_images(&req, &hpol, s->cfg, e)) {
+    api_chat_request_free(&req);
+    return NULL;
+  }
   call *k = call_new(s);
   if (!k) {
     api_chat_request_free(&req);
@@ -548,6 +558,9 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   er.on_text = on_text;
   er.on_done = on_done;
   er.user = k;
+  k->hpol = hpol;
+  er.history = &k->hpol;
+  er.history_out = &k->hist;
   k->refs++; /* the engine's reference, dropped in on_done */
   qvl_status st = s->be.submit(s->be.ctx, &er, &k->engine_id);
   api_chat_request_free(&req);
@@ -579,9 +592,12 @@ static enum MHD_Result reply_result(struct MHD_Connection *c, server *s, conn_re
     api_error_from_status(&e, k->result.status, k->result.error);
     return reply_error_as(c, s, r, &e, k->fmt, k->fmt_state);
   }
+  const char *hdr[5] = {0};
+  chat_history_hdr hs;
+  chat_history_headers(&k->hist, &hs, hdr);
   if (k->fmt)
-    return reply_json(c, s, r, 200, k->fmt->result_json(k->fmt_state, &k->result), NULL);
-  return reply_json(c, s, r, 200, api_completion_json(k->id, k->created, k->model, &k->result), NULL);
+    return reply_json(c, s, r, 200, k->fmt->result_json(k->fmt_state, &k->result), hdr);
+  return reply_json(c, s, r, 200, api_completion_json(k->id, k->created, k->model, &k->result), hdr);
 }
 
 static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req *r, bool job, compat_request *cr) {
@@ -671,6 +687,10 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, k->fmt ? k->fmt->stream_content_type : "text/event-stream");
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
   MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+  const char *hhdr[5] = {0};
+  chat_history_hdr hs;
+  for (int i = 0, n = chat_history_headers(&k->hist, &hs, hhdr); i < n; i += 2)
+    MHD_add_response_header(resp, hhdr[i], hhdr[i + 1]);
   add_common_headers(resp);
   cors_add_headers(s->cfg, c, resp);
   enum MHD_Result ret = MHD_queue_response(c, 200, resp);
@@ -844,6 +864,7 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, server *s, conn_
   ms.disconnects = atomic_load(&s->disconnects);
   jobs_counts(s->jobs, time_now_s(), &ms.jobs_stored, &ms.jobs_pending);
   ms.rss_bytes = metrics_rss_bytes();
+  ms.rss_peak_bytes = metrics_rss_peak_bytes();
   buf b = {0};
   if (metrics_format(&b, ms.loaded ? &st : NULL, &ms) != QVL_OK) {
     buf_free(&b);

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# qvl chat in a pseudo-terminal (tmux): two turns with an image, an answer stopped with Ctrl-C
+# mid-way (the chat goes on), a third turn, line-editing history (Up), /stats showing the prefix
+# cache reused across turns, /save, Ctrl-D leaving; and the same chat fed from a pipe.
+set -u
+BUILD=${BUILD:-build/rel}
+cd "$(dirname "$0")/../.."
+QVL=$PWD/$BUILD/qvl
+E2E=$PWD/tests/fixtures/models/e2e/gguf
+IMG=$PWD/tests/fixtures/images/rgb_333x250.png
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+check() { if eval "$1"; then ok; else bad "$2"; fi; }
+tmp=$(mktemp -d)
+sess=qvl-chat-test-$$
+trap 'tmux kill-session -t "$sess" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+# ---- piped standard input: no terminal, one message per line, answers on stdout ----------------
+printf '/image %s\nwhat is in this picture?\nand the colours?\n/stats\n/save %s\n' "$IMG" "$tmp/piped.json" |
+  timeout 120 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --temp 0 -n 8 >"$tmp/piped.out" 2>"$tmp/piped.err"
+rc=$?
+check '[ $rc -eq 0 ]' "piped chat exits 0 at the end of input (rc $rc): $(tail -3 "$tmp/piped.err")"
+check 'grep -q "^turns 2 " "$tmp/piped.out"' "piped: /stats counts 2 turns: $(cat "$tmp/piped.out")"
+check 'grep -Eq "prefix cache hits [1-9]" "$tmp/piped.out"' "piped: the second turn reused the first one's KV"
+check 'grep -q "\"image_url\"" "$tmp/piped.json" && [ $(grep -c "\"role\":" "$tmp/piped.json") -eq 4 ]' "piped: /save wrote 2 user + 2 assistant messages"
+check '! grep -q "> " "$tmp/piped.err"' "piped: no prompt without a terminal"
+echo "" | timeout 60 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image /nonexistent.png >/dev/null 2>"$tmp/err2"
+rc=$?
+check '[ $rc -eq 2 ] && grep -q "/nonexistent.png: No such file" "$tmp/err2"' "a missing --image is reported (rc $rc): $(cat "$tmp/err2")"
+echo "" | timeout 60 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --image "$IMG" >/dev/null 2>"$tmp/err3"
+check 'grep -q "vision projector" "$tmp/err3"' "an image without --mmproj is reported: $(cat "$tmp/err3")"
+
+# ---- a terminal ------------------------------------------------------------------------------
+if ! command -v tmux >/dev/null; then
+  bad "tmux is not installed (tools/install-deps.sh --test)"
+  echo "cli-chat: $pass passed, $fail failed"
+  exit 1
+fi
+pane() { tmux capture-pane -p -t "$sess" -S -2000 2>/dev/null; }
+# wait_for REGEX [SECONDS]: until the pane shows it
+wait_for() {
+  local end=$((SECONDS + ${2:-60}))
+  while [ $SECONDS -lt $end ]; do
+    pane | grep -Eq -- "$1" && return 0
+    sleep 0.2
+  done
+  return 1
+}
+count() { pane | grep -Ec -- "$1"; }
+last_line() { pane | grep -v '^$' | tail -1; }
+# wait_idle: the answer is done when the last line is an empty prompt (tmux trims its space)
+wait_idle() {
+  local end=$((SECONDS + ${1:-60}))
+  sleep 0.3
+  while [ $SECONDS -lt $end ]; do
+    [ "$(last_line)" = ">" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+tmux new-session -d -s "$sess" -x 160 -y 50 \
+  "$QVL chat -m $E2E/e2e-Q8_0.gguf --mmproj $E2E/mmproj-e2e-F16.gguf --temp 0 -n 8 --ctx 8192; echo CHAT-EXITED-\$?; sleep 30"
+check 'wait_for "Ctrl-D to leave" 60' "the banner: $(pane | tail -5)"
+tmux send-keys -t "$sess" "/image $IMG" Enter
+check 'wait_for "image 1 attached" 10' "/image acknowledged"
+tmux send-keys -t "$sess" "what is in this picture?" Enter
+check 'wait_idle 60' "first answer: $(pane | tail -4)"
+tmux send-keys -t "$sess" "and the colours?" Enter
+check 'wait_idle 60' "second answer: $(pane | tail -4)"
+# a long answer, stopped mid-way
+tmux send-keys -t "$sess" "/tokens 4000" Enter
+sleep 0.3
+tmux send-keys -t "$sess" "tell me a very long story" Enter
+sleep 2
+tmux send-keys -t "$sess" C-c
+check 'wait_for "\[stopped\]" 20' "Ctrl-C stops the answer: $(pane | tail -4)"
+check '! pane | grep -q CHAT-EXITED' "and the chat is still running"
+tmux send-keys -t "$sess" "/tokens 8" Enter
+sleep 0.3
+tmux send-keys -t "$sess" "a third question" Enter
+check 'wait_idle 60 && pane | grep -q "^> a third question"' "third turn answered: $(pane | tail -4)"
+tmux send-keys -t "$sess" "/stats" Enter
+check 'wait_for "^turns 4 " 10' "/stats counts four turns (the stopped one too): $(pane | tail -5)"
+check 'pane | grep -Eq "prefix cache hits [1-9]"' "/stats shows a prefix-cache hit: $(pane | grep 'prefix cache')"
+check 'pane | grep -Eq "image cache hits|misses 1"' "/stats reports the image cache"
+# line editing: Up brings back the last line
+tmux send-keys -t "$sess" Up
+sleep 0.5
+check '[ "$(last_line)" = "> /stats" ]' "Up recalls the previous line: $(last_line)"
+tmux send-keys -t "$sess" C-u "/save $tmp/tty.json" Enter
+check 'wait_for "saved 8 messages" 10' "/save from the terminal: $(pane | tail -3)"
+tmux send-keys -t "$sess" "/reset" Enter
+check 'wait_for "new conversation" 10' "/reset"
+tmux send-keys -t "$sess" C-d
+check 'wait_for "CHAT-EXITED-0" 20' "Ctrl-D leaves with status 0: $(pane | tail -3)"
+echo "cli-chat: $pass passed, $fail failed"
+[ $fail -eq 0 ]
