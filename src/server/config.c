@@ -64,6 +64,9 @@ static const setting settings[] = {
     S_INT("image_fetch_timeout_s", image_fetch_timeout_s, 1, 3600, "time limit of one image download"),
     S_INT("job_ttl_s", job_ttl_s, 1, 86400 * 30, "how long finished jobs are kept"),
     S_INT("max_jobs", max_jobs, 1, 1000000, "stored jobs, finished or not"),
+    /* scale-out (docs/DEPLOY.md) */
+    S_STR("jobs_db", jobs_db, NULL, "SQLite file that keeps jobs across restarts (default: in memory)"),
+    S_STR("replica_id", replica_id, NULL, "this replica's name in job ids, [a-z0-9-] (default: host-port)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

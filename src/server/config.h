@@ -55,6 +55,8 @@ typedef struct server_config {
   int64_t image_fetch_timeout_s;
   /* jobs */
   int64_t job_ttl_s, max_jobs;
+  char *jobs_db;           /* SQLite file of the job store (NULL: in memory) */
+  char *replica_id;        /* the replica's name in job ids (NULL: from the host name and port) */
   /* the config file that was read (NULL = none) */
   char *config;
 } server_config;

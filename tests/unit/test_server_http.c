@@ -623,7 +623,7 @@ static void test_jobs(void) {
   CHECK(r.status == 404, "odd job id");
   reply_free(&r);
   http(&r, NULL, "/v1/jobs", NULL, 0, NULL);
-  CHECK(r.status == 405, "GET /v1/jobs");
+  CHECK(r.status == 200 && strstr(r.body.data, "\"object\":\"list\""), "GET /v1/jobs lists the jobs (issue 10)");
   reply_free(&r);
 }
 
