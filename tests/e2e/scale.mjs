@@ -14,7 +14,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
-  root, check, sleep, withTimeout, startServer, curl, postJson, errorOf, metrics, userMsg, test, runSuite,
+  root, QVL, MODEL, MMPROJ, check, sleep, withTimeout, startServer, curl, postJson, errorOf, metrics, userMsg, test, runSuite,
 } from "./lib.mjs";
 
 const NGINX = ["/usr/sbin/nginx", "/usr/bin/nginx"].find((p) => existsSync(p)) || "nginx";
@@ -310,6 +310,42 @@ test("jobs belong to their API key; DELETE frees a finished job; GET /v1/jobs li
     await s.stop();
   }
 }, 90000);
+
+test("deploy/local/replicas.sh: N replicas pinned to disjoint cores, drained together", async () => {
+  const ports = [await freePort(), await freePort()].sort((a, b) => a - b);
+  if (ports[1] !== ports[0] + 1) ports[1] = ports[0] + 1; // BASE_PORT + i: the next port (free in practice)
+  const ncpu = (await import("node:os")).cpus().length;
+  const cores = ncpu >= 2 ? "0-1" : "0";
+  const n = ncpu >= 2 ? 2 : 1;
+  const p = spawn(join(root, "deploy/local/replicas.sh"), [String(n), MODEL, MMPROJ, "--max-tokens", "4"], {
+    env: { ...process.env, QVL, BASE_PORT: String(ports[0]), CORES: cores, KV_CACHE_MB: "256", STATE_DIR: join(dir, "local") },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "", err = "";
+  p.stdout.on("data", (d) => (out += d));
+  p.stderr.on("data", (d) => (err += d));
+  const exit = new Promise((r) => p.on("exit", (code, sig) => r({ code, sig })));
+  try {
+    const t0 = Date.now();
+    let up = 0;
+    while (up < n && Date.now() - t0 < 30000) {
+      up = 0;
+      for (let i = 0; i < n; i++) try { if ((await fetch(`http://127.0.0.1:${ports[0] + i}/health`)).status === 200) up++; } catch {}
+      if (up < n) await sleep(100);
+    }
+    check(up === n, `${n} replicas ready`, err.slice(-400));
+    const lines = [...out.matchAll(/^replica (r\d+) pid (\d+) port (\d+) cores (\S+)$/gm)];
+    check(lines.length === n, "one line per replica", out);
+    const sets = lines.map((m) => readFileSync(`/proc/${m[2]}/status`, "utf8").match(/^Cpus_allowed_list:\s*(\S+)/m)[1]);
+    check(sets.every((c, i) => c === lines[i][4]) && new Set(sets).size === n, "each replica runs on its own cores", sets);
+    const r = await postJson({ base: `http://127.0.0.1:${ports[0]}` }, "/v1/chat/completions", { messages: [{ role: "user", content: "hi" }] });
+    check(r.status === 200, "a pinned replica answers", r.status);
+  } finally {
+    p.kill("SIGTERM");
+    const st = await withTimeout(exit, 20000, "replicas.sh stop").catch(() => { p.kill("SIGKILL"); return { code: -1 }; });
+    check(st.code === 0, "SIGTERM drains every replica, the script exits 0", JSON.stringify(st) + err.slice(-300));
+  }
+}, 60000);
 
 await runSuite("e2e-scale", {
   setup: async () => {
