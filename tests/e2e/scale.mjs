@@ -268,6 +268,68 @@ test("jobs pending when their replica was killed read failed, job_interrupted, a
   check(interrupted > 0, "the jobs cut off by the kill say so (job_interrupted)", { done, interrupted });
 }, 60000);
 
+test("the shipped HAProxy config: affinity (header and user), SSE, failover, job routing", async () => {
+  const port = await freePort();
+  let cfg = readFileSync(join(root, "deploy/haproxy/qvl.cfg"), "utf8");
+  cfg = cfg.replaceAll("127.0.0.1:8081", `127.0.0.1:${R.r1.port}`).replaceAll("127.0.0.1:8082", `127.0.0.1:${R.r2.port}`)
+    .replace("bind 127.0.0.1:8080", `bind 127.0.0.1:${port}`);
+  const f = join(dir, "haproxy.cfg");
+  writeFileSync(f, cfg);
+  const hp = spawn(HAPROXY, ["-db", "-f", f], { stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  hp.stderr.on("data", (d) => (log += d));
+  const exit = new Promise((r) => hp.on("exit", (code, sig) => r({ code, sig })));
+  const H = { base: `http://127.0.0.1:${port}` };
+  try {
+    const t0 = Date.now();
+    for (;;) {
+      try { if ((await fetch(H.base + "/livez")).status === 200) break; } catch {}
+      if (Date.now() - t0 > 10000) throw new Error("haproxy did not come up: " + log);
+      await sleep(50);
+    }
+    const served = async (fn) => {
+      const a = { r1: await okCount(R.r1), r2: await okCount(R.r2) };
+      const r = await fn();
+      const b = { r1: await okCount(R.r1), r2: await okCount(R.r2) };
+      return { r, on: b.r1 > a.r1 ? "r1" : b.r2 > a.r2 ? "r2" : null };
+    };
+    const msg = (t) => ({ messages: [{ role: "user", content: t }], max_tokens: 2, temperature: 0 });
+    const ons = [];
+    for (let i = 0; i < 4; i++) ons.push((await served(() => postJson(H, "/v1/chat/completions", msg("turn " + i), ["-H", "X-Session-Id: hap-1"]))).on);
+    check(ons[0] && ons.every((o) => o === ons[0]), "one X-Session-Id: one replica", ons);
+    const uons = [];
+    let last;
+    for (let i = 0; i < 4; i++) {
+      const x = await served(() => postJson(H, "/v1/chat/completions", { ...msg("user turn " + i), user: "alice" }));
+      uons.push(x.on);
+      last = x.r;
+    }
+    check(uons[0] && uons.every((o) => o === uons[0]), "one `user` field, no header: one replica", uons);
+    check(/^x-qvl-session: u-[0-9a-f]{16}\r?$/mi.test(last.headers), "X-Qvl-Session is the user's hash", last.headers);
+    const spread = new Set();
+    for (let i = 0; i < 16; i++) spread.add((await served(() => postJson(H, "/v1/chat/completions", msg("s"), ["-H", `X-Session-Id: hs-${i}`]))).on);
+    check(spread.has("r1") && spread.has("r2"), "16 sessions use both replicas", [...spread]);
+    const st = await curl(["-N", "-X", "POST", "-H", "Content-Type: application/json", "--data-binary", "@-", H.base + "/v1/chat/completions"],
+      JSON.stringify({ messages: [{ role: "user", content: "story" }], max_tokens: 16, stream: true }));
+    check(st.status === 200 && st.body.endsWith("data: [DONE]\n\n"), "SSE through HAProxy", st.body.slice(-120));
+    const j = await postJson(H, "/v1/jobs", msg("hap job"), ["-H", "X-Session-Id: hap-job"]);
+    const id = JSON.parse(j.body).id;
+    let job;
+    const t1 = Date.now();
+    do { await sleep(50); job = JSON.parse((await curl([`${H.base}/v1/jobs/${id}`])).body); } while (["queued", "running"].includes(job.status) && Date.now() - t1 < 20000);
+    check(job.status === "done", "a job read back through HAProxy (routed by its id)", job);
+    R.r2.srv.proc.kill("SIGKILL");
+    await R.r2.srv.exit;
+    const res = [];
+    for (let i = 0; i < 8; i++) res.push(await postJson(H, "/v1/chat/completions", msg("after kill"), ["-H", `X-Session-Id: hk-${i}`]));
+    check(res.every((r) => r.status === 200), "SIGKILL of a replica: 8 requests through HAProxy all 200", res.map((r) => r.status));
+    await startReplica("r2");
+  } finally {
+    hp.kill("SIGUSR1"); // soft stop
+    await withTimeout(exit, 10000, "haproxy stop").catch(() => { hp.kill("SIGKILL"); return exit; });
+  }
+}, 120000);
+
 test("jobs belong to their API key; DELETE frees a finished job; GET /v1/jobs lists the caller's", async () => {
   const s = await startServer(["--api-key", "key-a", "--api-key", "key-b", "--max-jobs", "3"]);
   try {
