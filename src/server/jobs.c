@@ -326,10 +326,10 @@ bool jobs_engine_id(jobs *j, const char *id, uint64_t *engine_id) {
 void jobs_set_running(jobs *j, const char *id) {
   pthread_mutex_lock(&j->mu);
   job *x = find(j, id);
-  if (x && x->state == JOB_QUEUED) {
+  /* not written to the database: called on the engine thread at a job's first token, and after a
+   * restart a running job and a queued one come back the same (job_interrupted) */
+  if (x && x->state == JOB_QUEUED)
     x->state = JOB_RUNNING;
-    db_put(j, x);
-  }
   pthread_mutex_unlock(&j->mu);
 }
 

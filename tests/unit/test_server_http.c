@@ -311,6 +311,10 @@ static void test_loading(void) {
   CHECK(has_header(&r, "Retry-After:"), "Retry-After while loading");
   reply_free(&r);
   CHECK(metric_value("qvl_model_loaded") == 0, "metrics while loading");
+  /* liveness is not readiness: alive while loading (issue 14) */
+  http(&r, NULL, "/livez", NULL, 0, NULL);
+  CHECK(r.status == 200 && strstr(r.body.data, "\"ready\":false"), "livez 200 while loading: %ld", r.status);
+  reply_free(&r);
 }
 
 static void test_basic(void) {
