@@ -37,6 +37,8 @@ for g in tests/golden/*.sh tests/cli/*.sh; do
 done
 # qvl serve end to end (node + the openai npm client; starts and stops its own servers)
 [ -x tests/e2e/run.sh ] && [ "${QVL_E2E:-1}" != 0 ] && run env QVL_BIN="$BUILD/qvl" tests/e2e/run.sh
+# deploy/k8s against the Kubernetes schemas (node + the kubernetes-models npm package)
+[ -x tests/deploy/run.sh ] && [ "${QVL_E2E:-1}" != 0 ] && run env QVL_BIN="$BUILD/qvl" tests/deploy/run.sh
 # the web UI in headless Chromium against a real qvl serve with the e2e fixture model
 # (QVL_BROWSER=0 skips it on machines without chromium)
 [ -x tests/browser/run.sh ] && [ "${QVL_BROWSER:-1}" != 0 ] && run env QVL_BROWSER_SERVER=real QVL_BIN="$BUILD/qvl" tests/browser/run.sh

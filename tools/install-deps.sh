@@ -9,10 +9,10 @@ want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
 
 # Library pkg-config names (see PKGS in the Makefile) and the Debian/Ubuntu packages that provide them.
-PC_NAMES="libjpeg libpng libwebp libcjson libcurl libcrypto libmicrohttpd libxxhash yaml-0.1 libedit"
+PC_NAMES="libjpeg libpng libwebp libcjson libcurl libcrypto libmicrohttpd libxxhash yaml-0.1 libedit sqlite3"
 BUILD_PACKAGES="build-essential pkg-config ca-certificates libjpeg-dev libpng-dev libwebp-dev libcjson-dev
-  libmicrohttpd-dev libyaml-dev libxxhash-dev libcurl4-openssl-dev libssl-dev libedit-dev"
-TEST_PACKAGES="clang curl chromium tmux"
+  libmicrohttpd-dev libyaml-dev libxxhash-dev libcurl4-openssl-dev libssl-dev libedit-dev libsqlite3-dev"
+TEST_PACKAGES="clang curl chromium tmux nginx haproxy"
 
 need=()
 if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1 || ! command -v pkg-config >/dev/null 2>&1 ||
@@ -24,6 +24,9 @@ if [ $want_test = 1 ]; then
   command -v curl >/dev/null 2>&1 || need+=(curl)
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   command -v tmux >/dev/null 2>&1 || need+=(tmux) # qvl chat driven through a pseudo-terminal
+  # the deploy tests put two replicas behind the real balancers (deploy/)
+  PATH=$PATH:/usr/sbin command -v nginx >/dev/null 2>&1 || need+=(nginx)
+  PATH=$PATH:/usr/sbin command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
   # Node.js may come from NodeSource (with its own npm); Debian's npm conflicts with that build,
   # so Debian's nodejs + npm are installed only when there is no node at all.
   if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

@@ -75,6 +75,9 @@ static const setting settings[] = {
     S_STR("log_file", log_file, NULL, "append logs to this file; reopened on SIGHUP (logrotate)"),
     S_STR("log_format", log_format, NULL, "log lines as logfmt or json"),
     S_BOOL("print_config", print_config, "print the effective settings as YAML and exit"),
+    /* scale-out (docs/DEPLOY.md) */
+    S_STR("jobs_db", jobs_db, NULL, "SQLite file that keeps jobs across restarts (default: in memory)"),
+    S_STR("replica_id", replica_id, NULL, "this replica's name in job ids, [a-z0-9-] (default: host-port)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 

@@ -66,6 +66,8 @@ typedef struct server_config {
   char *log_file;            /* append logs here, reopened on SIGHUP (NULL: stderr) */
   char *log_format;          /* "logfmt" | "json" */
   bool print_config;         /* --print-config: print the effective settings as YAML and exit */
+  char *jobs_db;           /* SQLite file of the job store (NULL: in memory) */
+  char *replica_id;        /* the replica's name in job ids (NULL: from the host name and port) */
   /* the config file that was read (NULL = none) */
   char *config;
 } server_config;

@@ -45,6 +45,7 @@
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/resp_store.h"
+#include "server/session.h"
 #include "server/web_assets.h"
 
 #define WAIT_SLICE_MS 100 /* how often a waiting thread looks for a client hang-up */
@@ -78,7 +79,7 @@ struct server {
 
 /* What one log line says about a request. */
 typedef struct req_log {
-  char id[48];
+  char id[JOBS_ID_CAP]; /* a job id is the longest */
   char method[12];
   char path[128];
   int status;
@@ -91,6 +92,8 @@ typedef struct conn_req {
   req_log log;
   buf body;
   bool too_large, responded, log_owned_by_stream;
+  char owner[JOBS_OWNER_CAP];      /* jobs: hash of the caller's API key */
+  const char *session_hdr;         /* X-Session-Id, valid while the request is handled */
 } conn_req;
 
 typedef struct call {
@@ -120,6 +123,7 @@ typedef struct call {
   /* context policy (chat_history.h): the request's, and what it dropped (filled at submit) */
   history_policy hpol;
   history_report hist;
+  char session[SESSION_KEY_CAP]; /* X-Qvl-Session: the conversation's routing key */
 } call;
 
 static double now_ms(double t0) { return (time_now_s() - t0) * 1e3; }
@@ -473,6 +477,19 @@ static bool auth_ok(server *s, struct MHD_Connection *c) {
   return ok;
 }
 
+/* The owner of the jobs a caller makes and sees (jobs.h): a hash of its API key, "" without keys.
+ * Called after auth_ok, so the token is one of the configured keys. */
+static void caller_owner(server *s, struct MHD_Connection *c, char out[JOBS_OWNER_CAP]) {
+  out[0] = '\0';
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (s->cfg->n_api_keys == 0 || !h || strncasecmp(h, "Bearer ", 7))
+    return;
+  h += 7;
+  while (*h == ' ')
+    h++;
+  jobs_owner_of(h, out);
+}
+
 static void fill_limits(server *s, api_limits *lim) {
   const server_config *cfg = s->cfg;
   memset(lim, 0, sizeof *lim);
@@ -518,12 +535,13 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
     k->fmt_state = cr->state;
     cr->state = NULL;
   }
+  session_key(r->session_hdr, req.root, k->session);
   k->log = r->log;
   snprintf(k->log.id, sizeof k->log.id, "%s", k->id);
   k->log.chat = true;
   k->log.stream = k->stream;
   if (job) {
-    qvl_status st = jobs_add(s->jobs, time_now_s(), k->job_id);
+    qvl_status st = jobs_add_owned(s->jobs, time_now_s(), r->owner, k->job_id);
     if (st != QVL_OK) {
       api_chat_request_free(&req);
       call_unref(k);
@@ -592,9 +610,9 @@ static enum MHD_Result reply_result(struct MHD_Connection *c, server *s, conn_re
     api_error_from_status(&e, k->result.status, k->result.error);
     return reply_error_as(c, s, r, &e, k->fmt, k->fmt_state);
   }
-  const char *hdr[5] = {0};
+  const char *hdr[7] = {"X-Qvl-Session", k->session};
   chat_history_hdr hs;
-  chat_history_headers(&k->hist, &hs, hdr);
+  chat_history_headers(&k->hist, &hs, hdr + 2);
   if (k->fmt)
     return reply_json(c, s, r, 200, k->fmt->result_json(k->fmt_state, &k->result), hdr);
   return reply_json(c, s, r, 200, api_completion_json(k->id, k->created, k->model, &k->result), hdr);
@@ -613,6 +631,8 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
       return reply_error_as(c, s, r, &e, cr->fmt, cr->state);
     return reply_error(c, s, r, &e, draining ? close_hdr : NULL);
   }
+  r->session_hdr = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Session-Id");
+  caller_owner(s, c, r->owner);
   call *k = submit_chat(s, r, job, cr, &e);
   pthread_rwlock_unlock(&s->be_lock);
   if (!k && cr)
@@ -627,7 +647,7 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
              (long long)k->created);
     char loc[80];
     snprintf(loc, sizeof loc, "/v1/jobs/%s", k->job_id);
-    const char *hdr[] = {MHD_HTTP_HEADER_LOCATION, loc, NULL};
+    const char *hdr[] = {MHD_HTTP_HEADER_LOCATION, loc, "X-Qvl-Session", k->session, NULL};
     enum MHD_Result ret = reply_json(c, s, r, 202, strdup(body), hdr);
     call_unref(k);
     return ret;
@@ -691,6 +711,7 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
   chat_history_hdr hs;
   for (int i = 0, n = chat_history_headers(&k->hist, &hs, hhdr); i < n; i += 2)
     MHD_add_response_header(resp, hhdr[i], hhdr[i + 1]);
+  MHD_add_response_header(resp, "X-Qvl-Session", k->session);
   add_common_headers(resp);
   cors_add_headers(s->cfg, c, resp);
   enum MHD_Result ret = MHD_queue_response(c, 200, resp);
@@ -785,15 +806,43 @@ static bool valid_job_id(const char *id) {
 static enum MHD_Result handle_job(struct MHD_Connection *c, server *s, conn_req *r, const char *id, bool del) {
   if (!valid_job_id(id))
     return reply_errorf(c, s, r, 404, "invalid_request_error", "job_not_found", "no job '%s'", "(invalid id)");
+  caller_owner(s, c, r->owner);
+  char *json = NULL;
   if (del) {
-    uint64_t eid;
-    if (jobs_engine_id(s->jobs, id, &eid))
+    /* a finished job is removed at once; a pending one is cancelled (it then reads failed, and a
+     * second DELETE removes it) */
+    uint64_t eid = 0;
+    bool has_eid = false;
+    if (jobs_delete(s->jobs, id, r->owner, time_now_s(), &eid, &has_eid, &json) == JOBS_DELETE_CANCEL && has_eid)
       backend_cancel(s, eid);
+  } else {
+    json = jobs_get_json_owned(s->jobs, id, r->owner, time_now_s());
   }
-  char *json = jobs_get_json(s->jobs, id, time_now_s());
+  /* another key's job answers exactly like an unknown one: ids are not a side channel */
   if (!json)
     return reply_errorf(c, s, r, 404, "invalid_request_error", "job_not_found",
-                        "no job '%s' (unknown, or finished longer ago than job_ttl_s)", id);
+                        "no job '%s' (unknown, deleted, or finished longer ago than job_ttl_s)", id);
+  return reply_json(c, s, r, 200, json, NULL);
+}
+
+/* GET /v1/jobs?limit=N&after=ID: the caller's jobs, newest first. */
+static enum MHD_Result handle_job_list(struct MHD_Connection *c, server *s, conn_req *r) {
+  caller_owner(s, c, r->owner);
+  const char *lim = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+  const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+  long limit = 20;
+  if (lim) {
+    char *end = NULL;
+    limit = strtol(lim, &end, 10);
+    if (end == lim || *end || limit < 1 || limit > JOBS_LIST_MAX)
+      return reply_errorf(c, s, r, 400, "invalid_request_error", "invalid_value",
+                          "limit must be an integer from 1 to %s", "100 (JOBS_LIST_MAX)");
+  }
+  if (after && !valid_job_id(after))
+    after = "job-invalid"; /* matches nothing: an empty page */
+  char *json = jobs_list_json(s->jobs, r->owner, time_now_s(), (int)limit, after);
+  if (!json)
+    return reply_errorf(c, s, r, 503, "server_error", "server_busy", "%s", "out of memory listing the jobs");
   return reply_json(c, s, r, 200, json, NULL);
 }
 
@@ -846,6 +895,18 @@ static enum MHD_Result handle_health(struct MHD_Connection *c, server *s, conn_r
     return reply_json(c, s, r, 200, strdup("{\"status\":\"ok\"}"), NULL);
   static const char *const retry[] = {"Retry-After", "2", NULL};
   return reply_json(c, s, r, 503, strdup(draining ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"loading\"}"), retry);
+}
+
+/* Liveness: 200 whenever the process answers at all, loading and draining included (a balancer or
+ * kubelet restarts a replica only when this fails; /health is readiness). */
+static enum MHD_Result handle_livez(struct MHD_Connection *c, server *s, conn_req *r) {
+  pthread_rwlock_rdlock(&s->be_lock);
+  bool ready = s->ready, draining = s->draining;
+  pthread_rwlock_unlock(&s->be_lock);
+  char body[96];
+  snprintf(body, sizeof body, "{\"status\":\"alive\",\"ready\":%s,\"draining\":%s}", ready && !draining ? "true" : "false",
+           draining ? "true" : "false");
+  return reply_json(c, s, r, 200, strdup(body), NULL);
 }
 
 static enum MHD_Result handle_metrics(struct MHD_Connection *c, server *s, conn_req *r) {
@@ -926,6 +987,8 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
     return handle_ollama(c, s, r, url, method);
   if (!strcmp(url, "/health"))
     return get ? handle_health(c, s, r) : method_not_allowed(c, s, r, "GET, HEAD");
+  if (!strcmp(url, "/livez"))
+    return get ? handle_livez(c, s, r) : method_not_allowed(c, s, r, "GET, HEAD");
   if (!strcmp(url, "/metrics"))
     return get ? handle_metrics(c, s, r) : method_not_allowed(c, s, r, "GET, HEAD");
   if (!strncmp(url, "/v1/", 4)) {
@@ -942,7 +1005,7 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
     if (!strcmp(url, "/v1/completions"))
       return post ? handle_compat(c, s, r, completions_translate) : method_not_allowed(c, s, r, "POST");
     if (!strcmp(url, "/v1/jobs"))
-      return post ? handle_chat(c, s, r, true, NULL) : method_not_allowed(c, s, r, "POST");
+      return post ? handle_chat(c, s, r, true, NULL) : get ? handle_job_list(c, s, r) : method_not_allowed(c, s, r, "GET, HEAD, POST");
     if (!strncmp(url, "/v1/jobs/", 9)) {
       if (get || !strcmp(method, "DELETE"))
         return handle_job(c, s, r, url + 9, !get);
@@ -1078,6 +1141,35 @@ static qvl_status open_listener(const char *host, int port, int *fd_out, int *po
   return QVL_OK;
 }
 
+/* The job store (jobs.h): --jobs-db or memory; ids carry --replica-id, else "HOST-PORT". */
+static qvl_status open_jobs(server *s) {
+  const server_config *cfg = s->cfg;
+  char replica[JOBS_REPLICA_MAX + 1];
+  if (cfg->replica_id) {
+    snprintf(replica, sizeof replica, "%s", cfg->replica_id);
+    if (strlen(cfg->replica_id) > JOBS_REPLICA_MAX || !jobs_replica_valid(cfg->replica_id))
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "replica_id '%s': expected 1 to %d of a-z, 0-9 and '-'", cfg->replica_id,
+                        JOBS_REPLICA_MAX);
+  } else {
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    char port[16];
+    snprintf(port, sizeof port, "-%d", s->port);
+    size_t room = JOBS_REPLICA_MAX - strlen(port), n = 0;
+    for (const char *p = host; *p && *p != '.' && n < room; p++) {
+      char ch = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+      replica[n++] = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ? ch : '-';
+    }
+    while (n && replica[n - 1] == '-')
+      n--;
+    snprintf(replica + n, sizeof replica - n, "%s%s", n ? "" : "qvl", port);
+    if (replica[0] == '-')
+      replica[0] = 'r';
+  }
+  jobs_opts o = {cfg->max_jobs, (double)cfg->job_ttl_s, cfg->jobs_db, replica};
+  return jobs_open(&o, time_now_s(), &s->jobs);
+}
+
 qvl_status server_start(const server_config *cfg, server **out) {
   *out = NULL;
   server *s = calloc(1, sizeof *s);
@@ -1093,13 +1185,13 @@ qvl_status server_start(const server_config *cfg, server **out) {
   s->fetch.allow = (const char *const *)cfg->allow_image_url;
   s->fetch.n_allow = cfg->n_allow_image_url;
   s->fetch.timeout_s = (double)cfg->image_fetch_timeout_s;
-  qvl_status st = jobs_init(cfg->max_jobs, (double)cfg->job_ttl_s, &s->jobs);
-  if (st == QVL_OK)
-    st = resp_store_init(RESPONSES_STORE_ENTRIES, RESPONSES_STORE_BYTES, RESPONSES_STORE_TTL_S, &s->responses);
+  qvl_status st = resp_store_init(RESPONSES_STORE_ENTRIES, RESPONSES_STORE_BYTES, RESPONSES_STORE_TTL_S, &s->responses);
   if (st == QVL_OK && s->fetch.n_allow)
     st = fetch_global_init();
   if (st == QVL_OK)
     st = open_listener(cfg->host, (int)cfg->port, &s->listen_fd, &s->port);
+  if (st == QVL_OK)
+    st = open_jobs(s); /* after the listener: the default replica name has the port in it */
   if (st == QVL_OK) {
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                                 MHD_USE_ITC | MHD_USE_ERROR_LOG,

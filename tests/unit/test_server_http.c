@@ -311,6 +311,10 @@ static void test_loading(void) {
   CHECK(has_header(&r, "Retry-After:"), "Retry-After while loading");
   reply_free(&r);
   CHECK(metric_value("qvl_model_loaded") == 0, "metrics while loading");
+  /* liveness is not readiness: alive while loading (issue 14) */
+  http(&r, NULL, "/livez", NULL, 0, NULL);
+  CHECK(r.status == 200 && strstr(r.body.data, "\"ready\":false"), "livez 200 while loading: %ld", r.status);
+  reply_free(&r);
 }
 
 static void test_basic(void) {
@@ -623,7 +627,7 @@ static void test_jobs(void) {
   CHECK(r.status == 404, "odd job id");
   reply_free(&r);
   http(&r, NULL, "/v1/jobs", NULL, 0, NULL);
-  CHECK(r.status == 405, "GET /v1/jobs");
+  CHECK(r.status == 200 && strstr(r.body.data, "\"object\":\"list\""), "GET /v1/jobs lists the jobs (issue 10)");
   reply_free(&r);
 }
 

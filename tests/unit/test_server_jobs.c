@@ -1,5 +1,8 @@
-/* The async jobs store: states, results, expiry after the ttl, the cap on stored jobs. */
+/* The async jobs store: states, results, expiry after the ttl, the cap on stored jobs; owners,
+ * DELETE, listing (issue 10); replica ids and the SQLite file across a restart (issue 14). */
 #include <cjson/cJSON.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +23,188 @@ static const char *status_of(jobs *j, const char *id, double now, cJSON **out) {
   else
     cJSON_Delete(o);
   return st;
+}
+
+
+static cJSON *parse_free(char *s) {
+  cJSON *o = s ? cJSON_Parse(s) : NULL;
+  free(s);
+  return o;
+}
+
+static int list_count(jobs *j, const char *owner, int limit, const char *after, bool *more, char *last_id) {
+  cJSON *o = parse_free(jobs_list_json(j, owner, 1, limit, after));
+  CHECK(o != NULL, "list parses");
+  cJSON *data = cJSON_GetObjectItem(o, "data");
+  int n = cJSON_GetArraySize(data);
+  if (more)
+    *more = cJSON_IsTrue(cJSON_GetObjectItem(o, "has_more"));
+  if (last_id && n)
+    snprintf(last_id, JOBS_ID_CAP, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(data, n - 1), "id")));
+  for (int i = 0; i < n; i++)
+    CHECK(!cJSON_GetObjectItem(cJSON_GetArrayItem(data, i), "result"), "a listing carries no results");
+  cJSON_Delete(o);
+  return n;
+}
+
+/* Issue 10 item 7: a job belongs to the key that made it; DELETE of a finished job frees it. */
+static void test_owners(void) {
+  char ka[JOBS_OWNER_CAP], kb[JOBS_OWNER_CAP], none[JOBS_OWNER_CAP];
+  jobs_owner_of("key-a", ka);
+  jobs_owner_of("key-b", kb);
+  jobs_owner_of(NULL, none);
+  CHECK(strlen(ka) == 32 && strcmp(ka, kb) && !strstr(ka, "key-a") && none[0] == '\0', "owner = hash of the key: %s", ka);
+  jobs *j = NULL;
+  CHECK(jobs_init(2, 100, &j) == QVL_OK, "init 2");
+  char a[JOBS_ID_CAP], b[JOBS_ID_CAP], c[JOBS_ID_CAP];
+  CHECK(jobs_add_owned(j, 0, ka, a) == QVL_OK && jobs_add_owned(j, 0, kb, b) == QVL_OK, "add a (key a), b (key b)");
+  char *s = jobs_get_json_owned(j, a, kb, 1);
+  CHECK(s == NULL, "key b cannot read key a's job");
+  free(s);
+  s = jobs_get_json_owned(j, a, ka, 1);
+  CHECK(s != NULL, "key a reads its job");
+  free(s);
+  uint64_t eid = 0;
+  bool has = true;
+  char *json = NULL;
+  jobs_set_engine_id(j, a, 7);
+  CHECK(jobs_delete(j, a, kb, 1, &eid, &has, &json) == JOBS_DELETE_NOT_FOUND && !json, "key b cannot cancel key a's job");
+  CHECK(jobs_delete(j, a, ka, 1, &eid, &has, &json) == JOBS_DELETE_CANCEL && has && eid == 7 && json,
+        "DELETE of a pending job asks to cancel it");
+  free(json);
+  jobs_finish(j, a, 2, false, strdup("{\"message\":\"cancelled\"}"));
+  CHECK(list_count(j, ka, 10, NULL, NULL, NULL) == 1 && list_count(j, kb, 10, NULL, NULL, NULL) == 1 &&
+            list_count(j, none, 10, NULL, NULL, NULL) == 0,
+        "each key lists only its own jobs");
+  /* the store is full (2); deleting the finished job makes room at once, long before the ttl */
+  CHECK(jobs_add_owned(j, 3, ka, c) == QVL_ERR_BUSY, "full");
+  CHECK(jobs_delete(j, a, ka, 3, &eid, &has, &json) == JOBS_DELETE_REMOVED && json && strstr(json, "\"deleted\":true"),
+        "DELETE of a finished job removes it");
+  free(json);
+  s = jobs_get_json_owned(j, a, ka, 3);
+  CHECK(s == NULL, "deleted: gone");
+  free(s);
+  CHECK(jobs_delete(j, a, ka, 3, &eid, &has, &json) == JOBS_DELETE_NOT_FOUND, "deleted twice: not found");
+  int64_t stored, pending;
+  jobs_counts(j, 3, &stored, &pending);
+  CHECK(stored == 1 && pending == 1, "freed: %lld stored", (long long)stored);
+  CHECK(jobs_add_owned(j, 3, ka, c) == QVL_OK, "room again right after the DELETE");
+  jobs_free(j);
+
+  /* pages: newest first, limit and cursor */
+  CHECK(jobs_init(50, 100, &j) == QVL_OK, "init 50");
+  char ids[25][JOBS_ID_CAP];
+  for (int i = 0; i < 25; i++)
+    jobs_add_owned(j, 0, ka, ids[i]);
+  jobs_add_owned(j, 0, kb, c);
+  bool more = false;
+  char last[JOBS_ID_CAP] = "";
+  CHECK(list_count(j, ka, 10, NULL, &more, last) == 10 && more && !strcmp(last, ids[15]), "page 1: newest 10 (%s)", last);
+  CHECK(list_count(j, ka, 10, last, &more, last) == 10 && more && !strcmp(last, ids[5]), "page 2");
+  CHECK(list_count(j, ka, 10, last, &more, last) == 5 && !more && !strcmp(last, ids[0]), "page 3: the rest");
+  CHECK(list_count(j, ka, 1000, NULL, &more, NULL) == 25, "limit clamped to the store");
+  CHECK(list_count(j, ka, 10, "job-nosuchjob", &more, NULL) == 0, "unknown cursor: empty page");
+  CHECK(list_count(j, ka, 10, c, &more, NULL) == 0, "another owner's id as cursor: empty page");
+  jobs_free(j);
+}
+
+/* Issue 14: ids name their replica; the SQLite file keeps jobs across a restart. */
+static void test_db(void) {
+  jobs *j = NULL;
+  jobs_opts bad = {10, 100, NULL, "Bad_Name"};
+  CHECK(jobs_open(&bad, 0, &j) == QVL_ERR_INVALID_ARG && !j, "replica names are [a-z0-9-]");
+  CHECK(!jobs_replica_valid("-a") && !jobs_replica_valid("a-") && !jobs_replica_valid("") &&
+            !jobs_replica_valid("abcdefghijklmnopqrstuvwxy") && jobs_replica_valid("r1") && jobs_replica_valid("node-7"),
+        "replica name rules");
+  char dir[] = "/tmp/qvl-jobs-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "temp dir");
+  char path[256];
+  snprintf(path, sizeof path, "%s/jobs.db", dir);
+  jobs_opts o = {10, 100, path, "node-7"};
+  CHECK(jobs_open(&o, 0, &j) == QVL_OK, "open a new db: %s", qvl_last_error());
+  char ka[JOBS_OWNER_CAP], kb[JOBS_OWNER_CAP];
+  jobs_owner_of("key-a", ka);
+  jobs_owner_of("key-b", kb);
+  char done[JOBS_ID_CAP], pend[JOBS_ID_CAP], gone[JOBS_ID_CAP], old[JOBS_ID_CAP];
+  jobs_add_owned(j, 0, ka, done);
+  jobs_add_owned(j, 0, ka, pend);
+  jobs_add_owned(j, 0, ka, gone);
+  jobs_add_owned(j, 0, kb, old);
+  CHECK(!strncmp(done, "job-node-7-", 11) && strlen(done) == 11 + 24, "id carries the replica: %s", done);
+  jobs_set_running(j, pend);
+  jobs_finish(j, done, 1, true, strdup("{\"object\":\"chat.completion\",\"answer\":42}"));
+  jobs_finish(j, gone, 1, true, strdup("{}"));
+  jobs_finish(j, old, 1, true, strdup("{}"));
+  char *json = NULL;
+  uint64_t eid;
+  bool has;
+  CHECK(jobs_delete(j, gone, ka, 1, &eid, &has, &json) == JOBS_DELETE_REMOVED, "delete before the restart");
+  free(json);
+  jobs_free(j); /* the process stops */
+  j = NULL;
+
+  /* a restart 50 s later (new monotonic clock origin): the ttl keeps counting from the finish */
+  o.ttl_s = 100;
+  CHECK(jobs_open(&o, 1000, &j) == QVL_OK, "reopen: %s", qvl_last_error());
+  cJSON *x = parse_free(jobs_get_json_owned(j, done, ka, 1000));
+  CHECK(x && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(x, "status")), "done") &&
+            cJSON_GetObjectItem(cJSON_GetObjectItem(x, "result"), "answer")->valuedouble == 42,
+        "a finished job and its result survive the restart");
+  cJSON_Delete(x);
+  x = parse_free(jobs_get_json_owned(j, pend, ka, 1000));
+  cJSON *err = cJSON_GetObjectItem(x, "error");
+  CHECK(x && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(x, "status")), "failed") &&
+            !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(err, "code")), "job_interrupted"),
+        "a running job comes back failed, job_interrupted");
+  cJSON_Delete(x);
+  char *s = jobs_get_json_owned(j, gone, ka, 1000);
+  CHECK(s == NULL, "a deleted job stays deleted");
+  free(s);
+  s = jobs_get_json_owned(j, old, ka, 1000);
+  CHECK(s == NULL, "owners survive the restart too");
+  free(s);
+  CHECK(list_count(j, ka, 10, NULL, NULL, NULL) == 2, "key a lists its 2 jobs");
+  char fresh[JOBS_ID_CAP];
+  CHECK(jobs_add_owned(j, 1000, ka, fresh) == QVL_OK, "add after the restart");
+  bool more;
+  char last[JOBS_ID_CAP] = "";
+  list_count(j, ka, 1, NULL, &more, last);
+  CHECK(!strcmp(last, fresh), "the new job lists first (sequence continues)");
+  CHECK(jobs_db_errors(j) == 0, "no db errors");
+  jobs_free(j);
+  j = NULL;
+
+  /* expiry across a restart: finished at wall time T, reopened with a ttl already past */
+  o.ttl_s = 1e-3;
+  usleep(2000);
+  CHECK(jobs_open(&o, 5, &j) == QVL_OK, "reopen with a tiny ttl");
+  int64_t stored, pending;
+  jobs_counts(j, 5, &stored, &pending);
+  /* the job interrupted at the previous open finished then (wall clock): also past the ttl */
+  CHECK(stored == 1 && pending == 0, "finished jobs expire by wall-clock time, the one interrupted now stays: %lld left", (long long)stored);
+  jobs_free(j);
+
+  /* not a database */
+  FILE *f = fopen(path, "w");
+  if (f) {
+    fputs("this is not an SQLite file, not even close, padding padding padding padding padding padding", f);
+    fclose(f);
+  }
+  char wal[300];
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  unlink(wal);
+  snprintf(wal, sizeof wal, "%s-shm", path);
+  unlink(wal);
+  o.ttl_s = 100;
+  j = NULL;
+  CHECK(jobs_open(&o, 0, &j) != QVL_OK && !j, "a file that is not a database is refused: %s", qvl_last_error());
+  jobs_free(j);
+  unlink(path);
+  snprintf(wal, sizeof wal, "%s-wal", path);
+  unlink(wal);
+  snprintf(wal, sizeof wal, "%s-shm", path);
+  unlink(wal);
+  rmdir(dir);
 }
 
 int main(void) {
@@ -73,5 +258,7 @@ int main(void) {
   CHECK(jobs_get_json(j, d, 12) == NULL, "removed");
   jobs_free(j);
   jobs_free(NULL);
+  test_owners();
+  test_db();
   return TEST_SUMMARY("server_jobs");
 }
