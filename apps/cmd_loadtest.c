@@ -576,7 +576,7 @@ int cmd_loadtest(int argc, char **argv) {
               res[i].first_error);
   }
   print_table(stdout, res, n_levels);
-  char sub[512];
+  char sub[1200]; /* the URL (up to 1023 bytes) and the settings */
   snprintf(sub, sizeof sub, "%s, %d requests per level (the same image, %d questions), max_tokens %lld", base, n_req,
            N_QUESTIONS, (long long)c.max_tokens);
   if (svg)

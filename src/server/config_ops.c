@@ -165,7 +165,7 @@ qvl_status config_yaml_normalize(const char *text, size_t len, const char *name,
   qvl_status st = QVL_OK;
   bool needed = false, bail = false, done = false;
   int depth = 0;               /* mappings open */
-  char section[64] = "";       /* inside a section mapping (depth 2) */
+  char section[128] = "";      /* inside a section mapping (depth 2) */
   char key[128] = "";          /* the key waiting for its value */
   size_t key_line = 0;
   bool have_key = false;
