@@ -40,6 +40,7 @@
 #include "server/jobs.h"
 #include "server/metrics.h"
 #include "server/web_assets.h"
+#include "text/unicode.h"
 
 #define WAIT_SLICE_MS 100 /* how often a waiting thread looks for a client hang-up */
 #define CONN_RESERVE 4    /* connections past max_connections that answer only /health and /metrics */
@@ -316,7 +317,18 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, server *s, conn_req 
                                   const char *const *extra) {
   if (!json)
     return MHD_NO;
-  return reply(c, s, r, status, "application/json", json, strlen(json), extra);
+  size_t n = strlen(json);
+  if (utf8_valid_prefix(json, n) != n) { /* a message that copied request bytes: replace what is invalid */
+    buf fixed = {0};
+    qvl_status st = utf8_append_lossy(&fixed, json, n);
+    free(json);
+    if (st != QVL_OK) {
+      buf_free(&fixed);
+      return MHD_NO;
+    }
+    return reply(c, s, r, status, "application/json", fixed.data, fixed.len, extra);
+  }
+  return reply(c, s, r, status, "application/json", json, n, extra);
 }
 
 static enum MHD_Result reply_error(struct MHD_Connection *c, server *s, conn_req *r, const api_error *e,
