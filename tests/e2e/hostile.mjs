@@ -105,9 +105,14 @@ test("a 40 MB prompt is refused as over the context without tokenizing it all", 
 }, 60000);
 
 test("idle burst: 8 requests on 8 free batch slots with --queue 0 are all served", async () => {
-  const rs = await Promise.all(Array.from({ length: 8 }, (_, i) => postJson(A, "/v1/chat/completions", chat(`burst ${i}`))));
-  const codes = rs.map((r) => r.status);
-  check(codes.every((c) => c === 200), "no 503 while slots are free", codes);
+  const Q = await startServer(["--queue", "0", "--max-batch-size", "8", "--max-tokens", "64"]);
+  try {
+    const rs = await Promise.all(Array.from({ length: 8 }, (_, i) => postJson(Q, "/v1/chat/completions", chat(`burst ${i}`))));
+    const codes = rs.map((r) => r.status);
+    check(codes.every((c) => c === 200), "no 503 while slots are free", codes);
+  } finally {
+    await Q.stop();
+  }
 }, 30000);
 
 test("error bodies are valid UTF-8 whatever bytes the request had", async () => {
@@ -306,7 +311,7 @@ test("SIGTERM during streaming: the stream ends completely (cancelled at the dra
 runSuite("e2e-hostile", {
   setup: async () => {
     host = await imageHost().listen();
-    A = await startServer(["--image-memory-mb", "256", "--queue", "0", "--max-batch-size", "8", "--max-tokens", "64",
+    A = await startServer(["--image-memory-mb", "256", "--max-tokens", "64",
       "--allow-image-url", `http://127.0.0.1:${host.port}/img/`]);
     return { A };
   },
