@@ -239,13 +239,14 @@ static qvl_status fetch_image(const chat_image *ci, int i, const vlm_prompt_opts
 
 /* The LLM tokens an image of that header will take (smart_resize on the oriented size). */
 static qvl_status image_tokens_of(const chat_image *ci, int i, const image_info *info, const vlm_prompt_opts *o,
-                                  int64_t *n) {
+                                  int64_t *n, int64_t *resized_px) {
   bool swap = info->orientation >= 5 && info->orientation <= 8;
   int h = swap ? info->width : info->height, w = swap ? info->height : info->width, rh = 0, rw = 0;
   qvl_status s = image_smart_resize(h, w, o->pre.min_pixels, o->pre.max_pixels, IMAGE_FACTOR, &rh, &rw);
   if (s != QVL_OK)
     return qvl_error_prefix(s, "image %d (messages[%d]): ", i + 1, ci->message_index);
   *n = (int64_t)(rh / IMAGE_FACTOR) * (rw / IMAGE_FACTOR);
+  *resized_px = (int64_t)rh * rw;
   return QVL_OK;
 }
 
@@ -298,17 +299,18 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
   if (n && !bytes)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   qvl_status s = QVL_OK;
-  int64_t pixels = 0, img_tokens = 0;
+  int64_t pixels = 0, img_tokens = 0, resized = 0;
   for (int i = 0; s == QVL_OK && i < n; i++) {
     image_info info = {0};
-    int64_t nt = 0;
+    int64_t nt = 0, rpx = 0;
     s = qvl_stop_poll(o->stop, o->stop_user);
     if (s == QVL_OK)
       s = fetch_image(&cp->images[i], i, o, &bytes[i], &info);
     if (s == QVL_OK)
-      s = image_tokens_of(&cp->images[i], i, &info, o, &nt);
+      s = image_tokens_of(&cp->images[i], i, &info, o, &nt, &rpx);
     pixels += (int64_t)info.width * info.height;
     img_tokens += nt;
+    resized += rpx;
   }
   if (s == QVL_OK && o->max_request_pixels > 0 && pixels > o->max_request_pixels)
     s = qvl_errorf(QVL_ERR_TOO_LARGE,
@@ -327,8 +329,10 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
                      (long long)o->max_tokens);
   }
   bool reserved = false;
+  /* the decode costs up to ~7 B per source pixel, the resize ~30 B per resized pixel (budget.h) */
+  int64_t cost = pixels + IMAGE_BUDGET_RESIZE_FACTOR * resized;
   if (s == QVL_OK && o->budget && pixels > 0) {
-    s = image_budget_reserve(o->budget, pixels, o->stop, o->stop_user);
+    s = image_budget_reserve(o->budget, cost, o->stop, o->stop_user);
     reserved = s == QVL_OK;
   }
   double t0 = time_now_s();
@@ -341,7 +345,7 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
   }
   p->preprocess_ms = (time_now_s() - t0) * 1e3;
   if (reserved)
-    image_budget_release(o->budget, pixels);
+    image_budget_release(o->budget, cost);
   for (int i = 0; i < n; i++)
     buf_free(&bytes[i]);
   free(bytes);

@@ -20,10 +20,12 @@
 #include "base/stop.h"
 #include "qvl.h"
 
-/* What one decoded pixel costs at the peak of decode + resize: 3 bytes of RGB, up to 4 more for the
- * RGBA rows of an image with alpha (8 at 16 bits a channel), plus the resize's intermediate. An upper
- * bound measured on PNG/JPEG/WebP, rounded up (docs/RELIABILITY.md). */
+/* What one decoded pixel costs at the peak of decoding: 3 bytes of RGB plus the decoder's rows (4 to
+ * 7 bytes measured for 8- and 16-bit grey/RGB/RGBA PNGs, docs/RELIABILITY.md), rounded up. A resized
+ * pixel costs ~30 bytes while it is made (float planes + pixel_values), i.e. this many source pixels.
+ * A request reserves source_pixels + IMAGE_BUDGET_RESIZE_FACTOR * resized_pixels. */
 #define IMAGE_BUDGET_BYTES_PER_PIXEL 12
+#define IMAGE_BUDGET_RESIZE_FACTOR 3
 
 typedef struct image_budget image_budget;
 

@@ -101,7 +101,7 @@ test("a 40 MB prompt is refused as over the context without tokenizing it all", 
   check(big.length > 40e6, "body over 40 MB", big.length);
   const { r, ms } = await timed(postJson(A, "/v1/chat/completions", big));
   check(r.status === 400 && /exceeds the context/.test(errorOf(r)?.message || ""), "context overflow", { status: r.status, body: r.body.slice(0, 300) });
-  check(ms < 5000, "answered within 5 s (before: ~52 s of CPU)", ms);
+  check(ms < 15000, "answered within 15 s, body upload and JSON parse included (before: ~52 s of CPU)", ms);
 }, 60000);
 
 test("idle burst: 8 requests on 8 free batch slots with --queue 0 are all served", async () => {
