@@ -38,6 +38,7 @@
 #include "server/conn_guard.h"
 #include "server/fetch.h"
 #include "server/jobs.h"
+#include "server/load_metrics.h"
 #include "server/metrics.h"
 #include "server/web_assets.h"
 #include "text/unicode.h"
@@ -805,7 +806,11 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, server *s, conn_
   jobs_counts(s->jobs, time_now_s(), &ms.jobs_stored, &ms.jobs_pending);
   ms.rss_bytes = metrics_rss_bytes();
   buf b = {0};
-  if (metrics_format(&b, ms.loaded ? &st : NULL, &ms) != QVL_OK) {
+  conn_guard_stats gs;
+  image_budget_stats is;
+  conn_guard_get_stats(s->guard, &gs);
+  image_budget_get_stats(s->budget, &is);
+  if (metrics_format(&b, ms.loaded ? &st : NULL, &ms) != QVL_OK || load_metrics_format(&b, &gs, &is) != QVL_OK) {
     buf_free(&b);
     return reply_errorf(c, s, r, 500, "server_error", NULL, "%s", "out of memory formatting the metrics");
   }

@@ -6,7 +6,7 @@ import { connect } from "node:net";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { deflateSync } from "node:zlib";
-import { check, client, dataUrl, errorOf, postJson, root, runSuite, sleep, startServer, test, withTimeout, MODEL_ID } from "./lib.mjs";
+import { check, client, dataUrl, errorOf, metrics, postJson, root, runSuite, sleep, startServer, test, withTimeout, MODEL_ID } from "./lib.mjs";
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -84,6 +84,9 @@ test("image bomb: 8 requests x 8 all-zero 7000x7000 PNGs, all 4xx within 2 s, RS
   check(after - before < 256 * 1024, "peak RSS grew by less than the 256 MiB image budget", { beforeKb: before, afterKb: after });
   const ok = await postJson(A, "/v1/chat/completions", { messages: [imagesMsg([dataUrl("rgb_64x64.png")])], max_tokens: 2 });
   check(ok.status === 200, "a normal image request still works", ok.status);
+  const m = await metrics(A);
+  check(m.qvl_image_budget_pixels === Math.floor((256 << 20) / 12) && m.qvl_image_budget_peak_pixels > 0 &&
+    m.qvl_image_budget_peak_pixels <= m.qvl_image_budget_pixels && m.qvl_image_budget_reserved_pixels === 0, "image budget metrics", m);
 }, 30000);
 
 test("per-request pixel budget and server-wide pool: refused from the headers", async () => {
@@ -232,6 +235,10 @@ test("flood beyond --max-connections: every socket gets an HTTP status; the rese
     check(r503 && /Retry-After: \d+/i.test(r503.got.toString()), "503 carries Retry-After", r503?.got.toString().slice(0, 300));
     const r = await postJson(C, "/v1/chat/completions", chat("after the flood"));
     check(r.status === 200, "served after the flood", r.status);
+    const m = await metrics(C);
+    const rej = m['qvl_connections_rejected_total{reason="max_connections"}']; // the reserve's 503s are not rejections
+    check(rej >= codes[503] - 4 && rej <= codes[503], "rejections counted in /metrics",
+      { metric: m['qvl_connections_rejected_total{reason="max_connections"}'], codes });
   } finally {
     await C.stop();
   }
