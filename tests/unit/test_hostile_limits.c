@@ -12,6 +12,7 @@
 #include "image/budget.h"
 #include "server/fetch.h"
 #include "server/url.h"
+#include "text/tokenizer.h"
 #include "test.h"
 
 static void test_url(void) {
@@ -168,7 +169,52 @@ static void test_budget(void) {
   image_budget_free(b);
 }
 
+/* ---- capped tokenizing ---- */
+
+static qvl_status stop_now(void *u) {
+  int *calls = u;
+  ++*calls;
+  return qvl_errorf(QVL_ERR_CANCELLED, "client gone");
+}
+
+static void test_capped_tokenizer(void) {
+  tokenizer *t = NULL;
+  if (tokenizer_init_hf("tests/fixtures/tokenizer/tokenizer.json", &t) != QVL_OK) {
+    CHECK(0, "tokenizer.json: %s", qvl_last_error());
+    return;
+  }
+  const char *text = "The quick brown fox jumps over the lazy dog. <|im_start|>user\nHello!<|im_end|>";
+  int32_t *a = NULL, *b = NULL;
+  size_t na = 0, nb = 0;
+  CHECK(tokenizer_encode(t, text, strlen(text), &a, &na) == QVL_OK, "plain encode");
+  CHECK(tokenizer_encode_capped(t, text, strlen(text), 0, na, NULL, NULL, &b, &nb) == QVL_OK && nb == na &&
+            !memcmp(a, b, na * sizeof *a),
+        "a cap equal to the length changes nothing (%zu vs %zu)", nb, na);
+  free(b);
+  b = NULL;
+  CHECK(tokenizer_encode_capped(t, text, strlen(text), 0, na - 1, NULL, NULL, &b, &nb) == QVL_ERR_CONTEXT_OVERFLOW && !b,
+        "one under: overflow (%s)", qvl_last_error());
+  free(a);
+  /* 16 MiB of text against a cap of 1000: stops after ~1000 tokens, not 16 MiB of work */
+  size_t big = (size_t)16 << 20;
+  char *s = malloc(big);
+  for (size_t i = 0; i < big; i++)
+    s[i] = "lorem ipsum dolor sit amet "[i % 27];
+  double t0 = time_now_s();
+  qvl_status st = tokenizer_encode_capped(t, s, big, 0, 1000, NULL, NULL, &b, &nb);
+  double dt = time_now_s() - t0;
+  CHECK(st == QVL_ERR_CONTEXT_OVERFLOW && strstr(qvl_last_error(), "more than 1000 tokens"), "huge text: overflow (%s)",
+        qvl_last_error());
+  fprintf(stderr, "  capped encode of 16 MiB: %.3f s\n", dt);
+  int calls = 0;
+  st = tokenizer_encode_capped(t, s, big, 0, 0, stop_now, &calls, &b, &nb);
+  CHECK(st == QVL_ERR_CANCELLED && calls == 1, "the stop check ends the encode (%s, %d calls)", qvl_status_text(st), calls);
+  free(s);
+  tokenizer_free(t);
+}
+
 int main(void) {
+  test_capped_tokenizer();
   test_url();
   test_allow_list_normal_forms();
   test_budget();
