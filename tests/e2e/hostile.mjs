@@ -152,8 +152,8 @@ test("allow-list bypass: dot segments and escapes are normalised before the chec
 
 // ---- connections -------------------------------------------------------------------------------
 
-test("per-client cap: 429 for the client at its cap, others served", async () => {
-  const B = await startServer(["--max-connections", "16", "--max-connections-per-client", "4", "--header-timeout-s", "3"]);
+test("per-client cap: 429 for the client at its cap, others served; the body deadline", async () => {
+  const B = await startServer(["--max-connections", "16", "--max-connections-per-client", "4", "--header-timeout-s", "3", "--body-timeout-s", "3"]);
   try {
     // 4 connections from 127.0.0.2 busy sending a body (not evictable)
     const held = [];
@@ -169,7 +169,13 @@ test("per-client cap: 429 for the client at its cap, others served", async () =>
     const other = rawSocket(B.port, { localAddress: "127.0.0.3", data: "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" });
     await withTimeout(other.done, 5000, "other client");
     check(other.status() === 200, "another client is served", other.got.toString().slice(0, 200));
-    // the body deadline is not stretched by trickling: held ones end with 408 after body_timeout... (60 s default):
+    // the body deadline is not stretched by trickling: the held ones, sending a byte every 300 ms, get 408
+    const drip = setInterval(() => { for (const st of held) if (!st.closed) st.sock.write(" "); }, 300);
+    try {
+      await withTimeout(Promise.all(held.map((st) => st.done)), 8000, "body deadline");
+    } catch {}
+    clearInterval(drip);
+    check(held.every((st) => st.closed && st.status() === 408), "trickled bodies end with 408 at --body-timeout-s", held.map((st) => st.status()));
     for (const st of held) st.sock.destroy();
   } finally {
     await B.stop();
