@@ -64,6 +64,11 @@ function imageHost(delay = 0) {
   return h;
 }
 
+// In-process POST (no curl process to spawn: the timings are the server's, not the machine's load)
+async function post(s, path, obj) {
+  const r = await fetch(s.base + path, { method: "POST", headers: { "Content-Type": "application/json" }, body: typeof obj === "string" ? obj : JSON.stringify(obj) });
+  return { status: r.status, headers: r.headers, body: await r.text() };
+}
 const chat = (text, extra = {}) => ({ messages: [{ role: "user", content: text }], max_tokens: 4, temperature: 0, ...extra });
 async function timed(p) { const t0 = Date.now(); const r = await p; return { r, ms: Date.now() - t0 }; }
 
@@ -76,7 +81,8 @@ test("image bomb: 8 requests x 8 all-zero 7000x7000 PNGs, all 4xx within 2 s, RS
   check(bomb.length < 200000, "the bomb is small on the wire", bomb.length);
   const before = vmHwmKb(A.proc.pid);
   const body = { messages: [imagesMsg(Array(8).fill(bomb))], max_tokens: 4 };
-  const res = await Promise.all(Array.from({ length: 8 }, () => timed(postJson(A, "/v1/chat/completions", body))));
+  const text = JSON.stringify(body);
+  const res = await Promise.all(Array.from({ length: 8 }, () => timed(post(A, "/v1/chat/completions", text))));
   for (const { r, ms } of res) check(r.status >= 400 && r.status < 500 && ms < 2000, "bomb answered 4xx within 2 s", { status: r.status, ms, body: r.body.slice(0, 200) });
   check(/pixel/i.test(errorOf(res[0].r)?.message || ""), "the error names the pixel limit", res[0].r.body.slice(0, 300));
   const after = vmHwmKb(A.proc.pid);
@@ -92,10 +98,10 @@ test("image bomb: 8 requests x 8 all-zero 7000x7000 PNGs, all 4xx within 2 s, RS
 test("per-request pixel budget and server-wide pool: refused from the headers", async () => {
   // 8 x 9 Mpixel = 72 Mpixel > --max-request-pixels 48M (each image alone is allowed)
   const mid = pngUrl(zeroPng(3000, 3000));
-  let { r, ms } = await timed(postJson(A, "/v1/chat/completions", { messages: [imagesMsg(Array(8).fill(mid))], max_tokens: 4 }));
+  let { r, ms } = await timed(post(A, "/v1/chat/completions", { messages: [imagesMsg(Array(8).fill(mid))], max_tokens: 4 }));
   check(r.status === 413 && /max_request_pixels/.test(errorOf(r)?.message || "") && ms < 2000, "request over max_request_pixels -> 413 fast", { status: r.status, ms, body: r.body.slice(0, 300) });
   // 3 x 9 Mpixel = 27 Mpixel > the pool of 256 MiB / 12 B = 22 Mpixel
-  ({ r, ms } = await timed(postJson(A, "/v1/chat/completions", { messages: [imagesMsg(Array(3).fill(mid))], max_tokens: 4 })));
+  ({ r, ms } = await timed(post(A, "/v1/chat/completions", { messages: [imagesMsg(Array(3).fill(mid))], max_tokens: 4 })));
   check(r.status === 413 && /image_memory_mb/.test(errorOf(r)?.message || "") && ms < 2000, "request over the whole pool -> 413 fast", { status: r.status, ms, body: r.body.slice(0, 300) });
 }, 30000);
 
