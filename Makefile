@@ -91,12 +91,49 @@ $(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libqvl.a
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
 
-# libFuzzer builds (clang): make fuzz; run e.g. build/fuzz/fuzz_gguf tests/fuzz/corpus/gguf
-fuzz: $(BUILD)/gen/web_assets.c
-	@mkdir -p build/fuzz
-	for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
-	  clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
-	    -o build/fuzz/$$n $$f $(LIB_SRC:%=%) $(BUILD)/gen/web_assets.c $(LIBS) -pthread || exit 1; done
+# libFuzzer builds (clang): `make fuzz` builds build/fuzz/fuzz_* (the library instrumented, each ISA
+# file with its own -m flags); `make fuzz-run FUZZ_SECONDS=N` runs each target N seconds on its corpus
+# (new inputs go to build/fuzz/corpus/NAME, crashes to build/fuzz/artifacts/) and fails on a crash.
+FUZZ_DIR := build/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
+  -D_GNU_SOURCE -Iinclude -Isrc -pthread $(PKG_CFLAGS)
+FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/gen/web_assets.o
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,$(FUZZ_SRC))
+
+$(FUZZ_DIR)/obj/src/kernels/x86/%.o: src/kernels/x86/%.c
+	@mkdir -p $(dir $@)
+	$(call say,FUZZCC,$<)
+	$(Q)clang $(FUZZ_CFLAGS) $(ISA_FLAGS_$(basename $(notdir $<))) -c $< -o $@
+
+$(FUZZ_DIR)/obj/src/%.o: src/%.c
+	@mkdir -p $(dir $@)
+	$(call say,FUZZCC,$<)
+	$(Q)clang $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_DIR)/obj/gen/web_assets.o: $(BUILD)/gen/web_assets.c
+	@mkdir -p $(dir $@)
+	$(Q)clang $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_DIR)/libqvl-fuzz.a: $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	$(Q)ar rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_DIR)/libqvl-fuzz.a
+	$(call say,LINK,$@)
+	$(Q)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_DIR)/libqvl-fuzz.a $(LIBS)
+
+.PHONY: fuzz-run
+fuzz: $(FUZZ_BIN)
+
+fuzz-run: fuzz
+	@mkdir -p $(FUZZ_DIR)/artifacts
+	@for b in $(FUZZ_BIN); do n=$$(basename $$b); c=$${n#fuzz_}; mkdir -p $(FUZZ_DIR)/corpus/$$c; \
+	  echo "== $$n ($(FUZZ_SECONDS) s)"; \
+	  $$b -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+	    -artifact_prefix=$(FUZZ_DIR)/artifacts/$$n- $(FUZZ_DIR)/corpus/$$c tests/fuzz/corpus/$$c \
+	    > $(FUZZ_DIR)/$$n.log 2>&1 || { tail -40 $(FUZZ_DIR)/$$n.log; echo "$$n: FAILED (see $(FUZZ_DIR)/$$n.log)"; exit 1; }; \
+	  grep -E "^stat::(number_of_executed_units|new_units_added)|cov: " $(FUZZ_DIR)/$$n.log | tail -3; done
 
 # Benchmarks (not run by make test): make bench, then e.g. $(BUILD)/bench/kernels_bench --help
 BENCH_SRC := $(wildcard bench/*.c)

@@ -157,9 +157,9 @@ int cmd_serve(int argc, char **argv) {
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
   pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
-  double grace = cfg.timeout_s > 0 ? (double)cfg.timeout_s + 5 : 3600;
+  double grace = (double)cfg.drain_timeout_s; /* then what is left is cancelled (and answered) */
   bool clean = server_drain(srv, grace);
-  engine_stop(eng, true);
+  engine_stop(eng, clean); /* after a drain that ran out of time, whatever is left is cancelled */
   server_stop(srv);
   vlm_free(m);
   server_config_free(&cfg);

@@ -192,6 +192,14 @@ static int64_t step_rows(const engine *e) { return (int64_t)e->c.prefill_chunk +
 
 /* ---- submit / cancel / stats ----------------------------------------------------------------- */
 
+/* A request waits only when every batch slot is busy: queued requests that free slots will take at
+ * the next step are not counted against queue_capacity (e->mu held). */
+static bool queue_full_locked(const engine *e) {
+  int free_slots = e->c.max_batch_size - e->n_run;
+  int waiting = e->n_queued - (free_slots > 0 ? free_slots : 0);
+  return waiting >= e->c.queue_capacity;
+}
+
 qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
   if (id)
     *id = 0;
@@ -214,7 +222,7 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
                       (long long)g->max_tokens, (long long)e->c.n_ctx);
   /* Refuse early, before the expensive part, when the answer is already known. */
   pthread_mutex_lock(&e->mu);
-  bool stopping = e->stopping, full = e->n_queued >= e->c.queue_capacity;
+  bool stopping = e->stopping, full = queue_full_locked(e);
   int queued = e->n_queued;
   pthread_mutex_unlock(&e->mu);
   if (stopping)
@@ -241,15 +249,33 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->popts.keep_images = false;
   r->popts.trace = NULL;
   r->popts.trace_user = NULL;
+  /* Stop tokenizing as soon as the prompt cannot fit (a 40 MB text costs ctx tokens, not 40 MB).
+   * An automatic max_tokens may shrink to one token; trimming must measure the whole conversation,
+   * so it runs without the cap (still bounded by the body cap, the deadline and the stop checks). */
+  bool auto_max = rq->history && rq->history->auto_max_tokens;
+  int64_t room = e->c.n_ctx - (auto_max ? 1 : g->max_tokens);
+  if (e->c.max_prompt_tokens > 0 && e->c.max_prompt_tokens < room)
+    room = e->c.max_prompt_tokens + 1; /* one more, so the exact count check below still reports it */
+  r->popts.max_tokens = rq->history && rq->history->mode == HISTORY_TRIM ? 0 : room > 0 ? room : 1;
   qvl_status s = rq->raw_ids    ? vlm_prompt_from_ids(e->m, rq->raw_ids, rq->n_raw_ids, &r->p)
                  : rq->raw_text ? vlm_prompt_from_text(e->m, rq->raw_text, rq->raw_len, &r->p)
                  : rq->history  ? history_build_prompt(e->m, rq->messages, &r->popts, rq->history, e->c.n_ctx,
                                                        e->c.max_prompt_tokens, &r->gen.max_tokens, &r->p,
                                                        &r->res.history)
                                 : vlm_prompt_build(e->m, rq->messages, &r->popts, &r->p);
+  r->popts.stop = NULL; /* its user data belongs to the submitting thread */
+  r->popts.stop_user = NULL;
+  r->popts.budget = NULL;
   if (rq->history_out)
     *rq->history_out = r->res.history;
   g = &r->gen; /* the policy may have chosen max_tokens */
+  if (s == QVL_ERR_CONTEXT_OVERFLOW && e->c.max_prompt_tokens > 0 && e->c.max_prompt_tokens < e->c.n_ctx - g->max_tokens)
+    s = qvl_errorf(QVL_ERR_TOO_LARGE, "the prompt has more than %lld tokens (images included); this server accepts at most %lld",
+                   (long long)e->c.max_prompt_tokens, (long long)e->c.max_prompt_tokens);
+  else if (s == QVL_ERR_CONTEXT_OVERFLOW && r->popts.max_tokens > 0)
+    s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
+                   "prompt of more than %lld tokens + %lld to generate exceeds the context of %lld tokens",
+                   (long long)r->popts.max_tokens, (long long)g->max_tokens, (long long)e->c.n_ctx);
   if (s == QVL_OK && r->p.n <= 0)
     s = qvl_errorf(QVL_ERR_INVALID_ARG, "the prompt is empty");
   if (s == QVL_OK && e->c.max_prompt_tokens > 0 && r->p.n > e->c.max_prompt_tokens)
@@ -288,7 +314,7 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
     r->deadline = r->t_submit + (double)e->c.request_timeout_ms / 1e3;
 
   pthread_mutex_lock(&e->mu);
-  if (e->stopping || e->n_queued >= e->c.queue_capacity) {
+  if (e->stopping || queue_full_locked(e)) {
     bool st = e->stopping;
     int nq = e->n_queued;
     pthread_mutex_unlock(&e->mu);

@@ -1,5 +1,6 @@
 #include "engine/hf_model.h"
 
+#include <float.h>
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -127,8 +128,10 @@ static qvl_status parse_text_config(const cJSON *root, const cJSON *tc, const ch
   QVL_TRY(get_int(tc, obj, "max_position_embeddings", false, 4096, 1, INT32_MAX, label, &hp->n_ctx_train));
   double eps;
   QVL_TRY(get_float(tc, obj, "rms_norm_eps", true, 0, label, &eps));
-  if (!(eps > 0 && eps < 1))
-    return qvl_errorf(QVL_ERR_FORMAT, "%s: key 'text_config.rms_norm_eps': %g, expected a value in (0, 1)", label, eps);
+  /* it is used as a float: below FLT_MIN it would round to 0 (or a denormal) and divide by zero */
+  if (!(eps >= FLT_MIN && eps < 1))
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: key 'text_config.rms_norm_eps': %g, expected a value in (0, 1) that a float holds (>= %g)",
+                      label, eps, (double)FLT_MIN);
   hp->rms_eps = (float)eps;
   /* transformers >= 4.56 may move the RoPE settings into rope_parameters. */
   const cJSON *rp = item(tc, "rope_parameters");

@@ -29,6 +29,8 @@ qvl_status image_source_read(const char *url, const image_source_opts *o, buf *o
     return QVL_OK;
   }
   if (has_scheme(url, "http") || has_scheme(url, "https")) {
+    if (o && o->fetch_remote_stoppable)
+      return o->fetch_remote_stoppable(o->fetch_user, url, cap, o->stop, o->stop_user, out);
     if (!o || !o->fetch_remote)
       return qvl_errorf(QVL_ERR_INVALID_ARG,
                         "image URL '%.200s': http(s) image URLs are disabled; send the image as a "

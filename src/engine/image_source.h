@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "base/buf.h"
+#include "base/stop.h"
 #include "qvl.h"
 
 typedef struct image_source_opts {
@@ -19,6 +20,12 @@ typedef struct image_source_opts {
   /* http(s): called when non-NULL; must respect max_bytes. NULL = remote URLs are refused. */
   qvl_status (*fetch_remote)(void *user, const char *url, size_t max_bytes, buf *out);
   void *fetch_user;
+  /* The same with a stop check (used instead of fetch_remote when set): a download that is no
+   * longer wanted (client gone, deadline, shutdown) ends at once. stop comes from the fields below. */
+  qvl_status (*fetch_remote_stoppable)(void *user, const char *url, size_t max_bytes, qvl_stop_fn stop,
+                                       void *stop_user, buf *out);
+  qvl_stop_fn stop;
+  void *stop_user;
 } image_source_opts;
 
 /* Reads the bytes the URL points to into out (replacing its contents). Errors name the URL (data:

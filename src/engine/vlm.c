@@ -222,15 +222,46 @@ decoder_input vlm_prompt_input(const vlm_prompt *p) {
   return in;
 }
 
-/* Fetches, decodes and preprocesses image i. */
-static qvl_status load_image(const chat_image *ci, int i, const vlm_prompt_opts *o, vlm_image *out) {
-  buf bytes = {0};
-  image_rgb rgb = {0};
-  qvl_status s = image_source_read(ci->url, &o->source, &bytes);
+/* Fetches image i's bytes and reads its header: its decoded size is known before any pixel. */
+static qvl_status fetch_image(const chat_image *ci, int i, const vlm_prompt_opts *o, buf *bytes, image_info *info) {
+  image_source_opts src = o->source;
+  if (!src.stop) {
+    src.stop = o->stop;
+    src.stop_user = o->stop_user;
+  }
+  qvl_status s = image_source_read(ci->url, &src, bytes);
   if (s == QVL_OK)
-    s = image_decode(bytes.data, bytes.len, &o->limits, &rgb, NULL);
+    s = image_probe(bytes->data, bytes->len, &o->limits, info);
+  if (s != QVL_OK)
+    return qvl_error_prefix(s, "image %d (messages[%d]): ", i + 1, ci->message_index);
+  return QVL_OK;
+}
+
+/* The LLM tokens an image of that header will take (smart_resize on the oriented size). */
+static qvl_status image_tokens_of(const chat_image *ci, int i, const image_info *info, const vlm_prompt_opts *o,
+                                  int64_t *n, int64_t *resized_px) {
+  bool swap = info->orientation >= 5 && info->orientation <= 8;
+  int h = swap ? info->width : info->height, w = swap ? info->height : info->width, rh = 0, rw = 0;
+  qvl_status s = image_smart_resize(h, w, o->pre.min_pixels, o->pre.max_pixels, IMAGE_FACTOR, &rh, &rw);
+  if (s != QVL_OK)
+    return qvl_error_prefix(s, "image %d (messages[%d]): ", i + 1, ci->message_index);
+  *n = (int64_t)(rh / IMAGE_FACTOR) * (rw / IMAGE_FACTOR);
+  *resized_px = (int64_t)rh * rw;
+  return QVL_OK;
+}
+
+/* Decodes and preprocesses image i from its bytes (under a decode slot of the budget). */
+static qvl_status load_image(const chat_image *ci, int i, const buf *bytes, const vlm_prompt_opts *o,
+                             vlm_image *out) {
+  image_rgb rgb = {0};
+  qvl_status s = o->budget ? image_budget_slot_take(o->budget, o->stop, o->stop_user) : QVL_OK;
+  if (s != QVL_OK)
+    return s;
+  s = image_decode(bytes->data, bytes->len, &o->limits, &rgb, NULL);
   if (s == QVL_OK)
     s = image_preprocess(&rgb, &o->pre, &out->patches);
+  if (o->budget)
+    image_budget_slot_give(o->budget);
   if (s == QVL_OK) {
     /* The content key of the image-embedding cache: decoded pixels + everything that shapes the
      * preprocessing (the effective min/max pixels; the resize itself is deterministic). */
@@ -246,7 +277,6 @@ static qvl_status load_image(const chat_image *ci, int i, const vlm_prompt_opts 
       XXH3_freeState(h);
     }
   }
-  buf_free(&bytes);
   if (s == QVL_OK && o->keep_images)
     out->decoded = rgb;
   else
@@ -258,6 +288,68 @@ static qvl_status load_image(const chat_image *ci, int i, const vlm_prompt_opts 
   out->grid_w = out->patches.grid_w;
   out->n_tokens = out->patches.n_tokens;
   return QVL_OK;
+}
+
+/* Every image: bytes + header first, then the request's checks (pixels, context), then the text
+ * (tokenized with a cap), and only then, with the pixels reserved, the decodes. */
+static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, const vlm_prompt_opts *o, vlm_prompt *p,
+                                       int32_t **ids, size_t *n_ids) {
+  int n = cp->n_images;
+  buf *bytes = n ? calloc((size_t)n, sizeof *bytes) : NULL;
+  if (n && !bytes)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  qvl_status s = QVL_OK;
+  int64_t pixels = 0, img_tokens = 0, resized = 0;
+  for (int i = 0; s == QVL_OK && i < n; i++) {
+    image_info info = {0};
+    int64_t nt = 0, rpx = 0;
+    s = qvl_stop_poll(o->stop, o->stop_user);
+    if (s == QVL_OK)
+      s = fetch_image(&cp->images[i], i, o, &bytes[i], &info);
+    if (s == QVL_OK)
+      s = image_tokens_of(&cp->images[i], i, &info, o, &nt, &rpx);
+    pixels += (int64_t)info.width * info.height;
+    img_tokens += nt;
+    resized += rpx;
+  }
+  if (s == QVL_OK && o->max_request_pixels > 0 && pixels > o->max_request_pixels)
+    s = qvl_errorf(QVL_ERR_TOO_LARGE,
+                   "the request's %d images have %lld pixels in all; this server accepts at most %lld per request "
+                   "(max_request_pixels)",
+                   n, (long long)pixels, (long long)o->max_request_pixels);
+  if (s == QVL_OK && o->max_tokens > 0 && img_tokens > o->max_tokens)
+    s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "the images alone take %lld tokens; at most %lld fit",
+                   (long long)img_tokens, (long long)o->max_tokens);
+  if (s == QVL_OK) {
+    /* the text holds one <|image_pad|> per image, counted in img_tokens */
+    size_t cap = o->max_tokens > 0 ? (size_t)(o->max_tokens - img_tokens + n) : 0;
+    s = tokenizer_encode_capped(m->tok, cp->text.data, cp->text.len, 0, cap, o->stop, o->stop_user, ids, n_ids);
+    if (s == QVL_ERR_CONTEXT_OVERFLOW)
+      s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "the prompt has more than %lld tokens (images included)",
+                     (long long)o->max_tokens);
+  }
+  bool reserved = false;
+  /* the decode costs up to ~7 B per source pixel, the resize ~30 B per resized pixel (budget.h) */
+  int64_t cost = pixels + IMAGE_BUDGET_RESIZE_FACTOR * resized;
+  if (s == QVL_OK && o->budget && pixels > 0) {
+    s = image_budget_reserve(o->budget, cost, o->stop, o->stop_user);
+    reserved = s == QVL_OK;
+  }
+  double t0 = time_now_s();
+  for (int i = 0; s == QVL_OK && i < n; i++) {
+    s = qvl_stop_poll(o->stop, o->stop_user);
+    if (s == QVL_OK)
+      s = load_image(&cp->images[i], i, &bytes[i], o, &p->images[i]);
+    p->n_images = i + 1;
+    buf_free(&bytes[i]);
+  }
+  p->preprocess_ms = (time_now_s() - t0) * 1e3;
+  if (reserved)
+    image_budget_release(o->budget, cost);
+  for (int i = 0; i < n; i++)
+    buf_free(&bytes[i]);
+  free(bytes);
+  return s;
 }
 
 /* Replaces the k-th image_pad id by images[k].n_tokens copies. */
@@ -369,16 +461,10 @@ static qvl_status build(const vlm *m, const cJSON *messages, const vlm_prompt_op
     if (!p->images)
       s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   }
-  double t0 = time_now_s();
-  for (int i = 0; s == QVL_OK && i < cp.n_images; i++) {
-    s = load_image(&cp.images[i], i, o, &p->images[i]);
-    p->n_images = i + 1;
-  }
-  p->preprocess_ms = (time_now_s() - t0) * 1e3;
   int32_t *ids = NULL;
   size_t n_ids = 0;
   if (s == QVL_OK)
-    s = tokenizer_encode(m->tok, cp.text.data, cp.text.len, &ids, &n_ids);
+    s = load_images_and_text(m, &cp, o, p, &ids, &n_ids);
   if (s == QVL_OK)
     s = expand_pads(m, ids, n_ids, p, &p->ids, &p->n);
   free(ids);

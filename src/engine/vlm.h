@@ -16,6 +16,7 @@
 
 #include "base/trace.h"
 #include "engine/image_source.h"
+#include "image/budget.h"
 #include "image/decode.h"
 #include "image/preprocess.h"
 #include "engine/hf_model.h"
@@ -65,6 +66,13 @@ typedef struct vlm_prompt_opts {
                             * pixel_values are kept until then */
   trace_fn trace;          /* vision stages (NULL = off) */
   void *trace_user;
+  /* Guards for untrusted requests (all optional, zero = off). Every image's header is read and
+   * checked before any image is decoded; the text is tokenized with a cap. */
+  image_budget *budget;    /* server-wide pixel pool + decode slots, reserved before decoding */
+  int64_t max_request_pixels; /* decoded pixels of all the request's images together */
+  int64_t max_tokens;      /* ERR_CONTEXT_OVERFLOW as soon as the prompt is known to be longer */
+  qvl_stop_fn stop;        /* polled between images and while tokenizing and waiting */
+  void *stop_user;
 } vlm_prompt_opts;
 
 typedef struct vlm_image {

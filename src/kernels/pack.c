@@ -154,8 +154,9 @@ static float quant_run_c(const float *x, int n, int8_t *q, int32_t *sums16) {
   for (int g = 0; g < n / 16; g++) {
     int32_t s = 0;
     for (int i = 16 * g; i < 16 * g + 16; i++) {
-      int v = (int)nearbyintf(x[i] * id);
-      v = v > 127 ? 127 : v < -127 ? -127 : v;
+      float f = x[i] * id;
+      /* clamped as a float: converting NaN or a huge value to int is undefined (fuzzed weights) */
+      int v = f >= 127.0f ? 127 : f <= -127.0f ? -127 : f == f ? (int)nearbyintf(f) : 0;
       q[i] = (int8_t)v;
       s += v;
     }

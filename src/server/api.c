@@ -13,6 +13,7 @@
 #include "server/api_extra.h"
 #include "server/chat_history.h"
 #include "text/sampler.h"
+#include "text/unicode.h"
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
@@ -667,7 +668,9 @@ char *api_usage_chunk_json(const char *id, int64_t created, const char *model, c
 
 qvl_status sse_append(buf *out, const char *json) {
   QVL_TRY(buf_append_str(out, "data: "));
-  QVL_TRY(buf_append_str(out, json));
+  size_t n = strlen(json);
+  /* every event is valid UTF-8, whatever bytes a message copied (utf8_append_lossy: U+FFFD) */
+  QVL_TRY(utf8_valid_prefix(json, n) == n ? buf_append(out, json, n) : utf8_append_lossy(out, json, n));
   return buf_append_str(out, "\n\n");
 }
 

@@ -78,6 +78,16 @@ static const setting settings[] = {
     /* scale-out (docs/DEPLOY.md) */
     S_STR("jobs_db", jobs_db, NULL, "SQLite file that keeps jobs across restarts (default: in memory)"),
     S_STR("replica_id", replica_id, NULL, "this replica's name in job ids, [a-z0-9-] (default: host-port)"),
+    /* hostile load (docs/RELIABILITY.md) */
+    S_INT("max_image_pixels", max_image_pixels, 1024, 1000000000, "decoded pixels of one image (413 above, from its header)"),
+    S_INT("max_request_pixels", max_request_pixels, 1024, 1000000000, "decoded pixels of all images of a request (413 above)"),
+    S_INT("image_memory_mb", image_memory_mb, 16, 1 << 20, "memory for images being decoded at once, server-wide (others wait)"),
+    S_INT("max_decodes", max_decodes, 1, 256, "image decodes running at once (others wait)"),
+    S_INT("header_timeout_s", header_timeout_s, 1, 3600, "time to send the request headers (408 after)"),
+    S_INT("body_timeout_s", body_timeout_s, 1, 86400, "time to send the request body (408 after)"),
+    S_INT("max_connections_per_client", max_connections_per_client, 0, 4096,
+          "connections from one client address (429 above; 0: no cap, e.g. behind a proxy)"),
+    S_INT("drain_timeout_s", drain_timeout_s, 0, 86400, "SIGTERM: time for accepted requests to finish before they are cancelled"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -106,6 +116,14 @@ void server_config_init(server_config *c) {
   c->history = strdup("error");
   c->max_history_turns = -1;
   c->log_format = strdup("logfmt");
+  c->max_image_pixels = 24000000;   /* a 24-megapixel photo (6000x4000) */
+  c->max_request_pixels = 48000000;
+  c->image_memory_mb = 1024;
+  c->max_decodes = 4;
+  c->header_timeout_s = 10;
+  c->body_timeout_s = 60;
+  c->max_connections_per_client = 32;
+  c->drain_timeout_s = 30;
 }
 
 static void list_clear(char ***items, int *n) {

@@ -68,6 +68,14 @@ typedef struct server_config {
   bool print_config;         /* --print-config: print the effective settings as YAML and exit */
   char *jobs_db;           /* SQLite file of the job store (NULL: in memory) */
   char *replica_id;        /* the replica's name in job ids (NULL: from the host name and port) */
+  /* hostile load (docs/RELIABILITY.md) */
+  int64_t max_image_pixels;   /* decoded pixels of one image (checked from its header) */
+  int64_t max_request_pixels; /* decoded pixels of all images of one request */
+  int64_t image_memory_mb;    /* server-wide memory for images being decoded at once */
+  int64_t max_decodes;        /* image decodes running at once */
+  int64_t header_timeout_s, body_timeout_s; /* deadlines for a request's headers and body */
+  int64_t max_connections_per_client;       /* per client address (0 = no cap) */
+  int64_t drain_timeout_s;    /* SIGTERM: how long accepted requests may take before they are cancelled */
   /* the config file that was read (NULL = none) */
   char *config;
 } server_config;

@@ -34,6 +34,7 @@
 #include "base/logsink.h"
 #include "base/status.h"
 #include "base/timing.h"
+#include "image/budget.h"
 #include "server/api.h"
 #include "server/api_completions.h"
 #include "server/api_ollama.h"
@@ -41,14 +42,19 @@
 #include "server/compat.h"
 #include "server/cors.h"
 #include "server/chat_history.h"
+#include "server/conn_guard.h"
 #include "server/fetch.h"
 #include "server/jobs.h"
+#include "server/load_metrics.h"
 #include "server/metrics.h"
 #include "server/resp_store.h"
 #include "server/session.h"
 #include "server/web_assets.h"
+#include "text/unicode.h"
 
 #define WAIT_SLICE_MS 100 /* how often a waiting thread looks for a client hang-up */
+#define CONN_RESERVE 4    /* connections past max_connections that answer only /health and /metrics */
+#define DRAIN_CANCEL_GRACE_S 5.0 /* after the drain timeout: time for the cancelled requests' answers */
 
 struct server {
   const server_config *cfg;
@@ -60,7 +66,9 @@ struct server {
 
   pthread_rwlock_t be_lock; /* readers: submit/cancel/stats; writer: attach/detach */
   server_backend be;
-  bool ready, draining;     /* under be_lock */
+  bool ready;               /* under be_lock */
+  atomic_bool draining;     /* set under mu, read anywhere: never waits for a lock */
+  atomic_bool abort_prep;   /* the drain timed out: pre-processing stops at once */
   char **model_ids;         /* [n_model_ids], set once by server_set_ready */
   int n_model_ids;
 
@@ -68,9 +76,13 @@ struct server {
   fetch_opts fetch;
   resp_store *responses;    /* Responses API conversations (previous_response_id) */
 
-  pthread_mutex_t mu;       /* calls_alive */
+  pthread_mutex_t mu;       /* calls_alive, accepted, live */
   pthread_cond_t cv;
   int64_t calls_alive;
+  int64_t accepted;         /* chat/job requests admitted whose response is not yet sent */
+  struct call *live;        /* every call, for cancelling them when the drain times out */
+  conn_guard *guard;
+  image_budget *budget;
 
   _Atomic uint64_t http_class[6], rejected_busy, disconnects, seq;
 };
@@ -94,6 +106,9 @@ typedef struct conn_req {
   bool too_large, responded, log_owned_by_stream;
   char owner[JOBS_OWNER_CAP];      /* jobs: hash of the caller's API key */
   const char *session_hdr;         /* X-Session-Id, valid while the request is handled */
+  bool accepted;            /* counted in server.accepted until on_completed */
+  bool close_after;         /* answer with Connection: close (reserve connections) */
+  int fd;                   /* the client's socket (hang-up checks during pre-processing) */
 } conn_req;
 
 typedef struct call {
@@ -124,6 +139,10 @@ typedef struct call {
   history_policy hpol;
   history_report hist;
   char session[SESSION_KEY_CAP]; /* X-Qvl-Session: the conversation's routing key */
+  /* hostile load */
+  double deadline;          /* timeout_s from arrival, pre-processing included (0 = none) */
+  atomic_bool drain_cancelled; /* cancelled because the drain timed out */
+  struct call *live_next, *live_prev; /* server.live, under server.mu */
 } call;
 
 static double now_ms(double t0) { return (time_now_s() - t0) * 1e3; }
@@ -172,6 +191,10 @@ static call *call_new(server *s) {
   k->fd = -1;
   pthread_mutex_lock(&s->mu);
   s->calls_alive++;
+  k->live_next = s->live;
+  if (s->live)
+    s->live->live_prev = k;
+  s->live = k;
   pthread_mutex_unlock(&s->mu);
   return k;
 }
@@ -190,9 +213,15 @@ static void call_unref(call *k) {
   buf_free(&k->out);
   pthread_mutex_destroy(&k->mu);
   pthread_cond_destroy(&k->cv);
-  free(k);
   pthread_mutex_lock(&s->mu);
   s->calls_alive--;
+  if (k->live_prev)
+    k->live_prev->live_next = k->live_next;
+  else
+    s->live = k->live_next;
+  if (k->live_next)
+    k->live_next->live_prev = k->live_prev;
+  free(k);
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
 }
@@ -241,6 +270,11 @@ static void on_done(void *user, const engine_result *r) {
   if (k->result.status == QVL_OK && r->finish_reason && !strcmp(r->finish_reason, "cancelled")) {
     k->result.status = QVL_ERR_CANCELLED;
     snprintf(k->result.error, sizeof k->result.error, "the request was cancelled");
+  }
+  if (k->drain_cancelled && k->result.status == QVL_ERR_CANCELLED) {
+    k->result.status = QVL_ERR_BUSY;
+    snprintf(k->result.error, sizeof k->result.error,
+             "the server is shutting down: the request was cancelled after drain_timeout_s; retry elsewhere");
   }
   k->done = true;
   pthread_cond_broadcast(&k->cv);
@@ -291,6 +325,8 @@ static enum MHD_Result reply(struct MHD_Connection *c, server *s, conn_req *r, i
   cors_add_headers(s->cfg, c, resp);
   for (int i = 0; extra && extra[i]; i += 2)
     MHD_add_response_header(resp, extra[i], extra[i + 1]);
+  if (r->close_after)
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
   MHD_destroy_response(resp);
   r->log.status = status;
@@ -303,7 +339,18 @@ static enum MHD_Result reply_json(struct MHD_Connection *c, server *s, conn_req 
                                   const char *const *extra) {
   if (!json)
     return MHD_NO;
-  return reply(c, s, r, status, "application/json", json, strlen(json), extra);
+  size_t n = strlen(json);
+  if (utf8_valid_prefix(json, n) != n) { /* a message that copied request bytes: replace what is invalid */
+    buf fixed = {0};
+    qvl_status st = utf8_append_lossy(&fixed, json, n);
+    free(json);
+    if (st != QVL_OK) {
+      buf_free(&fixed);
+      return MHD_NO;
+    }
+    return reply(c, s, r, status, "application/json", fixed.data, fixed.len, extra);
+  }
+  return reply(c, s, r, status, "application/json", json, n, extra);
 }
 
 static enum MHD_Result reply_error(struct MHD_Connection *c, server *s, conn_req *r, const api_error *e,
@@ -502,6 +549,22 @@ static void fill_limits(server *s, api_limits *lim) {
   lim->n_model_ids = s->n_model_ids;
 }
 
+/* The stop check of a request's pre-processing (image fetch/decode, tokenizing, budget waits), on
+ * its connection thread: the drain gave up, its time is up, or its client has gone. */
+static qvl_status prep_stop(void *user) {
+  call *k = user;
+  if (atomic_load(&k->srv->abort_prep))
+    return qvl_errorf(QVL_ERR_BUSY, "the server is shutting down: the request was cancelled after drain_timeout_s");
+  if (k->deadline > 0 && time_now_s() > k->deadline)
+    return qvl_errorf(QVL_ERR_TIMEOUT, "the request timed out while its input was prepared (timeout_s %lld)",
+                      (long long)k->srv->cfg->timeout_s);
+  if (conn_gone(k->fd)) {
+    atomic_fetch_add(&k->srv->disconnects, 1);
+    return qvl_errorf(QVL_ERR_CANCELLED, "the client went away");
+  }
+  return QVL_OK;
+}
+
 /* Parses and submits (be_lock read-held by the caller). On failure fills e and returns NULL. */
 static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, api_error *e) {
   api_limits lim;
@@ -536,6 +599,8 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
     cr->state = NULL;
   }
   session_key(r->session_hdr, req.root, k->session);
+  k->fd = job ? -1 : r->fd; /* a job outlives its POST: only the drain and the deadline stop it */
+  k->deadline = s->cfg->timeout_s > 0 ? r->log.t0 + (double)s->cfg->timeout_s : 0;
   k->log = r->log;
   snprintf(k->log.id, sizeof k->log.id, "%s", k->id);
   k->log.chat = true;
@@ -568,9 +633,15 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   er.prompt.source.max_bytes = (size_t)s->cfg->max_image_mb << 20;
   if (s->fetch.n_allow) {
     er.prompt.source.fetch_remote = fetch_remote;
+    er.prompt.source.fetch_remote_stoppable = fetch_remote_stoppable;
     er.prompt.source.fetch_user = &s->fetch;
   }
   er.prompt.max_images = (int)s->cfg->max_images;
+  er.prompt.limits.max_pixels = s->cfg->max_image_pixels;
+  er.prompt.max_request_pixels = s->cfg->max_request_pixels;
+  er.prompt.budget = s->budget;
+  er.prompt.stop = prep_stop;
+  er.prompt.stop_user = k;
   er.gen = req.gen;
   er.gen.n_ctx = s->cfg->ctx;
   er.on_text = on_text;
@@ -620,9 +691,20 @@ static enum MHD_Result reply_result(struct MHD_Connection *c, server *s, conn_re
 
 static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req *r, bool job, compat_request *cr) {
   api_error e;
+  /* Admission, linearised with server_drain: once draining is set no request is admitted, and the
+   * drain waits for every admitted one until its response has been sent (on_completed). */
+  pthread_mutex_lock(&s->mu);
+  bool admitted = !atomic_load(&s->draining);
+  if (admitted) {
+    s->accepted++;
+    r->accepted = true;
+  }
+  pthread_mutex_unlock(&s->mu);
+  const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  r->fd = fdi ? fdi->connect_fd : -1;
   pthread_rwlock_rdlock(&s->be_lock);
-  if (s->draining || !s->ready) {
-    bool draining = s->draining;
+  if (!admitted || !s->ready) {
+    bool draining = !admitted;
     pthread_rwlock_unlock(&s->be_lock);
     api_error_set(&e, 503, "server_error", draining ? "shutting_down" : "model_loading", NULL,
                   draining ? "the server is shutting down" : "the model is still loading; retry in a few seconds");
@@ -894,7 +976,7 @@ static enum MHD_Result handle_health(struct MHD_Connection *c, server *s, conn_r
   if (ready && !draining)
     return reply_json(c, s, r, 200, strdup("{\"status\":\"ok\"}"), NULL);
   static const char *const retry[] = {"Retry-After", "2", NULL};
-  return reply_json(c, s, r, 503, strdup(draining ? "{\"status\":\"shutting_down\"}" : "{\"status\":\"loading\"}"), retry);
+  return reply_json(c, s, r, 503, strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}"), retry);
 }
 
 /* Liveness: 200 whenever the process answers at all, loading and draining included (a balancer or
@@ -927,7 +1009,11 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, server *s, conn_
   ms.rss_bytes = metrics_rss_bytes();
   ms.rss_peak_bytes = metrics_rss_peak_bytes();
   buf b = {0};
-  if (metrics_format(&b, ms.loaded ? &st : NULL, &ms) != QVL_OK) {
+  conn_guard_stats gs;
+  image_budget_stats is;
+  conn_guard_get_stats(s->guard, &gs);
+  image_budget_get_stats(s->budget, &is);
+  if (metrics_format(&b, ms.loaded ? &st : NULL, &ms) != QVL_OK || load_metrics_format(&b, &gs, &is) != QVL_OK) {
     buf_free(&b);
     return reply_errorf(c, s, r, 500, "server_error", NULL, "%s", "out of memory formatting the metrics");
   }
@@ -981,6 +1067,10 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
     static const char *const close_hdr[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
     return reply_error(c, s, r, &e, close_hdr);
   }
+  if (r->close_after && strcmp(url, "/health") && strcmp(url, "/metrics"))
+    return reply_errorf(c, s, r, 503, "server_error", "server_busy", "%s",
+                        "the server has no free connection (max_connections); only /health and /metrics are answered "
+                        "now; retry after a few seconds");
   if (cors_is_preflight(s->cfg, c, method)) /* before the key check: a preflight carries no key */
     return handle_preflight(c, s, r);
   if (!strncmp(url, "/api/", 5))
@@ -1037,6 +1127,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (!r)
       return MHD_NO;
     *con_cls = r;
+    r->fd = -1;
+    r->close_after = conn_guard_is_reserve(c);
+    conn_guard_headers_done(c);
     r->log.t0 = time_now_s();
     snprintf(r->log.id, sizeof r->log.id, "req-%llu", (unsigned long long)atomic_fetch_add(&s->seq, 1) + 1);
     snprintf(r->log.method, sizeof r->log.method, "%s", method);
@@ -1047,6 +1140,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > max_body) {
       r->too_large = true;
+      conn_guard_body_done(c);
       return route(c, s, r, url, method);
     }
     return MHD_YES;
@@ -1063,18 +1157,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *upload_data_size = 0;
     return MHD_YES;
   }
+  conn_guard_body_done(c);
   if (r->responded)
     return MHD_YES;
   return route(c, s, r, url, method);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-  (void)cls;
-  (void)c;
+  server *s = cls;
   (void)toe;
+  conn_guard_response_done(c);
   conn_req *r = *con_cls;
   if (!r)
     return;
+  if (r->accepted) { /* its response is sent (or its client gone): the drain may go on */
+    pthread_mutex_lock(&s->mu);
+    s->accepted--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+  }
   if (!r->log_owned_by_stream) {
     if (!r->responded)
       r->log.status = 499;
@@ -1186,6 +1287,18 @@ qvl_status server_start(const server_config *cfg, server **out) {
   s->fetch.n_allow = cfg->n_allow_image_url;
   s->fetch.timeout_s = (double)cfg->image_fetch_timeout_s;
   qvl_status st = resp_store_init(RESPONSES_STORE_ENTRIES, RESPONSES_STORE_BYTES, RESPONSES_STORE_TTL_S, &s->responses);
+  if (st == QVL_OK) {
+    int64_t pool = (cfg->image_memory_mb << 20) / IMAGE_BUDGET_BYTES_PER_PIXEL;
+    st = image_budget_new(pool, (int)cfg->max_decodes, &s->budget);
+  }
+  if (st == QVL_OK) {
+    conn_guard_opts go = {.max_conns = (int)cfg->max_connections,
+                          .reserve = CONN_RESERVE,
+                          .per_client = (int)cfg->max_connections_per_client,
+                          .header_timeout_s = (double)cfg->header_timeout_s,
+                          .body_timeout_s = (double)cfg->body_timeout_s};
+    st = conn_guard_new(&go, &s->guard);
+  }
   if (st == QVL_OK && s->fetch.n_allow)
     st = fetch_global_init();
   if (st == QVL_OK)
@@ -1193,17 +1306,24 @@ qvl_status server_start(const server_config *cfg, server **out) {
   if (st == QVL_OK)
     st = open_jobs(s); /* after the listener: the default replica name has the port in it */
   if (st == QVL_OK) {
+    /* The listener is ours (conn_guard accepts and hands connections over), so that a full server
+     * still answers. The limit leaves room for evicted connections that are still closing. */
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                                MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                                MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET,
                             0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-                            MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(2 * cfg->max_connections + CONN_RESERVE + 16),
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_END);
+                            MHD_OPTION_NOTIFY_CONNECTION, conn_guard_notify, s->guard, MHD_OPTION_END);
     if (!s->d)
       st = qvl_errorf(QVL_ERR_IO, "libmicrohttpd failed to start on %s:%d", cfg->host, s->port);
+    if (st == QVL_OK)
+      st = conn_guard_start(s->guard, s->listen_fd, s->d);
   }
   if (st != QVL_OK) {
+    if (s->d)
+      MHD_stop_daemon(s->d);
+    conn_guard_free(s->guard);
+    image_budget_free(s->budget);
     if (s->listen_fd >= 0)
       close(s->listen_fd);
     jobs_free(s->jobs);
@@ -1232,21 +1352,9 @@ void server_set_ready(server *s, const server_backend *b, const char *const *ids
   pthread_rwlock_unlock(&s->be_lock);
 }
 
-bool server_drain(server *s, double timeout_s) {
-  pthread_rwlock_wrlock(&s->be_lock);
-  s->draining = true;
-  pthread_rwlock_unlock(&s->be_lock);
-  /* no new connections; the listening socket comes back to us */
-  if (s->d) {
-    MHD_socket fd = MHD_quiesce_daemon(s->d);
-    if (fd != MHD_INVALID_SOCKET && fd == s->listen_fd) {
-      close(s->listen_fd);
-      s->listen_fd = -1;
-    }
-  }
-  double deadline = time_now_s() + timeout_s;
-  pthread_mutex_lock(&s->mu);
-  while (s->calls_alive > 0 && time_now_s() < deadline) {
+/* Waits (s->mu held) until nothing admitted is left or the deadline passes. */
+static bool wait_idle(server *s, double deadline) {
+  while ((s->calls_alive > 0 || s->accepted > 0) && time_now_s() < deadline) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 50 * 1000000L;
@@ -1256,8 +1364,38 @@ bool server_drain(server *s, double timeout_s) {
     }
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
   }
-  bool idle = s->calls_alive == 0;
+  return s->calls_alive == 0 && s->accepted == 0;
+}
+
+bool server_drain(server *s, double timeout_s) {
+  /* At once, without waiting for any lock a request holds: /health says draining, new requests get
+   * 503 (the listener stays open so that they are answered, not refused). */
+  pthread_mutex_lock(&s->mu);
+  atomic_store(&s->draining, true);
+  bool idle = wait_idle(s, time_now_s() + timeout_s);
+  if (!idle) {
+    /* Out of time: cancel what is left; each still gets a complete (error) response. */
+    atomic_store(&s->abort_prep, true);
+    uint64_t ids[256];
+    int n = 0;
+    for (call *k = s->live; k && n < 256; k = k->live_next) {
+      k->drain_cancelled = true;
+      if (k->engine_id)
+        ids[n++] = k->engine_id;
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++)
+      backend_cancel(s, ids[i]);
+    pthread_mutex_lock(&s->mu);
+    idle = wait_idle(s, time_now_s() + DRAIN_CANCEL_GRACE_S);
+  }
   pthread_mutex_unlock(&s->mu);
+  /* all answered: now the listener goes (kept-alive connections get 503 until server_stop) */
+  conn_guard_stop(s->guard);
+  if (s->listen_fd >= 0) {
+    close(s->listen_fd);
+    s->listen_fd = -1;
+  }
   pthread_rwlock_wrlock(&s->be_lock);
   s->ready = false;
   memset(&s->be, 0, sizeof s->be);
@@ -1268,8 +1406,11 @@ bool server_drain(server *s, double timeout_s) {
 void server_stop(server *s) {
   if (!s)
     return;
+  conn_guard_stop(s->guard);
   if (s->d)
     MHD_stop_daemon(s->d);
+  conn_guard_free(s->guard);
+  image_budget_free(s->budget);
   if (s->listen_fd >= 0)
     close(s->listen_fd);
   /* Calls still referenced by the engine (a drain that timed out) stay allocated: their on_done

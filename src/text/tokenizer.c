@@ -942,6 +942,11 @@ typedef struct encode_ctx {
   int32_t *sym, *prev, *next;
   uint64_t *heap;
   size_t scratch_cap;
+  /* tokenizer_encode_capped: give up past max_ids ids (0 = never) or when stop says so */
+  size_t max_ids;
+  qvl_stop_fn stop;
+  void *stop_user;
+  size_t pieces;
 } encode_ctx;
 
 static qvl_status ctx_scratch(encode_ctx *c, size_t n) {
@@ -1226,6 +1231,16 @@ static size_t pretok_next(const uint8_t *ac, const unsigned char *s, size_t len,
   return last_start;
 }
 
+/* Stops a capped encode as soon as the answer is known: too many ids, or the caller's stop check
+ * (polled every 1024 pieces: cheap next to the pieces themselves). */
+static qvl_status check_caps(encode_ctx *c) {
+  if (c->max_ids && c->out.n > c->max_ids)
+    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "the text has more than %zu tokens", c->max_ids);
+  if (c->stop && (++c->pieces & 1023) == 0)
+    return c->stop(c->stop_user);
+  return QVL_OK;
+}
+
 static qvl_status encode_span(encode_ctx *c, const char *text, size_t len, char **norm_keep, size_t *n_keep) {
   if (len == 0)
     return QVL_OK;
@@ -1248,12 +1263,13 @@ static qvl_status encode_span(encode_ctx *c, const char *text, size_t len, char 
     size_t j = pretok_next(c->t->ascii_class, u, len, i);
     QVL_TRY(encode_piece(c, s + i, j - i));
     i = j;
+    QVL_TRY(check_caps(c));
   }
   return QVL_OK;
 }
 
-qvl_status tokenizer_encode_flags(const tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
-                                  size_t *n_ids) {
+static qvl_status encode_impl(const tokenizer *t, const char *text, size_t len, unsigned flags, size_t max_ids,
+                              qvl_stop_fn stop, void *stop_user, int32_t **ids, size_t *n_ids) {
   *ids = NULL;
   *n_ids = 0;
   if (!text && len)
@@ -1267,8 +1283,8 @@ qvl_status tokenizer_encode_flags(const tokenizer *t, const char *text, size_t l
     s = clean.data;
     len = clean.len;
   }
-  encode_ctx c = {.t = t};
-  qvl_status st = ids_reserve(&c.out, len / 3 + 16);
+  encode_ctx c = {.t = t, .max_ids = max_ids, .stop = stop, .stop_user = stop_user};
+  qvl_status st = ids_reserve(&c.out, (max_ids && max_ids < len / 3 ? max_ids : len / 3) + 16);
   if (len >= 256) {
     /* About one slot per 16 bytes of text: small prompts get a small table. */
     c.cache_bits = 8;
@@ -1308,6 +1324,8 @@ qvl_status tokenizer_encode_flags(const tokenizer *t, const char *text, size_t l
     if ((st = ids_reserve(&c.out, 1)) != QVL_OK)
       break;
     c.out.v[c.out.n++] = id;
+    if ((st = check_caps(&c)) != QVL_OK)
+      break;
     i += match;
     span = i;
   }
@@ -1327,6 +1345,16 @@ qvl_status tokenizer_encode_flags(const tokenizer *t, const char *text, size_t l
   *ids = c.out.v;
   *n_ids = c.out.n;
   return QVL_OK;
+}
+
+qvl_status tokenizer_encode_flags(const tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
+                                  size_t *n_ids) {
+  return encode_impl(t, text, len, flags, 0, NULL, NULL, ids, n_ids);
+}
+
+qvl_status tokenizer_encode_capped(const tokenizer *t, const char *text, size_t len, unsigned flags, size_t max_ids,
+                                   qvl_stop_fn stop, void *stop_user, int32_t **ids, size_t *n_ids) {
+  return encode_impl(t, text, len, flags, max_ids, stop, stop_user, ids, n_ids);
 }
 
 qvl_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids) {

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "base/buf.h"
+#include "base/stop.h"
 #include "model/gguf.h"
 #include "qvl.h"
 
@@ -65,6 +66,12 @@ enum {
 qvl_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids);
 qvl_status tokenizer_encode_flags(const tokenizer *t, const char *text, size_t len, unsigned flags,
                                   int32_t **ids, size_t *n_ids);
+
+/* The same, for untrusted text of any size: fails with QVL_ERR_CONTEXT_OVERFLOW as soon as the text
+ * is known to need more than max_ids ids (0 = no cap), so a huge prompt costs only max_ids tokens of
+ * work, and with stop's status when stop (may be NULL) says so, polled while encoding. */
+qvl_status tokenizer_encode_capped(const tokenizer *t, const char *text, size_t len, unsigned flags, size_t max_ids,
+                                   qvl_stop_fn stop, void *stop_user, int32_t **ids, size_t *n_ids);
 
 /* Appends the decoded UTF-8 text of ids to out (which it does not clear). skip_special drops
  * CONTROL tokens (<|im_end|>, ...) but keeps non-special added tokens (<think>), like the

@@ -60,7 +60,7 @@ wait_idle() {
   return 1
 }
 tmux new-session -d -s "$sess" -x 160 -y 50 \
-  "$QVL chat -m $E2E/e2e-Q8_0.gguf --mmproj $E2E/mmproj-e2e-F16.gguf --temp 0 -n 8 --ctx 8192; echo CHAT-EXITED-\$?; sleep 30"
+  "$QVL chat -m $E2E/e2e-Q8_0.gguf --mmproj $E2E/mmproj-e2e-F16.gguf --temp 0 -n 8 --ctx 32768; echo CHAT-EXITED-\$?; sleep 30"
 check 'wait_for "Ctrl-D to leave" 60' "the banner: $(pane | tail -5)"
 tmux send-keys -t "$sess" "/image $IMG" Enter
 check 'wait_for "image 1 attached" 10' "/image acknowledged"
@@ -68,11 +68,13 @@ tmux send-keys -t "$sess" "what is in this picture?" Enter
 check 'wait_idle 60' "first answer: $(pane | tail -4)"
 tmux send-keys -t "$sess" "and the colours?" Enter
 check 'wait_idle 60' "second answer: $(pane | tail -4)"
-# a long answer, stopped mid-way
-tmux send-keys -t "$sess" "/tokens 4000" Enter
+# a long answer, stopped mid-way: the tiny model writes thousands of tokens a second on an idle
+# machine, so the answer may run to 30,000 tokens and Ctrl-C goes as soon as it has started
+tmux send-keys -t "$sess" "/tokens 30000" Enter
 sleep 0.3
 tmux send-keys -t "$sess" "tell me a very long story" Enter
-sleep 2
+check 'wait_for "^> tell me a very long story" 10' "the long question is sent"
+sleep 0.5
 tmux send-keys -t "$sess" C-c
 check 'wait_for "\[stopped\]" 20' "Ctrl-C stops the answer: $(pane | tail -4)"
 check '! pane | grep -q CHAT-EXITED' "and the chat is still running"

@@ -44,8 +44,11 @@ static inline float quant_run(const float *x, int n, int8_t *q, int32_t *sums16)
   __m512 vid = _mm512_set1_ps(id);
   for (int i = 0; i < n; i += 16) {
     __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vid)); /* ties to even */
-    _mm_storeu_si128((__m128i *)(q + i), _mm512_cvtsepi32_epi8(v));
-    sums16[i / 16] = _mm512_reduce_add_epi32(v);
+    __m128i q8 = _mm512_cvtsepi32_epi8(v);
+    _mm_storeu_si128((__m128i *)(q + i), q8);
+    /* The sum of the stored (saturated) quants, not of v: the same for finite x, and bounded when x
+     * holds NaN or Inf (v is then INT_MIN, and 16 of them overflowed the int sums downstream). */
+    sums16[i / 16] = _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(q8));
   }
   return d;
 }
