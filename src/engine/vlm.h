@@ -65,6 +65,8 @@ typedef struct vlm_prompt_opts {
                             * pixel_values are kept until then */
   trace_fn trace;          /* vision stages (NULL = off) */
   void *trace_user;
+  const cJSON *tools;      /* OpenAI tools array rendered by the chat template (NULL = none); read
+                            * during vlm_prompt_build only */
 } vlm_prompt_opts;
 
 typedef struct vlm_image {

@@ -105,6 +105,8 @@ typedef struct call {
   /* jobs */
   bool is_job;
   char job_id[JOBS_ID_CAP];
+  api_agent_opts agent;     /* tool calls / logprobs in the response */
+  bool tool_seen;           /* stream: a <tool_call> began; no more content deltas */
 } call;
 
 static double now_ms(double t0) { return (time_now_s() - t0) * 1e3; }
@@ -218,6 +220,7 @@ static void on_done(void *user, const engine_result *r) {
     k->result.status = QVL_ERR_NOMEM;
     snprintf(k->result.error, sizeof k->result.error, "out of memory copying the result");
   }
+  k->result.agent = k->agent;
   if (k->result.status == QVL_OK && r->finish_reason && !strcmp(r->finish_reason, "cancelled")) {
     k->result.status = QVL_ERR_CANCELLED;
     snprintf(k->result.error, sizeof k->result.error, "the request was cancelled");
@@ -314,7 +317,27 @@ static enum MHD_Result reply_errorf(struct MHD_Connection *c, server *s, conn_re
 
 /* Formats what is due into k->out (mutex held). */
 static void stream_format(call *k) {
-  if (k->pending.len) {
+  if (k->pending.len && k->agent.parse_tools) {
+    /* Text from a <tool_call> on goes out as tool_calls deltas at the end, not as content. */
+    size_t safe = k->tool_seen ? 0 : api_tool_text_safe(k->pending.data, k->pending.len, &k->tool_seen);
+    if (safe > 0) {
+      char *j = api_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending.data, safe, NULL);
+      if (j)
+        sse_append(&k->out, j);
+      free(j);
+      k->sent_role = true;
+    }
+    if (k->tool_seen) {
+      k->pending.len = 0;
+    } else {
+      memmove(k->pending.data, k->pending.data + safe, k->pending.len - safe);
+      k->pending.len -= safe;
+    }
+    k->pending.data[k->pending.len] = '\0';
+    if (safe > 0 || !k->done)
+      return;
+  }
+  if (k->pending.len && !(k->agent.parse_tools && !k->done)) {
     char *j = api_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending.data, k->pending.len, NULL);
     if (j)
       sse_append(&k->out, j);
@@ -342,7 +365,8 @@ static void stream_format(call *k) {
       free(j);
       k->sent_role = true;
     }
-    const char *fr = api_finish_reason(r->finish_reason);
+    api_agents_stream_tail(&k->out, k->id, k->created, k->model, r);
+    const char *fr = api_agents_finish_reason(r);
     char *j = api_chunk_json(k->id, k->created, k->model, false, NULL, 0, fr ? fr : "stop");
     if (j)
       sse_append(&k->out, j);
@@ -508,6 +532,12 @@ static call *submit_chat(server *s, conn_req *r, bool job, api_error *e) {
   er.on_text = on_text;
   er.on_done = on_done;
   er.user = k;
+  er.prompt.tools = req.tools;
+  er.grammar = req.grammar; /* the engine's from here on */
+  req.grammar = NULL;
+  er.logprobs = req.agent.logprobs;
+  er.top_logprobs = req.agent.top_logprobs;
+  k->agent = req.agent;
   k->refs++; /* the engine's reference, dropped in on_done */
   qvl_status st = s->be.submit(s->be.ctx, &er, &k->engine_id);
   api_chat_request_free(&req);

@@ -96,7 +96,7 @@ qvl_status grammar_init(grammar **out) {
   n[GRAMMAR_NODE_ANY_OBJECT] = (grammar_node){.kind = GK_OBJECT, .any_keys = true};
   n[GRAMMAR_NODE_ANY_ARRAY] =
       (grammar_node){.kind = GK_ARRAY, .child = GRAMMAR_NODE_ANY, .min_items = 0, .max_items = UINT32_MAX};
-  n[GRAMMAR_NODE_STRING] = (grammar_node){.kind = GK_STRING};
+  n[GRAMMAR_NODE_STRING] = (grammar_node){.kind = GK_STRING, .max_items = UINT32_MAX};
   n[GRAMMAR_NODE_NUMBER] = (grammar_node){.kind = GK_NUMBER};
   n[GRAMMAR_NODE_TFN] = (grammar_node){.kind = GK_LITERALS, .n = 3};
   static const char *const tfn[] = {"true", "false", "null"};
@@ -266,7 +266,7 @@ static int step_array(const grammar_node *nd, grammar_frame *f, int c, uint32_t 
   return R_REJECT;
 }
 
-static int step_string(grammar_frame *f, int c) {
+static int step_string(const grammar_node *nd, grammar_frame *f, int c) {
   switch (f->phase) {
   case 0:
     if (c != '"')
@@ -275,13 +275,14 @@ static int step_string(grammar_frame *f, int c) {
     return R_OK;
   case 1:
     if (c == '"')
-      return R_DONE;
+      return f->cur >= nd->min_items ? R_DONE : R_REJECT;
+    if (c < 0x20 || c == GRAMMAR_END || c == 0x7F || f->cur >= nd->max_items)
+      return R_REJECT;
+    f->cur++; /* a character starts here (an escape or a UTF-8 lead byte is one) */
     if (c == '\\') {
       f->phase = 2;
       return R_OK;
     }
-    if (c < 0x20 || c == GRAMMAR_END || c == 0x7F)
-      return R_REJECT;
     if (c < 0x80)
       return R_OK;
     /* UTF-8 lead byte: how many continuation bytes, and the range of the first (no overlongs,
@@ -531,7 +532,7 @@ static void run(const grammar *g, grammar_stack *w, int c, grammar_state *out, i
       r = nd->kind == GK_OBJECT ? step_object(g, nd, f, c, &child) : step_array(nd, f, c, &child);
       break;
     case GK_STRING:
-      r = step_string(f, c);
+      r = step_string(nd, f, c);
       break;
     case GK_NUMBER:
     case GK_INTEGER:
@@ -621,7 +622,8 @@ bool grammar_in_free_string(const grammar *g, const grammar_state *st) {
   for (uint32_t i = 0; i < st->n; i++) {
     const grammar_stack *s = &st->s[i];
     const grammar_frame *f = &s->f[s->depth - 1];
-    if (g->nodes[f->node].kind != GK_STRING || f->phase != 1)
+    const grammar_node *nd = &g->nodes[f->node];
+    if (nd->kind != GK_STRING || f->phase != 1 || nd->max_items != UINT32_MAX)
       return false;
   }
   return true;

@@ -27,7 +27,7 @@
 
 #define GRAMMAR_MAX_DEPTH 32
 #define GRAMMAR_MAX_ALT 4
-#define GRAMMAR_MAX_WS 16
+#define GRAMMAR_MAX_WS 8
 #define GRAMMAR_MAX_NUMBER 24
 #define GRAMMAR_MAX_NODES 4096
 #define GRAMMAR_MAX_PROPS 64  /* properties per object, values per enum (one 64-bit mask) */
@@ -38,7 +38,7 @@ typedef enum grammar_kind {
   GK_ANY,       /* any JSON value */
   GK_OBJECT,    /* props[first .. first+n), required mask; any_keys: free keys with ANY values */
   GK_ARRAY,     /* child: items; min/max items */
-  GK_STRING,    /* any string */
+  GK_STRING,    /* a string of min_items .. max_items characters (code points; an escape is one) */
   GK_NUMBER,
   GK_INTEGER,
   GK_LITERALS,  /* one of lits[first .. first+n) (enum, const, true/false, null) */
@@ -89,7 +89,7 @@ typedef struct grammar_frame {
   uint8_t ws;        /* whitespace bytes in a row */
   uint16_t pos;      /* key / literal byte index, number length, UTF-8 bytes pending, item count */
   uint8_t lo, hi;    /* next UTF-8 continuation byte range */
-  uint32_t cur;      /* object: property of the current value */
+  uint32_t cur;      /* object: property of the current value; string: characters so far */
   uint32_t pad;
   uint64_t mask;     /* candidate keys or literals */
   uint64_t seen;     /* object: properties already given */

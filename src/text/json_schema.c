@@ -28,7 +28,8 @@ static const char *const ignored_keys[] = {"description", "title",      "$schema
                                            "$defs",       "definitions", "strict"};
 static const char *const handled_keys[] = {"type",     "properties", "required", "additionalProperties",
                                            "items",    "minItems",   "maxItems", "enum",
-                                           "const",    "anyOf",      "$ref",     "nullable"};
+                                           "const",    "anyOf",      "$ref",     "nullable",
+                                           "minLength", "maxLength"};
 
 static bool in_list(const char *k, const char *const *list, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -39,8 +40,8 @@ static bool in_list(const char *k, const char *const *list, size_t n) {
 
 static qvl_status unsupported(compiler *c, const char *what) {
   return qvl_errorf(QVL_ERR_UNSUPPORTED, "json_schema: %s at '%s' is not supported (supported: type, properties, "
-                    "required, additionalProperties, items, minItems, maxItems, enum, const, anyOf, $defs, $ref, "
-                    "nullable)", what, c->path[0] ? c->path : "#");
+                    "required, additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const, "
+                    "anyOf, $defs, $ref, nullable)", what, c->path[0] ? c->path : "#");
 }
 
 static qvl_status invalid(compiler *c, const char *what) {
@@ -237,8 +238,16 @@ static qvl_status compile_type(compiler *c, const cJSON *sch, const char *type, 
     return grammar_add_node(c->g, &nd, out);
   }
   if (!strcmp(type, "string")) {
-    *out = GRAMMAR_NODE_STRING;
-    return QVL_OK;
+    grammar_node sn = {.kind = GK_STRING};
+    QVL_TRY(get_count(c, sch, "minLength", 0, &sn.min_items));
+    QVL_TRY(get_count(c, sch, "maxLength", UINT32_MAX, &sn.max_items));
+    if (sn.min_items > sn.max_items)
+      return invalid(c, "minLength is larger than maxLength");
+    if (sn.min_items == 0 && sn.max_items == UINT32_MAX) {
+      *out = GRAMMAR_NODE_STRING;
+      return QVL_OK;
+    }
+    return grammar_add_node(c->g, &sn, out);
   }
   if (!strcmp(type, "number")) {
     *out = GRAMMAR_NODE_NUMBER;

@@ -114,6 +114,15 @@ static bool validate(const cJSON *doc, const cJSON *s, const cJSON *v) {
         return false;
     }
   }
+  if (cJSON_IsString(v)) {
+    const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minLength");
+    const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "maxLength");
+    int n = 0;
+    for (const unsigned char *p = (const unsigned char *)v->valuestring; *p; p++)
+      n += (*p & 0xC0) != 0x80;
+    if ((mn && n < mn->valueint) || (mx && n > mx->valueint))
+      return false;
+  }
   if (cJSON_IsArray(v)) {
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
     const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minItems");
@@ -214,6 +223,8 @@ static const char *const schemas[] = {
     "\"required\":[\"req\"],\"additionalProperties\":false}",
     "{\"type\":\"object\",\"properties\":{\"k\\\"ey\":{\"type\":\"string\"},\"k\":{\"type\":\"number\"}},"
     "\"required\":[\"k\\\"ey\",\"k\"],\"additionalProperties\":false}",
+    "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":3},"
+    "\"t\":{\"type\":[\"string\",\"null\"],\"maxLength\":1}},\"required\":[\"s\",\"t\"],\"additionalProperties\":false}",
 };
 
 static void test_generic(void) {
@@ -284,6 +295,13 @@ static void test_schema_accepts(void) {
   CHECK(!accepts(g, "{\"v\": 1, \"kids\": [{\"v\": 2}]}"), "recursive: required inside");
   CHECK(!accepts(g, "{\"v\": 1, \"kids\": [{\"v\":1,\"kids\":[]},{\"v\":1,\"kids\":[]},{\"v\":1,\"kids\":[]}]}"),
         "maxItems");
+  grammar_free(g);
+  g = compile_str(schemas[6]);
+  CHECK(accepts(g, "{\"s\": \"ab\", \"t\": null}"), "minLength 2");
+  CHECK(accepts(g, "{\"s\": \"\xc3\xa9\\n\xe4\xb8\xad\", \"t\": \"\\u00e9\"}"), "characters, not bytes; an escape is one");
+  CHECK(!accepts(g, "{\"s\": \"a\", \"t\": null}"), "too short");
+  CHECK(!accepts(g, "{\"s\": \"abcd\", \"t\": null}"), "too long");
+  CHECK(!accepts(g, "{\"s\": \"abc\", \"t\": \"xy\"}"), "maxLength on a nullable string");
   grammar_free(g);
   g = compile_str(schemas[5]);
   CHECK(accepts(g, "{\"k\\\"ey\": \"q\", \"k\": 1}"), "escaped key");
