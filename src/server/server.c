@@ -107,6 +107,7 @@ typedef struct call {
   char job_id[JOBS_ID_CAP];
   api_agent_opts agent;     /* tool calls / logprobs in the response */
   bool tool_seen;           /* stream: a <tool_call> began; no more content deltas */
+  buf held;                 /* stream: text that may begin a <tool_call>, not sent yet */
 } call;
 
 static double now_ms(double t0) { return (time_now_s() - t0) * 1e3; }
@@ -169,6 +170,7 @@ static void call_unref(call *k) {
   server *s = k->srv;
   api_result_free(&k->result);
   buf_free(&k->pending);
+  buf_free(&k->held);
   buf_free(&k->out);
   pthread_mutex_destroy(&k->mu);
   pthread_cond_destroy(&k->cv);
@@ -317,27 +319,29 @@ static enum MHD_Result reply_errorf(struct MHD_Connection *c, server *s, conn_re
 
 /* Formats what is due into k->out (mutex held). */
 static void stream_format(call *k) {
-  if (k->pending.len && k->agent.parse_tools) {
-    /* Text from a <tool_call> on goes out as tool_calls deltas at the end, not as content. */
-    size_t safe = k->tool_seen ? 0 : api_tool_text_safe(k->pending.data, k->pending.len, &k->tool_seen);
+  if (k->agent.parse_tools && (k->pending.len || (k->done && k->held.len))) {
+    /* Text from a <tool_call> on goes out as tool_calls deltas at the end, not as content; a tail
+     * that may begin one waits in held. */
+    if (!k->tool_seen)
+      buf_append(&k->held, k->pending.data, k->pending.len);
+    k->pending.len = 0;
+    k->pending.data[0] = '\0';
+    size_t safe = k->tool_seen ? 0 : api_tool_text_safe(k->held.data, k->held.len, &k->tool_seen);
+    if (k->done && !k->tool_seen)
+      safe = k->held.len;
     if (safe > 0) {
-      char *j = api_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending.data, safe, NULL);
+      char *j = api_chunk_json(k->id, k->created, k->model, !k->sent_role, k->held.data, safe, NULL);
       if (j)
         sse_append(&k->out, j);
       free(j);
       k->sent_role = true;
     }
-    if (k->tool_seen) {
-      k->pending.len = 0;
-    } else {
-      memmove(k->pending.data, k->pending.data + safe, k->pending.len - safe);
-      k->pending.len -= safe;
-    }
-    k->pending.data[k->pending.len] = '\0';
-    if (safe > 0 || !k->done)
-      return;
+    size_t keep = k->tool_seen ? 0 : k->held.len - safe;
+    memmove(k->held.data, k->held.data + safe, keep);
+    k->held.len = keep;
+    return;
   }
-  if (k->pending.len && !(k->agent.parse_tools && !k->done)) {
+  if (k->pending.len) {
     char *j = api_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending.data, k->pending.len, NULL);
     if (j)
       sse_append(&k->out, j);

@@ -278,7 +278,12 @@ static int step_string(const grammar_node *nd, grammar_frame *f, int c) {
       return f->cur >= nd->min_items ? R_DONE : R_REJECT;
     if (c < 0x20 || c == GRAMMAR_END || c == 0x7F || f->cur >= nd->max_items)
       return R_REJECT;
-    f->cur++; /* a character starts here (an escape or a UTF-8 lead byte is one) */
+    /* A character starts here (an escape or a UTF-8 lead byte). One above U+FFFF counts twice:
+     * JavaScript (zod's .max(), JSON.parse + length) counts UTF-16 units, and a string within the
+     * limit in UTF-16 is within it in code points too. */
+    if (c >= 0xF0 && f->cur + 2 > nd->max_items)
+      return R_REJECT;
+    f->cur += c >= 0xF0 ? 2 : 1;
     if (c == '\\') {
       f->phase = 2;
       return R_OK;
@@ -451,9 +456,8 @@ static int step_wrap(const grammar *g, const grammar_node *nd, grammar_frame *f,
 
 static int step_root(grammar_frame *f, int c, uint32_t root_child, uint32_t *child) {
   if (f->phase == 0) {
-    int w = take_ws(f, c);
-    if (w >= 0)
-      return w;
+    /* No whitespace before the value: it would only cost tokens (and show as content before a
+     * tool call). */
     if (c == GRAMMAR_END)
       return R_REJECT;
     f->phase = 1;

@@ -6,7 +6,8 @@
  *   properties, required, additionalProperties (false; true or absent: only the listed properties
  *   are produced, which any reader of the schema accepts; an object without properties and without
  *   additionalProperties: false is any object); items, minItems, maxItems; minLength, maxLength
- *   (characters: code points, an escape is one); enum, const (matched
+ *   (characters: code points, an escape is one;
+ *   one above U+FFFF counts as two for maxLength, as JavaScript's UTF-16 length does); enum, const (matched
  *   byte for byte in their JSON form); anyOf; nullable (OpenAPI); $defs / definitions + $ref
  *   ("#", "#/$defs/Name", "#/definitions/Name", any JSON pointer into the same document;
  *   recursion allowed); the annotations description, title, $schema, $id, $comment, examples,

@@ -231,7 +231,8 @@ static void test_generic(void) {
   grammar *g = NULL;
   CHECK(json_schema_any_object(&g) == QVL_OK, "json_object grammar");
   CHECK(accepts(g, "{}"), "empty object");
-  CHECK(accepts(g, " {\"a\": [1, -2.5e+3, true, null, \"x\\u00e9\\n\"], \"b\": {\"c\": {}}}"), "nested");
+  CHECK(!accepts(g, " {}"), "no whitespace before the value");
+  CHECK(accepts(g, "{\"a\": [1, -2.5e+3, true, null, \"x\\u00e9\\n\"], \"b\": {\"c\": {}}}"), "nested");
   CHECK(accepts(g, "{\"\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80\": 0}"), "UTF-8 key");
   CHECK(!accepts(g, "[]"), "top level must be an object");
   CHECK(!accepts(g, "{\"a\": 01}"), "leading zero");
@@ -302,6 +303,8 @@ static void test_schema_accepts(void) {
   CHECK(!accepts(g, "{\"s\": \"a\", \"t\": null}"), "too short");
   CHECK(!accepts(g, "{\"s\": \"abcd\", \"t\": null}"), "too long");
   CHECK(!accepts(g, "{\"s\": \"abc\", \"t\": \"xy\"}"), "maxLength on a nullable string");
+  CHECK(!accepts(g, "{\"s\": \"ab\xf0\x9f\x98\x80\", \"t\": null}") && accepts(g, "{\"s\": \"a\xf0\x9f\x98\x80\", \"t\": null}"),
+        "a character above U+FFFF counts twice for maxLength (UTF-16, as JavaScript)");
   grammar_free(g);
   g = compile_str(schemas[5]);
   CHECK(accepts(g, "{\"k\\\"ey\": \"q\", \"k\": 1}"), "escaped key");
