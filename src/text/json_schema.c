@@ -437,7 +437,7 @@ qvl_status json_schema_tool_calls(const cJSON *tools, const char *only_name, boo
       break;
     }
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
-    uint32_t args = GRAMMAR_NODE_ANY_OBJECT, lit, k_name, k_args, p0, p1;
+    uint32_t args = GRAMMAR_NODE_ANY_OBJECT, lit = 0, k_name = 0, k_args = 0, p0 = 0, p1 = 0;
     c->doc = params;
     c->n_refs = 0;
     snprintf(c->path, sizeof c->path, "tools[%d].function.parameters", ti);
@@ -450,7 +450,7 @@ qvl_status json_schema_tool_calls(const cJSON *tools, const char *only_name, boo
       s = add_json_lit(c->g, nm, &lit);
     cJSON_Delete(nm);
     grammar_node lits = {.kind = GK_LITERALS, .first = 0, .n = 1};
-    uint32_t name_node;
+    uint32_t name_node = 0;
     lits.first = lit;
     if (s == QVL_OK)
       s = grammar_add_node(c->g, &lits, &name_node);
@@ -469,7 +469,7 @@ qvl_status json_schema_tool_calls(const cJSON *tools, const char *only_name, boo
   if (s == QVL_OK && n == 0)
     s = only_name ? qvl_errorf(QVL_ERR_INVALID_ARG, "tool_choice names '%s', which is not in tools", only_name)
                   : qvl_errorf(QVL_ERR_INVALID_ARG, "tool_choice requires a tool call but 'tools' is empty");
-  uint32_t body = 0, pre, suf, wrap;
+  uint32_t body = 0, pre = 0, suf = 0, wrap = 0;
   if (s == QVL_OK)
     s = n == 1 ? (body = alts[0], QVL_OK) : add_anyof(c, alts, n, &body);
   if (s == QVL_OK)

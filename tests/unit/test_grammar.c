@@ -198,6 +198,7 @@ static void walks_validate(const char *schema_json, int n_walks) {
     free(s);
   }
   CHECK(ended >= n_walks / 2, "most walks end (%d of %d) for %s", ended, n_walks, schema_json);
+  CHECK(valid == ended, "every ended walk validates (%d of %d) for %s", valid, ended, schema_json);
   grammar_free(g);
   cJSON_Delete(sch);
 }
