@@ -14,6 +14,7 @@
 #include "base/buf.h"
 #include "base/dataurl.h"
 #include "base/timing.h"
+#include "bench_constrained.h"
 #include "bench_image.h"
 #include "commands.h"
 #include "engine/generate.h"
@@ -25,6 +26,7 @@ typedef struct bench_opts {
   int threads;
   int n_prefill, n_decode, n_batch_steps;
   int batch_sizes[8], n_batch_sizes;
+  bool constrained;         /* the constrained-decoding rows (on; --no-constrained) */
   bool json, skip_vision;
 } bench_opts;
 
@@ -257,7 +259,7 @@ static int parse_sizes(const char *v, bench_opts *o) {
 
 int cmd_bench(int argc, char **argv) {
   bench_opts o = {.n_prefill = 512, .n_decode = 128, .n_batch_steps = 32,
-                  .batch_sizes = {1, 2, 4, 8}, .n_batch_sizes = 4};
+                  .batch_sizes = {1, 2, 4, 8}, .n_batch_sizes = 4, .constrained = true};
   const char *v;
   for (int i = 2; i < argc; i++) {
     if (arg_value(argc, argv, &i, "--model", "-m", &v))
@@ -278,9 +280,12 @@ int cmd_bench(int argc, char **argv) {
       o.json = true;
     else if (arg_flag(argv, i, "--skip-vision", NULL))
       o.skip_vision = true;
+    else if (arg_flag(argv, i, "--no-constrained", NULL))
+      o.constrained = false;
     else if (arg_flag(argv, i, "--help", "-h")) {
       printf("usage: qvl bench -m MODEL.gguf [--mmproj MMPROJ.gguf] [-t N] [--prefill 512] [--decode 128]\n"
-             "                 [--batch 1,2,4,8] [--batch-steps 32] [--skip-vision] [--json]\n");
+             "                 [--batch 1,2,4,8] [--batch-steps 32] [--skip-vision] [--no-constrained] [--json]\n"
+             "  the constrained rows decode batch 1 and 8 with and without a nested JSON-schema mask\n");
       return 0;
     } else {
       fprintf(stderr, "qvl bench: unknown option '%s'\n", argv[i]);
@@ -312,6 +317,10 @@ int cmd_bench(int argc, char **argv) {
     st = bench_ttft(m, out);
   if (st == QVL_OK)
     st = bench_batch(m, &o, out);
+  if (st == QVL_OK && o.constrained) {
+    static const int sizes[2] = {1, 8};
+    st = bench_constrained(m, sizes, 2, o.n_batch_steps, out);
+  }
   cJSON_AddNumberToObject(out, "peak_rss_mb", peak_rss_mb());
   int rc = 0;
   if (st != QVL_OK)

@@ -22,8 +22,11 @@
 #include "base/timing.h"
 #include "engine/image_cache.h"
 #include "engine/prefix_cache.h"
+#include "text/grammar.h"
+#include "text/logprobs.h"
 #include "text/sampler.h"
 #include "text/stop.h"
+#include "text/token_mask.h"
 
 #define ENGINE_MAX_BATCH 64
 
@@ -59,6 +62,16 @@ typedef struct request {
   int next_image;
   int64_t n_gen;
   size_t sent;             /* text bytes streamed */
+  grammar *gram;           /* constrained decoding (owned), NULL = free text */
+  grammar_state *gst;      /* the output so far in the grammar */
+  token_mask_walker *walker;
+  uint64_t *mask;          /* [token_mask_words] allowed next tokens */
+  bool logprobs;
+  int n_top;
+  const tokenizer *tok;    /* for the logprobs' token bytes */
+  float *lp;               /* [max_tokens] */
+  int32_t *top_ids;        /* [max_tokens][n_top] */
+  float *top_lp;           /* [max_tokens][n_top] */
   double t_submit, t_queued, t_start, t_first, deadline, prefill_s; /* t_queued: after the prompt was built */
   engine_result res;
 } request;
@@ -78,6 +91,7 @@ struct engine {
   uint64_t next_id;
   image_cache *ic;
   prefix_cache *pc;
+  token_trie *tt;          /* vocabulary trie for constrained decoding, built at first use (engine thread) */
   engine_stats st;
   uint64_t loop_iter;      /* iterations of the engine loop (engine_result.admitted_step) */
   double win_t0;           /* decode-speed window (engine thread) */
@@ -120,6 +134,13 @@ static void request_free(request *r) {
   free(r->work);
   vision_job_free(r->vjob);
   free(r->vds);
+  grammar_free(r->gram);
+  free(r->gst);
+  token_mask_walker_free(r->walker);
+  free(r->mask);
+  free(r->lp);
+  free(r->top_ids);
+  free(r->top_lp);
   free(r);
 }
 
@@ -180,9 +201,40 @@ static void deliver(request *r) {
   r->res.text = text;
   r->res.text_len = len;
   r->res.ids = r->ids;
+  buf lpt = {0};
+  uint32_t *lpo = NULL;
+  if (r->logprobs) {
+    size_t per = (size_t)(1 + r->n_top), n = (size_t)r->n_gen * per;
+    lpo = malloc(sizeof *lpo * (n + 1));
+    for (size_t k = 0; lpo && k < n; k++) {
+      int64_t i = (int64_t)(k / per), j = (int64_t)(k % per);
+      int32_t id = j == 0 ? r->ids[i] : r->top_ids[i * r->n_top + j - 1];
+      size_t tl = 0;
+      const char *b = id >= 0 ? tokenizer_token_bytes(r->tok, id, &tl) : NULL;
+      lpo[k] = (uint32_t)lpt.len;
+      if (b && tl && buf_append(&lpt, b, tl) != QVL_OK) {
+        free(lpo);
+        lpo = NULL;
+      }
+    }
+    if (lpo)
+      lpo[n] = (uint32_t)lpt.len;
+    r->res.lp_text = lpt.data ? lpt.data : "";
+    r->res.lp_off = lpo;
+    if (!lpo) {
+      r->res.status = QVL_ERR_NOMEM;
+      snprintf(r->res.error, sizeof r->res.error, "out of memory for logprobs");
+    }
+    r->res.logprobs = r->lp;
+    r->res.top_ids = r->top_ids;
+    r->res.top_logprobs = r->top_lp;
+    r->res.n_top = r->n_top;
+  }
   if (!r->res.finish_reason)
     r->res.finish_reason = r->res.status == QVL_OK ? "stop" : "error";
   r->on_done(r->user, &r->res);
+  buf_free(&lpt);
+  free(lpo);
   request_free(r);
 }
 
@@ -200,7 +252,17 @@ static bool queue_full_locked(const engine *e) {
   return waiting >= e->c.queue_capacity;
 }
 
+static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id);
+
+/* The grammar is the engine's from here on, whatever happens. */
 qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
+  qvl_status s = submit(e, rq, id);
+  if (s != QVL_OK && rq)
+    grammar_free(rq->grammar);
+  return s;
+}
+
+static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   if (id)
     *id = 0;
   if (!rq || !(rq->messages || rq->raw_text || rq->raw_ids) || !rq->on_done)
@@ -217,6 +279,9 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
                         STOP_MAX_STRING_BYTES, n);
   }
   QVL_TRY(sampler_check_params(&g->sampling));
+  if (rq->logprobs && (rq->top_logprobs < 0 || rq->top_logprobs > ENGINE_MAX_TOP_LOGPROBS))
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "top_logprobs %d: expected 0..%d", rq->top_logprobs,
+                      ENGINE_MAX_TOP_LOGPROBS);
   if (g->max_tokens > e->c.n_ctx)
     return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "max_tokens %lld exceeds the context of %lld tokens",
                       (long long)g->max_tokens, (long long)e->c.n_ctx);
@@ -322,6 +387,10 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
     return st ? qvl_errorf(QVL_ERR_BUSY, "the server is shutting down")
               : qvl_errorf(QVL_ERR_BUSY, "the queue is full (%d requests waiting); retry later", nq);
   }
+  r->gram = rq->grammar; /* owned from here: request_free frees it */
+  r->logprobs = rq->logprobs;
+  r->n_top = rq->logprobs ? rq->top_logprobs : 0;
+  r->tok = e->m->tok;
   r->id = ++e->next_id;
   r->t_queued = time_now_s();
   if (e->q_tail)
@@ -374,6 +443,24 @@ static qvl_status request_begin(engine *e, request *r) {
   QVL_TRY(stop_init(&stp, &r->stp));
   if (!(r->work = malloc(sizeof *r->work * (size_t)V)))
     return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+  if (r->gram) {
+    if (!e->tt)
+      QVL_TRY(token_trie_build(m->tok, V, &e->tt));
+    QVL_TRY(token_mask_walker_init(e->tt, &r->walker));
+    r->mask = malloc(sizeof *r->mask * (size_t)token_mask_words(e->tt));
+    r->gst = malloc(sizeof *r->gst);
+    if (!r->mask || !r->gst)
+      return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory for constrained decoding");
+    grammar_start(r->gram, r->gst);
+  }
+  if (r->logprobs) {
+    size_t n = (size_t)r->gen.max_tokens, k = (size_t)(r->n_top > 0 ? r->n_top : 1);
+    r->lp = malloc(sizeof *r->lp * n);
+    r->top_ids = malloc(sizeof *r->top_ids * n * k);
+    r->top_lp = malloc(sizeof *r->top_lp * n * k);
+    if (!r->lp || !r->top_ids || !r->top_lp)
+      return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory for logprobs");
+  }
   /* At least the last prompt token is computed: its logits start the generation. */
   int64_t max_blocks = (r->p.n - 1) / PREFIX_BLOCK, next_pos = 0;
   int64_t got = max_blocks > 0 ? prefix_cache_restore(e->pc, r->keys, max_blocks, decoder_seq_kv(r->seq), &next_pos)
@@ -478,7 +565,33 @@ static const char *visible_bytes(const tokenizer *t, int32_t id, size_t *len) {
 static bool sample_one(engine *e, request *r, int32_t *tok) {
   int64_t V = e->m->text->hp.n_vocab;
   memcpy(r->work, r->logits, sizeof *r->work * (size_t)V);
+  if (r->gram) {
+    /* The request's own state only: batch-invariant, and independent of the other requests. */
+    int64_t n_ok = token_mask_compute(r->walker, r->gram, r->gst, e->m->eos_ids, e->m->n_eos, r->mask);
+    if (n_ok == 0) {
+      set_error(r, QVL_ERR_INTERNAL, "error",
+                "constrained decoding: no token can continue the output (the schema nests deeper than the "
+                "grammar's depth cap?)");
+      return false;
+    }
+    token_mask_apply(r->mask, V, r->work);
+  }
   int32_t id = sampler_sample(r->smp, r->work);
+  if (r->logprobs)
+    logprobs_compute(r->work, V, id, r->n_top, &r->lp[r->n_gen], r->top_ids + r->n_gen * r->n_top,
+                     r->top_lp + r->n_gen * r->n_top);
+  if (r->gram && !(r->mask[id / 64] >> (id % 64) & 1)) {
+    set_error(r, QVL_ERR_INTERNAL, "error", "constrained decoding: the sampler chose a masked token");
+    return false;
+  }
+  if (r->gram) {
+    size_t tl = 0;
+    const char *tb = tokenizer_is_special(e->m->tok, id) ? NULL : tokenizer_token_bytes(e->m->tok, id, &tl);
+    if (tb && tl && !grammar_feed(r->gram, r->gst, tb, tl)) {
+      set_error(r, QVL_ERR_INTERNAL, "error", "constrained decoding: the grammar refused an allowed token");
+      return false;
+    }
+  }
   if (r->n_gen == 0)
     r->t_first = time_now_s();
   r->keys[r->p.n + r->n_gen] = (uint64_t)(uint32_t)id;
@@ -844,6 +957,7 @@ void engine_stop(engine *e, bool drain) {
   pthread_join(e->thread, NULL);
   image_cache_free(e->ic);
   prefix_cache_free(e->pc);
+  token_trie_free(e->tt);
   pthread_mutex_destroy(&e->mu);
   pthread_cond_destroy(&e->cv);
   free(e);

@@ -78,6 +78,15 @@ typedef struct engine_result {
   history_report history;    /* what the context policy dropped (engine_request.history) */
   uint64_t admitted_step;    /* the engine-loop iteration that admitted it: requests that start in the
                               * same step share it (dynamic batching, max_wait_ms); 0 = never ran */
+  /* With engine_request.logprobs (else NULL / 0), valid during the callback: */
+  const float *logprobs;     /* [completion_tokens] log-probability of each generated token */
+  const int32_t *top_ids;    /* [completion_tokens][n_top] most likely tokens, best first (-1: none) */
+  const float *top_logprobs; /* [completion_tokens][n_top] */
+  int n_top;
+  /* The bytes of token i (j = 0) and of its alternative j - 1 (j = 1 .. n_top):
+   * lp_text[lp_off[i * (1 + n_top) + j] .. lp_off[i * (1 + n_top) + j + 1]) */
+  const char *lp_text;
+  const uint32_t *lp_off;    /* [completion_tokens * (1 + n_top) + 1] */
 } engine_result;
 
 typedef struct engine_request {
@@ -100,7 +109,15 @@ typedef struct engine_request {
    * returns, for response headers. */
   const history_policy *history;
   history_report *history_out;
+  /* Constrained decoding (text/grammar.h): only tokens that keep the output in the grammar's
+   * language are sampled, and EOS only where it is complete. Owned by the engine from the call to
+   * engine_submit on (freed on failure too); NULL = free text. */
+  struct grammar *grammar;
+  bool logprobs;             /* report log-probabilities (engine_result.logprobs) */
+  int top_logprobs;          /* 0..ENGINE_MAX_TOP_LOGPROBS alternatives per token */
 } engine_request;
+
+#define ENGINE_MAX_TOP_LOGPROBS 20
 
 /* Starts the engine thread on a loaded model (not owned). */
 qvl_status engine_start(const vlm *m, const engine_config *c, engine **out);

@@ -449,7 +449,7 @@ static qvl_status encode_images(const vlm *m, const vlm_prompt_opts *o, vlm_prom
 
 static qvl_status build(const vlm *m, const cJSON *messages, const vlm_prompt_opts *o, vlm_prompt *p) {
   chat_prompt cp;
-  QVL_TRY(chat_render(messages, NULL, o->add_generation_prompt, &cp));
+  QVL_TRY(chat_render(messages, o->tools, o->add_generation_prompt, &cp));
   qvl_status s = QVL_OK;
   if (cp.n_images > 0 && !m->vision)
     s = qvl_errorf(QVL_ERR_INVALID_ARG, "the request has %d image(s) but no vision projector is loaded (--mmproj)",

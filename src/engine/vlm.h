@@ -73,6 +73,8 @@ typedef struct vlm_prompt_opts {
   int64_t max_tokens;      /* ERR_CONTEXT_OVERFLOW as soon as the prompt is known to be longer */
   qvl_stop_fn stop;        /* polled between images and while tokenizing and waiting */
   void *stop_user;
+  const cJSON *tools;      /* OpenAI tools array rendered by the chat template (NULL = none); read
+                            * during vlm_prompt_build only */
 } vlm_prompt_opts;
 
 typedef struct vlm_image {

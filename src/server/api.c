@@ -374,27 +374,9 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
                   (long long)n);
     goto fail;
   }
-  bool logprobs = false;
-  if (!get_bool(root, "logprobs", &logprobs, e))
+  /* tools, tool_choice, functions, response_format, logprobs (api_agents.c) */
+  if (!api_agents_parse(root, &out->agent, &out->tools, &out->grammar, e))
     goto fail;
-  if (logprobs) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "logprobs", "'logprobs' is not supported");
-    goto fail;
-  }
-  const cJSON *tools = field(root, "tools");
-  if (tools && !(cJSON_IsArray(tools) && cJSON_GetArraySize(tools) == 0)) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "tools", "'tools' is not supported");
-    goto fail;
-  }
-  const cJSON *rf = field(root, "response_format");
-  if (rf) {
-    const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
-    if (!cJSON_IsString(t) || strcmp(t->valuestring, "text")) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "response_format",
-                    "only response_format {\"type\": \"text\"} is supported");
-      goto fail;
-    }
-  }
 
   /* Sampling: absent fields take Qwen3-VL's recommended settings (generation_config.json). */
   gen_params *g = &out->gen;
@@ -474,6 +456,7 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   }
   return true;
 fail:
+  grammar_free(out->grammar);
   cJSON_Delete(root);
   memset(out, 0, sizeof *out);
   return false;
@@ -482,6 +465,7 @@ fail:
 void api_chat_request_free(api_chat_request *r) {
   if (!r)
     return;
+  grammar_free(r->grammar);
   cJSON_Delete(r->root);
   memset(r, 0, sizeof *r);
 }
@@ -503,6 +487,8 @@ bool api_result_copy(api_result *d, const engine_result *r) {
   d->history = r->history;
   if (buf_append(&d->text, r->text ? r->text : "", r->text ? r->text_len : 0) != QVL_OK)
     return false;
+  if (!api_logprobs_copy(&d->lp, r))
+    return false;
   return true;
 }
 
@@ -510,6 +496,7 @@ void api_result_free(api_result *r) {
   if (!r)
     return;
   buf_free(&r->text);
+  api_logprobs_free(&r->lp);
 }
 
 const char *api_finish_reason(const char *r) {
@@ -623,6 +610,7 @@ cJSON *api_completion_object(const char *id, int64_t created, const char *model,
   cJSON_AddNullToObject(c, "logprobs");
   const char *fr = api_finish_reason(r->finish_reason);
   cJSON_AddStringToObject(c, "finish_reason", fr ? fr : "stop");
+  api_agents_decorate(c, r);
   cJSON_AddItemToArray(choices, c);
   add_usage(o, r);
   return o;

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "qvl.h"
+#include "server/api_agents.h"
 
 #define API_MAX_STOP 8       /* stop strings per request (OpenAI allows 4) */
 #define API_MAX_JSON_DEPTH 64 /* nesting of the request body */
@@ -57,6 +58,9 @@ typedef struct api_chat_request {
   const char *stops[API_MAX_STOP]; /* inside root */
   int64_t min_pixels, max_pixels;
   int n_images;
+  api_agent_opts agent;        /* tools / logprobs (api_agents.h) */
+  const cJSON *tools;          /* inside root: for the chat template; NULL = none */
+  grammar *grammar;            /* constrains the output (owned; NULL = free text); move it to the engine */
 } api_chat_request;
 
 /* Parses and validates a /v1/chat/completions body. On failure fills err (400/404) and returns
@@ -75,6 +79,8 @@ typedef struct api_result {
   engine_timings t;
   buf text;
   history_report history;
+  api_agent_opts agent;        /* set by the caller: how to render tool calls and logprobs */
+  api_logprobs lp;
 } api_result;
 
 /* Copies r (the text too); false when out of memory. */

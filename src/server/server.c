@@ -143,6 +143,9 @@ typedef struct call {
   double deadline;          /* timeout_s from arrival, pre-processing included (0 = none) */
   atomic_bool drain_cancelled; /* cancelled because the drain timed out */
   struct call *live_next, *live_prev; /* server.live, under server.mu */
+  api_agent_opts agent;     /* tool calls / logprobs in the response */
+  bool tool_seen;           /* stream: a <tool_call> began; no more content deltas */
+  buf held;                 /* stream: text that may begin a <tool_call>, not sent yet */
 } call;
 
 static double now_ms(double t0) { return (time_now_s() - t0) * 1e3; }
@@ -210,6 +213,7 @@ static void call_unref(call *k) {
   if (k->fmt && k->fmt->free_state)
     k->fmt->free_state(k->fmt_state);
   buf_free(&k->pending);
+  buf_free(&k->held);
   buf_free(&k->out);
   pthread_mutex_destroy(&k->mu);
   pthread_cond_destroy(&k->cv);
@@ -267,6 +271,7 @@ static void on_done(void *user, const engine_result *r) {
     k->result.status = QVL_ERR_NOMEM;
     snprintf(k->result.error, sizeof k->result.error, "out of memory copying the result");
   }
+  k->result.agent = k->agent;
   if (k->result.status == QVL_OK && r->finish_reason && !strcmp(r->finish_reason, "cancelled")) {
     k->result.status = QVL_ERR_CANCELLED;
     snprintf(k->result.error, sizeof k->result.error, "the request was cancelled");
@@ -393,6 +398,28 @@ static void stream_format(call *k) {
     }
     return;
   }
+  if (k->agent.parse_tools && (k->pending.len || (k->done && k->held.len))) {
+    /* Text from a <tool_call> on goes out as tool_calls deltas at the end, not as content; a tail
+     * that may begin one waits in held. */
+    if (!k->tool_seen)
+      buf_append(&k->held, k->pending.data, k->pending.len);
+    k->pending.len = 0;
+    k->pending.data[0] = '\0';
+    size_t safe = k->tool_seen ? 0 : api_tool_text_safe(k->held.data, k->held.len, &k->tool_seen);
+    if (k->done && !k->tool_seen)
+      safe = k->held.len;
+    if (safe > 0) {
+      char *j = api_chunk_json(k->id, k->created, k->model, !k->sent_role, k->held.data, safe, NULL);
+      if (j)
+        sse_append(&k->out, j);
+      free(j);
+      k->sent_role = true;
+    }
+    size_t keep = k->tool_seen ? 0 : k->held.len - safe;
+    memmove(k->held.data, k->held.data + safe, keep);
+    k->held.len = keep;
+    return;
+  }
   if (k->pending.len) {
     char *j = api_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending.data, k->pending.len, NULL);
     if (j)
@@ -421,7 +448,8 @@ static void stream_format(call *k) {
       free(j);
       k->sent_role = true;
     }
-    const char *fr = api_finish_reason(r->finish_reason);
+    api_agents_stream_tail(&k->out, k->id, k->created, k->model, r);
+    const char *fr = api_agents_finish_reason(r);
     char *j = api_chunk_json(k->id, k->created, k->model, false, NULL, 0, fr ? fr : "stop");
     if (j && !k->include_usage && k->srv->cfg->stream_usage)
       j = compat_chunk_add_usage(j, k->id, k->created, k->model, r); /* --stream-usage (compat.h) */
@@ -650,6 +678,12 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   k->hpol = hpol;
   er.history = &k->hpol;
   er.history_out = &k->hist;
+  er.prompt.tools = req.tools;
+  er.grammar = req.grammar; /* the engine's from here on */
+  req.grammar = NULL;
+  er.logprobs = req.agent.logprobs;
+  er.top_logprobs = req.agent.top_logprobs;
+  k->agent = req.agent;
   k->refs++; /* the engine's reference, dropped in on_done */
   qvl_status st = s->be.submit(s->be.ctx, &er, &k->engine_id);
   api_chat_request_free(&req);

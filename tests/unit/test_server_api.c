@@ -163,9 +163,19 @@ static void test_parse_errors(void) {
   E("\"stop\":5", 400, "stop", NULL);
   E("\"stop\":[\"a\",1]", 400, "stop", NULL);
   E("\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]", 400, "stop", "at most 8");
-  E("\"logprobs\":true", 400, "logprobs", "not supported");
-  E("\"tools\":[{\"type\":\"function\"}]", 400, "tools", "not supported");
-  E("\"response_format\":{\"type\":\"json_object\"}", 400, "response_format", NULL);
+  /* issue 11: logprobs, tools and JSON response formats are served; bad values are still 400 */
+  E("\"logprobs\":1", 400, "logprobs", "a boolean");
+  E("\"top_logprobs\":21,\"logprobs\":true", 400, "top_logprobs", "[0, 20]");
+  E("\"top_logprobs\":2", 400, "top_logprobs", "requires");
+  E("\"tools\":[{\"type\":\"function\"}]", 400, "tools", "name");
+  E("\"tools\":[{\"type\":\"retrieval\"}]", 400, "tools", "function");
+  E("\"tool_choice\":\"required\"", 400, "tool_choice", "empty");
+  E("\"response_format\":{\"type\":\"xml\"}", 400, "response_format", NULL);
+  E("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":"
+    "\"string\",\"pattern\":\"a+\"}}}", 400, "response_format.json_schema.schema", "pattern");
+  E("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
+    "\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}}}}}", 400,
+    "response_format.json_schema.schema", "format");
   E("\"max_pixels\":100", 400, "max_pixels", NULL);
   E("\"max_pixels\":999999999", 400, "max_pixels", NULL);
   E("\"min_pixels\":500000,\"max_pixels\":100000", 400, "min_pixels", "larger than max_pixels");
