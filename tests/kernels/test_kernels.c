@@ -25,6 +25,11 @@ static const tol TOL_REF = {"ref (double accumulation)", 1e-6, 0};
 static const tol TOL_F32_SIMD = {"simd fp32 accumulation", 1e-5, 0};
 static const tol TOL_Q8_ACT = {"q8_0 activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1.0 / 2048};
 static const tol TOL_Q8K_ACT = {"q8_K activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1e-6};
+/* Fast tier, bf16 dot products, fp32 accumulation: the activation is rounded to bf16 (unit
+ * roundoff 2^-8), and so is an F16 weight (BF16 weights are used as they are). */
+static const tol TOL_BF16_DOT = {"bf16 dot products (vdpbf16ps), bf16 weights", 1.0 / 256 + 1e-5, 0};
+static const tol TOL_BF16_DOT_F16 = {"bf16 dot products (vdpbf16ps), f16 weights rounded to bf16",
+                                     2.0 / 256 + 1e-5, 0};
 
 /* Attention, norms and activations: |got - exact| <= rel * scale of the output (max |v| for
  * attention, |exact| + 1e-30 elementwise otherwise) + abs. */
@@ -43,9 +48,11 @@ static double rnd(void) { /* uniform in [-1, 1) */
 
 static const char *isa_now;
 
-static tol matmul_tol(qvl_dtype t) {
+static tol matmul_tol(qvl_dtype t, kn_precision prec) {
   if (!strcmp(isa_now, "ref"))
     return TOL_REF;
+  if (prec == KN_PREC_FAST && !strcmp(isa_now, "avx512") && (t == QVL_DTYPE_F16 || t == QVL_DTYPE_BF16))
+    return t == QVL_DTYPE_F16 ? TOL_BF16_DOT_F16 : TOL_BF16_DOT;
   switch (t) {
   case QVL_DTYPE_Q8_0:
   case QVL_DTYPE_Q4_0:
@@ -94,11 +101,12 @@ static int64_t blk_of(qvl_dtype t) {
 
 static double worst_ratio; /* largest error / allowed seen, for the report */
 
-static void check_matmul(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_tok, bool bias) {
+static void check_matmul_prec(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_tok, bool bias,
+                              kn_precision prec) {
   test_w w;
   make_weight(&w, type, n_in, n_out);
   kn_weight kw;
-  qvl_status st = kn_weight_init(&kw, &w.t);
+  qvl_status st = kn_weight_init_prec(&kw, &w.t, prec);
   CHECK(st == QVL_OK, "kn_weight_init: %s", qvl_last_error());
   if (st != QVL_OK) {
     free_weight(&w);
@@ -113,7 +121,7 @@ static void check_matmul(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_
   for (int64_t o = 0; o < n_out; o++)
     b[o] = (float)rnd();
   kn_matmul(&kw, x, n_tok, bias ? b : NULL, y);
-  tol tl = matmul_tol(type);
+  tol tl = matmul_tol(type, prec);
   int64_t blk = blk_of(type);
   int bad = 0;
   for (int64_t t = 0; t < n_tok; t++) {
@@ -163,12 +171,46 @@ static void check_matmul(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_
   }
   CHECK(rbad == 0, "%s kn_weight_row %s: %d rows differ", isa_now, dtype_name(type), rbad);
   free(row);
+  /* The fast tier on AVX-512 really rounds to bf16: it must differ from the exact tier somewhere
+   * (otherwise the exact path ran and this test would prove nothing). */
+  if (prec == KN_PREC_FAST && !strcmp(isa_now, "avx512") && (type == QVL_DTYPE_F16 || type == QVL_DTYPE_BF16) &&
+      n_in >= 33 && n_out >= 17) {
+    kn_weight ke;
+    CHECK(kn_weight_init(&ke, &w.t) == QVL_OK, "kn_weight_init: %s", qvl_last_error());
+    float *ye = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+    kn_matmul(&ke, x, n_tok, bias ? b : NULL, ye);
+    CHECK(memcmp(ye, y, sizeof(float) * (size_t)(n_tok * n_out)) != 0,
+          "%s fast matmul %s %lldx%lld equals the exact tier bit for bit", isa_now, dtype_name(type),
+          (long long)n_out, (long long)n_in);
+    free(ye);
+    kn_weight_free(&ke);
+  }
   kn_weight_free(&kw);
   free(x);
   free(b);
   free(y);
   free(y1);
   free_weight(&w);
+}
+
+static void check_matmul(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_tok, bool bias) {
+  check_matmul_prec(type, n_in, n_out, n_tok, bias, KN_PREC_EXACT);
+}
+
+/* The fast tier on ragged sizes (odd n_in pads a pair; partial panels; every token-chunk width). */
+static void test_matmul_fast(void) {
+  static const qvl_dtype types[] = {QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_F32, QVL_DTYPE_Q8_0};
+  static const int64_t n_in_float[] = {1, 7, 33, 100, 273};
+  static const int64_t n_outs[] = {1, 5, 17, 40, 67};
+  static const int64_t toks[] = {1, 2, 3, 7, 17, 64, 75};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    bool q = types[ti] == QVL_DTYPE_Q8_0;
+    for (size_t a = 0; a < 5; a++)
+      for (size_t o = 0; o < sizeof n_outs / sizeof n_outs[0]; o++)
+        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
+          check_matmul_prec(types[ti], q ? 32 * (int64_t)(a + 1) : n_in_float[a], n_outs[o], toks[k],
+                            (a + o + k) % 2 == 1, KN_PREC_FAST);
+  }
 }
 
 static void test_matmul(void) {
@@ -194,7 +236,9 @@ static void test_matmul(void) {
 static void test_thread_invariance(const char *isa) {
   static const qvl_dtype types[] = {QVL_DTYPE_F32, QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_Q8_0,
                                     QVL_DTYPE_Q4_0, QVL_DTYPE_Q4_K, QVL_DTYPE_Q6_K};
-  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+  for (size_t tp = 0; tp < 2 * sizeof types / sizeof types[0]; tp++) {
+    size_t ti = tp % (sizeof types / sizeof types[0]);
+    kn_precision prec = tp < sizeof types / sizeof types[0] ? KN_PREC_EXACT : KN_PREC_FAST;
     int64_t n_in = 512, n_out = 203, n_tok = 37;
     test_w w;
     make_weight(&w, types[ti], n_in, n_out);
@@ -205,13 +249,13 @@ static void test_thread_invariance(const char *isa) {
     for (int r = 0; r < 2; r++) {
       kernels_init(isa, r == 0 ? 1 : 3);
       kn_weight kw;
-      kn_weight_init(&kw, &w.t);
+      kn_weight_init_prec(&kw, &w.t, prec);
       y[r] = malloc(sizeof(float) * (size_t)(n_tok * n_out));
       kn_matmul(&kw, x, n_tok, NULL, y[r]);
       kn_weight_free(&kw);
     }
     CHECK(!memcmp(y[0], y[1], sizeof(float) * (size_t)(n_tok * n_out)),
-          "%s matmul %s: 1 and 3 threads differ", isa, dtype_name(types[ti]));
+          "%s %s matmul %s: 1 and 3 threads differ", isa, kn_precision_name(prec), dtype_name(types[ti]));
     free(y[0]);
     free(y[1]);
     free(x);
@@ -433,6 +477,9 @@ int main(void) {
     worst_ratio = 0;
     test_matmul();
     printf("  %s: matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
+    worst_ratio = 0;
+    test_matmul_fast();
+    printf("  %s: fast-tier matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
     test_attention();
     test_elementwise();
     test_parallel_for();

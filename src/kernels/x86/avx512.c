@@ -432,6 +432,96 @@ static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, act32_quantize, tile_q4_0, 
 static const kn_mm_kernel mm_q4_K = {kn_act256_bytes, act256_quantize, tile_q4_K, PR};
 static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, act256_quantize, tile_q6_K, PR};
 
+/* ---------------------------------------------------------------------------------------------
+ * Fast tier: bf16 dot products (vdpbf16ps) on KN_LAYOUT_X16_BF16P panels. One 64-byte load is the
+ * input pair (2k, 2k+1) of 16 rows; the token's activation pair (rounded to bf16 once per matmul)
+ * is broadcast as one 32-bit value, and one vdpbf16ps adds both products to the 16 fp32 outputs.
+ * NP panels x TT tokens accumulators (2 x 8: 16 independent chains hide the instruction's latency
+ * and each broadcast feeds two panels). Every output is one chain over k in order, whatever NP and
+ * TT are, so batch and thread invariance hold.
+ */
+static void act_bf16p(const float *x, void *xq, int64_t n_in) {
+  uint16_t *o = xq;
+  int64_t i = 0;
+  for (; i + 32 <= n_in; i += 32) {
+    __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(o + i, (__m512i)v);
+  }
+  for (; i < n_in; i += 16) {
+    int64_t left = n_in - i;
+    __mmask16 mk = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, x + i));
+    _mm256_mask_storeu_epi16(o + i, mk, (__m256i)v);
+  }
+  if (n_in % 2)
+    o[n_in] = 0; /* the padding input of the last pair (its weight is zero too) */
+}
+
+INLINE __m512bh bcast_pair(const uint16_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return (__m512bh)_mm512_set1_epi32(v);
+}
+
+INLINE void panel_bf16p(const uint8_t *pw, size_t panel, int NP, const uint16_t *xb, size_t xs,
+                        int64_t pairs, int TT, __m512 *acc) {
+  UNROLL
+  for (int i = 0; i < NP * TT; i++)
+    acc[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < pairs; k++) {
+    __m512bh w[2];
+    UNROLL
+    for (int n = 0; n < NP; n++)
+      w[n] = (__m512bh)_mm512_loadu_si512(pw + (size_t)n * panel + (size_t)k * 64);
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+      __m512bh xv = bcast_pair(xb + (size_t)t * xs + 2 * k);
+      UNROLL
+      for (int n = 0; n < NP; n++)
+        acc[n * TT + t] = _mm512_dpbf16_ps(acc[n * TT + t], w[n], xv);
+    }
+  }
+}
+
+#define DEFINE_BF16P_RUN(NP, TT)                                                                \
+  static void run_bf16p_##NP##_##TT(const kn_mm *m, int64_t p, int64_t t) {                    \
+    __m512 acc[NP * TT];                                                                       \
+    int64_t pairs = KN_BF16P_PAIRS(m->w->n_in);                                                \
+    size_t panel = (size_t)pairs * 64;                                                         \
+    panel_bf16p((const uint8_t *)m->w->packed + (size_t)p * panel, panel, NP,                  \
+                (const uint16_t *)((const uint8_t *)m->xq + (size_t)t * m->xq_stride),          \
+                m->xq_stride / 2, pairs, TT, acc);                                             \
+    UNROLL                                                                                     \
+    for (int n = 0; n < NP; n++)                                                               \
+      panel_store(m, p + n, t, TT, acc + n * TT);                                              \
+  }
+DEFINE_BF16P_RUN(2, 8)
+DEFINE_BF16P_RUN(2, 4)
+DEFINE_BF16P_RUN(2, 2)
+DEFINE_BF16P_RUN(2, 1)
+DEFINE_BF16P_RUN(1, 8)
+DEFINE_BF16P_RUN(1, 4)
+DEFINE_BF16P_RUN(1, 2)
+DEFINE_BF16P_RUN(1, 1)
+
+static void tile_bf16p(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
+  (void)th;
+  static const panel_fn two[] = {run_bf16p_2_8, run_bf16p_2_4, run_bf16p_2_2, run_bf16p_2_1};
+  static const panel_fn one[] = {run_bf16p_1_8, run_bf16p_1_4, run_bf16p_1_2, run_bf16p_1_1};
+  int64_t p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
+  for (int64_t p = p0; p < p1;) {
+    const panel_fn *run = p + 1 < p1 ? two : one;
+    int64_t t = t0;
+    int k = 0;
+    for (int tt = 8; tt >= 1; tt /= 2, k++)
+      for (; t1 - t >= tt; t += tt)
+        run[k](m, p, t);
+    p += run == two ? 2 : 1;
+  }
+}
+
+static const kn_mm_kernel mm_bf16p = {kn_bf16p_row_bytes, act_bf16p, tile_bf16p, PR};
+
 static const kn_mm_kernel *avx512_mm_select(const kn_weight *w, int64_t n_tokens) {
   (void)n_tokens;
   if (!w->packed)
@@ -444,6 +534,7 @@ static const kn_mm_kernel *avx512_mm_select(const kn_weight *w, int64_t n_tokens
   case KN_LAYOUT_X16_Q4_0: return &mm_q4_0;
   case KN_LAYOUT_X16_Q4_K: return &mm_q4_K;
   case KN_LAYOUT_X16_Q6_K: return &mm_q6_K;
+  case KN_LAYOUT_X16_BF16P: return &mm_bf16p;
   default: return &kn_mm_ref;
   }
 }
@@ -898,8 +989,48 @@ static void avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, 
   }
 }
 
+/* Peak probe: 16 independent accumulators per kind (enough to cover the latency of each
+ * instruction at two per cycle), one function per kind so the accumulators stay in registers; the
+ * results are summed and stored so the loop cannot be dropped. */
+#define PEAK_PROBE(NAME, T, INIT, STEP, SUM)                      \
+  static __attribute__((noinline)) double NAME(int64_t iters) {  \
+    T v[16];                                                      \
+    UNROLL                                                        \
+    for (int i = 0; i < 16; i++)                                  \
+      v[i] = INIT;                                                \
+    for (int64_t it = 0; it < iters; it++) {                      \
+      UNROLL                                                      \
+      for (int i = 0; i < 16; i++)                                \
+        v[i] = STEP;                                              \
+    }                                                             \
+    T s = v[0];                                                   \
+    UNROLL                                                        \
+    for (int i = 1; i < 16; i++)                                  \
+      s = SUM;                                                    \
+    volatile T sink = s;                                          \
+    (void)sink;                                                   \
+    return (double)iters;                                         \
+  }
+PEAK_PROBE(peak_f32, __m512, _mm512_set1_ps(1e-3f * (float)i),
+           _mm512_fmadd_ps(v[i], _mm512_set1_ps(0.999f), _mm512_set1_ps(1e-7f)), _mm512_add_ps(s, v[i]))
+PEAK_PROBE(peak_bf16, __m512, _mm512_set1_ps(1e-3f * (float)i),
+           _mm512_dpbf16_ps(v[i], (__m512bh)_mm512_set1_epi16(0x3f80), (__m512bh)_mm512_set1_epi16(0x3380)),
+           _mm512_add_ps(s, v[i]))
+PEAK_PROBE(peak_int8, __m512i, _mm512_set1_epi32(i),
+           _mm512_dpbusd_epi32(v[i], _mm512_set1_epi8(3), _mm512_set1_epi8(-2)), _mm512_add_epi32(s, v[i]))
+
+static double avx512_peak_loop(kn_peak_kind kind, int64_t iters) {
+  /* per instruction: 16 lanes x (1 FMA | 2 bf16 MACs | 4 int8 MACs), 2 operations per MAC */
+  double per = kind == KN_PEAK_F32_FMA ? 32 : kind == KN_PEAK_BF16_DOT ? 64 : 128;
+  double n = kind == KN_PEAK_F32_FMA ? peak_f32(iters) : kind == KN_PEAK_BF16_DOT ? peak_bf16(iters)
+                                                                                 : peak_int8(iters);
+  return n * 16 * per;
+}
+
 void kn_avx512_override(kn_ops *ops) {
+  ops->peak_loop = avx512_peak_loop;
   ops->weight_pack = kn_pack_x16;
+  ops->weight_pack_fast = kn_pack_x16_fast;
   ops->mm_select = avx512_mm_select;
   ops->rmsnorm = avx512_rmsnorm;
   ops->layernorm = avx512_layernorm;
@@ -912,5 +1043,56 @@ void kn_avx512_override(kn_ops *ops) {
 
 #else
 #include "kernels/kernels_impl.h"
-void kn_avx512_override(kn_ops *ops) { (void)ops; }
+/* Peak probe: 16 independent accumulators per kind (enough to cover the latency of each
+ * instruction at two per cycle); the asm barrier keeps the compiler from folding the loop. */
+static double avx512_peak_loop(kn_peak_kind kind, int64_t iters) {
+  __m512 f[16];
+  __m512i q[16];
+  for (int i = 0; i < 16; i++) {
+    f[i] = _mm512_set1_ps(1e-3f * (float)i);
+    q[i] = _mm512_set1_epi32(i);
+  }
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-7f);
+  const __m512i qa = _mm512_set1_epi8(3), qb = _mm512_set1_epi8(-2);
+  const __m512bh ba = (__m512bh)_mm512_set1_epi16(0x3f80), bb = (__m512bh)_mm512_set1_epi16(0x3380);
+  if (kind == KN_PEAK_F32_FMA)
+    for (int64_t it = 0; it < iters; it++) {
+      UNROLL
+      for (int i = 0; i < 16; i++)
+        f[i] = _mm512_fmadd_ps(f[i], a, b);
+      __asm__ volatile("" : "+v"(f[0]));
+    }
+  else if (kind == KN_PEAK_BF16_DOT)
+    for (int64_t it = 0; it < iters; it++) {
+      UNROLL
+      for (int i = 0; i < 16; i++)
+        f[i] = _mm512_dpbf16_ps(f[i], ba, bb);
+      __asm__ volatile("" : "+v"(f[0]));
+    }
+  else
+    for (int64_t it = 0; it < iters; it++) {
+      UNROLL
+      for (int i = 0; i < 16; i++)
+        q[i] = _mm512_dpbusd_epi32(q[i], qa, qb);
+      __asm__ volatile("" : "+v"(q[0]));
+    }
+  float sf[16];
+  int32_t sq[16];
+  __m512 fs = _mm512_setzero_ps();
+  __m512i qs = _mm512_setzero_si512();
+  for (int i = 0; i < 16; i++) {
+    fs = _mm512_add_ps(fs, f[i]);
+    qs = _mm512_add_epi32(qs, q[i]);
+  }
+  _mm512_storeu_ps(sf, fs);
+  _mm512_storeu_si512(sq, qs);
+  volatile float sink = sf[0] + (float)sq[0];
+  (void)sink;
+  /* per instruction: 16 lanes x (1 FMA | 2 bf16 MACs | 4 int8 MACs), 2 operations per MAC */
+  double per = kind == KN_PEAK_F32_FMA ? 32 : kind == KN_PEAK_BF16_DOT ? 64 : 128;
+  return (double)iters * 16 * per;
+}
+
+void kn_avx512_override(kn_ops *ops) {
+  ops->peak_loop = avx512_peak_loop; (void)ops; }
 #endif
