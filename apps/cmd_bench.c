@@ -256,6 +256,8 @@ static int parse_sizes(const char *v, bench_opts *o) {
 }
 
 int cmd_bench(int argc, char **argv) {
+  if (args_take_precision(&argc, argv, 2, "qvl bench"))
+    return 2;
   bench_opts o = {.n_prefill = 512, .n_decode = 128, .n_batch_steps = 32,
                   .batch_sizes = {1, 2, 4, 8}, .n_batch_sizes = 4};
   const char *v;

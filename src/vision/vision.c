@@ -195,6 +195,22 @@ static qvl_status load_vec(const vision_source *src, const char *name, int64_t n
   return dequant_alloc(t, n, 1, out);
 }
 
+/* Precision tier of towers loaded from now on (vision_set_precision); -1 = not set: QVL_PRECISION,
+ * else fast. */
+static int g_precision = -1;
+
+void vision_set_precision(kn_precision p) { g_precision = (int)p; }
+
+kn_precision vision_precision(void) {
+  if (g_precision >= 0)
+    return (kn_precision)g_precision;
+  const char *e = getenv("QVL_PRECISION");
+  kn_precision p = KN_PREC_FAST;
+  if (e && *e && kn_precision_parse(e, &p) != QVL_OK)
+    p = KN_PREC_FAST; /* an unusable value is reported by the programs that read it (qvl_precision_env) */
+  return p;
+}
+
 /* A matrix W[n_out][n_in] (ggml ne {n_in, n_out}) prepared for kn_matmul. */
 static qvl_status load_mat(const vision_source *src, const char *name, int64_t n_in, int64_t n_out,
                            kn_weight *w) {
@@ -204,7 +220,7 @@ static qvl_status load_mat(const vision_source *src, const char *name, int64_t n
   char expect[64];
   snprintf(expect, sizeof expect, "{%lld, %lld}", (long long)n_in, (long long)n_out);
   QVL_TRY(check_tensor(src, t, n_in, n_out, 1, 1, expect));
-  qvl_status s = kn_weight_init(w, t);
+  qvl_status s = kn_weight_init_prec(w, t, vision_precision());
   if (s != QVL_OK)
     return qvl_error_prefix(s, "mmproj '%s': tensor '%s': ", src->label, name);
   return QVL_OK;
@@ -402,6 +418,7 @@ qvl_status vision_init(const vision_hparams *hp, const vision_source *src, visio
   }
   m->hp = *hp;
   m->src = *src;
+  m->precision = vision_precision();
   if (!m->src.label)
     m->src.label = "(tensor source)";
   qvl_status s = vision_load(m);

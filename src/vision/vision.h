@@ -113,7 +113,15 @@ typedef struct vision_model {
   int n_deepstack;
   vision_merger *deepstack; /* [n_deepstack], sorted by tapped layer */
   vision_source src;      /* keeps the weights' storage alive */
+  kn_precision precision; /* tier the matrices were prepared for (vision_set_precision) */
 } vision_model;
+
+/* Precision tier of the towers loaded after this call (docs/KERNELS.md "Precision tiers"): fast
+ * (default; F16/BF16 matrices use bf16 dot products where the CPU has them) or exact (fp32 as
+ * transformers; the strict f32 tolerance). Without a call, QVL_PRECISION=exact|fast, else fast.
+ * Quantized matrices (Q8_0, Q4_0, ...) use int8 activation blocks in both tiers. */
+void vision_set_precision(kn_precision p);
+kn_precision vision_precision(void);
 
 /* Reads the clip.* hyperparameters of an mmproj GGUF. Errors: a file that is not an mmproj
  * (e.g. the text model), another projector type (QVL_ERR_UNSUPPORTED), missing or ill-typed keys. */
