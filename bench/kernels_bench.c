@@ -150,8 +150,8 @@ static void bench_attention(int64_t n, int n_head, int hd, bool causal) {
     int iters = 0;
     double t0 = time_now_s(), c0 = cpu_now(), t;
     do {
-      kn_attention(q, n, stride, k, v, n, stride, n_head, n_head, hd, 1.0f / sqrtf((float)hd),
-                   causal ? 0 : -1, o, stride);
+      kn_attention_prec(q, n, stride, k, v, n, stride, n_head, n_head, hd, 1.0f / sqrtf((float)hd),
+                        causal ? 0 : -1, o, stride, g_prec);
       iters++;
       t = time_now_s() - t0;
     } while (t < min_time / 3);
@@ -160,10 +160,12 @@ static void bench_attention(int64_t n, int n_head, int hd, bool causal) {
   }
   double flops = 4.0 * (double)n * (double)n * (double)hd * n_head * (causal ? 0.5 : 1.0);
   double gf_cpu = flops / cpu_per * kernels_threads() / 1e9;
-  printf("attn    %5lld x %5lld, %d heads x %d%s  %9.3f ms (cpu %9.3f)  %7.1f GFLOP/s wall, %7.1f "
-         "per cpu-time (%3.0f%% of fp32 peak %.0f)\n",
-         (long long)n, (long long)n, n_head, hd, causal ? " causal" : "", per * 1e3, cpu_per * 1e3,
-         flops / per / 1e9, gf_cpu, 100 * gf_cpu / peak_f32, peak_f32);
+  bool bf = g_prec == KN_PREC_FAST && hd == 64 && peak_bf16 > 0;
+  double peak = bf ? peak_bf16 : peak_f32;
+  printf("attn    %-5s %5lld x %5lld, %d heads x %d%s  %9.3f ms (cpu %9.3f)  %7.1f GFLOP/s wall, %7.1f "
+         "per cpu-time (%3.0f%% of %s peak %.0f)\n",
+         kn_precision_name(g_prec), (long long)n, (long long)n, n_head, hd, causal ? " causal" : "",
+         per * 1e3, cpu_per * 1e3, flops / per / 1e9, gf_cpu, 100 * gf_cpu / peak, bf ? "bf16" : "fp32", peak);
   free(q);
   free(k);
   free(v);

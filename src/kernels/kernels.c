@@ -532,18 +532,28 @@ static void attn_body(void *arg, int64_t i, int thread) {
   int h = (int)(i % units);
   int64_t q0 = (i / units) * j->q_per_task;
   int64_t q1 = q0 + j->q_per_task < j->a.n_q ? q0 + j->q_per_task : j->a.n_q;
-  g_ops.attention(&j->a, h, q0, q1, thread);
+  if (j->a.fast && g_ops.attention_fast)
+    g_ops.attention_fast(&j->a, h, q0, q1, thread);
+  else
+    g_ops.attention(&j->a, h, q0, q1, thread);
 }
 
 void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
                   int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
                   float scale, int64_t causal_base, float *out, int64_t out_stride) {
+  kn_attention_prec(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
+                    causal_base, out, out_stride, KN_PREC_EXACT);
+}
+
+void kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
+                       int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                       float scale, int64_t causal_base, float *out, int64_t out_stride, kn_precision prec) {
   ops();
   if (n_q <= 0)
     return;
   assert(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
   attn_job j = {.a = {q, k, v, out, n_q, q_stride, n_kv, kv_stride, out_stride, n_head, n_kv_head,
-                      head_dim, scale, causal_base}};
+                      head_dim, scale, causal_base, prec == KN_PREC_FAST}};
   for (int i = 0; i < g_threads; i++)
     if (!kn_scratch(i, (size_t)head_dim * 1024 + 64 * 1024))
       abort();

@@ -63,6 +63,7 @@ typedef struct kn_attn {
   int n_head, n_kv_head, head_dim;
   float scale;
   int64_t causal_base; /* < 0: not causal */
+  bool fast;           /* fast tier (kn_attention_prec) */
 } kn_attn;
 
 typedef struct kn_ops {
@@ -84,6 +85,8 @@ typedef struct kn_ops {
   /* Queries [q0, q1) of head h; or, if attn_by_group, of every query head of KV head h (so that
    * heads sharing K/V read it once). */
   void (*attention)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
+  /* Fast tier (bf16 dot products); NULL = attention. Same tiling as attention. */
+  void (*attention_fast)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
   bool attn_by_group;
   /* Peak probe: runs `iters` iterations of the kind's register-only loop; returns the operations
    * done (0: not available). NULL = no probe. */

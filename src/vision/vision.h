@@ -176,6 +176,16 @@ qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, in
                             int64_t grid_w, float *embeds, float *deepstack, trace_fn trace, void *trace_user,
                             vision_job **out);
 bool vision_job_run(vision_job *j, int64_t max_layers);
+/* Where a job's time went so far (wall ms): matmuls (patch embedding, blocks, mergers), attention,
+ * and the rest (norms, GELU, RoPE, residual adds, position embedding). */
+typedef struct vision_stage_ms {
+  double gemm, attn, rest;
+} vision_stage_ms;
+vision_stage_ms vision_job_stage_ms(const vision_job *j);
+/* vision_encode that also reports the stage times (ms may be NULL). */
+qvl_status vision_encode_stages(const vision_model *m, const float *pixel_values, int64_t grid_t,
+                                int64_t grid_h, int64_t grid_w, float *embeds, float *deepstack,
+                                trace_fn trace, void *trace_user, vision_stage_ms *ms);
 void vision_job_free(vision_job *j);
 /* Blocks of the tower (for choosing a slice size). */
 static inline int64_t vision_n_layers(const vision_model *m) { return m->hp.n_layer; }

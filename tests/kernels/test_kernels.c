@@ -264,8 +264,24 @@ static void test_thread_invariance(const char *isa) {
 }
 
 /* ---- attention */
+/* Fast tier on AVX-512, head_dim 64: the oracle rounds q*scale, k and v to bf16 as the kernel does
+ * and then computes in double; what remains is the kernel's rounding of the probabilities to bf16
+ * (2^-8 of max|v|), its fp32 score sums (1e-5 relative of sum |q k|, moving the weights by
+ * e^(2 eps)) and fp32 accumulation (2^-12). A key dropped or misplaced costs ~1/n_kv: caught. */
+static double bf(double x) { return bf16_to_f32(f32_to_bf16((float)x)); }
+static bool attn_fast_now(int head_dim, kn_precision prec) {
+  return prec == KN_PREC_FAST && !strcmp(isa_now, "avx512") && head_dim == 64;
+}
+
+static void check_attention_prec(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
+                                 int64_t causal_base, kn_precision prec);
 static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
                             int64_t causal_base) {
+  check_attention_prec(n_head, n_kv_head, head_dim, n_q, n_kv, causal_base, KN_PREC_EXACT);
+}
+
+static void check_attention_prec(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
+                                 int64_t causal_base, kn_precision prec) {
   int64_t q_stride = (int64_t)n_head * head_dim + 3, kv_stride = (int64_t)n_kv_head * head_dim + 5;
   int64_t out_stride = (int64_t)n_head * head_dim + 1;
   float *q = malloc(sizeof(float) * (size_t)(n_q * q_stride));
@@ -282,8 +298,9 @@ static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q
   for (int64_t i = 0; i < n_q * out_stride; i++)
     out[i] = 12345.0f; /* the padding must stay untouched */
   float scale = 1.0f / sqrtf((float)head_dim);
-  kn_attention(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
-               causal_base, out, out_stride);
+  kn_attention_prec(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
+                    causal_base, out, out_stride, prec);
+  const bool fast = attn_fast_now(head_dim, prec);
   int bad = 0, pad_bad = 0;
   int group = n_head / n_kv_head;
   for (int64_t i = 0; i < n_q; i++) {
@@ -291,14 +308,20 @@ static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q
     for (int h = 0; h < n_head; h++) {
       const float *qh = q + i * q_stride + (int64_t)h * head_dim;
       int kvh = h / group;
-      double mx = -INFINITY, sum = 0, vmax = 0;
+      double mx = -INFINITY, sum = 0, vmax = 0, eps_s = 0;
       for (int64_t j = 0; j < nk; j++) {
-        double s = 0;
-        for (int d = 0; d < head_dim; d++)
-          s += (double)qh[d] * k[j * kv_stride + (int64_t)kvh * head_dim + d];
-        sc[j] = s * scale;
+        double s = 0, sa = 0;
+        for (int d = 0; d < head_dim; d++) {
+          double kd = k[j * kv_stride + (int64_t)kvh * head_dim + d];
+          double p = fast ? bf((float)(qh[d] * scale)) * bf(kd) : (double)qh[d] * kd;
+          s += p;
+          sa += fabs(p);
+        }
+        sc[j] = fast ? s : s * scale;
         mx = fmax(mx, sc[j]);
+        eps_s = fmax(eps_s, 1e-5 * sa);
       }
+      double rel = fast ? expm1(2 * eps_s) + 1.0 / 256 + 1.0 / 4096 : TOL_ATTN_REL;
       for (int64_t j = 0; j < nk; j++) {
         sc[j] = exp(sc[j] - mx);
         sum += sc[j];
@@ -307,12 +330,14 @@ static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q
         double o = 0;
         for (int64_t j = 0; j < nk; j++) {
           double vv = v[j * kv_stride + (int64_t)kvh * head_dim + d];
+          if (fast)
+            vv = bf(vv);
           o += sc[j] * vv;
           vmax = fmax(vmax, fabs(vv));
         }
         o /= sum;
         double got = out[i * out_stride + (int64_t)h * head_dim + d];
-        if (!(fabs(got - o) <= TOL_ATTN_REL * vmax + 1e-30) && bad++ < 3)
+        if (!(fabs(got - o) <= rel * vmax + 1e-30) && bad++ < 3)
           fprintf(stderr, "  %s attention q=%lld h=%d d=%d: %.9g vs %.9g\n", isa_now,
                   (long long)i, h, d, got, o);
       }
@@ -320,15 +345,43 @@ static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q
     pad_bad += out[i * out_stride + out_stride - 1] != 12345.0f;
   }
   CHECK(bad == 0 && pad_bad == 0,
-        "%s attention heads %d/%d dim %d n_q %lld n_kv %lld causal %lld: %d values off, %d "
+        "%s %s attention heads %d/%d dim %d n_q %lld n_kv %lld causal %lld: %d values off, %d "
         "padding writes",
-        isa_now, n_head, n_kv_head, head_dim, (long long)n_q, (long long)n_kv,
+        isa_now, kn_precision_name(prec), n_head, n_kv_head, head_dim, (long long)n_q, (long long)n_kv,
         (long long)causal_base, bad, pad_bad);
   free(q);
   free(k);
   free(v);
   free(out);
   free(sc);
+}
+
+/* Fast tier: head_dim 64 on ragged sizes (key blocks of 32 with a partial last one, odd key counts
+ * for the key pairs, partial query groups of 4, tiles of 64 rows, GQA, causal), against the double
+ * oracle; and it really is a different computation from the exact tier. */
+static void test_attention_fast(void) {
+  check_attention_prec(4, 1, 64, 17, 17, 0, KN_PREC_FAST);
+  check_attention_prec(2, 2, 64, 1, 1, -1, KN_PREC_FAST);
+  check_attention_prec(2, 2, 64, 3, 33, -1, KN_PREC_FAST);
+  check_attention_prec(3, 3, 64, 70, 95, -1, KN_PREC_FAST);
+  check_attention_prec(16, 16, 64, 130, 130, -1, KN_PREC_FAST);
+  check_attention_prec(4, 2, 64, 7, 61, 54, KN_PREC_FAST);
+  check_attention_prec(4, 2, 16, 33, 33, -1, KN_PREC_FAST); /* not 64: the exact path */
+  if (!strcmp(isa_now, "avx512")) {
+    int64_t n = 40, st = 2 * 64;
+    float *q = malloc(sizeof(float) * (size_t)(n * st)), *k = malloc(sizeof(float) * (size_t)(n * st));
+    float *v = malloc(sizeof(float) * (size_t)(n * st)), *o1 = malloc(sizeof(float) * (size_t)(n * st));
+    float *o2 = malloc(sizeof(float) * (size_t)(n * st));
+    for (int64_t i = 0; i < n * st; i++) {
+      q[i] = (float)rnd();
+      k[i] = (float)rnd();
+      v[i] = (float)rnd();
+    }
+    kn_attention_prec(q, n, st, k, v, n, st, 2, 2, 64, 0.125f, -1, o1, st, KN_PREC_EXACT);
+    kn_attention_prec(q, n, st, k, v, n, st, 2, 2, 64, 0.125f, -1, o2, st, KN_PREC_FAST);
+    CHECK(memcmp(o1, o2, sizeof(float) * (size_t)(n * st)) != 0, "fast attention equals the exact tier");
+    free(q), free(k), free(v), free(o1), free(o2);
+  }
 }
 
 static void test_attention(void) {
@@ -481,6 +534,7 @@ int main(void) {
     test_matmul_fast();
     printf("  %s: fast-tier matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
     test_attention();
+    test_attention_fast();
     test_elementwise();
     test_parallel_for();
     test_thread_invariance(isas[ii]);
