@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/kernels.h"
 #include "model/hub.h"
+#include "vision/vision.h"
 #include "qvl.h"
 
 bool arg_value(int argc, char **argv, int *i, const char *long_name, const char *short_name, const char **out) {
@@ -79,5 +81,42 @@ int resolve_hf(const char *spec, bool offline, const char **model, const char **
   *model = files.model;
   if (!*mmproj)
     *mmproj = files.mmproj;
+  return 0;
+}
+
+int args_take_precision(int *argc, char **argv, int start, const char *cmd) {
+  const char *env = getenv("QVL_PRECISION");
+  kn_precision p;
+  if (env && *env && kn_precision_parse(env, &p) != QVL_OK) {
+    fprintf(stderr, "%s: QVL_PRECISION: %s\n", cmd, qvl_last_error());
+    return 2;
+  }
+  for (int i = start; i < *argc;) {
+    const char *v = NULL;
+    int take = 0;
+    if (!strcmp(argv[i], "--precision")) {
+      if (i + 1 >= *argc) {
+        fprintf(stderr, "%s: --precision needs a value (exact or fast)\n", cmd);
+        return 2;
+      }
+      v = argv[i + 1];
+      take = 2;
+    } else if (!strncmp(argv[i], "--precision=", 12)) {
+      v = argv[i] + 12;
+      take = 1;
+    }
+    if (!take) {
+      i++;
+      continue;
+    }
+    if (kn_precision_parse(v, &p) != QVL_OK) {
+      fprintf(stderr, "%s: --precision: %s\n", cmd, qvl_last_error());
+      return 2;
+    }
+    vision_set_precision(p);
+    for (int k = i; k + take <= *argc; k++)
+      argv[k] = argv[k + take]; /* argv[argc] is NULL and moves down too */
+    *argc -= take;
+  }
   return 0;
 }

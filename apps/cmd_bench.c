@@ -13,6 +13,7 @@
 #include "args.h"
 #include "base/buf.h"
 #include "base/dataurl.h"
+#include "base/status.h"
 #include "base/timing.h"
 #include "bench_constrained.h"
 #include "bench_image.h"
@@ -20,6 +21,7 @@
 #include "engine/generate.h"
 #include "engine/vlm.h"
 #include "kernels/kernels.h"
+#include "vision/vision.h"
 
 typedef struct bench_opts {
   const char *model, *mmproj;
@@ -27,7 +29,7 @@ typedef struct bench_opts {
   int n_prefill, n_decode, n_batch_steps;
   int batch_sizes[8], n_batch_sizes;
   bool constrained;         /* the constrained-decoding rows (on; --no-constrained) */
-  bool json, skip_vision;
+  bool json, skip_vision, image_stages;
 } bench_opts;
 
 static double peak_rss_mb(void) {
@@ -236,6 +238,119 @@ static qvl_status bench_ttft(const vlm *m, cJSON *out) {
   return st;
 }
 
+/* --image-stages: for each precision tier, vision encode of 448x448, 1024x768 and 1280x1280 split
+ * into matmuls, attention and the rest, then the time to first token of a 1024x768 question with
+ * its parts. The tier the model was not loaded with is loaded from the mmproj file for the
+ * occasion (a GGUF mmproj is needed; an HF directory measures its loaded tier only). */
+static qvl_status bench_image_stages(vlm *m, const bench_opts *o, cJSON *out) {
+  static const int sizes[3][2] = {{448, 448}, {1024, 768}, {1280, 1280}};
+  if (!m->vision)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "--image-stages needs a vision tower (--mmproj)");
+  vision_model *loaded = m->vision;
+  qvl_status st = QVL_OK;
+  for (int tier = 0; st == QVL_OK && tier < 2; tier++) {
+    kn_precision prec = tier == 0 ? KN_PREC_EXACT : KN_PREC_FAST;
+    vision_model *vm = loaded;
+    if (loaded->precision != prec) {
+      if (!o->mmproj) {
+        fprintf(stderr, "[bench] %s tier skipped: the tower comes from a directory, not a GGUF mmproj\n",
+                kn_precision_name(prec));
+        continue;
+      }
+      kn_precision keep = vision_precision();
+      vision_set_precision(prec);
+      st = vision_load_gguf(o->mmproj, &vm);
+      vision_set_precision(keep);
+      if (st != QVL_OK)
+        break;
+    }
+    m->vision = vm;
+    cJSON *t = cJSON_AddObjectToObject(out, kn_precision_name(prec));
+    int64_t d = m->text->hp.n_embd;
+    for (int k = 0; st == QVL_OK && k < 3; k++) {
+      int w = sizes[k][0], h = sizes[k][1];
+      char key[32];
+      snprintf(key, sizeof key, "%dx%d", w, h);
+      unsigned char *jpg = NULL;
+      unsigned long jsize = 0;
+      if (bench_make_jpeg(w, h, &jpg, &jsize) != 0) {
+        st = QVL_ERR_NOMEM;
+        break;
+      }
+      image_rgb rgb = {0};
+      image_patches ip = {0};
+      st = image_decode(jpg, jsize, NULL, &rgb, NULL);
+      free(jpg);
+      preprocess_opts po = {.min_pixels = 1, .max_pixels = (int64_t)w * h}; /* full resolution */
+      if (st == QVL_OK)
+        st = image_preprocess(&rgb, &po, &ip);
+      image_rgb_free(&rgb);
+      float *emb = NULL, *ds = NULL;
+      if (st == QVL_OK) {
+        emb = malloc(sizeof(float) * (size_t)(ip.n_tokens * d));
+        ds = malloc(sizeof(float) * (size_t)(ip.n_tokens * d * (vm->n_deepstack + 1)));
+        if (!emb || !ds)
+          st = QVL_ERR_NOMEM;
+      }
+      vision_stage_ms ms = {0};
+      double t0 = time_now_s();
+      if (st == QVL_OK) {
+        fprintf(stderr, "[bench] %s tier: vision encode %s (%d patches)...\n", kn_precision_name(prec), key,
+                ip.n_patches);
+        st = vision_encode_stages(vm, ip.pixel_values, ip.grid_t, ip.grid_h, ip.grid_w, emb, ds, NULL, NULL, &ms);
+      }
+      double total = (time_now_s() - t0) * 1e3;
+      if (st == QVL_OK) {
+        cJSON *e = cJSON_AddObjectToObject(t, key);
+        cJSON_AddNumberToObject(e, "patches", ip.n_patches);
+        cJSON_AddNumberToObject(e, "vision_ms", total);
+        cJSON_AddNumberToObject(e, "gemm_ms", ms.gemm);
+        cJSON_AddNumberToObject(e, "attention_ms", ms.attn);
+        cJSON_AddNumberToObject(e, "rest_ms", ms.rest);
+      }
+      free(emb);
+      free(ds);
+      image_patches_free(&ip);
+    }
+    if (st == QVL_OK) {
+      cJSON *tt = cJSON_AddObjectToObject(t, "ttft_1024x768");
+      st = bench_ttft(m, tt);
+    }
+    m->vision = loaded;
+    if (vm != loaded)
+      vision_free(vm);
+  }
+  return st;
+}
+
+static void print_stages(const cJSON *o) {
+  for (int tier = 0; tier < 2; tier++) {
+    const char *name = tier == 0 ? "exact" : "fast";
+    const cJSON *t = cJSON_GetObjectItem(o, name);
+    if (!t)
+      continue;
+    printf("  %s tier:\n", name);
+    for (const cJSON *e = t->child; e; e = e->next) {
+      if (!strcmp(e->string, "ttft_1024x768")) {
+        const cJSON *p = cJSON_GetObjectItem(e, "ttft_parts_ms");
+        printf("    TTFT 1024x768 %9.1f ms = decode+preprocess %.1f + vision %.1f + prefill %.1f (%d prompt tokens)\n",
+               cJSON_GetObjectItem(e, "ttft_ms") ? cJSON_GetObjectItem(e, "ttft_ms")->valuedouble : 0,
+               p ? cJSON_GetObjectItem(p, "decode_and_preprocess")->valuedouble : 0,
+               p ? cJSON_GetObjectItem(p, "vision")->valuedouble : 0,
+               p ? cJSON_GetObjectItem(p, "prefill")->valuedouble : 0,
+               cJSON_GetObjectItem(e, "ttft_prompt_tokens") ? (int)cJSON_GetObjectItem(e, "ttft_prompt_tokens")->valuedouble : 0);
+        continue;
+      }
+      double v = cJSON_GetObjectItem(e, "vision_ms")->valuedouble;
+      double g = cJSON_GetObjectItem(e, "gemm_ms")->valuedouble, a = cJSON_GetObjectItem(e, "attention_ms")->valuedouble;
+      double r = cJSON_GetObjectItem(e, "rest_ms")->valuedouble;
+      printf("    vision %-9s (%5d patches) %9.1f ms: matmul %.1f (%.0f%%), attention %.1f (%.0f%%), rest %.1f (%.0f%%)\n",
+             e->string, (int)cJSON_GetObjectItem(e, "patches")->valuedouble, v, g, 100 * g / v, a, 100 * a / v,
+             r, 100 * r / v);
+    }
+  }
+}
+
 static void print_table(const cJSON *o) {
   printf("qvl bench: isa %s, %d threads\n", cJSON_GetObjectItem(o, "isa")->valuestring,
          (int)cJSON_GetObjectItem(o, "threads")->valuedouble);
@@ -258,6 +373,8 @@ static int parse_sizes(const char *v, bench_opts *o) {
 }
 
 int cmd_bench(int argc, char **argv) {
+  if (args_take_precision(&argc, argv, 2, "qvl bench"))
+    return 2;
   bench_opts o = {.n_prefill = 512, .n_decode = 128, .n_batch_steps = 32,
                   .batch_sizes = {1, 2, 4, 8}, .n_batch_sizes = 4, .constrained = true};
   const char *v;
@@ -282,10 +399,16 @@ int cmd_bench(int argc, char **argv) {
       o.skip_vision = true;
     else if (arg_flag(argv, i, "--no-constrained", NULL))
       o.constrained = false;
+    else if (arg_flag(argv, i, "--image-stages", NULL))
+      o.image_stages = true;
     else if (arg_flag(argv, i, "--help", "-h")) {
       printf("usage: qvl bench -m MODEL.gguf [--mmproj MMPROJ.gguf] [-t N] [--prefill 512] [--decode 128]\n"
              "                 [--batch 1,2,4,8] [--batch-steps 32] [--skip-vision] [--no-constrained] [--json]\n"
-             "  the constrained rows decode batch 1 and 8 with and without a nested JSON-schema mask\n");
+             "                 [--precision exact|fast] [--image-stages]\n"
+             "  the constrained rows decode batch 1 and 8 with and without a nested JSON-schema mask\n"
+             "  --image-stages  only the image path, both precision tiers: vision encode of 448x448,\n"
+             "                  1024x768 and 1280x1280 split into matmul / attention / rest, and the\n"
+             "                  time to first token of a 1024x768 question stage by stage\n");
       return 0;
     } else {
       fprintf(stderr, "qvl bench: unknown option '%s'\n", argv[i]);
@@ -310,6 +433,23 @@ int cmd_bench(int argc, char **argv) {
   cJSON_AddStringToObject(out, "isa", kernels_isa());
   cJSON_AddNumberToObject(out, "threads", kernels_threads());
   cJSON_AddNumberToObject(out, "load_ms", (time_now_s() - t0) * 1e3);
+  cJSON_AddStringToObject(out, "precision", m->vision ? kn_precision_name(m->vision->precision) : "-");
+  if (o.image_stages) {
+    st = bench_image_stages(m, &o, out);
+    cJSON_AddNumberToObject(out, "peak_rss_mb", peak_rss_mb());
+    int rc = st != QVL_OK ? report_error("bench", st) : 0;
+    if (o.json) {
+      char *js = cJSON_Print(out);
+      printf("%s\n", js);
+      free(js);
+    } else {
+      printf("qvl bench --image-stages: isa %s, %d threads\n", kernels_isa(), kernels_threads());
+      print_stages(out);
+    }
+    cJSON_Delete(out);
+    vlm_free(m);
+    return rc;
+  }
   st = bench_images(m, &o, out);
   if (st == QVL_OK)
     st = bench_prefill_decode(m, &o, out);

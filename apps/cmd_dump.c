@@ -252,13 +252,16 @@ static qvl_status run_case(const char *case_path, const char *out_path, bool use
 }
 
 int cmd_dump(int argc, char **argv) {
+  if (args_take_precision(&argc, argv, 2, "qvl dump"))
+    return 2;
   const char *paths[2] = {0};
   int np = 0;
   bool use_hf = false;
   for (int i = 2; i < argc; i++) {
     if (arg_flag(argv, i, "--help", "-h")) {
-      printf("usage: qvl dump [--hf] CASE.json OUT.safetensors\n"
-             "  --hf   load the case's Hugging Face directory (model.hf_dir) instead of its GGUF files\n");
+      printf("usage: qvl dump [--hf] [--precision exact|fast] CASE.json OUT.safetensors\n"
+             "  --hf   load the case's Hugging Face directory (model.hf_dir) instead of its GGUF files\n"
+             "  --precision   vision tower tier (default fast; QVL_PRECISION)\n");
       return 0;
     }
     if (arg_flag(argv, i, "--hf", NULL)) {

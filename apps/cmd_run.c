@@ -32,6 +32,8 @@ static void run_usage(FILE *f) {
           "  --stop TEXT             stop string (repeatable)\n"
           "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
           "  -t, --threads N         worker threads (default: physical cores)\n"
+          "  --precision exact|fast  vision tower arithmetic (default fast: bf16 dot products on\n"
+          "                          F16/BF16 mmproj weights; exact: fp32 as transformers)\n"
           "  --ctx N                 context size (default: prompt + max tokens)\n"
           "  --json                  print a JSON object with text, ids and timings\n",
           (long long)IMAGE_CPU_DEFAULT_MAX_PIXELS);
@@ -110,6 +112,8 @@ static void print_json(const vlm_prompt *p, const gen_result *r, qvl_status s) {
 }
 
 int cmd_run(int argc, char **argv) {
+  if (args_take_precision(&argc, argv, 2, "qvl run"))
+    return 2;
   const char *model = NULL, *mmproj = NULL, *prompt = NULL, *system = NULL, *v;
   const char *images[MAX_IMAGES], *stops[MAX_STOPS];
   int n_images = 0, n_stops = 0, threads = 0;

@@ -24,6 +24,7 @@ static void serve_usage(FILE *f) {
           "Serves the OpenAI chat API (POST /v1/chat/completions, /v1/jobs, GET /v1/models, /health, /metrics)\n"
           "and the web UI at /. Settings come from flags > environment (QVL_...) > --config FILE.yaml > defaults:\n");
   server_config_usage(f);
+  fprintf(f, "  --precision exact|fast   vision tower arithmetic (default fast; QVL_PRECISION)\n");
 }
 
 static qvl_status be_submit(void *ctx, const engine_request *r, uint64_t *id) { return engine_submit(ctx, r, id); }
@@ -33,6 +34,8 @@ static void be_stats(void *ctx, engine_stats *out) { engine_get_stats(ctx, out);
 static const char *getenv_fn(const char *name) { return getenv(name); }
 
 int cmd_serve(int argc, char **argv) {
+  if (args_take_precision(&argc, argv, 2, "qvl serve"))
+    return 2;
   for (int i = 2; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       serve_usage(stdout);

@@ -283,7 +283,28 @@ static void release_source_pages(const void *data, size_t nbytes) {
 #endif
 }
 
-qvl_status kn_weight_init(kn_weight *w, const tensor *t) {
+static qvl_status weight_init(kn_weight *w, const tensor *t, kn_precision prec);
+
+qvl_status kn_weight_init(kn_weight *w, const tensor *t) { return weight_init(w, t, KN_PREC_EXACT); }
+qvl_status kn_weight_init_prec(kn_weight *w, const tensor *t, kn_precision p) {
+  return weight_init(w, t, p);
+}
+
+const char *kn_precision_name(kn_precision p) { return p == KN_PREC_FAST ? "fast" : "exact"; }
+
+qvl_status kn_precision_parse(const char *s, kn_precision *out) {
+  if (s && !strcmp(s, "exact")) {
+    *out = KN_PREC_EXACT;
+    return QVL_OK;
+  }
+  if (s && !strcmp(s, "fast")) {
+    *out = KN_PREC_FAST;
+    return QVL_OK;
+  }
+  return qvl_errorf(QVL_ERR_INVALID_ARG, "precision '%s': expected 'exact' or 'fast'", s ? s : "(null)");
+}
+
+static qvl_status weight_init(kn_weight *w, const tensor *t, kn_precision prec) {
   memset(w, 0, sizeof *w);
   const char *name = t->name ? t->name : "(unnamed)";
   if (!dtype_supported(t->type))
@@ -312,7 +333,8 @@ qvl_status kn_weight_init(kn_weight *w, const tensor *t) {
   w->row_bytes = rb;
   w->packed = NULL;
   w->layout = KN_LAYOUT_PLAIN;
-  qvl_status st = ops()->weight_pack(w);
+  const kn_ops *o = ops();
+  qvl_status st = prec == KN_PREC_FAST && o->weight_pack_fast ? o->weight_pack_fast(w) : o->weight_pack(w);
   if (st != QVL_OK) {
     kn_weight_free(w);
     return qvl_error_prefix(st, "kernels: preparing tensor '%s': ", name);
@@ -510,18 +532,28 @@ static void attn_body(void *arg, int64_t i, int thread) {
   int h = (int)(i % units);
   int64_t q0 = (i / units) * j->q_per_task;
   int64_t q1 = q0 + j->q_per_task < j->a.n_q ? q0 + j->q_per_task : j->a.n_q;
-  g_ops.attention(&j->a, h, q0, q1, thread);
+  if (j->a.fast && g_ops.attention_fast)
+    g_ops.attention_fast(&j->a, h, q0, q1, thread);
+  else
+    g_ops.attention(&j->a, h, q0, q1, thread);
 }
 
 void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
                   int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
                   float scale, int64_t causal_base, float *out, int64_t out_stride) {
+  kn_attention_prec(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
+                    causal_base, out, out_stride, KN_PREC_EXACT);
+}
+
+void kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
+                       int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                       float scale, int64_t causal_base, float *out, int64_t out_stride, kn_precision prec) {
   ops();
   if (n_q <= 0)
     return;
   assert(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
   attn_job j = {.a = {q, k, v, out, n_q, q_stride, n_kv, kv_stride, out_stride, n_head, n_kv_head,
-                      head_dim, scale, causal_base}};
+                      head_dim, scale, causal_base, prec == KN_PREC_FAST}};
   for (int i = 0; i < g_threads; i++)
     if (!kn_scratch(i, (size_t)head_dim * 1024 + 64 * 1024))
       abort();
@@ -534,4 +566,57 @@ void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k,
   j.q_per_task = n_q < per ? n_q : per;
   j.n_q_tasks = (n_q + j.q_per_task - 1) / j.q_per_task;
   run_parallel(j.n_q_tasks * units, 1, attn_body, &j);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Peak probes (benchmarks only)
+ */
+#include <time.h>
+
+typedef struct peak_job {
+  kn_peak_kind kind;
+  double seconds;
+  double rate[1024]; /* per thread: operations per CPU second */
+} peak_job;
+
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void peak_body(void *arg, int64_t i, int thread) {
+  (void)i;
+  peak_job *j = arg;
+  int64_t iters = 1 << 14;
+  double best = 0;
+  double c_end = thread_cpu_s() + j->seconds;
+  while (thread_cpu_s() < c_end) {
+    double c0 = thread_cpu_s();
+    double ops_done = g_ops.peak_loop(j->kind, iters);
+    double c = thread_cpu_s() - c0;
+    if (c < 1e-3) {
+      iters *= 4;
+      continue;
+    }
+    if (ops_done / c > best)
+      best = ops_done / c;
+  }
+  j->rate[thread] = best;
+}
+
+double kn_peak_ops(kn_peak_kind kind, double seconds_per_thread) {
+  const kn_ops *o = ops();
+  if (!o->peak_loop || o->peak_loop(kind, 1) <= 0)
+    return 0;
+  static peak_job j;
+  memset(&j, 0, sizeof j);
+  j.kind = kind;
+  j.seconds = seconds_per_thread;
+  /* static partition: one task per thread, all threads at once (as in a real GEMM) */
+  threadpool_for(g_pool, g_threads, 0, peak_body, &j);
+  double sum = 0;
+  for (int t = 0; t < g_threads && t < 1024; t++)
+    sum += j.rate[t];
+  return sum;
 }

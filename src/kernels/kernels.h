@@ -36,6 +36,17 @@ typedef struct kn_weight {
 } kn_weight;
 
 qvl_status kn_weight_init(kn_weight *w, const tensor *t);
+
+/* Precision tiers (docs/KERNELS.md "Precision tiers"). EXACT: float weights are converted exactly and
+ * multiplied in fp32 (the strict f32 tolerance). FAST: where the ISA has bf16 dot products, F16/BF16
+ * weights are repacked to bf16 pairs and activations rounded to bf16 (the llama_style tolerance).
+ * Quantized weights use int8 activation blocks in both tiers (as today). */
+typedef enum kn_precision { KN_PREC_EXACT = 0, KN_PREC_FAST = 1 } kn_precision;
+/* kn_weight_init for one tier. Batch and thread invariance hold within a tier. */
+qvl_status kn_weight_init_prec(kn_weight *w, const tensor *t, kn_precision p);
+/* "exact" / "fast"; parse returns QVL_ERR_INVALID_ARG with a message for anything else. */
+const char *kn_precision_name(kn_precision p);
+qvl_status kn_precision_parse(const char *s, kn_precision *out);
 void kn_weight_free(kn_weight *w);
 
 /* y[t][o] = sum_i W[o][i] * x[t][i] (+ bias[o] if bias != NULL), for t < n_tokens. */
@@ -69,6 +80,21 @@ void kn_add(float *y, const float *x, int64_t n);
 void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
                   int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
                   float scale, int64_t causal_base, float *out, int64_t out_stride);
+
+/* Measured machine peaks (for benchmarks): a register-only loop of independent fp32 FMAs, bf16 dot
+ * products (vdpbf16ps) or int8 dot products (vpdpbusd / vpmaddubsw) on every worker thread at once.
+ * Returns operations (2 per multiply-add) per second of thread CPU time, summed over the threads,
+ * so the figure does not drop when other processes share the cores; 0 if the active ISA has no
+ * such instruction. */
+typedef enum kn_peak_kind { KN_PEAK_F32_FMA, KN_PEAK_BF16_DOT, KN_PEAK_INT8_DOT } kn_peak_kind;
+double kn_peak_ops(kn_peak_kind kind, double seconds_per_thread);
+
+/* kn_attention in a precision tier: KN_PREC_FAST may use bf16 dot products for q.k and p v (q, k,
+ * v and the probabilities rounded to bf16; softmax in fp32) where the ISA has them (AVX-512 BF16,
+ * head_dim 64); otherwise, and for KN_PREC_EXACT, it is kn_attention. */
+void kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
+                       int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                       float scale, int64_t causal_base, float *out, int64_t out_stride, kn_precision prec);
 
 /* Runs fn(arg, i) for i in [0, n) on the worker pool, returning when all are done. */
 typedef void (*kn_task_fn)(void *arg, int64_t i);

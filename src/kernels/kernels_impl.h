@@ -26,6 +26,9 @@ enum {
   KN_LAYOUT_X16_Q4_0 = 0x5105,
   KN_LAYOUT_X16_Q4_K = 0x5106,
   KN_LAYOUT_X16_Q6_K = 0x5107,
+  /* x86/avx512.c, fast tier: 16-row panels of bf16 pairs (inputs 2k, 2k+1 of a row in one 32-bit
+   * lane) for vdpbf16ps; F16 weights are rounded to bf16 when packed */
+  KN_LAYOUT_X16_BF16P = 0x5108,
 };
 
 /* One matmul call as seen by a tile function. */
@@ -60,12 +63,15 @@ typedef struct kn_attn {
   int n_head, n_kv_head, head_dim;
   float scale;
   int64_t causal_base; /* < 0: not causal */
+  bool fast;           /* fast tier (kn_attention_prec) */
 } kn_attn;
 
 typedef struct kn_ops {
   const char *name;
   /* May set w->packed / w->layout (owned by w, freed with free()). */
   qvl_status (*weight_pack)(kn_weight *w);
+  /* Packing for the fast tier (NULL: the variant has no fast path, weight_pack is used). */
+  qvl_status (*weight_pack_fast)(kn_weight *w);
   /* The matmul kernel for this weight and batch size (never NULL). */
   const kn_mm_kernel *(*mm_select)(const kn_weight *w, int64_t n_tokens);
   void (*weight_row)(const kn_weight *w, int64_t r, float *out);
@@ -79,7 +85,12 @@ typedef struct kn_ops {
   /* Queries [q0, q1) of head h; or, if attn_by_group, of every query head of KV head h (so that
    * heads sharing K/V read it once). */
   void (*attention)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
+  /* Fast tier (bf16 dot products); NULL = attention. Same tiling as attention. */
+  void (*attention_fast)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
   bool attn_by_group;
+  /* Peak probe: runs `iters` iterations of the kind's register-only loop; returns the operations
+   * done (0: not available). NULL = no probe. */
+  double (*peak_loop)(kn_peak_kind kind, int64_t iters);
 } kn_ops;
 
 /* 16-row panel layouts shared by the x86 variants (built by kn_pack_x16 in pack.c). A panel holds
@@ -108,6 +119,12 @@ typedef struct kn_ops {
 
 /* Repacks F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K weights into the X16 layout (other types untouched). */
 qvl_status kn_pack_x16(kn_weight *w);
+/* Fast tier: F16/BF16 into KN_LAYOUT_X16_BF16P (per panel and input pair k: 16 lanes of
+ * {bf16 w[r][2k], bf16 w[r][2k+1]}, an odd n_in padded with a zero weight); other types as
+ * kn_pack_x16. Activations for it: kn_bf16p_row_bytes(n_in) bytes of bf16, zero-padded to a pair. */
+qvl_status kn_pack_x16_fast(kn_weight *w);
+#define KN_BF16P_PAIRS(n_in) (((n_in) + 1) / 2)
+size_t kn_bf16p_row_bytes(int64_t n_in);
 
 /* Quantized activation rows for the X16 integer kernels (8-bit, scale d = amax / 127):
  *   act32  (Q8_0/Q4_0 weights): int8 q[n_in], float d[n_in/32], int32 sum[n_in/32]

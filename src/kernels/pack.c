@@ -195,3 +195,42 @@ void kn_act256_quantize_c(const float *x, void *xq, int64_t n_in) {
       s32[b * 8 + g] = (int16_t)(sums[2 * g] + sums[2 * g + 1]);
   }
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Fast tier: bf16 pairs for vdpbf16ps (KN_LAYOUT_X16_BF16P). Lane r of pair k holds the bf16 of
+ * w[r][2k] (low half) and w[r][2k+1] (high half), the order vdpbf16ps multiplies them with the
+ * activation pair {x[2k], x[2k+1]}. F16 values are converted exactly to float, then rounded to
+ * nearest-even bf16 (f32_to_bf16, the same rounding the activations get).
+ */
+size_t kn_bf16p_row_bytes(int64_t n_in) { return (size_t)KN_BF16P_PAIRS(n_in) * 4; }
+
+qvl_status kn_pack_x16_fast(kn_weight *w) {
+  if (w->type != QVL_DTYPE_F16 && w->type != QVL_DTYPE_BF16)
+    return kn_pack_x16(w);
+  int64_t np = (w->n_out + PR - 1) / PR, n_in = w->n_in, pairs = KN_BF16P_PAIRS(n_in);
+  size_t panel = (size_t)pairs * 64;
+  if ((uint64_t)np > SIZE_MAX / panel)
+    return qvl_errorf(QVL_ERR_TOO_LARGE, "repacked weight %lld x %lld too large",
+                      (long long)w->n_out, (long long)n_in);
+  size_t total = panel * (size_t)np;
+  uint16_t *dst = NULL;
+  if (posix_memalign((void **)&dst, 64, total ? total : 64) != 0)
+    return qvl_errorf(QVL_ERR_NOMEM, "cannot allocate %zu bytes for the repacked weight", total);
+  memset(dst, 0, total);
+  const bool f16 = w->type == QVL_DTYPE_F16;
+  for (int64_t p = 0; p < np; p++) {
+    uint16_t *pd = dst + (size_t)p * (panel / 2);
+    int rows = (int)(w->n_out - p * PR < PR ? w->n_out - p * PR : PR);
+    for (int r = 0; r < rows; r++) {
+      const uint16_t *src = (const uint16_t *)((const uint8_t *)w->data + (size_t)(p * PR + r) * w->row_bytes);
+      for (int64_t i = 0; i < n_in; i++) {
+        uint16_t h;
+        memcpy(&h, src + i, 2); /* rows of a mapped file need not be 2-byte aligned */
+        pd[(size_t)(i / 2) * 32 + (size_t)r * 2 + (size_t)(i % 2)] = f16 ? f32_to_bf16(fp16_to_f32(h)) : h;
+      }
+    }
+  }
+  w->packed = dst;
+  w->layout = KN_LAYOUT_X16_BF16P;
+  return QVL_OK;
+}

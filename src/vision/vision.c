@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "base/timing.h"
 
 /* Grids larger than this (in patches per side) are refused before any size arithmetic: a 16384-token
  * image (HF's maximum) is 256 x 256 patches, so this leaves ample room without risking overflow. */
@@ -195,6 +196,22 @@ static qvl_status load_vec(const vision_source *src, const char *name, int64_t n
   return dequant_alloc(t, n, 1, out);
 }
 
+/* Precision tier of towers loaded from now on (vision_set_precision); -1 = not set: QVL_PRECISION,
+ * else fast. */
+static int g_precision = -1;
+
+void vision_set_precision(kn_precision p) { g_precision = (int)p; }
+
+kn_precision vision_precision(void) {
+  if (g_precision >= 0)
+    return (kn_precision)g_precision;
+  const char *e = getenv("QVL_PRECISION");
+  kn_precision p = KN_PREC_FAST;
+  if (e && *e && kn_precision_parse(e, &p) != QVL_OK)
+    p = KN_PREC_FAST; /* an unusable value is reported by the programs that read it (qvl_precision_env) */
+  return p;
+}
+
 /* A matrix W[n_out][n_in] (ggml ne {n_in, n_out}) prepared for kn_matmul. */
 static qvl_status load_mat(const vision_source *src, const char *name, int64_t n_in, int64_t n_out,
                            kn_weight *w) {
@@ -204,7 +221,7 @@ static qvl_status load_mat(const vision_source *src, const char *name, int64_t n
   char expect[64];
   snprintf(expect, sizeof expect, "{%lld, %lld}", (long long)n_in, (long long)n_out);
   QVL_TRY(check_tensor(src, t, n_in, n_out, 1, 1, expect));
-  qvl_status s = kn_weight_init(w, t);
+  qvl_status s = kn_weight_init_prec(w, t, vision_precision());
   if (s != QVL_OK)
     return qvl_error_prefix(s, "mmproj '%s': tensor '%s': ", src->label, name);
   return QVL_OK;
@@ -402,6 +419,7 @@ qvl_status vision_init(const vision_hparams *hp, const vision_source *src, visio
   }
   m->hp = *hp;
   m->src = *src;
+  m->precision = vision_precision();
   if (!m->src.label)
     m->src.label = "(tensor source)";
   qvl_status s = vision_load(m);
@@ -651,17 +669,25 @@ static void rope_task_fn(void *arg, int64_t chunk) {
   }
 }
 
+/* Wall time of one step, added to a stage counter. */
+#define TIMED(ACC, CALL)                 \
+  do {                                   \
+    double t0_ = time_now_s();           \
+    CALL;                                \
+    (ACC) += (time_now_s() - t0_) * 1e3; \
+  } while (0)
+
 /* The m*m patches of a merge window are consecutive rows, so [N][Dv] is [N/m^2][m^2*Dv] as is. */
 static void run_merger(const vision_merger *mg, const vision_hparams *hp, const float *x, int64_t N,
-                       float *tmp, float *tmp2, float *out) {
+                       float *tmp, float *tmp2, float *out, vision_stage_ms *ms) {
   const int64_t mm = hp->merge * hp->merge, D4 = hp->n_embd * mm, n_tok = N / mm;
   if (mg->layer < 0)
-    kn_layernorm(x, mg->norm_w, mg->norm_b, N, hp->n_embd, hp->eps, tmp);
+    TIMED(ms->rest, kn_layernorm(x, mg->norm_w, mg->norm_b, N, hp->n_embd, hp->eps, tmp));
   else
-    kn_layernorm(x, mg->norm_w, mg->norm_b, n_tok, D4, hp->eps, tmp);
-  kn_matmul(&mg->fc1, tmp, n_tok, mg->fc1_b, tmp2);
-  kn_gelu_erf(tmp2, n_tok * D4);
-  kn_matmul(&mg->fc2, tmp2, n_tok, mg->fc2_b, out);
+    TIMED(ms->rest, kn_layernorm(x, mg->norm_w, mg->norm_b, n_tok, D4, hp->eps, tmp));
+  TIMED(ms->gemm, kn_matmul(&mg->fc1, tmp, n_tok, mg->fc1_b, tmp2));
+  TIMED(ms->rest, kn_gelu_erf(tmp2, n_tok * D4));
+  TIMED(ms->gemm, kn_matmul(&mg->fc2, tmp2, n_tok, mg->fc2_b, out));
 }
 
 static bool mul_ok(int64_t a, int64_t b, int64_t *out) {
@@ -679,7 +705,10 @@ struct vision_job {
   int ds;                   /* DeepStack mergers done */
   trace_fn trace;
   void *trace_user;
+  vision_stage_ms ms;       /* time so far per kind of work (vision_job_stage_ms) */
 };
+
+vision_stage_ms vision_job_stage_ms(const vision_job *j) { return j->ms; }
 
 qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, int64_t grid_t, int64_t grid_h,
                             int64_t grid_w, float *embeds, float *deepstack, trace_fn trace, void *trace_user,
@@ -729,7 +758,8 @@ qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, in
   float *sinb = j->sinb = cosb + sz_rope; /* [N][hd] */
 
   /* patch embedding (Conv3d as a matmul) + bias, then the position embedding of every frame */
-  kn_matmul(&m->patch, pixel_values, N, m->patch_b, x);
+  TIMED(j->ms.gemm, kn_matmul(&m->patch, pixel_values, N, m->patch_b, x));
+  double t_rest = time_now_s();
   qvl_status s = pos_embed(m, grid_h, grid_w, h);
   if (s != QVL_OK) {
     vision_job_free(j);
@@ -745,6 +775,7 @@ qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, in
     memcpy(cosb + t * nf * hd, cosb, (size_t)(nf * hd) * sizeof(float));
     memcpy(sinb + t * nf * hd, sinb, (size_t)(nf * hd) * sizeof(float));
   }
+  j->ms.rest += (time_now_s() - t_rest) * 1e3;
   if (trace) {
     trace(trace_user, "vision_rope_cos", cosb, N, hd);
     trace(trace_user, "vision_rope_sin", sinb, N, hd);
@@ -763,28 +794,31 @@ bool vision_job_run(vision_job *j, int64_t max_layers) {
   for (int64_t done = 0; j->next_layer < hp->n_layer && (max_layers <= 0 || done < max_layers); done++) {
     const int64_t li = j->next_layer++;
     const vision_layer *l = &m->layers[li];
-    kn_layernorm(x, l->ln1_w, l->ln1_b, N, Dv, hp->eps, h);
-    kn_matmul(&l->qkv, h, N, l->qkv_b, qkv);
+    vision_stage_ms *ms = &j->ms;
+    TIMED(ms->rest, kn_layernorm(x, l->ln1_w, l->ln1_b, N, Dv, hp->eps, h));
+    TIMED(ms->gemm, kn_matmul(&l->qkv, h, N, l->qkv_b, qkv));
     rope_task rt = {.n = N, .n_head = hp->n_head, .head_dim = hd, .stride = 3 * Dv,
                     .qkv = qkv, .cosb = j->cosb, .sinb = j->sinb};
-    kn_parallel_for(n_chunks(N), rope_task_fn, &rt);
+    TIMED(ms->rest, kn_parallel_for(n_chunks(N), rope_task_fn, &rt));
     /* block-diagonal: each frame attends only to itself */
+    double ta = time_now_s();
     for (int64_t t = 0; t < j->grid_t; t++) {
       const float *q = qkv + t * nf * 3 * Dv;
-      kn_attention(q, nf, 3 * Dv, q + Dv, q + 2 * Dv, nf, 3 * Dv, (int)hp->n_head, (int)hp->n_head,
-                   (int)hd, scale, -1, h + t * nf * Dv, Dv);
+      kn_attention_prec(q, nf, 3 * Dv, q + Dv, q + 2 * Dv, nf, 3 * Dv, (int)hp->n_head, (int)hp->n_head,
+                        (int)hd, scale, -1, h + t * nf * Dv, Dv, m->precision);
     }
-    kn_matmul(&l->out, h, N, l->out_b, qkv); /* q, k, v are consumed: reuse their memory */
-    kn_add(x, qkv, N * Dv);
+    ms->attn += (time_now_s() - ta) * 1e3;
+    TIMED(ms->gemm, kn_matmul(&l->out, h, N, l->out_b, qkv)); /* q, k, v are consumed: reuse their memory */
+    TIMED(ms->rest, kn_add(x, qkv, N * Dv));
     /* the MLP is row-wise: run it in row blocks so its [rows][n_ff] hidden stays small */
     for (int64_t r0 = 0; r0 < N; r0 += VISION_MLP_ROWS) {
       const int64_t nr = N - r0 < VISION_MLP_ROWS ? N - r0 : VISION_MLP_ROWS;
       float *xr = x + r0 * Dv, *hr = h + r0 * Dv;
-      kn_layernorm(xr, l->ln2_w, l->ln2_b, nr, Dv, hp->eps, hr);
-      kn_matmul(&l->up, hr, nr, l->up_b, ff);
-      kn_gelu_tanh(ff, nr * hp->n_ff);
-      kn_matmul(&l->down, ff, nr, l->down_b, hr);
-      kn_add(xr, hr, nr * Dv);
+      TIMED(ms->rest, kn_layernorm(xr, l->ln2_w, l->ln2_b, nr, Dv, hp->eps, hr));
+      TIMED(ms->gemm, kn_matmul(&l->up, hr, nr, l->up_b, ff));
+      TIMED(ms->rest, kn_gelu_tanh(ff, nr * hp->n_ff));
+      TIMED(ms->gemm, kn_matmul(&l->down, ff, nr, l->down_b, hr));
+      TIMED(ms->rest, kn_add(xr, hr, nr * Dv));
     }
     if (j->trace) {
       char name[40];
@@ -793,7 +827,7 @@ bool vision_job_run(vision_job *j, int64_t max_layers) {
     }
     if (j->ds < m->n_deepstack && m->deepstack[j->ds].layer == li) {
       float *out = j->deepstack + (int64_t)j->ds * n_tok * hp->proj_dim;
-      run_merger(&m->deepstack[j->ds], hp, x, N, h, qkv, out);
+      run_merger(&m->deepstack[j->ds], hp, x, N, h, qkv, out, &j->ms);
       if (j->trace) {
         char name[40];
         snprintf(name, sizeof name, "deepstack.%d", j->ds);
@@ -803,7 +837,7 @@ bool vision_job_run(vision_job *j, int64_t max_layers) {
     }
   }
   if (j->next_layer == hp->n_layer) {
-    run_merger(&m->merger, hp, x, N, h, qkv, j->embeds);
+    run_merger(&m->merger, hp, x, N, h, qkv, j->embeds, &j->ms);
     if (j->trace)
       j->trace(j->trace_user, "image_embeds", j->embeds, n_tok, hp->proj_dim);
     j->next_layer++;
@@ -821,9 +855,18 @@ void vision_job_free(vision_job *j) {
 qvl_status vision_encode(const vision_model *m, const float *pixel_values, int64_t grid_t,
                          int64_t grid_h, int64_t grid_w, float *embeds, float *deepstack,
                          trace_fn trace, void *trace_user) {
+  return vision_encode_stages(m, pixel_values, grid_t, grid_h, grid_w, embeds, deepstack, trace,
+                              trace_user, NULL);
+}
+
+qvl_status vision_encode_stages(const vision_model *m, const float *pixel_values, int64_t grid_t,
+                                int64_t grid_h, int64_t grid_w, float *embeds, float *deepstack,
+                                trace_fn trace, void *trace_user, vision_stage_ms *ms) {
   vision_job *j;
   QVL_TRY(vision_job_begin(m, pixel_values, grid_t, grid_h, grid_w, embeds, deepstack, trace, trace_user, &j));
   vision_job_run(j, 0);
+  if (ms)
+    *ms = j->ms;
   vision_job_free(j);
   return QVL_OK;
 }

@@ -113,7 +113,15 @@ typedef struct vision_model {
   int n_deepstack;
   vision_merger *deepstack; /* [n_deepstack], sorted by tapped layer */
   vision_source src;      /* keeps the weights' storage alive */
+  kn_precision precision; /* tier the matrices were prepared for (vision_set_precision) */
 } vision_model;
+
+/* Precision tier of the towers loaded after this call (docs/KERNELS.md "Precision tiers"): fast
+ * (default; F16/BF16 matrices use bf16 dot products where the CPU has them) or exact (fp32 as
+ * transformers; the strict f32 tolerance). Without a call, QVL_PRECISION=exact|fast, else fast.
+ * Quantized matrices (Q8_0, Q4_0, ...) use int8 activation blocks in both tiers. */
+void vision_set_precision(kn_precision p);
+kn_precision vision_precision(void);
 
 /* Reads the clip.* hyperparameters of an mmproj GGUF. Errors: a file that is not an mmproj
  * (e.g. the text model), another projector type (QVL_ERR_UNSUPPORTED), missing or ill-typed keys. */
@@ -168,6 +176,16 @@ qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, in
                             int64_t grid_w, float *embeds, float *deepstack, trace_fn trace, void *trace_user,
                             vision_job **out);
 bool vision_job_run(vision_job *j, int64_t max_layers);
+/* Where a job's time went so far (wall ms): matmuls (patch embedding, blocks, mergers), attention,
+ * and the rest (norms, GELU, RoPE, residual adds, position embedding). */
+typedef struct vision_stage_ms {
+  double gemm, attn, rest;
+} vision_stage_ms;
+vision_stage_ms vision_job_stage_ms(const vision_job *j);
+/* vision_encode that also reports the stage times (ms may be NULL). */
+qvl_status vision_encode_stages(const vision_model *m, const float *pixel_values, int64_t grid_t,
+                                int64_t grid_h, int64_t grid_w, float *embeds, float *deepstack,
+                                trace_fn trace, void *trace_user, vision_stage_ms *ms);
 void vision_job_free(vision_job *j);
 /* Blocks of the tower (for choosing a slice size). */
 static inline int64_t vision_n_layers(const vision_model *m) { return m->hp.n_layer; }

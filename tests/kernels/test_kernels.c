@@ -25,6 +25,11 @@ static const tol TOL_REF = {"ref (double accumulation)", 1e-6, 0};
 static const tol TOL_F32_SIMD = {"simd fp32 accumulation", 1e-5, 0};
 static const tol TOL_Q8_ACT = {"q8_0 activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1.0 / 2048};
 static const tol TOL_Q8K_ACT = {"q8_K activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1e-6};
+/* Fast tier, bf16 dot products, fp32 accumulation: the activation is rounded to bf16 (unit
+ * roundoff 2^-8), and so is an F16 weight (BF16 weights are used as they are). */
+static const tol TOL_BF16_DOT = {"bf16 dot products (vdpbf16ps), bf16 weights", 1.0 / 256 + 1e-5, 0};
+static const tol TOL_BF16_DOT_F16 = {"bf16 dot products (vdpbf16ps), f16 weights rounded to bf16",
+                                     2.0 / 256 + 1e-5, 0};
 
 /* Attention, norms and activations: |got - exact| <= rel * scale of the output (max |v| for
  * attention, |exact| + 1e-30 elementwise otherwise) + abs. */
@@ -43,9 +48,11 @@ static double rnd(void) { /* uniform in [-1, 1) */
 
 static const char *isa_now;
 
-static tol matmul_tol(qvl_dtype t) {
+static tol matmul_tol(qvl_dtype t, kn_precision prec) {
   if (!strcmp(isa_now, "ref"))
     return TOL_REF;
+  if (prec == KN_PREC_FAST && !strcmp(isa_now, "avx512") && (t == QVL_DTYPE_F16 || t == QVL_DTYPE_BF16))
+    return t == QVL_DTYPE_F16 ? TOL_BF16_DOT_F16 : TOL_BF16_DOT;
   switch (t) {
   case QVL_DTYPE_Q8_0:
   case QVL_DTYPE_Q4_0:
@@ -94,11 +101,12 @@ static int64_t blk_of(qvl_dtype t) {
 
 static double worst_ratio; /* largest error / allowed seen, for the report */
 
-static void check_matmul(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_tok, bool bias) {
+static void check_matmul_prec(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_tok, bool bias,
+                              kn_precision prec) {
   test_w w;
   make_weight(&w, type, n_in, n_out);
   kn_weight kw;
-  qvl_status st = kn_weight_init(&kw, &w.t);
+  qvl_status st = kn_weight_init_prec(&kw, &w.t, prec);
   CHECK(st == QVL_OK, "kn_weight_init: %s", qvl_last_error());
   if (st != QVL_OK) {
     free_weight(&w);
@@ -113,7 +121,7 @@ static void check_matmul(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_
   for (int64_t o = 0; o < n_out; o++)
     b[o] = (float)rnd();
   kn_matmul(&kw, x, n_tok, bias ? b : NULL, y);
-  tol tl = matmul_tol(type);
+  tol tl = matmul_tol(type, prec);
   int64_t blk = blk_of(type);
   int bad = 0;
   for (int64_t t = 0; t < n_tok; t++) {
@@ -163,12 +171,46 @@ static void check_matmul(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_
   }
   CHECK(rbad == 0, "%s kn_weight_row %s: %d rows differ", isa_now, dtype_name(type), rbad);
   free(row);
+  /* The fast tier on AVX-512 really rounds to bf16: it must differ from the exact tier somewhere
+   * (otherwise the exact path ran and this test would prove nothing). */
+  if (prec == KN_PREC_FAST && !strcmp(isa_now, "avx512") && (type == QVL_DTYPE_F16 || type == QVL_DTYPE_BF16) &&
+      n_in >= 33 && n_out >= 17) {
+    kn_weight ke;
+    CHECK(kn_weight_init(&ke, &w.t) == QVL_OK, "kn_weight_init: %s", qvl_last_error());
+    float *ye = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+    kn_matmul(&ke, x, n_tok, bias ? b : NULL, ye);
+    CHECK(memcmp(ye, y, sizeof(float) * (size_t)(n_tok * n_out)) != 0,
+          "%s fast matmul %s %lldx%lld equals the exact tier bit for bit", isa_now, dtype_name(type),
+          (long long)n_out, (long long)n_in);
+    free(ye);
+    kn_weight_free(&ke);
+  }
   kn_weight_free(&kw);
   free(x);
   free(b);
   free(y);
   free(y1);
   free_weight(&w);
+}
+
+static void check_matmul(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_tok, bool bias) {
+  check_matmul_prec(type, n_in, n_out, n_tok, bias, KN_PREC_EXACT);
+}
+
+/* The fast tier on ragged sizes (odd n_in pads a pair; partial panels; every token-chunk width). */
+static void test_matmul_fast(void) {
+  static const qvl_dtype types[] = {QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_F32, QVL_DTYPE_Q8_0};
+  static const int64_t n_in_float[] = {1, 7, 33, 100, 273};
+  static const int64_t n_outs[] = {1, 5, 17, 40, 67};
+  static const int64_t toks[] = {1, 2, 3, 7, 17, 64, 75};
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    bool q = types[ti] == QVL_DTYPE_Q8_0;
+    for (size_t a = 0; a < 5; a++)
+      for (size_t o = 0; o < sizeof n_outs / sizeof n_outs[0]; o++)
+        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
+          check_matmul_prec(types[ti], q ? 32 * (int64_t)(a + 1) : n_in_float[a], n_outs[o], toks[k],
+                            (a + o + k) % 2 == 1, KN_PREC_FAST);
+  }
 }
 
 static void test_matmul(void) {
@@ -194,7 +236,9 @@ static void test_matmul(void) {
 static void test_thread_invariance(const char *isa) {
   static const qvl_dtype types[] = {QVL_DTYPE_F32, QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_Q8_0,
                                     QVL_DTYPE_Q4_0, QVL_DTYPE_Q4_K, QVL_DTYPE_Q6_K};
-  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+  for (size_t tp = 0; tp < 2 * sizeof types / sizeof types[0]; tp++) {
+    size_t ti = tp % (sizeof types / sizeof types[0]);
+    kn_precision prec = tp < sizeof types / sizeof types[0] ? KN_PREC_EXACT : KN_PREC_FAST;
     int64_t n_in = 512, n_out = 203, n_tok = 37;
     test_w w;
     make_weight(&w, types[ti], n_in, n_out);
@@ -205,13 +249,13 @@ static void test_thread_invariance(const char *isa) {
     for (int r = 0; r < 2; r++) {
       kernels_init(isa, r == 0 ? 1 : 3);
       kn_weight kw;
-      kn_weight_init(&kw, &w.t);
+      kn_weight_init_prec(&kw, &w.t, prec);
       y[r] = malloc(sizeof(float) * (size_t)(n_tok * n_out));
       kn_matmul(&kw, x, n_tok, NULL, y[r]);
       kn_weight_free(&kw);
     }
     CHECK(!memcmp(y[0], y[1], sizeof(float) * (size_t)(n_tok * n_out)),
-          "%s matmul %s: 1 and 3 threads differ", isa, dtype_name(types[ti]));
+          "%s %s matmul %s: 1 and 3 threads differ", isa, kn_precision_name(prec), dtype_name(types[ti]));
     free(y[0]);
     free(y[1]);
     free(x);
@@ -220,8 +264,24 @@ static void test_thread_invariance(const char *isa) {
 }
 
 /* ---- attention */
+/* Fast tier on AVX-512, head_dim 64: the oracle rounds q*scale, k and v to bf16 as the kernel does
+ * and then computes in double; what remains is the kernel's rounding of the probabilities to bf16
+ * (2^-8 of max|v|), its fp32 score sums (1e-5 relative of sum |q k|, moving the weights by
+ * e^(2 eps)) and fp32 accumulation (2^-12). A key dropped or misplaced costs ~1/n_kv: caught. */
+static double bf(double x) { return bf16_to_f32(f32_to_bf16((float)x)); }
+static bool attn_fast_now(int head_dim, kn_precision prec) {
+  return prec == KN_PREC_FAST && !strcmp(isa_now, "avx512") && head_dim == 64;
+}
+
+static void check_attention_prec(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
+                                 int64_t causal_base, kn_precision prec);
 static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
                             int64_t causal_base) {
+  check_attention_prec(n_head, n_kv_head, head_dim, n_q, n_kv, causal_base, KN_PREC_EXACT);
+}
+
+static void check_attention_prec(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
+                                 int64_t causal_base, kn_precision prec) {
   int64_t q_stride = (int64_t)n_head * head_dim + 3, kv_stride = (int64_t)n_kv_head * head_dim + 5;
   int64_t out_stride = (int64_t)n_head * head_dim + 1;
   float *q = malloc(sizeof(float) * (size_t)(n_q * q_stride));
@@ -238,8 +298,9 @@ static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q
   for (int64_t i = 0; i < n_q * out_stride; i++)
     out[i] = 12345.0f; /* the padding must stay untouched */
   float scale = 1.0f / sqrtf((float)head_dim);
-  kn_attention(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
-               causal_base, out, out_stride);
+  kn_attention_prec(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
+                    causal_base, out, out_stride, prec);
+  const bool fast = attn_fast_now(head_dim, prec);
   int bad = 0, pad_bad = 0;
   int group = n_head / n_kv_head;
   for (int64_t i = 0; i < n_q; i++) {
@@ -247,14 +308,20 @@ static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q
     for (int h = 0; h < n_head; h++) {
       const float *qh = q + i * q_stride + (int64_t)h * head_dim;
       int kvh = h / group;
-      double mx = -INFINITY, sum = 0, vmax = 0;
+      double mx = -INFINITY, sum = 0, vmax = 0, eps_s = 0;
       for (int64_t j = 0; j < nk; j++) {
-        double s = 0;
-        for (int d = 0; d < head_dim; d++)
-          s += (double)qh[d] * k[j * kv_stride + (int64_t)kvh * head_dim + d];
-        sc[j] = s * scale;
+        double s = 0, sa = 0;
+        for (int d = 0; d < head_dim; d++) {
+          double kd = k[j * kv_stride + (int64_t)kvh * head_dim + d];
+          double p = fast ? bf((float)(qh[d] * scale)) * bf(kd) : (double)qh[d] * kd;
+          s += p;
+          sa += fabs(p);
+        }
+        sc[j] = fast ? s : s * scale;
         mx = fmax(mx, sc[j]);
+        eps_s = fmax(eps_s, 1e-5 * sa);
       }
+      double rel = fast ? expm1(2 * eps_s) + 1.0 / 256 + 1.0 / 4096 : TOL_ATTN_REL;
       for (int64_t j = 0; j < nk; j++) {
         sc[j] = exp(sc[j] - mx);
         sum += sc[j];
@@ -263,12 +330,14 @@ static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q
         double o = 0;
         for (int64_t j = 0; j < nk; j++) {
           double vv = v[j * kv_stride + (int64_t)kvh * head_dim + d];
+          if (fast)
+            vv = bf(vv);
           o += sc[j] * vv;
           vmax = fmax(vmax, fabs(vv));
         }
         o /= sum;
         double got = out[i * out_stride + (int64_t)h * head_dim + d];
-        if (!(fabs(got - o) <= TOL_ATTN_REL * vmax + 1e-30) && bad++ < 3)
+        if (!(fabs(got - o) <= rel * vmax + 1e-30) && bad++ < 3)
           fprintf(stderr, "  %s attention q=%lld h=%d d=%d: %.9g vs %.9g\n", isa_now,
                   (long long)i, h, d, got, o);
       }
@@ -276,15 +345,43 @@ static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q
     pad_bad += out[i * out_stride + out_stride - 1] != 12345.0f;
   }
   CHECK(bad == 0 && pad_bad == 0,
-        "%s attention heads %d/%d dim %d n_q %lld n_kv %lld causal %lld: %d values off, %d "
+        "%s %s attention heads %d/%d dim %d n_q %lld n_kv %lld causal %lld: %d values off, %d "
         "padding writes",
-        isa_now, n_head, n_kv_head, head_dim, (long long)n_q, (long long)n_kv,
+        isa_now, kn_precision_name(prec), n_head, n_kv_head, head_dim, (long long)n_q, (long long)n_kv,
         (long long)causal_base, bad, pad_bad);
   free(q);
   free(k);
   free(v);
   free(out);
   free(sc);
+}
+
+/* Fast tier: head_dim 64 on ragged sizes (key blocks of 32 with a partial last one, odd key counts
+ * for the key pairs, partial query groups of 4, tiles of 64 rows, GQA, causal), against the double
+ * oracle; and it really is a different computation from the exact tier. */
+static void test_attention_fast(void) {
+  check_attention_prec(4, 1, 64, 17, 17, 0, KN_PREC_FAST);
+  check_attention_prec(2, 2, 64, 1, 1, -1, KN_PREC_FAST);
+  check_attention_prec(2, 2, 64, 3, 33, -1, KN_PREC_FAST);
+  check_attention_prec(3, 3, 64, 70, 95, -1, KN_PREC_FAST);
+  check_attention_prec(16, 16, 64, 130, 130, -1, KN_PREC_FAST);
+  check_attention_prec(4, 2, 64, 7, 61, 54, KN_PREC_FAST);
+  check_attention_prec(4, 2, 16, 33, 33, -1, KN_PREC_FAST); /* not 64: the exact path */
+  if (!strcmp(isa_now, "avx512")) {
+    int64_t n = 40, st = 2 * 64;
+    float *q = malloc(sizeof(float) * (size_t)(n * st)), *k = malloc(sizeof(float) * (size_t)(n * st));
+    float *v = malloc(sizeof(float) * (size_t)(n * st)), *o1 = malloc(sizeof(float) * (size_t)(n * st));
+    float *o2 = malloc(sizeof(float) * (size_t)(n * st));
+    for (int64_t i = 0; i < n * st; i++) {
+      q[i] = (float)rnd();
+      k[i] = (float)rnd();
+      v[i] = (float)rnd();
+    }
+    kn_attention_prec(q, n, st, k, v, n, st, 2, 2, 64, 0.125f, -1, o1, st, KN_PREC_EXACT);
+    kn_attention_prec(q, n, st, k, v, n, st, 2, 2, 64, 0.125f, -1, o2, st, KN_PREC_FAST);
+    CHECK(memcmp(o1, o2, sizeof(float) * (size_t)(n * st)) != 0, "fast attention equals the exact tier");
+    free(q), free(k), free(v), free(o1), free(o2);
+  }
 }
 
 static void test_attention(void) {
@@ -433,7 +530,11 @@ int main(void) {
     worst_ratio = 0;
     test_matmul();
     printf("  %s: matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
+    worst_ratio = 0;
+    test_matmul_fast();
+    printf("  %s: fast-tier matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
     test_attention();
+    test_attention_fast();
     test_elementwise();
     test_parallel_for();
     test_thread_invariance(isas[ii]);

@@ -435,6 +435,96 @@ static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, act32_quantize, tile_q4_0, 
 static const kn_mm_kernel mm_q4_K = {kn_act256_bytes, act256_quantize, tile_q4_K, PR};
 static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, act256_quantize, tile_q6_K, PR};
 
+/* ---------------------------------------------------------------------------------------------
+ * Fast tier: bf16 dot products (vdpbf16ps) on KN_LAYOUT_X16_BF16P panels. One 64-byte load is the
+ * input pair (2k, 2k+1) of 16 rows; the token's activation pair (rounded to bf16 once per matmul)
+ * is broadcast as one 32-bit value, and one vdpbf16ps adds both products to the 16 fp32 outputs.
+ * NP panels x TT tokens accumulators (2 x 8: 16 independent chains hide the instruction's latency
+ * and each broadcast feeds two panels). Every output is one chain over k in order, whatever NP and
+ * TT are, so batch and thread invariance hold.
+ */
+static void act_bf16p(const float *x, void *xq, int64_t n_in) {
+  uint16_t *o = xq;
+  int64_t i = 0;
+  for (; i + 32 <= n_in; i += 32) {
+    __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(o + i, (__m512i)v);
+  }
+  for (; i < n_in; i += 16) {
+    int64_t left = n_in - i;
+    __mmask16 mk = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+    __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, x + i));
+    _mm256_mask_storeu_epi16(o + i, mk, (__m256i)v);
+  }
+  if (n_in % 2)
+    o[n_in] = 0; /* the padding input of the last pair (its weight is zero too) */
+}
+
+INLINE __m512bh bcast_pair(const uint16_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return (__m512bh)_mm512_set1_epi32(v);
+}
+
+INLINE void panel_bf16p(const uint8_t *pw, size_t panel, int NP, const uint16_t *xb, size_t xs,
+                        int64_t pairs, int TT, __m512 *acc) {
+  UNROLL
+  for (int i = 0; i < NP * TT; i++)
+    acc[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < pairs; k++) {
+    __m512bh w[2];
+    UNROLL
+    for (int n = 0; n < NP; n++)
+      w[n] = (__m512bh)_mm512_loadu_si512(pw + (size_t)n * panel + (size_t)k * 64);
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+      __m512bh xv = bcast_pair(xb + (size_t)t * xs + 2 * k);
+      UNROLL
+      for (int n = 0; n < NP; n++)
+        acc[n * TT + t] = _mm512_dpbf16_ps(acc[n * TT + t], w[n], xv);
+    }
+  }
+}
+
+#define DEFINE_BF16P_RUN(NP, TT)                                                                \
+  static void run_bf16p_##NP##_##TT(const kn_mm *m, int64_t p, int64_t t) {                    \
+    __m512 acc[NP * TT];                                                                       \
+    int64_t pairs = KN_BF16P_PAIRS(m->w->n_in);                                                \
+    size_t panel = (size_t)pairs * 64;                                                         \
+    panel_bf16p((const uint8_t *)m->w->packed + (size_t)p * panel, panel, NP,                  \
+                (const uint16_t *)((const uint8_t *)m->xq + (size_t)t * m->xq_stride),          \
+                m->xq_stride / 2, pairs, TT, acc);                                             \
+    UNROLL                                                                                     \
+    for (int n = 0; n < NP; n++)                                                               \
+      panel_store(m, p + n, t, TT, acc + n * TT);                                              \
+  }
+DEFINE_BF16P_RUN(2, 8)
+DEFINE_BF16P_RUN(2, 4)
+DEFINE_BF16P_RUN(2, 2)
+DEFINE_BF16P_RUN(2, 1)
+DEFINE_BF16P_RUN(1, 8)
+DEFINE_BF16P_RUN(1, 4)
+DEFINE_BF16P_RUN(1, 2)
+DEFINE_BF16P_RUN(1, 1)
+
+static void tile_bf16p(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
+  (void)th;
+  static const panel_fn two[] = {run_bf16p_2_8, run_bf16p_2_4, run_bf16p_2_2, run_bf16p_2_1};
+  static const panel_fn one[] = {run_bf16p_1_8, run_bf16p_1_4, run_bf16p_1_2, run_bf16p_1_1};
+  int64_t p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
+  for (int64_t p = p0; p < p1;) {
+    const panel_fn *run = p + 1 < p1 ? two : one;
+    int64_t t = t0;
+    int k = 0;
+    for (int tt = 8; tt >= 1; tt /= 2, k++)
+      for (; t1 - t >= tt; t += tt)
+        run[k](m, p, t);
+    p += run == two ? 2 : 1;
+  }
+}
+
+static const kn_mm_kernel mm_bf16p = {kn_bf16p_row_bytes, act_bf16p, tile_bf16p, PR};
+
 static const kn_mm_kernel *avx512_mm_select(const kn_weight *w, int64_t n_tokens) {
   (void)n_tokens;
   if (!w->packed)
@@ -447,6 +537,7 @@ static const kn_mm_kernel *avx512_mm_select(const kn_weight *w, int64_t n_tokens
   case KN_LAYOUT_X16_Q4_0: return &mm_q4_0;
   case KN_LAYOUT_X16_Q4_K: return &mm_q4_K;
   case KN_LAYOUT_X16_Q6_K: return &mm_q6_K;
+  case KN_LAYOUT_X16_BF16P: return &mm_bf16p;
   default: return &kn_mm_ref;
   }
 }
@@ -863,6 +954,181 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
   }
 }
 
+/* Fast tier, head_dim 64: the tile path above with bf16 dot products for q.k and p v (vdpbf16ps).
+ * Per block of 32 keys, once per tile: K rounded to bf16 and transposed so that lane j of kt2[m]
+ * holds the pair (k_j[2m], k_j[2m+1]) (16 keys per vector; 32 pairs per key); V rounded to bf16 as
+ * pairs of keys, lane d of vt2[kp][c] = (v_{2kp}[16c+d], v_{2kp+1}[16c+d]). Per query: q (scaled)
+ * rounded to bf16 pairs once; the probabilities p rounded to bf16 pairs (p_{2kp}, p_{2kp+1}) for
+ * the p v products, while the softmax itself (max, exp, the sum l) stays in fp32. Half the
+ * multiply-add instructions of the fp32 path. */
+#define ATT_HD_BF 64
+INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr) {
+  enum { HD = ATT_HD_BF, NV = HD / 16, NP = HD / 2, QB = 4 };
+  const int64_t G = a->n_head / a->n_kv_head;
+  const float *kb = a->k + (int64_t)kvh * HD, *vb = a->v + (int64_t)kvh * HD;
+  /* scratch: qb [QT][NP] pairs, acc [QT][HD], ml [2 QT], kt2 [2][NP][16], vt2 [16][NV][16],
+   * ps [QB][16] pairs */
+  uint32_t *qb = (uint32_t *)scr;
+  float *acc = scr + ATT_QT * NP, *ml = acc + ATT_QT * HD;
+  uint32_t *kt2 = (uint32_t *)(ml + 2 * ATT_QT), *vt2 = kt2 + 2 * NP * 16, *ps = vt2 + 16 * NV * 16;
+  int nq = (int)(i1 - i0);
+  int64_t nk[ATT_QT], kmax = 0;
+  __m512 sc = _mm512_set1_ps(a->scale);
+  for (int r = 0; r < nq; r++) {
+    int64_t i = ROW_I(i0 + r);
+    int h = ROW_H(i0 + r);
+    nk[r] = a->n_kv;
+    if (a->causal_base >= 0 && a->causal_base + i + 1 < nk[r])
+      nk[r] = a->causal_base + i + 1;
+    kmax = nk[r] > kmax ? nk[r] : kmax;
+    const float *q = a->q + i * a->q_stride + (int64_t)h * HD;
+    for (int c = 0; c < NV; c += 2)
+      _mm512_storeu_si512(qb + r * NP + 8 * c,
+                          (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(q + 16 * c + 16), sc),
+                                                       _mm512_mul_ps(_mm512_loadu_ps(q + 16 * c), sc)));
+    for (int c = 0; c < NV; c++)
+      _mm512_storeu_ps(acc + r * HD + 16 * c, _mm512_setzero_ps());
+    ml[r] = -INFINITY;
+    ml[ATT_QT + r] = 0.0f;
+  }
+  /* interleave the bf16 of two vectors: lane d = (a_d, b_d) */
+  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  for (int64_t j0 = 0; j0 < kmax; j0 += 32) {
+    int nb = (int)(kmax - j0 < 32 ? kmax - j0 : 32);
+    const float *kj = kb + j0 * a->kv_stride, *vj = vb + j0 * a->kv_stride;
+    for (int hh = 0; hh < 2; hh++) {
+      __m512 lo[16], hi[16];
+      UNROLL
+      for (int jj = 0; jj < 16; jj++) {
+        if (16 * hh + jj < nb) {
+          const float *k = kj + (16 * hh + jj) * a->kv_stride;
+          lo[jj] = (__m512)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(k + 16), _mm512_loadu_ps(k));
+          hi[jj] = (__m512)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(k + 48), _mm512_loadu_ps(k + 32));
+        } else {
+          lo[jj] = hi[jj] = _mm512_setzero_ps();
+        }
+      }
+      transpose16(lo);
+      transpose16(hi);
+      UNROLL
+      for (int m = 0; m < 16; m++) {
+        _mm512_storeu_ps(kt2 + (hh * NP + m) * 16, lo[m]);
+        _mm512_storeu_ps(kt2 + (hh * NP + 16 + m) * 16, hi[m]);
+      }
+    }
+    int nkp = (nb + 1) / 2;
+    for (int kp = 0; kp < nkp; kp++) {
+      const float *v0 = vj + (2 * kp) * a->kv_stride, *v1 = v0 + a->kv_stride;
+      bool has1 = 2 * kp + 1 < nb;
+      UNROLL
+      for (int c = 0; c < NV; c++) {
+        __m512 x0 = _mm512_loadu_ps(v0 + 16 * c), x1 = has1 ? _mm512_loadu_ps(v1 + 16 * c) : _mm512_setzero_ps();
+        __m512i t = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
+        _mm512_storeu_si512(vt2 + (kp * NV + c) * 16, _mm512_permutexvar_epi16(ilv, t));
+      }
+    }
+    for (int g0 = 0; g0 < nq; g0 += QB) {
+      int rr[QB];
+      __mmask16 km[QB][2];
+      bool any = false;
+      UNROLL
+      for (int r = 0; r < QB; r++) {
+        rr[r] = g0 + r < nq ? g0 + r : nq - 1;
+        UNROLL
+        for (int hh = 0; hh < 2; hh++) {
+          int64_t left = nk[rr[r]] - j0 - 16 * hh;
+          km[r][hh] = left <= 0 ? 0 : tail_mask(left);
+        }
+        any |= km[r][0] != 0;
+      }
+      if (!any)
+        continue;
+      __m512 s[QB][2];
+      UNROLL
+      for (int r = 0; r < QB; r++)
+        s[r][0] = s[r][1] = _mm512_setzero_ps();
+      for (int m = 0; m < NP; m++) {
+        __m512bh k0 = (__m512bh)_mm512_loadu_si512(kt2 + m * 16);
+        __m512bh k1 = (__m512bh)_mm512_loadu_si512(kt2 + (NP + m) * 16);
+        UNROLL
+        for (int r = 0; r < QB; r++) {
+          __m512bh qd = (__m512bh)_mm512_set1_epi32((int32_t)qb[rr[r] * NP + m]);
+          s[r][0] = _mm512_dpbf16_ps(s[r][0], k0, qd);
+          s[r][1] = _mm512_dpbf16_ps(s[r][1], k1, qd);
+        }
+      }
+      __m512 av[QB][NV];
+      UNROLL
+      for (int r = 0; r < QB; r++) {
+        const __m512 ninf = _mm512_set1_ps(-INFINITY);
+        __m512 sv0 = _mm512_mask_blend_ps(km[r][0], ninf, s[r][0]);
+        __m512 sv1 = _mm512_mask_blend_ps(km[r][1], ninf, s[r][1]);
+        float *mp = &ml[rr[r]], *lp = &ml[ATT_QT + rr[r]];
+        float bm = km[r][0] ? _mm512_reduce_max_ps(_mm512_max_ps(sv0, sv1)) : -INFINITY;
+        float mx = *mp, c = 1.0f;
+        if (bm > mx) {
+          c = expf(mx - bm);
+          mx = bm;
+        }
+        __m512 vm = _mm512_set1_ps(mx);
+        __m512 p0 = _mm512_maskz_mov_ps(km[r][0], exp512(_mm512_sub_ps(sv0, vm)));
+        __m512 p1 = _mm512_maskz_mov_ps(km[r][1], exp512(_mm512_sub_ps(sv1, vm)));
+        float lnew = *lp * c + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+        if (g0 + r < nq) { /* padded rows must not update the shared state */
+          *mp = mx;
+          *lp = lnew;
+        }
+        _mm512_storeu_si512(ps + 16 * r, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+        __m512 vc = _mm512_set1_ps(c);
+        UNROLL
+        for (int k = 0; k < NV; k++)
+          av[r][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + rr[r] * HD + 16 * k), vc);
+      }
+      for (int kp = 0; kp < nkp; kp++) {
+        UNROLL
+        for (int k = 0; k < NV; k++) {
+          __m512bh vv = (__m512bh)_mm512_loadu_si512(vt2 + (kp * NV + k) * 16);
+          UNROLL
+          for (int r = 0; r < QB; r++)
+            av[r][k] = _mm512_dpbf16_ps(av[r][k], vv, (__m512bh)_mm512_set1_epi32((int32_t)ps[16 * r + kp]));
+        }
+      }
+      UNROLL
+      for (int r = 0; r < QB; r++)
+        if (g0 + r < nq)
+          for (int k = 0; k < NV; k++)
+            _mm512_storeu_ps(acc + rr[r] * HD + 16 * k, av[r][k]);
+    }
+  }
+  for (int r = 0; r < nq; r++) {
+    float l = ml[ATT_QT + r];
+    __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
+    float *o = a->out + ROW_I(i0 + r) * a->out_stride + (int64_t)ROW_H(i0 + r) * HD;
+    for (int c = 0; c < NV; c++)
+      _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + r * HD + 16 * c), il));
+  }
+}
+
+/* Fast-tier entry: head_dim 64 tiles in bf16; anything else as the exact path. */
+static void avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, int thread);
+static void avx512_attention_fast(const kn_attn *a, int kvh, int64_t q0, int64_t q1, int thread) {
+  if (a->head_dim != ATT_HD_BF) {
+    avx512_attention(a, kvh, q0, q1, thread);
+    return;
+  }
+  const int64_t G = a->n_head / a->n_kv_head;
+  float *scr = kn_scratch(thread, sizeof(float) * (size_t)(ATT_QT * (ATT_HD_BF / 2 + ATT_HD_BF) + 2 * ATT_QT +
+                                                          2 * 32 * 16 + 16 * 4 * 16 + 4 * 16));
+  if (!scr) {
+    avx512_attention(a, kvh, q0, q1, thread);
+    return;
+  }
+  int64_t R1 = q1 * G;
+  for (int64_t r0 = q0 * G; r0 < R1; r0 += ATT_QT)
+    attn_tile_bf16(a, kvh, r0, r0 + ATT_QT < R1 ? r0 + ATT_QT : R1, scr);
+}
+
 /* Called once per KV head (kn_ops.attn_by_group): queries [q0, q1) of every query head of the
  * group, as rows (query, head) in tiles of ATT_QT rows. */
 static void avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, int thread) {
@@ -901,8 +1167,48 @@ static void avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, 
   }
 }
 
+/* Peak probe: 16 independent accumulators per kind (enough to cover the latency of each
+ * instruction at two per cycle), one function per kind so the accumulators stay in registers; the
+ * results are summed and stored so the loop cannot be dropped. */
+#define PEAK_PROBE(NAME, T, INIT, STEP, SUM)                      \
+  static __attribute__((noinline)) double NAME(int64_t iters) {  \
+    T v[16];                                                      \
+    UNROLL                                                        \
+    for (int i = 0; i < 16; i++)                                  \
+      v[i] = INIT;                                                \
+    for (int64_t it = 0; it < iters; it++) {                      \
+      UNROLL                                                      \
+      for (int i = 0; i < 16; i++)                                \
+        v[i] = STEP;                                              \
+    }                                                             \
+    T s = v[0];                                                   \
+    UNROLL                                                        \
+    for (int i = 1; i < 16; i++)                                  \
+      s = SUM;                                                    \
+    volatile T sink = s;                                          \
+    (void)sink;                                                   \
+    return (double)iters;                                         \
+  }
+PEAK_PROBE(peak_f32, __m512, _mm512_set1_ps(1e-3f * (float)i),
+           _mm512_fmadd_ps(v[i], _mm512_set1_ps(0.999f), _mm512_set1_ps(1e-7f)), _mm512_add_ps(s, v[i]))
+PEAK_PROBE(peak_bf16, __m512, _mm512_set1_ps(1e-3f * (float)i),
+           _mm512_dpbf16_ps(v[i], (__m512bh)_mm512_set1_epi16(0x3f80), (__m512bh)_mm512_set1_epi16(0x3380)),
+           _mm512_add_ps(s, v[i]))
+PEAK_PROBE(peak_int8, __m512i, _mm512_set1_epi32(i),
+           _mm512_dpbusd_epi32(v[i], _mm512_set1_epi8(3), _mm512_set1_epi8(-2)), _mm512_add_epi32(s, v[i]))
+
+static double avx512_peak_loop(kn_peak_kind kind, int64_t iters) {
+  /* per instruction: 16 lanes x (1 FMA | 2 bf16 MACs | 4 int8 MACs), 2 operations per MAC */
+  double per = kind == KN_PEAK_F32_FMA ? 32 : kind == KN_PEAK_BF16_DOT ? 64 : 128;
+  double n = kind == KN_PEAK_F32_FMA ? peak_f32(iters) : kind == KN_PEAK_BF16_DOT ? peak_bf16(iters)
+                                                                                 : peak_int8(iters);
+  return n * 16 * per;
+}
+
 void kn_avx512_override(kn_ops *ops) {
+  ops->peak_loop = avx512_peak_loop;
   ops->weight_pack = kn_pack_x16;
+  ops->weight_pack_fast = kn_pack_x16_fast;
   ops->mm_select = avx512_mm_select;
   ops->rmsnorm = avx512_rmsnorm;
   ops->layernorm = avx512_layernorm;
@@ -910,10 +1216,62 @@ void kn_avx512_override(kn_ops *ops) {
   ops->silu_mul = avx512_silu_mul;
   ops->add = avx512_add;
   ops->attention = avx512_attention;
+  ops->attention_fast = avx512_attention_fast;
   ops->attn_by_group = true;
 }
 
 #else
 #include "kernels/kernels_impl.h"
-void kn_avx512_override(kn_ops *ops) { (void)ops; }
+/* Peak probe: 16 independent accumulators per kind (enough to cover the latency of each
+ * instruction at two per cycle); the asm barrier keeps the compiler from folding the loop. */
+static double avx512_peak_loop(kn_peak_kind kind, int64_t iters) {
+  __m512 f[16];
+  __m512i q[16];
+  for (int i = 0; i < 16; i++) {
+    f[i] = _mm512_set1_ps(1e-3f * (float)i);
+    q[i] = _mm512_set1_epi32(i);
+  }
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-7f);
+  const __m512i qa = _mm512_set1_epi8(3), qb = _mm512_set1_epi8(-2);
+  const __m512bh ba = (__m512bh)_mm512_set1_epi16(0x3f80), bb = (__m512bh)_mm512_set1_epi16(0x3380);
+  if (kind == KN_PEAK_F32_FMA)
+    for (int64_t it = 0; it < iters; it++) {
+      UNROLL
+      for (int i = 0; i < 16; i++)
+        f[i] = _mm512_fmadd_ps(f[i], a, b);
+      __asm__ volatile("" : "+v"(f[0]));
+    }
+  else if (kind == KN_PEAK_BF16_DOT)
+    for (int64_t it = 0; it < iters; it++) {
+      UNROLL
+      for (int i = 0; i < 16; i++)
+        f[i] = _mm512_dpbf16_ps(f[i], ba, bb);
+      __asm__ volatile("" : "+v"(f[0]));
+    }
+  else
+    for (int64_t it = 0; it < iters; it++) {
+      UNROLL
+      for (int i = 0; i < 16; i++)
+        q[i] = _mm512_dpbusd_epi32(q[i], qa, qb);
+      __asm__ volatile("" : "+v"(q[0]));
+    }
+  float sf[16];
+  int32_t sq[16];
+  __m512 fs = _mm512_setzero_ps();
+  __m512i qs = _mm512_setzero_si512();
+  for (int i = 0; i < 16; i++) {
+    fs = _mm512_add_ps(fs, f[i]);
+    qs = _mm512_add_epi32(qs, q[i]);
+  }
+  _mm512_storeu_ps(sf, fs);
+  _mm512_storeu_si512(sq, qs);
+  volatile float sink = sf[0] + (float)sq[0];
+  (void)sink;
+  /* per instruction: 16 lanes x (1 FMA | 2 bf16 MACs | 4 int8 MACs), 2 operations per MAC */
+  double per = kind == KN_PEAK_F32_FMA ? 32 : kind == KN_PEAK_BF16_DOT ? 64 : 128;
+  return (double)iters * 16 * per;
+}
+
+void kn_avx512_override(kn_ops *ops) {
+  ops->peak_loop = avx512_peak_loop; (void)ops; }
 #endif
