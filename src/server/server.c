@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -1149,6 +1150,9 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
   return handle_asset(c, s, r, url);
 }
 
+/* How much of an over-large body is read and dropped before the 413 (see on_request). */
+#define TOO_LARGE_DRAIN_BYTES ((size_t)16 << 20)
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
@@ -1174,8 +1178,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > max_body) {
       r->too_large = true;
-      conn_guard_body_done(c);
-      return route(c, s, r, url, method);
+      /* A client that waits for "100 Continue" gets the 413 at once. One that sends its body
+       * straight away would see a reset instead of the answer if we closed on bytes it had sent
+       * and we had not read, so up to TOO_LARGE_DRAIN_BYTES more are read and dropped first
+       * (the body deadline bounds the time that takes). */
+      const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+      if ((expect && !strcasecmp(expect, "100-continue")) ||
+          strtoull(cl, NULL, 10) - max_body > TOO_LARGE_DRAIN_BYTES) {
+        conn_guard_body_done(c);
+        return route(c, s, r, url, method);
+      }
     }
     return MHD_YES;
   }
