@@ -244,7 +244,8 @@ static void turn(chat *c, const char *text, bool tty) {
   rq.on_done = on_done;
   rq.user = &a;
   rq.history = &hp;
-  atomic_store(&g_interrupted, false);
+  /* The flag is cleared before a line is read, not here: a Ctrl-C typed right after Enter, while
+   * the line is still being handled, stops this answer as the user meant. */
   uint64_t id = 0;
   qvl_status s = engine_submit(c->e, &rq, &id);
   if (s != QVL_OK) {
@@ -514,7 +515,10 @@ int cmd_chat(int argc, char **argv) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    while ((n = getline(&line, &cap, stdin)) >= 0) {
+    for (;;) {
+      atomic_store(&g_interrupted, false);
+      if ((n = getline(&line, &cap, stdin)) < 0)
+        break;
       if (n > CHAT_MAX_LINE) {
         fprintf(stderr, "qvl chat: a line of %zd bytes; at most %d\n", n, CHAT_MAX_LINE);
         continue;
