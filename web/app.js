@@ -10,6 +10,12 @@ import {
   buildMessages,
   formatBytes,
   DEFAULT_MIN_PIXELS,
+  parseColumns,
+  extractResponseFormat,
+  extractPrompt,
+  parseExtract,
+  toCSV,
+  prettyArguments,
 } from './lib.js';
 
 const STORE_KEY = 'qvl.conversations.v1';
@@ -473,6 +479,8 @@ function fillAssistant(msg) {
       }
     }
   }
+  if (msg.toolCalls && msg.toolCalls.length) v.extra.append(toolCallsView(msg.toolCalls));
+  if (!streaming && msg.extract && msg.text && !msg.error && !msg.stopped) v.extra.append(extractView(msg, v));
   if (msg.error) v.extra.append(errorCard(msg));
   // Footer: badges, timings, copy.
   v.meta.replaceChildren();
@@ -497,6 +505,63 @@ function fillAssistant(msg) {
   }
   v.meta.append(...badges);
   if (times.length) v.meta.append(el('span', { class: 'timings', 'aria-label': 'Timings' }, ...times));
+}
+
+// Tool calls of an answer: each function's name and its arguments, pretty-printed, as text nodes.
+function toolCallsView(calls) {
+  return el(
+    'div',
+    { class: 'tool-calls' },
+    ...calls.map((c) =>
+      el(
+        'section',
+        { class: 'tool-call', 'aria-label': `Tool call ${c.function?.name ?? ''}` },
+        el('div', { class: 'tool-call-head' }, el('span', { class: 'badge', text: 'Tool call' }), el('code', { class: 'tool-call-name', text: c.function?.name ?? '(no name)' })),
+        el('pre', { class: 'tool-call-args' }, el('code', { text: prettyArguments(c.function?.arguments ?? '') })),
+      ),
+    ),
+  );
+}
+
+// "Extract as table" answers: the rows as an HTML table (text nodes only) and a CSV download; an
+// answer that does not parse (cut by max_tokens, say) says so and shows the raw text.
+function extractView(msg, v) {
+  const cols = msg.extract.columns;
+  const r = parseExtract(msg.text, cols);
+  const box = el('div', { class: 'extract' });
+  if (r.error) {
+    box.append(
+      el('div', { class: 'error-card extract-error', role: 'alert' },
+        el('strong', { class: 'error-title', text: 'Could not read the table' }),
+        el('p', { class: 'error-detail', text: `${r.error}${msg.finish === 'length' ? ' The answer was cut at the max answer length; raise it in Settings and try again.' : ''}` })),
+      el('details', { class: 'json-details', open: true }, el('summary', { text: 'Raw answer' }), el('pre', { class: 'extract-raw' }, el('code', { text: msg.text }))),
+    );
+    v.md.replaceChildren();
+    return box;
+  }
+  const table = el(
+    'table',
+    { class: 'extract-table' },
+    el('thead', {}, el('tr', {}, ...cols.map((c) => el('th', { scope: 'col', text: c })))),
+    el('tbody', {}, ...r.rows.map((row) => el('tr', {}, ...row.map((cell) => el('td', { text: cell }))))),
+  );
+  const download = el('button', { type: 'button', class: 'btn btn-small extract-csv', text: 'Download CSV' });
+  download.addEventListener('click', () => {
+    const url = URL.createObjectURL(new Blob([toCSV(cols, r.rows)], { type: 'text/csv;charset=utf-8' }));
+    const a = el('a', { href: url, download: 'table.csv', hidden: true });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  });
+  box.append(
+    el('div', { class: 'table-wrap' }, table),
+    el('div', { class: 'extract-actions' }, download, el('span', { class: 'extract-count', text: `${r.rows.length} row${r.rows.length === 1 ? '' : 's'}` })),
+  );
+  // The table says it; keep the JSON one click away.
+  const raw = el('details', { class: 'json-details' }, el('summary', { text: 'JSON' }), el('pre', {}, el('code', { text: msg.text })));
+  v.md.replaceChildren(raw);
+  return box;
 }
 
 function messageView(msg) {
@@ -650,9 +715,10 @@ function updateSendState() {
   $('send-btn').disabled = !hasContent;
 }
 
-async function send() {
+async function send(extract) {
   if (active) return;
-  const text = $('prompt').value.trim();
+  let text = $('prompt').value.trim();
+  if (extract) text = extractPrompt(text, extract.columns);
   if (!text && !pending.length) return;
   const bad = pending.find((p) => sizeInfo(p).error);
   if (bad) {
@@ -677,6 +743,7 @@ async function send() {
   $('prompt').value = '';
   autoGrow();
   const msg = { role: 'assistant', text: '', at: now };
+  if (extract) msg.extract = { columns: extract.columns };
   current.messages.push(msg);
   current.updated = now;
   saveConversations();
@@ -697,6 +764,7 @@ function requestBody(msg) {
     // qvl extensions: the image size limits for this request (smart_resize bounds, in pixels).
     max_pixels: Number(settings.maxPixels),
     min_pixels: minPixels(),
+    ...(msg.extract ? { response_format: extractResponseFormat(msg.extract.columns) } : {}),
   };
 }
 
@@ -718,6 +786,7 @@ async function stream(msg, attempt) {
   delete msg.usage;
   delete msg.timings;
   delete msg.client;
+  delete msg.toolCalls;
   updateSendState();
   fillAssistant(msg);
   scrollToBottom(true);
@@ -738,11 +807,26 @@ async function stream(msg, attempt) {
     msg.text += s;
     if (!frame) frame = requestAnimationFrame(paint);
   };
+  // Streamed tool calls: the first fragment of each index brings id and name, the rest append to
+  // its arguments (docs/API.md "Tools").
+  const onToolCalls = (parts) => {
+    msg.toolCalls = msg.toolCalls || [];
+    for (const p of parts) {
+      const i = Number.isInteger(p.index) ? p.index : msg.toolCalls.length;
+      const t = (msg.toolCalls[i] = msg.toolCalls[i] || { id: '', type: 'function', function: { name: '', arguments: '' } });
+      if (p.id) t.id = p.id;
+      if (p.function?.name) t.function.name += p.function.name;
+      if (typeof p.function?.arguments === 'string') t.function.arguments += p.function.arguments;
+    }
+    if (tFirst === null) tFirst = performance.now();
+    if (!frame) frame = requestAnimationFrame(paint);
+  };
   const onChunk = (c) => {
     if (c.error) throw new StreamError({ kind: 'server', title: 'The answer was interrupted', detail: c.error.message || 'Server error while generating.', retryAfter: null });
     const ch = c.choices && c.choices[0];
     if (ch) {
       if (ch.delta && typeof ch.delta.content === 'string') onDelta(ch.delta.content);
+      if (ch.delta && Array.isArray(ch.delta.tool_calls)) onToolCalls(ch.delta.tool_calls);
       if (ch.finish_reason) msg.finish = ch.finish_reason;
     }
     if (c.usage) msg.usage = c.usage;
@@ -773,7 +857,9 @@ async function stream(msg, attempt) {
     }
     if (!(res.headers.get('Content-Type') || '').includes('text/event-stream')) {
       const j = await res.json(); // a server that ignored stream:true
-      onChunk({ choices: [{ delta: { content: j.choices?.[0]?.message?.content ?? '' }, finish_reason: j.choices?.[0]?.finish_reason }], usage: j.usage, timings: j.timings });
+      const m = j.choices?.[0]?.message;
+      const calls = Array.isArray(m?.tool_calls) ? m.tool_calls.map((t, index) => ({ index, ...t })) : undefined;
+      onChunk({ choices: [{ delta: { content: m?.content ?? '', tool_calls: calls }, finish_reason: j.choices?.[0]?.finish_reason }], usage: j.usage, timings: j.timings });
     } else {
       const reader = res.body.getReader();
       const dec = new TextDecoder();
@@ -1024,6 +1110,34 @@ function init() {
     e.target.value = '';
   });
   for (const b of document.querySelectorAll('[data-preset]')) b.addEventListener('click', () => applyPreset(b.dataset.preset));
+  for (const b of document.querySelectorAll('.extract-toggle'))
+    b.addEventListener('click', () => {
+      const row = $('extract-row');
+      row.hidden = !row.hidden;
+      for (const t of document.querySelectorAll('.extract-toggle')) t.setAttribute('aria-expanded', String(!row.hidden));
+      if (!row.hidden) $('extract-cols').focus();
+    });
+  const runExtract = () => {
+    const columns = parseColumns($('extract-cols').value);
+    if (!columns.length) {
+      toast('Name the columns first, separated by commas.');
+      $('extract-cols').focus();
+      return;
+    }
+    const hasImage = pending.length > 0 || (current && current.messages.some((m) => m.images && m.images.length));
+    if (!hasImage && !$('prompt').value.trim()) {
+      toast('Add an image (or write what to extract from) first.');
+      return;
+    }
+    send({ columns });
+  };
+  $('extract-go').addEventListener('click', runExtract);
+  $('extract-cols').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter') {
+      e.preventDefault();
+      runExtract();
+    }
+  });
 
   $('new-chat').addEventListener('click', newConversation);
   $('menu-btn').addEventListener('click', openSidebar);

@@ -220,3 +220,85 @@ export function formatBytes(n) {
   if (n < 1024 * 1024) return `${(n / 1024).toFixed(n < 10240 ? 1 : 0)} KB`;
   return `${(n / 1024 / 1024).toFixed(1)} MB`;
 }
+
+// ---- "Extract as table" (response_format json_schema) --------------------------------------------
+
+export const EXTRACT_MAX_COLUMNS = 16;
+export const EXTRACT_MAX_ROWS = 50;
+export const EXTRACT_MAX_CELL = 200;
+
+// "Item, Price , ,Qty" → ["Item", "Price", "Qty"]: trimmed, empties and repeats dropped, capped.
+export function parseColumns(text) {
+  const out = [];
+  for (const c of String(text ?? '').split(',')) {
+    const t = c.trim().slice(0, 64);
+    if (t && !out.includes(t)) out.push(t);
+  }
+  return out.slice(0, EXTRACT_MAX_COLUMNS);
+}
+
+// The schema asked for: {"rows": [{<each column>: string}, …]}. Only keywords of the server's
+// subset (docs/API.md "Structured output"); the caps keep a looping model from running to
+// max_tokens inside one cell or one endless list.
+export function extractSchema(columns) {
+  const properties = {};
+  for (const c of columns) properties[c] = { type: 'string', maxLength: EXTRACT_MAX_CELL };
+  return {
+    type: 'object',
+    properties: {
+      rows: {
+        type: 'array',
+        maxItems: EXTRACT_MAX_ROWS,
+        items: { type: 'object', properties, required: [...columns], additionalProperties: false },
+      },
+    },
+    required: ['rows'],
+    additionalProperties: false,
+  };
+}
+
+export function extractResponseFormat(columns) {
+  return { type: 'json_schema', json_schema: { name: 'table', strict: true, schema: extractSchema(columns) } };
+}
+
+export function extractPrompt(question, columns) {
+  const q = String(question ?? '').trim() || 'Extract the table in this image.';
+  return `${q}\nAnswer as JSON: {"rows": [...]}, one object per row with the keys ${columns.map((c) => JSON.stringify(c)).join(', ')}.`;
+}
+
+// The model's text → {rows: [[cell, …], …]} in column order, or {error} saying what is wrong.
+export function parseExtract(text, columns) {
+  let v;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    return { error: `The answer is not complete JSON (${e.message}).` };
+  }
+  if (!v || typeof v !== 'object' || !Array.isArray(v.rows)) return { error: 'The answer has no "rows" list.' };
+  const rows = [];
+  for (const r of v.rows) {
+    if (!r || typeof r !== 'object' || Array.isArray(r)) return { error: 'A row is not an object.' };
+    rows.push(columns.map((c) => (r[c] === undefined || r[c] === null ? '' : String(r[c]))));
+  }
+  return { rows };
+}
+
+// RFC 4180: every field quoted when it holds a comma, quote, CR or LF; quotes doubled; CRLF rows.
+export function csvField(s) {
+  const t = String(s);
+  return /[",\r\n]/.test(t) ? `"${t.replace(/"/g, '""')}"` : t;
+}
+
+export function toCSV(columns, rows) {
+  return [columns, ...rows].map((r) => r.map(csvField).join(',')).join('\r\n') + '\r\n';
+}
+
+// A tool call's arguments (a JSON string) pretty-printed; left as they are when they do not parse.
+export function prettyArguments(args) {
+  if (typeof args !== 'string') return JSON.stringify(args ?? {}, null, 2);
+  try {
+    return JSON.stringify(JSON.parse(args), null, 2);
+  } catch {
+    return args;
+  }
+}

@@ -53,6 +53,13 @@ export const ANSWERS = {
     '  {"bbox_2d": [425, 360, 625, 680], "label": "blue square"},\n' +
     '  {"bbox_2d": [750, 400, 950, 840], "label": "green triangle"},\n' +
     '  {"point_2d": [875, 180], "label": "sun"}\n]\n```',
+  // For "Extract as table" (response_format json_schema): cells with a comma, a quote, a newline
+  // and markup, so the tests see CSV quoting and that model text never becomes HTML.
+  table: JSON.stringify({ rows: [
+    { Item: 'Apples, red', Price: '1.20' },
+    { Item: 'Say "cheese"', Price: '<b>3</b>' },
+    { Item: 'Two\nlines', Price: '' },
+  ] }),
   followup: 'Yes — the **red circle** is the largest round shape, and it is left of the blue square.',
   slow:
     'This answer streams slowly so that it can be stopped. ' +
@@ -182,10 +189,18 @@ async function completions(req, res) {
     await sleep(delay);
   }
   if (closed) return;
+  // {"tool_calls":[{name, arguments}]} in /__mock/next: streamed as OpenAI does, id + name first,
+  // then the arguments in two fragments.
+  for (const [index, tc] of (next.tool_calls ?? []).entries()) {
+    const a = JSON.stringify(tc.arguments ?? {});
+    write(chunk({ tool_calls: [{ index, id: `call_mock${index}`, type: 'function', function: { name: tc.name, arguments: '' } }] }));
+    write(chunk({ tool_calls: [{ index, function: { arguments: a.slice(0, 5) } }] }));
+    write(chunk({ tool_calls: [{ index, function: { arguments: a.slice(5) } }] }));
+  }
   const tEnd = Date.now();
   const prompt = Math.round(promptTokens);
   write(
-    chunk({}, n < toks.length ? 'length' : 'stop', {
+    chunk({}, next.tool_calls ? 'tool_calls' : n < toks.length ? 'length' : 'stop', {
       usage: { prompt_tokens: prompt, completion_tokens: n, total_tokens: prompt + n },
       timings: {
         ttft_ms: tFirst - t0,

@@ -803,6 +803,94 @@ test('dark theme renders', async () => {
 
 // ---- Main ----------------------------------------------------------------------------------------
 
+// CSV as RFC 4180 writes it, done here independently of the page's own code.
+function csvOf(rows) {
+  const f = (s) => (/[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s);
+  return rows.map((r) => r.map(f).join(',')).join('\r\n') + '\r\n';
+}
+
+test('extract as table: json_schema request, table of the asked columns, CSV download', async () => {
+  if (MODE === 'mock') {
+    await mock('/__mock/reset', {});
+    await mock('/__mock/next', { answer: 'table' });
+  }
+  // The real fixture model writes gibberish cells until the grammar lets it stop: give it room.
+  const init = { fn: (t) => localStorage.setItem('qvl.settings.v1', JSON.stringify({ maxTokens: t, temperature: 0 })), arg: MODE === 'real' ? 4096 : 1024 };
+  const page = await newPage(DESKTOP, { init });
+  await addScene(page);
+  await page.locator('.extract-toggle:visible').click();
+  await page.fill('#extract-cols', 'Item, Price');
+  await page.click('#extract-go');
+  const answer = await waitAnswerDone(page, 1);
+  if ((await answer.locator('.extract-table').count()) === 0)
+    throw new Error(`no table; the page shows: ${await answer.textContent()}`);
+  const heads = await answer.locator('.extract-table thead th').allTextContents();
+  eq(JSON.stringify(heads), JSON.stringify(['Item', 'Price']), 'table columns');
+  const cells = await answer.locator('.extract-table tbody tr').evaluateAll((trs) => trs.map((tr) => [...tr.children].map((td) => td.textContent)));
+  for (const r of cells) eq(r.length, 2, 'cells per row');
+  eq(await answer.locator('.extract-table tbody *:not(tr):not(td)').count(), 0, 'model text never becomes elements');
+  const [download] = await Promise.all([page.waitForEvent('download'), answer.locator('.extract-csv').click()]);
+  eq(download.suggestedFilename(), 'table.csv', 'download name');
+  const csv = fs.readFileSync(await download.path(), 'utf8');
+  eq(csv, csvOf([heads, ...cells]), 'CSV matches the table');
+  if (MODE === 'mock') {
+    eq(csv, 'Item,Price\r\n"Apples, red",1.20\r\n"Say ""cheese""",<b>3</b>\r\n"Two\nlines",\r\n', 'CSV of the canned rows');
+    const body = (await mock('/__mock/state')).requests[0];
+    eq(body.response_format?.type, 'json_schema', 'response_format type');
+    eq(body.response_format.json_schema.strict, true, 'strict');
+    const items = body.response_format.json_schema.schema.properties.rows.items;
+    eq(JSON.stringify(items.required), '["Item","Price"]', 'every column required');
+    eq(items.additionalProperties, false, 'no other keys');
+    eq(items.properties.Price.type, 'string', 'cells are strings');
+    assert(body.messages[0].content[0].type === 'image_url', 'image sent');
+  } else {
+    const saved = await page.evaluate(() => JSON.parse(localStorage.getItem('qvl.conversations.v1'))[0].messages[1]);
+    const parsed = JSON.parse(saved.text); // what the model wrote parses, and the table shows all of it
+    eq(parsed.rows.length, cells.length, 'rows shown');
+    for (const [i, r] of parsed.rows.entries()) eq(JSON.stringify(Object.keys(r).sort()), '["Item","Price"]', `row ${i} keys`);
+  }
+  await shot(page, 'desktop-extract-table');
+  await page.context().close();
+});
+
+test('extract as table cut by max tokens: clear error and the raw text', async () => {
+  if (MODE !== 'mock') throw new Skip('needs the mock server');
+  await mock('/__mock/reset', {});
+  await mock('/__mock/next', { answer: 'table' });
+  const page = await newPage(DESKTOP, { init: { fn: () => localStorage.setItem('qvl.settings.v1', JSON.stringify({ maxTokens: 6 })), arg: null } });
+  await addScene(page);
+  await page.locator('.extract-toggle:visible').click();
+  await page.fill('#extract-cols', 'Item, Price');
+  await page.keyboard.press('Enter');
+  const answer = await waitAnswerDone(page, 1);
+  await answer.locator('.extract-error').waitFor();
+  assert((await answer.locator('.extract-error').textContent()).includes('Could not read the table'), 'error title');
+  assert((await answer.locator('.extract-error').textContent()).includes('max answer length'), 'says it was cut');
+  const raw = await answer.locator('.extract-raw').textContent();
+  assert(raw.startsWith('{"rows"'), `raw text shown: ${raw}`);
+  eq(await answer.locator('.extract-table').count(), 0, 'no table');
+  await page.context().close();
+});
+
+test('tool calls in an answer are shown with name and pretty arguments', async () => {
+  if (MODE !== 'mock') throw new Skip('needs the mock server');
+  await mock('/__mock/reset', {});
+  const args = { city: 'Paris <b>', days: 3, units: { temp: 'C' } };
+  await mock('/__mock/next', { answer: 'followup', tool_calls: [{ name: 'get_weather', arguments: args }, { name: 'get_time', arguments: {} }] });
+  const page = await newPage();
+  await page.fill('#prompt', 'What is the weather in Paris?');
+  await page.keyboard.press('Enter');
+  const answer = await waitAnswerDone(page, 1);
+  eq(JSON.stringify(await answer.locator('.tool-call-name').allTextContents()), '["get_weather","get_time"]', 'function names');
+  eq(await answer.locator('.tool-call-args').first().textContent(), JSON.stringify(args, null, 2), 'pretty arguments');
+  eq(await answer.locator('.tool-call-args b').count(), 0, 'arguments are text');
+  await page.reload();
+  await page.click('.conv-open');
+  eq(await page.locator('.tool-call-name').count(), 2, 'tool calls kept in the history');
+  await shot(page, 'desktop-tool-calls');
+  await page.context().close();
+});
+
 async function main() {
   let passed = 0;
   let failed = 0;
