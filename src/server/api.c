@@ -544,52 +544,9 @@ static cJSON *base_object(const char *id, const char *object, int64_t created, c
  * UTF-8, which strict JSON parsers (Python's) reject. Each maximal ill-formed subsequence becomes
  * one U+FFFD, exactly as Python's bytes.decode("utf-8", errors="replace") that transformers uses.
  * NUL also becomes U+FFFD: cJSON strings are NUL-terminated. */
-static void utf8_sanitize(const unsigned char *s, size_t n, buf *out) {
-  static const char repl[] = "\xEF\xBF\xBD";
-  size_t i = 0;
-  while (i < n) {
-    unsigned char c = s[i];
-    if (c < 0x80) {
-      if (c)
-        buf_append(out, s + i, 1);
-      else
-        buf_append(out, repl, 3);
-      i++;
-      continue;
-    }
-    int need = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-      need = 1;
-    else if (c == 0xE0)
-      need = 2, lo = 0xA0;
-    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF)
-      need = 2;
-    else if (c == 0xED)
-      need = 2, hi = 0x9F;
-    else if (c == 0xF0)
-      need = 3, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3)
-      need = 3;
-    else if (c == 0xF4)
-      need = 3, hi = 0x8F;
-    size_t j = i + 1;
-    int k = 0;
-    while (k < need && j < n && s[j] >= (k == 0 ? lo : 0x80) && s[j] <= (k == 0 ? hi : 0xBF)) {
-      j++;
-      k++;
-    }
-    if (need && k == need)
-      buf_append(out, s + i, j - i);
-    else
-      buf_append(out, repl, 3);
-    i = j;
-  }
-}
-
 static cJSON *string_n(const char *s, size_t n) {
   buf b = {0};
-  utf8_sanitize((const unsigned char *)s, n, &b);
+  utf8_append_lossy_nonul(&b, s, n);
   cJSON *j = cJSON_CreateString(b.data ? b.data : "");
   buf_free(&b);
   return j;

@@ -11,6 +11,7 @@
 #include "server/api.h"
 #include "text/chat.h"
 #include "text/json_schema.h"
+#include "text/unicode.h"
 
 static const cJSON *field(const cJSON *o, const char *name) {
   const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, name);
@@ -238,40 +239,7 @@ void api_logprobs_free(api_logprobs *l) {
 /* Bytes as a valid UTF-8 C string: each ill-formed sequence and NUL becomes U+FFFD (as the
  * content; the logprobs' "bytes" keep the exact bytes). */
 static void utf8_fix(const unsigned char *b, size_t n, buf *out) {
-  size_t x = 0;
-  while (x < n) {
-    unsigned char c = b[x];
-    size_t need = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-      need = 1;
-    else if (c == 0xE0)
-      need = 2, lo = 0xA0;
-    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF)
-      need = 2;
-    else if (c == 0xED)
-      need = 2, hi = 0x9F;
-    else if (c == 0xF0)
-      need = 3, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3)
-      need = 3;
-    else if (c == 0xF4)
-      need = 3, hi = 0x8F;
-    if (c > 0 && c < 0x80) {
-      buf_append(out, b + x, 1);
-      x++;
-      continue;
-    }
-    size_t k = 0;
-    while (need && k < need && x + 1 + k < n && b[x + 1 + k] >= (k == 0 ? lo : 0x80) &&
-           b[x + 1 + k] <= (k == 0 ? hi : 0xBF))
-      k++;
-    if (need && k == need)
-      buf_append(out, b + x, need + 1);
-    else
-      buf_append(out, "\xEF\xBF\xBD", 3);
-    x += 1 + k;
-  }
+  utf8_append_lossy_nonul(out, (const char *)b, n);
   buf_append(out, "", 1);
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "text/unicode.h"
 
 /*
  * A trie in depth-first preorder: node i spells byte[i] below the last node of depth depth[i]-1
@@ -130,32 +131,10 @@ static bool plain_string_bytes(const unsigned char *s, uint32_t n) {
       i++;
       continue;
     }
-    uint32_t need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-      need = 1;
-    else if (c == 0xE0)
-      need = 2, lo = 0xA0;
-    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF)
-      need = 2;
-    else if (c == 0xED)
-      need = 2, hi = 0x9F;
-    else if (c == 0xF0)
-      need = 3, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3)
-      need = 3;
-    else if (c == 0xF4)
-      need = 3, hi = 0x8F;
-    else
+    size_t m;
+    if (utf8_decode(s + i, n - i, &m) == UINT32_MAX)
       return false;
-    for (uint32_t k = 1; k <= need; k++) {
-      if (i + k >= n)
-        return false;
-      unsigned char d = s[i + k];
-      if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF))
-        return false;
-    }
-    i += need + 1;
+    i += (uint32_t)m;
   }
   return true;
 }

@@ -106,6 +106,19 @@ qvl_status utf8_append_lossy(buf *out, const char *s, size_t len) {
   return QVL_OK;
 }
 
+qvl_status utf8_append_lossy_nonul(buf *out, const char *s, size_t len) {
+  for (;;) {
+    const char *z = memchr(s, 0, len);
+    size_t seg = z ? (size_t)(z - s) : len;
+    QVL_TRY(utf8_append_lossy(out, s, seg));
+    if (!z)
+      return QVL_OK;
+    QVL_TRY(buf_append(out, "\xEF\xBF\xBD", 3));
+    s += seg + 1;
+    len -= seg + 1;
+  }
+}
+
 size_t utf8_incomplete_tail(const char *s, size_t len) {
   const unsigned char *p = (const unsigned char *)s;
   /* A sequence is at most 4 bytes: look at the last 3 for a lead byte whose sequence is cut. */

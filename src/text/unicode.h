@@ -32,6 +32,10 @@ size_t utf8_valid_prefix(const char *s, size_t len);
 /* Appends s to out with every maximal invalid subpart replaced by U+FFFD. */
 qvl_status utf8_append_lossy(buf *out, const char *s, size_t len);
 
+/* As utf8_append_lossy, and NUL becomes U+FFFD too: for text that goes into NUL-terminated
+ * strings (cJSON) and must stay valid UTF-8 JSON. */
+qvl_status utf8_append_lossy_nonul(buf *out, const char *s, size_t len);
+
 /* Number of bytes at the end of s that form an incomplete but so far valid UTF-8 sequence (0..3):
  * a streaming decoder holds these back until the next bytes arrive. */
 size_t utf8_incomplete_tail(const char *s, size_t len);

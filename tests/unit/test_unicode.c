@@ -38,6 +38,11 @@ static void test_decode_encode(void) {
   CHECK(out.len == 1 + 3 + 1 + 3 && !memcmp(out.data, "a\xEF\xBF\xBDz\xEF\xBF\xBD", out.len),
         "lossy: one U+FFFD per maximal subpart");
   buf_free(&out);
+  CHECK(utf8_append_lossy_nonul(&out, "\0a\0\xC3\xA9\xC3\0", 7) == QVL_OK, "lossy without NUL");
+  CHECK(out.len == 3 + 1 + 3 + 2 + 3 + 3 &&
+            !memcmp(out.data, "\xEF\xBF\xBD" "a" "\xEF\xBF\xBD" "\xC3\xA9" "\xEF\xBF\xBD" "\xEF\xBF\xBD", out.len),
+        "every NUL and the cut sequence before one become U+FFFD");
+  buf_free(&out);
   CHECK(utf8_incomplete_tail("ab\xF0\x9F\x98", 5) == 3, "3 bytes of a 4-byte sequence held back");
   CHECK(utf8_incomplete_tail("ab\xC3", 3) == 1, "lead byte held back");
   CHECK(utf8_incomplete_tail("ab\xC3\xA9", 4) == 0, "complete sequence: nothing held");
