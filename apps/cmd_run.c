@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "gen_args.h"
 #include "base/buf.h"
 #include "commands.h"
 #include "engine/generate.h"
@@ -122,6 +123,7 @@ int cmd_run(int argc, char **argv) {
   gen_params gp = gen_params_default();
   vlm_prompt_opts po;
   vlm_prompt_opts_default(&po);
+  int taken;
   for (int i = 2; i < argc; i++) {
     if (arg_value(argc, argv, &i, "--model", "-m", &v))
       model = v;
@@ -148,30 +150,9 @@ int cmd_run(int argc, char **argv) {
       prompt = v;
     else if (arg_value(argc, argv, &i, "--system", NULL, &v))
       system = v;
-    else if (arg_value(argc, argv, &i, "--max-tokens", "-n", &v))
-      gp.max_tokens = arg_int("--max-tokens", v, 1, 1 << 20);
-    else if (arg_value(argc, argv, &i, "--temp", NULL, &v))
-      gp.sampling.temperature = (float)arg_double("--temp", v, 0, 100);
-    else if (arg_value(argc, argv, &i, "--top-k", NULL, &v))
-      gp.sampling.top_k = (int32_t)arg_int("--top-k", v, 0, 1 << 30);
-    else if (arg_value(argc, argv, &i, "--top-p", NULL, &v))
-      gp.sampling.top_p = (float)arg_double("--top-p", v, 0, 1);
-    else if (arg_value(argc, argv, &i, "--min-p", NULL, &v))
-      gp.sampling.min_p = (float)arg_double("--min-p", v, 0, 1);
-    else if (arg_value(argc, argv, &i, "--seed", NULL, &v))
-      gp.sampling.seed = (uint64_t)arg_int("--seed", v, 0, INT64_MAX);
-    else if (arg_value(argc, argv, &i, "--repeat-penalty", NULL, &v))
-      gp.sampling.repetition_penalty = (float)arg_double("--repeat-penalty", v, 0.01, 100);
-    else if (arg_value(argc, argv, &i, "--presence-penalty", NULL, &v))
-      gp.sampling.presence_penalty = (float)arg_double("--presence-penalty", v, -2, 2);
-    else if (arg_value(argc, argv, &i, "--frequency-penalty", NULL, &v))
-      gp.sampling.frequency_penalty = (float)arg_double("--frequency-penalty", v, -2, 2);
-    else if (arg_value(argc, argv, &i, "--stop", NULL, &v)) {
-      if (n_stops == MAX_STOPS) {
-        fprintf(stderr, "qvl run: at most %d stop strings\n", MAX_STOPS);
+    else if ((taken = gen_args_take(argc, argv, &i, &gp, stops, &n_stops, MAX_STOPS, "qvl run")) != 0) {
+      if (taken == 2)
         return 2;
-      }
-      stops[n_stops++] = v;
     } else if (arg_value(argc, argv, &i, "--min-pixels", NULL, &v))
       po.pre.min_pixels = arg_int("--min-pixels", v, 1, INT64_MAX);
     else if (arg_value(argc, argv, &i, "--max-pixels", NULL, &v))

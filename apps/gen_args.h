@@ -1,0 +1,14 @@
+/* The generation options that qvl run and qvl chat share (sampling, length, stop strings). */
+#ifndef QVL_APPS_GEN_ARGS_H
+#define QVL_APPS_GEN_ARGS_H
+
+#include "engine/generate.h"
+
+/* Takes argv[*i] when it is one of --max-tokens/-n, --temp, --top-k, --top-p, --min-p, --seed,
+ * --repeat-penalty, --presence-penalty, --frequency-penalty or --stop (appended to stops, at most
+ * max_stops) into gp. Returns 1 when it was (and advances *i past its value), 0 when not, 2 after
+ * a message naming cmd. Bad numbers exit(2) as arg_int does. */
+int gen_args_take(int argc, char **argv, int *i, gen_params *gp, const char **stops, int *n_stops, int max_stops,
+                  const char *cmd);
+
+#endif
