@@ -11,6 +11,8 @@
 #   prefill      tok/s for a 512-token prompt (llama-bench pp512)
 #   vision WxH   ms to encode one image of that size at full resolution (mtmd "batch encoding")
 #   ttft         ms from the start of image processing to the first token, 1024x768 image question
+#   image prefill  tok/s of the decoder over the image question's image tokens (llama.cpp: the
+#                "image decoded" batches of mtmd; qvl: the prefill part of the TTFT over its prompt)
 #   batch N      aggregate decode tok/s of N sequences (llama-batched-bench S_TG, 16-token prompts,
 #                32 generated tokens each; qvl bench batch_decode_tok_s)
 #   peak RSS     MB, the whole process answering the 1024x768 image question (-n 1)
@@ -96,17 +98,22 @@ def mtmd(sz):
     start = stamp(re.search(r'^(\S+) I encoding mtmd batch', err, re.M).group(1))
     end = stamp(re.search(r'^(\S+) I llama_perf_context_print: +load time', err, re.M).group(1))
     rss = int(re.search(r'Maximum resident set size \(kbytes\): (\d+)', err).group(1)) / 1024
-    return enc, (end - start) * 1e3, rss
+    ntok = sum(int(n) for n in re.findall(r'decoding image batch \d+/\d+, n_tokens_batch = (\d+)', err))
+    dec_ms = sum(int(n) for n in re.findall(r'image decoded \(batch \d+/\d+\) in (\d+) ms', err))
+    return enc, (end - start) * 1e3, rss, (ntok / (dec_ms / 1e3) if dec_ms else float('nan'))
 q = json.load(open(f'{d}/qvl.json'))
 qerr = open(f'{d}/qvl_run.err').read()
 qrss = int(re.search(r'Maximum resident set size \(kbytes\): (\d+)', qerr).group(1)) / 1024
-enc448, _, _ = mtmd('448x448')
-enc1024, ttft, rss = mtmd('1024x768')
+enc448, _, _, _ = mtmd('448x448')
+enc1024, ttft, rss, img_pp = mtmd('1024x768')
+qparts = q.get('ttft_parts_ms', {})
+q_img_pp = q['ttft_prompt_tokens'] / (qparts['prefill'] / 1e3) if qparts.get('prefill') else float('nan')
 rows = [
     ('decode tok/s (tg128)', tg, q['decode_tok_s'], True),
     ('prefill tok/s (pp512)', pp, q['prefill_tok_s'], True),
     ('vision encode 448x448 ms', enc448, q['vision_encode_ms']['448x448'], False),
     ('vision encode 1024x768 ms', enc1024, q['vision_encode_ms']['1024x768'], False),
+    ('image-token prefill tok/s (1024x768)', img_pp, q_img_pp, True),
     ('TTFT 1024x768 question ms', ttft, q['ttft_ms'], False),
     ('peak RSS MB (image question)', rss, qrss, False),
 ]
