@@ -33,27 +33,7 @@ echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); threads: $T" >&2
 
 # Test images for llama.cpp and for qvl run (qvl bench makes same-sized JPEGs itself; encode time
 # does not depend on pixel values).
-"$PY" - "$out" <<'PYEOF'
-import sys, zlib, struct
-# Small PNG writer (no Pillow needed): photo-like gradients with texture.
-def png(path, w, h):
-    rows = bytearray()
-    s = 12345
-    for y in range(h):
-        rows.append(0)
-        for x in range(w):
-            s = (s * 1664525 + 1013904223) & 0xffffffff
-            n = s >> 27
-            rows += bytes(((x * 255 // w + n) & 255, (y * 255 // h + ((x // 32 + y // 32) & 1) * 40) & 255,
-                           ((x + y) * 255 // (w + h)) ^ n))
-    def chunk(t, d):
-        return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
-    with open(path, 'wb') as f:
-        f.write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0)) +
-                chunk(b'IDAT', zlib.compress(bytes(rows), 6)) + chunk(b'IEND', b''))
-for w, h in ((448, 448), (1024, 768)):
-    png(f'{sys.argv[1]}/img_{w}x{h}.png', w, h)
-PYEOF
+"$PY" "$(dirname "$0")/test_images.py" "$out" 448x448 1024x768
 
 echo "[llama.cpp] llama-bench pp512 / tg128..." >&2
 "$LLAMA/llama-bench" -m "$MODEL" -t "$T" -p 512 -n 128 -r 2 -o json >"$out/lb.json" 2>"$out/lb.err"

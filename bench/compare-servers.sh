@@ -40,22 +40,9 @@ wait_ready() { # the server answers /health with 200 once the model is loaded
 }
 
 measure() { # NAME: runs the three rows against the server on $PORT, writes $out/NAME.json
-  "$PY" - "$PORT" "$REPEATS" "$out/$1.json" <<'PYEOF'
-import base64, json, statistics, struct, sys, time, urllib.request, zlib
-port, repeats, dest = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-def png(w, h):  # photo-like gradients with texture, as in compare-llamacpp.sh
-    rows, s = bytearray(), 12345
-    for y in range(h):
-        rows.append(0)
-        for x in range(w):
-            s = (s * 1664525 + 1013904223) & 0xffffffff
-            n = s >> 27
-            rows += bytes(((x * 255 // w + n) & 255, (y * 255 // h + ((x // 32 + y // 32) & 1) * 40) & 255,
-                           ((x + y) * 255 // (w + h)) ^ n))
-    def chunk(t, d):
-        return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
-    return (b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0)) +
-            chunk(b'IDAT', zlib.compress(bytes(rows), 6)) + chunk(b'IEND', b''))
+  "$PY" - "$PORT" "$REPEATS" "$out/$1.json" "$out/img_1024x768.png" <<'PYEOF'
+import base64, json, statistics, sys, time, urllib.request
+port, repeats, dest, image = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 def ask(content):
     body = json.dumps({'model': 'm', 'messages': [{'role': 'user', 'content': content}],
                        'max_tokens': 1, 'temperature': 0, 'stream': False}).encode()
@@ -72,7 +59,7 @@ text = []
 for i in range(repeats):
     q = f'Question {i}: in one word, what colour is a {words[i % len(words)]} {words[(3 * i + 1) % len(words)]} at dusk?'
     text.append(ask(q))
-url = 'data:image/png;base64,' + base64.b64encode(png(1024, 768)).decode()
+url = 'data:image/png;base64,' + base64.b64encode(open(image, 'rb').read()).decode()
 img = [{'type': 'image_url', 'image_url': {'url': url}}, {'type': 'text', 'text': 'What is in this image? Answer briefly.'}]
 first = ask(img)
 again = [ask(img) for _ in range(repeats)]
@@ -84,6 +71,8 @@ json.dump(res, open(dest, 'w'))
 print(json.dumps(res), file=sys.stderr)
 PYEOF
 }
+
+"$PY" "$(dirname "$0")/test_images.py" "$out" 1024x768
 
 echo "[llama.cpp] llama-server..." >&2
 "$LLAMA/llama-server" -m "$MODEL" --mmproj "$MMPROJ" -t "$T" -c 4096 --port "$PORT" --host 127.0.0.1 \
