@@ -43,8 +43,11 @@ measure() { # NAME: runs the three rows against the server on $PORT, writes $out
   "$PY" - "$PORT" "$REPEATS" "$out/$1.json" "$out/img_1024x768.png" <<'PYEOF'
 import base64, json, statistics, sys, time, urllib.request
 port, repeats, dest, image = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+# the model id the server lists (qvl answers 404 for a model it does not serve)
+with urllib.request.urlopen(f'http://127.0.0.1:{port}/v1/models', timeout=60) as r:
+    model = json.loads(r.read())['data'][0]['id']
 def ask(content):
-    body = json.dumps({'model': 'm', 'messages': [{'role': 'user', 'content': content}],
+    body = json.dumps({'model': model, 'messages': [{'role': 'user', 'content': content}],
                        'max_tokens': 1, 'temperature': 0, 'stream': False}).encode()
     req = urllib.request.Request(f'http://127.0.0.1:{port}/v1/chat/completions', body,
                                  {'Content-Type': 'application/json'})
