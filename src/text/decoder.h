@@ -150,22 +150,33 @@ qvl_status decoder_embed(const decoder_model *m, const int32_t *ids, int64_t n, 
 
 typedef struct decoder_seq_params {
   int64_t n_ctx;   /* KV capacity in tokens; <= 0: min(n_ctx_train, 4096) */
-  int64_t n_batch; /* tokens per forward chunk (sizes the scratch buffers); <= 0: 512 */
+  int64_t n_batch; /* tokens per forward chunk (sizes its own work buffers); <= 0: 512 */
+  bool shared_work; /* no work buffers of its own: the caller runs it with decoder_forward and one
+                     * decoder_work for all its sequences (decoder_prefill / decoder_step refuse it) */
 } decoder_seq_params;
 
-/* One sequence: its KV cache, position state and scratch memory (allocated here, once; the decode
- * loop allocates nothing). */
+/* One sequence: its KV cache, position state, logits and (unless shared_work) the work buffers of
+ * its own calls (allocated here, once; the decode loop allocates nothing). */
 typedef struct decoder_seq decoder_seq;
+
+/* The work buffers of one forward (activations, projections, RoPE tables, positions), sized in
+ * rows. They are per call, not per sequence: a serving loop owns one for all its sequences. */
+typedef struct decoder_work decoder_work;
+
+qvl_status decoder_work_init(const decoder_model *m, int64_t n_rows, decoder_work **out);
+void decoder_work_free(decoder_work *w);
+/* Bytes decoder_work_init allocates for n_rows rows (the same table allocates them; a step with
+ * several logit rows grows a gathered-logits buffer of n_vocab floats a row on top); 0 on overflow. */
+uint64_t decoder_work_bytes(const decoder_model *m, int64_t n_rows);
 
 qvl_status decoder_seq_init(const decoder_model *m, const decoder_seq_params *p, decoder_seq **out);
 void decoder_seq_free(decoder_seq *s);
-/* Bytes decoder_seq_init allocates for these parameters (KV cache + work buffers + logits), for
- * admission control; 0 on overflow. */
+/* Bytes decoder_seq_init allocates for these parameters (KV cache + its own work buffers, as
+ * decoder_work_bytes, unless shared_work + logits), for admission control; 0 on overflow. */
 uint64_t decoder_seq_bytes(const decoder_model *m, const decoder_seq_params *p);
 /* Forgets every cached token (positions restart at 0). */
 void decoder_seq_reset(decoder_seq *s);
 int64_t decoder_seq_n_past(const decoder_seq *s); /* tokens in the cache */
-int64_t decoder_seq_n_ctx(const decoder_seq *s);  /* capacity */
 int64_t decoder_seq_next_pos(const decoder_seq *s); /* position of the next generated token */
 
 /* QVL_ERR_CONTEXT_OVERFLOW, "prompt of N tokens + M to generate exceeds the context of C", if the
@@ -249,7 +260,12 @@ typedef struct decoder_batch_item {
   int32_t token;           /* without in: the token to append */
   bool logits;             /* with in: compute the logits of row end-1 */
 } decoder_batch_item;
+/* With the first sequence's own work buffers (grown once if the step is larger than ever before). */
 qvl_status decoder_forward_batch(const decoder_batch_item *items, int n, const float **logits);
+/* With the caller's work buffers w (of the same model; grown the same way): the form for sequences
+ * made with shared_work. decoder_prefill, decoder_prefill_part, decoder_step and decoder_step_batch
+ * are this same forward with one prefill item per chunk or decode items. */
+qvl_status decoder_forward(decoder_work *w, const decoder_batch_item *items, int n, const float **logits);
 
 /* ---- KV access for a prefix cache ------------------------------------------------------------ */
 
