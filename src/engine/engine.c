@@ -47,7 +47,7 @@ typedef struct request {
   vlm_prompt p;            /* built at submit with defer_vision: image rows filled by the engine */
   uint64_t *keys;          /* [p.n + max_tokens] prefix-cache content key of every token */
   int32_t *ids;            /* [max_tokens] generated ids */
-  int64_t need_bytes;      /* memory its sequence takes (KV + work buffers), reserved at admission */
+  int64_t need_bytes;      /* memory its sequence takes (KV + logits), reserved at admission */
   rq_state state;
   bool cancel_seen;        /* the engine thread's copy, taken under e->mu each iteration */
   bool finished;           /* result filled; reaped (on_done + free) at the end of the iteration */
@@ -87,6 +87,8 @@ struct engine {
   request *run[ENGINE_MAX_BATCH];
   int n_run;
   int64_t kv_used, kv_total;
+  decoder_work *work;      /* the work buffers of every model step (step_rows rows), engine thread */
+  int64_t work_bytes;      /* charged to kv_used while any request runs */
   bool stopping, drain;
   uint64_t next_id;
   image_cache *ic;
@@ -238,8 +240,8 @@ static void deliver(request *r) {
   request_free(r);
 }
 
-/* Rows of one model step: a decode row per running sequence + a prefill budget. Each sequence's
- * work buffers are sized for it, because the first sequence of a step serves the whole step. */
+/* Rows of one model step: a decode row per running sequence + a prefill budget (the size of the
+ * engine's one decoder_work). */
 static int64_t step_rows(const engine *e) { return (int64_t)e->c.prefill_chunk + e->c.max_batch_size; }
 
 /* ---- submit / cancel / stats ----------------------------------------------------------------- */
@@ -351,15 +353,17 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
   if (s == QVL_OK) {
-    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .n_batch = step_rows(e)};
+    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true};
     uint64_t need = decoder_seq_bytes(e->m->text, &sp);
+    r->need_bytes = (int64_t)need;
+    /* The step's work buffers are charged with the first running request: alone it needs both. */
+    need = need == 0 ? 0 : need + (uint64_t)e->work_bytes;
     if (need == 0 || need > (uint64_t)e->kv_total)
       s = qvl_errorf(QVL_ERR_TOO_LARGE,
                      "prompt of %lld tokens + %lld to generate needs %.1f MiB of KV cache and work memory; the "
                      "engine has %.1f MiB in all (kv_cache_mb)",
                      (long long)r->p.n, (long long)g->max_tokens, (double)need / 1048576.0,
                      (double)e->kv_total / 1048576.0);
-    r->need_bytes = (int64_t)need;
   }
   if (s == QVL_OK && (!(r->keys = malloc(sizeof *r->keys * (size_t)(r->p.n + g->max_tokens))) ||
                       !(r->ids = malloc(sizeof *r->ids * (size_t)g->max_tokens))))
@@ -431,7 +435,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
 static qvl_status request_begin(engine *e, request *r) {
   const vlm *m = e->m;
   int64_t V = m->text->hp.n_vocab;
-  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .n_batch = step_rows(e)};
+  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .shared_work = true};
   QVL_TRY(decoder_seq_init(m->text, &sp, &r->seq));
   QVL_TRY(sampler_init(&r->gen.sampling, V, &r->smp));
   QVL_TRY(sampler_add_prompt(r->smp, r->p.ids, r->p.n));
@@ -673,6 +677,8 @@ static void reap(engine *e) {
       e->run[k++] = r;
     }
   }
+  if (k == 0 && e->n_run > 0)
+    e->kv_used -= e->work_bytes; /* idle: the step's work buffers are no longer in use */
   e->n_run = k;
   e->st.running = k;
   e->st.kv_used_bytes = e->kv_used;
@@ -736,7 +742,7 @@ static void model_step(engine *e) {
   if (nb == 0)
     return;
   double t0 = time_now_s();
-  qvl_status s = decoder_forward_batch(items, nb, logits);
+  qvl_status s = decoder_forward(e->work, items, nb, logits);
   double t1 = time_now_s();
   for (int i = 0; i < nb; i++) {
     request *r = who[i];
@@ -815,8 +821,10 @@ static void *engine_main(void *arg) {
     }
     /* Admission, in arrival order (no overtaking: a large request is not starved by small ones). */
     while (gather_until == 0 && e->n_run < e->c.max_batch_size && e->q_head &&
-           e->kv_used + e->q_head->need_bytes <= e->kv_total) {
+           e->kv_used + e->q_head->need_bytes + (e->n_run == 0 ? e->work_bytes : 0) <= e->kv_total) {
       request *r = e->q_head;
+      if (e->n_run == 0)
+        e->kv_used += e->work_bytes;
       e->q_head = r->next;
       if (!e->q_head)
         e->q_tail = NULL;
@@ -919,7 +927,10 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   e->st.kv_total_bytes = e->kv_total;
   memcpy(e->st.hist_bounds_ms, hist_bounds, sizeof hist_bounds);
   const decoder_hparams *hp = &m->text->hp;
-  qvl_status s = image_cache_init(cfg.image_cache_mb * 1024 * 1024, &e->ic);
+  e->work_bytes = (int64_t)decoder_work_bytes(m->text, step_rows(e));
+  qvl_status s = decoder_work_init(m->text, step_rows(e), &e->work);
+  if (s == QVL_OK)
+    s = image_cache_init(cfg.image_cache_mb * 1024 * 1024, &e->ic);
   if (s == QVL_OK)
     s = prefix_cache_init(cfg.prefix_cache_mb * 1024 * 1024, hp->n_layer, hp->n_head_kv * hp->head_dim, &e->pc);
   pthread_condattr_t ca;
@@ -931,6 +942,7 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   if (s == QVL_OK && pthread_create(&e->thread, NULL, engine_main, e) != 0)
     s = qvl_errorf(QVL_ERR_INTERNAL, "engine: cannot start the engine thread");
   if (s != QVL_OK) {
+    decoder_work_free(e->work);
     image_cache_free(e->ic);
     prefix_cache_free(e->pc);
     pthread_mutex_destroy(&e->mu);
@@ -955,6 +967,7 @@ void engine_stop(engine *e, bool drain) {
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
   pthread_join(e->thread, NULL);
+  decoder_work_free(e->work);
   image_cache_free(e->ic);
   prefix_cache_free(e->pc);
   token_trie_free(e->tt);
