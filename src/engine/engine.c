@@ -496,8 +496,7 @@ static qvl_status vision_step(engine *e, request *r) {
       return QVL_OK;
     vision_job_free(r->vjob);
     r->vjob = NULL;
-    for (int64_t l = 0; l < nds; l++)
-      memcpy(ds + l * p->n_img * d, r->vds + l * im->n_tokens * d, sizeof(float) * (size_t)(im->n_tokens * d));
+    vlm_prompt_put_deepstack(e->m, p, i, r->vds);
     free(r->vds);
     r->vds = NULL;
     image_cache_put(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds, p->n_img * d);

@@ -1,7 +1,7 @@
 /*
  * A weight table: tensors under their llama.cpp GGUF names ("blk.3.attn_q.weight"), each a view
  * into a mapped file or into memory the table owns. It is what the decoder and the vision tower
- * read through their tensor-source callbacks (decoder_source / vision_source: find = wtable_find,
+ * read through their tensor-source callbacks (tensor_source: find = wtable_find,
  * release = wtable_release), whatever the weights came from: a GGUF file (wtable_from_gguf), a
  * Hugging Face directory (engine/hf_model.h), and optionally re-encoded at load into another dtype
  * (wtable_convert: "quantize on load").
@@ -9,7 +9,7 @@
  *   wtable *t;
  *   QVL_TRY(wtable_from_gguf(g, &t));                          // takes g (closed by wtable_free)
  *   QVL_TRY(wtable_convert(t, QVL_DTYPE_Q8_0, WTABLE_TEXT));    // matrices -> Q8_0, norms kept
- *   decoder_source src = {wtable_label(t), t, wtable_find, wtable_release};
+ *   tensor_source src = {wtable_label(t), t, wtable_find, wtable_release};
  *
  * Not thread-safe while being built; immutable afterwards (find may be called from any thread).
  */

@@ -200,7 +200,7 @@ static const char *shape_str(char *b, size_t cap, const int64_t *ne, int n_dims)
   return b;
 }
 
-static qvl_status shape_check(const decoder_source *src, const char *name, const tensor *t,
+static qvl_status shape_check(const tensor_source *src, const char *name, const tensor *t,
                               const int64_t *want, int n_want) {
   bool ok = true;
   for (int i = 0; i < TENSOR_MAX_DIMS; i++) {
@@ -216,11 +216,11 @@ static qvl_status shape_check(const decoder_source *src, const char *name, const
                     shape_str(a, sizeof a, want, n_want), shape_str(b, sizeof b, t->ne, nd));
 }
 
-static const tensor *find_tensor(const decoder_source *src, const char *name) {
+static const tensor *find_tensor(const tensor_source *src, const char *name) {
   return src->find(src->user, name);
 }
 
-static qvl_status bind_matrix(const decoder_source *src, const char *name, int64_t n_in, int64_t n_out,
+static qvl_status bind_matrix(const tensor_source *src, const char *name, int64_t n_in, int64_t n_out,
                               kn_weight *w) {
   const tensor *t = find_tensor(src, name);
   if (!t)
@@ -236,7 +236,7 @@ static qvl_status bind_matrix(const decoder_source *src, const char *name, int64
   return QVL_OK;
 }
 
-static qvl_status bind_vector(const decoder_source *src, const char *name, int64_t n, float **out) {
+static qvl_status bind_vector(const tensor_source *src, const char *name, int64_t n, float **out) {
   const tensor *t = find_tensor(src, name);
   if (!t)
     return qvl_errorf(QVL_ERR_FORMAT, "%s: missing tensor '%s'", src->label, name);
@@ -259,7 +259,7 @@ static qvl_status bind_vector(const decoder_source *src, const char *name, int64
 
 /* llama.cpp also accepts one fused attn_qkv matrix {D, qd + 2 kvd}: the q rows, then k, then v
  * (create_tensor_qkv). Rows are contiguous, so the three matrices are views of row ranges. */
-static qvl_status bind_fused_qkv(const decoder_source *src, const char *name, const tensor *t, int64_t D,
+static qvl_status bind_fused_qkv(const tensor_source *src, const char *name, const tensor *t, int64_t D,
                                  int64_t qd, int64_t kvd, decoder_layer *L) {
   int64_t want[2] = {D, qd + 2 * kvd};
   QVL_TRY(shape_check(src, name, t, want, 2));
@@ -287,7 +287,7 @@ static qvl_status bind_fused_qkv(const decoder_source *src, const char *name, co
 
 static qvl_status bind_layer(const decoder_model *m, int64_t il, decoder_layer *L) {
   const decoder_hparams *hp = &m->hp;
-  const decoder_source *src = &m->src;
+  const tensor_source *src = &m->src;
   int64_t D = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
   char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%lld.%s", (long long)il, s), n)
@@ -338,7 +338,7 @@ static qvl_status check_hparams(const decoder_hparams *hp, const char *label) {
   return QVL_OK;
 }
 
-qvl_status decoder_init(const decoder_hparams *hp, const decoder_source *src, decoder_model **out) {
+qvl_status decoder_init(const decoder_hparams *hp, const tensor_source *src, decoder_model **out) {
   *out = NULL;
   decoder_model *m = calloc(1, sizeof *m);
   if (!m) {
@@ -384,12 +384,6 @@ qvl_status decoder_init(const decoder_hparams *hp, const decoder_source *src, de
   return QVL_OK;
 }
 
-static const tensor *gguf_source_find(void *user, const char *name) {
-  return gguf_find_tensor((const gguf *)user, name);
-}
-
-static void gguf_source_release(void *user) { gguf_close((gguf *)user); }
-
 qvl_status decoder_load_gguf_file(gguf *g, decoder_model **out) {
   *out = NULL;
   decoder_hparams hp;
@@ -398,7 +392,7 @@ qvl_status decoder_load_gguf_file(gguf *g, decoder_model **out) {
     gguf_close(g);
     return st;
   }
-  decoder_source src = {gguf_path(g), g, gguf_source_find, gguf_source_release};
+  tensor_source src = tensor_source_gguf(g);
   return decoder_init(&hp, &src, out);
 }
 
