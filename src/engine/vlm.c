@@ -27,7 +27,7 @@ static qvl_status init_text(const decoder_hparams *hp, wtable *t, const qvl_dtyp
     wtable_free(t);
     return s;
   }
-  tensor_source src = {wtable_label(t), t, wtable_find, wtable_release};
+  tensor_source src = wtable_source(t);
   return decoder_init(hp, &src, out);
 }
 
@@ -37,7 +37,7 @@ static qvl_status init_vision(const vision_hparams *hp, wtable *t, const qvl_dty
     wtable_free(t);
     return s;
   }
-  tensor_source src = {wtable_label(t), t, wtable_find, wtable_release};
+  tensor_source src = wtable_source(t);
   return vision_init(hp, &src, out);
 }
 
