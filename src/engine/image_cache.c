@@ -17,7 +17,6 @@ typedef struct ic_entry {
 
 struct image_cache {
   int64_t cap, used;
-  int count;
   lru_list lru; /* head = most recent */
 };
 
@@ -32,7 +31,6 @@ qvl_status image_cache_init(int64_t cap_bytes, image_cache **out) {
 static void drop(image_cache *c, ic_entry *e) {
   lru_unlink(&c->lru, &e->lru);
   c->used -= e->bytes;
-  c->count--;
   free(e->data);
   free(e);
 }
@@ -95,8 +93,6 @@ void image_cache_put(image_cache *c, uint64_t hash, int grid_t, int grid_h, int 
                   .n_deepstack = n_deepstack, .data = data, .bytes = bytes};
   lru_push_front(&c->lru, &e->lru);
   c->used += bytes;
-  c->count++;
 }
 
 int64_t image_cache_bytes(const image_cache *c) { return c->used; }
-int image_cache_count(const image_cache *c) { return c->count; }

@@ -34,6 +34,5 @@ void image_cache_put(image_cache *c, uint64_t hash, int grid_t, int grid_h, int 
                      int64_t n_deepstack, const float *embd, const float *deepstack, int64_t ds_level_stride);
 
 int64_t image_cache_bytes(const image_cache *c);
-int image_cache_count(const image_cache *c);
 
 #endif

@@ -162,4 +162,3 @@ void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks,
 }
 
 int64_t prefix_cache_bytes(const prefix_cache *c) { return c->used; }
-int64_t prefix_cache_block_bytes(const prefix_cache *c) { return c->block_bytes; }

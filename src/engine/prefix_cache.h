@@ -52,6 +52,5 @@ void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks,
                         const int64_t *block_next_pos);
 
 int64_t prefix_cache_bytes(const prefix_cache *c);
-int64_t prefix_cache_block_bytes(const prefix_cache *c);
 
 #endif

@@ -116,6 +116,9 @@ void vlm_prompt_free(vlm_prompt *p);
  * img_embd and deepstack (adds to p->vision_ms; frees its pixel_values unless keep_images). Only
  * one thread may run model code at a time. */
 qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm_prompt_opts *o);
+/* The vision tower writes image i's DeepStack levels per image ([n_deepstack][its tokens][n_embd]);
+ * this copies them to their rows of p->deepstack, whose levels run over all images of the prompt. */
+void vlm_prompt_put_deepstack(const vlm *m, vlm_prompt *p, int i, const float *levels);
 /* The decoder input for the whole prompt. */
 decoder_input vlm_prompt_input(const vlm_prompt *p);
 

@@ -2,7 +2,8 @@
  * The serving engine and its decoder support, on the e2e fixture model (tiny; seconds):
  *  - decoder_step_batch gives each sequence bit-identical logits to decoder_step alone, whatever
  *    else is in the batch; decoder_prefill_part in any pieces equals one decoder_prefill; a mixed
- *    decoder_forward_batch (decode rows + prefill pieces) equals the single-sequence calls;
+ *    decoder_forward_batch (decode rows + prefill pieces) equals the single-sequence calls, and so
+ *    does decoder_forward on a caller's decoder_work with shared_work sequences;
  *  - 8 concurrent engine requests (text and images, greedy and seeded sampling) produce exactly the
  *    tokens of their solo generate() runs (an independent path: one sequence, no engine);
  *  - image cache: a second question about the same image skips the vision tower (vision_ms == 0)
@@ -294,6 +295,49 @@ static void test_decoder_batch(const vlm *m) {
     decoder_seq_free(bat_s[i]);
   }
   free(ref);
+}
+
+/* Sequences without work buffers of their own run on a caller's decoder_work and give the logits of
+ * sequences with their own; the memory accounting comes from the table that allocates the buffers. */
+static void test_decoder_work(const vlm *m) {
+  const decoder_model *dm = m->text;
+  int64_t V = dm->hp.n_vocab;
+  int32_t prompt[12];
+  for (int i = 0; i < 12; i++)
+    prompt[i] = 200 + 29 * i;
+  decoder_seq_params own = {.n_ctx = 32, .n_batch = 4}, shared = {.n_ctx = 32, .shared_work = true};
+  uint64_t wb = decoder_work_bytes(dm, 4);
+  CHECK(wb > 0 && decoder_work_bytes(dm, 8) == 2 * wb, "work bytes grow with the rows (%llu)", (unsigned long long)wb);
+  CHECK(decoder_seq_bytes(dm, &own) == decoder_seq_bytes(dm, &shared) + wb,
+        "a sequence's own work buffers are decoder_work_bytes of its n_batch");
+  decoder_seq *ref = NULL, *a = NULL, *b = NULL;
+  decoder_work *w = NULL;
+  CHECK(decoder_seq_init(dm, &own, &ref) == QVL_OK && decoder_seq_init(dm, &shared, &a) == QVL_OK &&
+            decoder_seq_init(dm, &shared, &b) == QVL_OK && decoder_work_init(dm, 3, &w) == QVL_OK,
+        "init: %s", qvl_last_error());
+  if (ref && a && b && w) {
+    decoder_input in = {.n_tokens = 12, .tokens = prompt};
+    const float *lr = NULL, *lo[2] = {NULL, NULL};
+    CHECK(decoder_prefill(ref, &in, NULL, &lr) == QVL_OK, "reference prefill");
+    CHECK(decoder_prefill(a, &in, NULL, NULL) == QVL_ERR_INVALID_ARG, "a shared_work sequence alone is refused");
+    CHECK(decoder_step(a, 5, NULL) == QVL_ERR_INVALID_ARG && decoder_seq_n_past(a) == 0, "and changes nothing");
+    /* 12 prompt rows on a 3-row workspace: it grows to the step */
+    decoder_batch_item it[2] = {{.seq = a, .in = &in, .begin = 0, .end = 12, .logits = true},
+                                {.seq = b, .in = &in, .begin = 0, .end = 5}};
+    CHECK(decoder_forward(w, it, 2, lo) == QVL_OK, "forward on the caller's work: %s", qvl_last_error());
+    CHECK(lo[0] && memcmp(lo[0], lr, sizeof(float) * (size_t)V) == 0 && !lo[1],
+          "the caller's work buffers give the sequence's own logits");
+    const float *ls = NULL;
+    CHECK(decoder_step(ref, 9, &ls) == QVL_OK, "reference step");
+    decoder_batch_item st[2] = {{.seq = b, .in = &in, .begin = 5, .end = 12}, {.seq = a, .token = 9}};
+    CHECK(decoder_forward(w, st, 2, lo) == QVL_OK && lo[1] && memcmp(lo[1], ls, sizeof(float) * (size_t)V) == 0,
+          "decode row on shared work equals decoder_step");
+    CHECK(decoder_forward(NULL, st, 2, lo) == QVL_ERR_INVALID_ARG, "decoder_forward needs work buffers");
+  }
+  decoder_work_free(w);
+  decoder_seq_free(ref);
+  decoder_seq_free(a);
+  decoder_seq_free(b);
 }
 
 /* ---- engine --------------------------------------------------------------------------------------- */
@@ -715,6 +759,7 @@ int main(void) {
   CHECK(s == QVL_OK, "load: %s", qvl_last_error());
   if (s == QVL_OK) {
     test_decoder_batch(m);
+    test_decoder_work(m);
     test_concurrent_equals_solo(m);
     test_image_cache(m);
     test_prefix_cache(m);
