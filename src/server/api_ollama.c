@@ -306,14 +306,16 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
       goto done;
     }
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"),
-                *tool_name = cJSON_GetObjectItemCaseSensitive(m, "tool_name");
-    bool has_calls = tc && !cJSON_IsNull(tc);
+                *tool_name = cJSON_GetObjectItemCaseSensitive(m, "tool_name"),
+                *tcid = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+    bool has_calls = tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && !tc->child); /* [] on any role: none */
     if (has_calls && strcmp(role->valuestring, "assistant")) {
       bad(e, param, "only assistant messages carry 'tool_calls'");
       goto done;
     }
-    if (tool_name && !cJSON_IsNull(tool_name) && !cJSON_IsString(tool_name)) {
-      bad(e, param, "'tool_name' must be a string");
+    if ((tool_name && !cJSON_IsNull(tool_name) && !cJSON_IsString(tool_name)) ||
+        (tcid && !cJSON_IsNull(tcid) && !cJSON_IsString(tcid))) {
+      bad(e, param, "'tool_name' and 'tool_call_id' must be strings");
       goto done;
     }
     if (!add_message(out_msgs, role->valuestring, cJSON_IsString(content) ? content->valuestring : "",
@@ -322,7 +324,6 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
     cJSON *added = cJSON_GetArrayItem(out_msgs, i);
     if (has_calls && !translate_tool_calls(tc, i, added, param, e))
       goto done;
-    const cJSON *tcid = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
     if (!strcmp(role->valuestring, "tool") && cJSON_IsString(tcid))
       cJSON_AddStringToObject(added, "tool_call_id", tcid->valuestring);
   }

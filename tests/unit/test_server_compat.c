@@ -643,7 +643,14 @@ static void test_ollama_tools(void) {
                  "JSON object");
   OLLAMA_REFUSED("{\"role\":\"user\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"f\"}}]}", "assistant");
   OLLAMA_REFUSED("{\"role\":\"tool\",\"content\":\"1\",\"tool_name\":5}", "tool_name");
+  OLLAMA_REFUSED("{\"role\":\"tool\",\"content\":\"1\",\"tool_call_id\":[]}", "tool_call_id");
 #undef OLLAMA_REFUSED
+  cJSON *empty = translate(ollama_chat_translate,
+                           "{\"model\":\"qvl\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", &c, &cr);
+  CHECK(empty && !cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(empty, "messages"), 0), "tool_calls"),
+        "tool_calls [] on a user message: no calls");
+  cJSON_Delete(empty);
+  compat_request_free(&cr);
   expect_refused(ollama_generate_translate,
                  "{\"model\":\"qvl\",\"prompt\":\"x\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", &c,
                  400, "tools", "/api/chat");
