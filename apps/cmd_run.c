@@ -174,11 +174,8 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
   ep.queue_capacity = 1;
   ep.image_cache_mb = 0;
   ep.prefix_cache_mb = 0;
-  /* --ctx, else room for the longest prompt the model was trained for */
-  int64_t train = qvl_model_n_ctx_train(m);
-  ep.n_ctx = ctx > 0 ? ctx : train > 0 ? train : 1 << 20;
-  if (ep.n_ctx > INT32_MAX)
-    ep.n_ctx = INT32_MAX;
+  /* --ctx, else no cap: the request reserves the KV of its prompt + max_tokens, as it always did */
+  ep.n_ctx = ctx > 0 ? ctx : INT32_MAX;
   qvl_engine *e = NULL;
   s = qvl_engine_start(m, &ep, &e);
   if (s != QVL_OK) {
