@@ -58,9 +58,9 @@ qvl_status qvl_request_add_message(qvl_request *r, const char *role, const char 
     cJSON *url;
     cJSON_ArrayForEach(url, r->pending) {
       cJSON *part = cJSON_CreateObject();
-      cJSON *iu = part ? cJSON_AddObjectToObject(part, "image_url") : NULL;
-      ok = ok && part && cJSON_AddStringToObject(part, "type", "image_url") && iu &&
-           cJSON_AddStringToObject(iu, "url", url->valuestring);
+      cJSON *iu = part && cJSON_AddStringToObject(part, "type", "image_url") ? cJSON_AddObjectToObject(part, "image_url")
+                                                                              : NULL;
+      ok = ok && iu && cJSON_AddStringToObject(iu, "url", url->valuestring);
       if (part)
         cJSON_AddItemToArray(content, part);
     }
