@@ -127,7 +127,7 @@ QVL_API bool qvl_path_is_hf_dir(const char *path);
  * downloads them there first (not with offline). GGUF repositories: *model is the text GGUF and
  * *mmproj the projector (NULL if the repository has none); safetensors repositories: *model is
  * the snapshot directory (load it with mmproj NULL) and *mmproj NULL. Both free with qvl_free.
- * QVL_ERR_NOT_FOUND, ERR_IO (network, named). Any thread. */
+ * QVL_ERR_NOT_FOUND, ERR_IO (network, named). One call at a time. */
 QVL_API qvl_status qvl_hf_resolve(const char *spec, bool offline, char **model, char **mmproj);
 
 /* An encoded image (PNG, JPEG or WebP, told by its first bytes) as a data: URL for a message's
