@@ -8,6 +8,7 @@
 
 #include "kernels/kernels.h"
 #include "model/hub.h"
+#include "text/kv_cache.h"
 #include "vision/vision.h"
 #include "qvl.h"
 
@@ -81,6 +82,46 @@ int resolve_hf(const char *spec, bool offline, const char **model, const char **
   *model = files.model;
   if (!*mmproj)
     *mmproj = files.mmproj;
+  return 0;
+}
+
+int args_take_kv_type(int *argc, char **argv, int start, const char *cmd) {
+  const char *env = getenv("QVL_KV_TYPE");
+  kv_type t;
+  if (env && *env) {
+    if (kv_type_parse(env, &t) != QVL_OK) {
+      fprintf(stderr, "%s: QVL_KV_TYPE: %s\n", cmd, qvl_last_error());
+      return 2;
+    }
+    kv_set_default_type(t);
+  }
+  for (int i = start; i < *argc;) {
+    const char *v = NULL;
+    int take = 0;
+    if (!strcmp(argv[i], "--kv-type")) {
+      if (i + 1 >= *argc) {
+        fprintf(stderr, "%s: --kv-type needs a value (f16 or f32)\n", cmd);
+        return 2;
+      }
+      v = argv[i + 1];
+      take = 2;
+    } else if (!strncmp(argv[i], "--kv-type=", 10)) {
+      v = argv[i] + 10;
+      take = 1;
+    }
+    if (!take) {
+      i++;
+      continue;
+    }
+    if (kv_type_parse(v, &t) != QVL_OK) {
+      fprintf(stderr, "%s: --kv-type: %s\n", cmd, qvl_last_error());
+      return 2;
+    }
+    kv_set_default_type(t);
+    for (int k = i; k + take <= *argc; k++)
+      argv[k] = argv[k + take];
+    *argc -= take;
+  }
   return 0;
 }
 

@@ -19,6 +19,10 @@ int resolve_hf(const char *spec, bool offline, const char **model, const char **
  * the vision towers loaded afterwards (vision_set_precision); also checks QVL_PRECISION. Returns 0,
  * or 2 after printing a message naming cmd. Removed entries shorten *argc. */
 int args_take_precision(int *argc, char **argv, int start, const char *cmd);
+/* Takes "--kv-type f16|f32" (or "--kv-type=...") out of argv[start..] and makes it the process's KV
+ * cache element type (kv_set_default_type); QVL_KV_TYPE gives it too (the flag wins). Returns 0, or
+ * 2 after printing a message naming cmd. */
+int args_take_kv_type(int *argc, char **argv, int start, const char *cmd);
 /* Prints "qvl: <msg>: <qvl_last_error()>" and returns the exit code for a status. */
 int report_error(const char *what, int status);
 

@@ -352,8 +352,8 @@ static void print_stages(const cJSON *o) {
 }
 
 static void print_table(const cJSON *o) {
-  printf("qvl bench: isa %s, %d threads\n", cJSON_GetObjectItem(o, "isa")->valuestring,
-         (int)cJSON_GetObjectItem(o, "threads")->valuedouble);
+  printf("qvl bench: isa %s, %d threads, KV cache %s\n", cJSON_GetObjectItem(o, "isa")->valuestring,
+         (int)cJSON_GetObjectItem(o, "threads")->valuedouble, cJSON_GetObjectItem(o, "kv_type")->valuestring);
   for (const cJSON *c = o->child; c; c = c->next) {
     if (cJSON_IsNumber(c))
       printf("  %-24s %10.2f\n", c->string, c->valuedouble);
@@ -373,6 +373,8 @@ static int parse_sizes(const char *v, bench_opts *o) {
 }
 
 int cmd_bench(int argc, char **argv) {
+  if (args_take_kv_type(&argc, argv, 2, "qvl bench"))
+    return 2;
   if (args_take_precision(&argc, argv, 2, "qvl bench"))
     return 2;
   bench_opts o = {.n_prefill = 512, .n_decode = 128, .n_batch_steps = 32,
@@ -404,7 +406,7 @@ int cmd_bench(int argc, char **argv) {
     else if (arg_flag(argv, i, "--help", "-h")) {
       printf("usage: qvl bench -m MODEL.gguf [--mmproj MMPROJ.gguf] [-t N] [--prefill 512] [--decode 128]\n"
              "                 [--batch 1,2,4,8] [--batch-steps 32] [--skip-vision] [--no-constrained] [--json]\n"
-             "                 [--precision exact|fast] [--image-stages]\n"
+             "                 [--precision exact|fast] [--kv-type f16|f32] [--image-stages]\n"
              "  the constrained rows decode batch 1 and 8 with and without a nested JSON-schema mask\n"
              "  --image-stages  only the image path, both precision tiers: vision encode of 448x448,\n"
              "                  1024x768 and 1280x1280 split into matmul / attention / rest, and the\n"
@@ -434,6 +436,10 @@ int cmd_bench(int argc, char **argv) {
   cJSON_AddNumberToObject(out, "threads", kernels_threads());
   cJSON_AddNumberToObject(out, "load_ms", (time_now_s() - t0) * 1e3);
   cJSON_AddStringToObject(out, "precision", m->vision ? kn_precision_name(m->vision->precision) : "-");
+  const decoder_hparams *hp = &m->text->hp;
+  cJSON_AddStringToObject(out, "kv_type", kv_type_name(kv_default_type()));
+  cJSON_AddNumberToObject(out, "kv_bytes_per_token",
+                          (double)kv_cache_bytes_type(hp->n_layer, 1, hp->n_head_kv * hp->head_dim, kv_default_type()));
   if (o.image_stages) {
     st = bench_image_stages(m, &o, out);
     cJSON_AddNumberToObject(out, "peak_rss_mb", peak_rss_mb());

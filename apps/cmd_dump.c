@@ -252,6 +252,8 @@ static qvl_status run_case(const char *case_path, const char *out_path, bool use
 }
 
 int cmd_dump(int argc, char **argv) {
+  if (args_take_kv_type(&argc, argv, 2, "qvl dump"))
+    return 2;
   if (args_take_precision(&argc, argv, 2, "qvl dump"))
     return 2;
   const char *paths[2] = {0};

@@ -114,6 +114,8 @@ int cmd_serve(int argc, char **argv) {
       ec.kv_cache_mb = cfg.kv_cache_mb;
     ec.image_cache_mb = cfg.image_cache_mb;
     ec.prefix_cache_mb = cfg.prefix_cache_mb;
+    if (cfg.kv_type && kv_type_parse(cfg.kv_type, &ec.kv_type) == QVL_OK) /* checked with the config */
+      kv_set_default_type(ec.kv_type);
     ec.request_timeout_ms = cfg.timeout_s * 1000;
     st = engine_start(m, &ec, &eng);
   }

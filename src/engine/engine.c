@@ -351,7 +351,7 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
   if (s == QVL_OK) {
-    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .n_batch = step_rows(e)};
+    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .n_batch = step_rows(e), .kv_type = e->c.kv_type};
     uint64_t need = decoder_seq_bytes(e->m->text, &sp);
     if (need == 0 || need > (uint64_t)e->kv_total)
       s = qvl_errorf(QVL_ERR_TOO_LARGE,
@@ -431,7 +431,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
 static qvl_status request_begin(engine *e, request *r) {
   const vlm *m = e->m;
   int64_t V = m->text->hp.n_vocab;
-  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .n_batch = step_rows(e)};
+  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .n_batch = step_rows(e), .kv_type = e->c.kv_type};
   QVL_TRY(decoder_seq_init(m->text, &sp, &r->seq));
   QVL_TRY(sampler_init(&r->gen.sampling, V, &r->smp));
   QVL_TRY(sampler_add_prompt(r->smp, r->p.ids, r->p.n));
@@ -914,6 +914,7 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   if (!e)
     return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
   e->m = m;
+  cfg.kv_type = kv_type_resolve(cfg.kv_type); /* one type for every sequence and the prefix cache */
   e->c = cfg;
   e->kv_total = cfg.kv_cache_mb * 1024 * 1024;
   e->st.kv_total_bytes = e->kv_total;
@@ -921,7 +922,8 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   const decoder_hparams *hp = &m->text->hp;
   qvl_status s = image_cache_init(cfg.image_cache_mb * 1024 * 1024, &e->ic);
   if (s == QVL_OK)
-    s = prefix_cache_init(cfg.prefix_cache_mb * 1024 * 1024, hp->n_layer, hp->n_head_kv * hp->head_dim, &e->pc);
+    s = prefix_cache_init_type(cfg.prefix_cache_mb * 1024 * 1024, hp->n_layer, hp->n_head_kv * hp->head_dim,
+                               cfg.kv_type, &e->pc);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -938,9 +940,11 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
     free(e);
     return s;
   }
-  log_info("engine: batch %d, queue %d, context %lld, KV budget %lld MiB, image cache %lld MiB, prefix cache %lld "
-           "MiB, prefill chunk %d",
+  log_info("engine: batch %d, queue %d, context %lld, KV budget %lld MiB (%s, %.1f KiB per token), image cache %lld "
+           "MiB, prefix cache %lld MiB, prefill chunk %d",
            cfg.max_batch_size, cfg.queue_capacity, (long long)cfg.n_ctx, (long long)cfg.kv_cache_mb,
+           kv_type_name(cfg.kv_type),
+           (double)kv_cache_bytes_type(hp->n_layer, 1, hp->n_head_kv * hp->head_dim, cfg.kv_type) / 1024.0,
            (long long)cfg.image_cache_mb, (long long)cfg.prefix_cache_mb, cfg.prefill_chunk);
   *out = e;
   return QVL_OK;

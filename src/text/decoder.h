@@ -151,6 +151,7 @@ qvl_status decoder_embed(const decoder_model *m, const int32_t *ids, int64_t n, 
 typedef struct decoder_seq_params {
   int64_t n_ctx;   /* KV capacity in tokens; <= 0: min(n_ctx_train, 4096) */
   int64_t n_batch; /* tokens per forward chunk (sizes the scratch buffers); <= 0: 512 */
+  kv_type kv_type; /* KV cache element type; KV_TYPE_DEFAULT (0): the process default (f16) */
 } decoder_seq_params;
 
 /* One sequence: its KV cache, position state and scratch memory (allocated here, once; the decode

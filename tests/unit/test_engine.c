@@ -699,6 +699,41 @@ static void test_caches_unit(void) {
   CHECK(got == 2 * PREFIX_BLOCK, "bounded: the first two blocks kept (%lld)", (long long)got);
   CHECK(prefix_cache_bytes(pc) <= 2 * (int64_t)(kv_cache_bytes(2, PREFIX_BLOCK, 3) + 512), "within the cap");
   prefix_cache_free(pc);
+  /* F16 caches: blocks hold half the bytes, restore bit for bit, and never mix with f32 caches. */
+  kv_cache h, h2;
+  CHECK(kv_cache_init_type(&h, 2, 4 * PREFIX_BLOCK, 3, KV_TYPE_F16) == QVL_OK && h.kh && !h.k, "f16 kv");
+  CHECK(kv_cache_init_type(&h2, 2, 4 * PREFIX_BLOCK, 3, KV_TYPE_F16) == QVL_OK, "f16 kv");
+  CHECK(kv_cache_bytes_type(2, 4 * PREFIX_BLOCK, 3, KV_TYPE_F16) * 2 == kv_cache_bytes(2, 4 * PREFIX_BLOCK, 3),
+        "f16 halves the bytes");
+  for (int64_t i = 0; i < 2 * 4 * PREFIX_BLOCK * 3; i++)
+    h.kh[i] = (uint16_t)(i * 7), h.vh[i] = (uint16_t)(i * 13 + 1);
+  h.n = 3 * PREFIX_BLOCK;
+  prefix_cache *p16, *p32;
+  CHECK(prefix_cache_init_type(1 << 20, 2, 3, KV_TYPE_F16, &p16) == QVL_OK, "f16 prefix cache");
+  CHECK(prefix_cache_init(1 << 20, 2, 3, &p32) == QVL_OK, "f32 prefix cache");
+  CHECK(prefix_cache_block_bytes(p16) < prefix_cache_block_bytes(p32) &&
+            prefix_cache_block_bytes(p16) - (prefix_cache_block_bytes(p32) - (int64_t)kv_cache_bytes(2, PREFIX_BLOCK, 3)) ==
+                (int64_t)kv_cache_bytes(2, PREFIX_BLOCK, 3) / 2,
+        "f16 block bytes: %lld vs %lld", (long long)prefix_cache_block_bytes(p16),
+        (long long)prefix_cache_block_bytes(p32));
+  prefix_cache_store(p16, keys, 3, &h, np);
+  prefix_cache_store(p32, keys, 3, &h, np); /* another type: not stored */
+  CHECK(prefix_cache_bytes(p32) == 0, "an f16 sequence is not stored in an f32 prefix cache");
+  CHECK(prefix_cache_restore(p16, keys, 4, &kv2, &next) == 0, "f16 blocks are not restored into an f32 cache");
+  got = prefix_cache_restore(p16, keys, 4, &h2, &next);
+  CHECK(got == 3 * PREFIX_BLOCK && next == 48, "f16 restored %lld tokens", (long long)got);
+  same = true;
+  for (int l = 0; l < 2; l++)
+    for (int64_t i = 0; i < 3 * PREFIX_BLOCK * 3; i++) {
+      int64_t o = (int64_t)l * 4 * PREFIX_BLOCK * 3 + i;
+      if (h2.kh[o] != h.kh[o] || h2.vh[o] != h.vh[o])
+        same = false;
+    }
+  CHECK(same, "restored f16 rows equal the stored ones");
+  prefix_cache_free(p16);
+  prefix_cache_free(p32);
+  kv_cache_free(&h);
+  kv_cache_free(&h2);
   kv_cache_free(&kv);
   kv_cache_free(&kv2);
 }
