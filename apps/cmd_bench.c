@@ -28,6 +28,7 @@ typedef struct bench_opts {
   int threads;
   int n_prefill, n_decode, n_batch_steps;
   int batch_sizes[8], n_batch_sizes;
+  int decode_at[8], n_decode_at; /* --decode-at: context lengths for the decode-at-context rows */
   bool constrained;         /* the constrained-decoding rows (on; --no-constrained) */
   bool json, skip_vision, image_stages;
 } bench_opts;
@@ -84,6 +85,49 @@ static qvl_status bench_prefill_decode(const vlm *m, const bench_opts *o, cJSON 
     cJSON_AddNumberToObject(out, "decode_tok_s", nd / dt);
   }
   decoder_seq_free(s);
+  free(ids);
+  return st;
+}
+
+static double process_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --decode-at N,...: decode n_decode tokens after N cached positions (what the KV type changes:
+ * each step's attention reads all N rows). The N rows are marked cached without a prefill (zero
+ * rows; the attention reads every row whatever it holds), so a 4096 context costs no 4096-token
+ * prefill. Reports tokens per second and CPU milliseconds per token (all threads), the latter
+ * steadier when other processes share the cores. */
+static qvl_status bench_decode_at(const vlm *m, const bench_opts *o, cJSON *out) {
+  cJSON *tps = cJSON_AddObjectToObject(out, "decode_tok_s_at_ctx");
+  cJSON *cpu = cJSON_AddObjectToObject(out, "decode_cpu_ms_per_tok_at_ctx");
+  int nd = o->n_decode;
+  int32_t *ids = malloc(sizeof *ids * (size_t)(nd + 1));
+  if (!ids)
+    return QVL_ERR_NOMEM;
+  fill_ids(ids, nd + 1, 11);
+  qvl_status st = QVL_OK;
+  for (int c = 0; st == QVL_OK && c < o->n_decode_at; c++) {
+    int n = o->decode_at[c];
+    decoder_seq *s = NULL;
+    decoder_seq_params sp = {.n_ctx = n + nd + 8, .n_batch = 16};
+    st = decoder_seq_init(m->text, &sp, &s);
+    if (st == QVL_OK)
+      st = decoder_seq_set_past(s, n, n);
+    fprintf(stderr, "[bench] decode %d tokens at context %d...\n", nd, n);
+    const float *logits;
+    double t0 = time_now_s(), c0 = process_cpu_s();
+    for (int i = 0; st == QVL_OK && i < nd; i++)
+      st = decoder_step(s, ids[i], &logits);
+    double dt = time_now_s() - t0, dc = process_cpu_s() - c0;
+    char key[32];
+    snprintf(key, sizeof key, "%d", n);
+    cJSON_AddNumberToObject(tps, key, nd / dt);
+    cJSON_AddNumberToObject(cpu, key, dc * 1e3 / nd);
+    decoder_seq_free(s);
+  }
   free(ids);
   return st;
 }
@@ -393,7 +437,13 @@ int cmd_bench(int argc, char **argv) {
       o.n_decode = (int)arg_int("--decode", v, 1, 1 << 16);
     else if (arg_value(argc, argv, &i, "--batch", NULL, &v))
       parse_sizes(v, &o);
-    else if (arg_value(argc, argv, &i, "--batch-steps", NULL, &v))
+    else if (arg_value(argc, argv, &i, "--decode-at", NULL, &v)) {
+      char tmp[128];
+      snprintf(tmp, sizeof tmp, "%s", v);
+      o.n_decode_at = 0;
+      for (char *tok = strtok(tmp, ","); tok && o.n_decode_at < 8; tok = strtok(NULL, ","))
+        o.decode_at[o.n_decode_at++] = (int)arg_int("--decode-at", tok, 1, 1 << 20);
+    } else if (arg_value(argc, argv, &i, "--batch-steps", NULL, &v))
       o.n_batch_steps = (int)arg_int("--batch-steps", v, 1, 4096);
     else if (arg_flag(argv, i, "--json", NULL))
       o.json = true;
@@ -406,7 +456,8 @@ int cmd_bench(int argc, char **argv) {
     else if (arg_flag(argv, i, "--help", "-h")) {
       printf("usage: qvl bench -m MODEL.gguf [--mmproj MMPROJ.gguf] [-t N] [--prefill 512] [--decode 128]\n"
              "                 [--batch 1,2,4,8] [--batch-steps 32] [--skip-vision] [--no-constrained] [--json]\n"
-             "                 [--precision exact|fast] [--kv-type f16|f32] [--image-stages]\n"
+             "                 [--precision exact|fast] [--kv-type f16|f32] [--decode-at 512,4096] [--image-stages]\n"
+             "  --decode-at     also decode --decode tokens after N cached positions (tok/s and CPU ms per token)\n"
              "  the constrained rows decode batch 1 and 8 with and without a nested JSON-schema mask\n"
              "  --image-stages  only the image path, both precision tiers: vision encode of 448x448,\n"
              "                  1024x768 and 1280x1280 split into matmul / attention / rest, and the\n"
@@ -457,6 +508,8 @@ int cmd_bench(int argc, char **argv) {
     return rc;
   }
   st = bench_images(m, &o, out);
+  if (st == QVL_OK && o.n_decode_at > 0)
+    st = bench_decode_at(m, &o, out);
   if (st == QVL_OK)
     st = bench_prefill_decode(m, &o, out);
   if (st == QVL_OK && m->vision && !o.skip_vision)

@@ -562,15 +562,28 @@ static void test_backpressure(const vlm *m) {
   for (int i = 0; i < N; i++)
     job_free(&jobs[i]);
 
-  /* A KV budget too small for the request: ERR_TOO_LARGE with the sizes in the message. */
+  /* A KV budget too small for the request: ERR_TOO_LARGE with the sizes in the message (an f32
+   * cache: 3000 tokens of it exceed 1 MiB for this model). */
   c = small_config();
   c.kv_cache_mb = 1;
+  c.kv_type = KV_TYPE_F32;
   CHECK(engine_start(m, &c, &e) == QVL_OK, "engine_start: %s", qvl_last_error());
   gen_params g2 = greedy(3000);
   qvl_status s = submit(e, q, &g2, &x, NULL);
   CHECK(s == QVL_ERR_TOO_LARGE && strstr(qvl_last_error(), "kv_cache_mb"), "too large for the budget: %s (%s)",
         qvl_status_text(s), qvl_last_error());
   engine_stop(e, true);
+  /* The F16 cache charges half the KV bytes: the admission charge (decoder_seq_bytes) of f32 and
+   * f16 differs by exactly the f16 KV size, i.e. half of the f32 KV. */
+  {
+    decoder_seq_params p32 = {.n_ctx = 3000 + 8, .n_batch = 24, .kv_type = KV_TYPE_F32};
+    decoder_seq_params p16 = {.n_ctx = 3000 + 8, .n_batch = 24, .kv_type = KV_TYPE_F16};
+    const decoder_hparams *hp = &m->text->hp;
+    uint64_t kv16 = kv_cache_bytes_type(hp->n_layer, 3008, hp->n_head_kv * hp->head_dim, KV_TYPE_F16);
+    CHECK(decoder_seq_bytes(m->text, &p32) - decoder_seq_bytes(m->text, &p16) == kv16,
+          "f16 admission charge: %llu vs %llu (f16 KV %llu)", (unsigned long long)decoder_seq_bytes(m->text, &p32),
+          (unsigned long long)decoder_seq_bytes(m->text, &p16), (unsigned long long)kv16);
+  }
 
   /* A prompt over max_prompt_tokens: ERR_TOO_LARGE naming the limit. */
   c = small_config();
