@@ -185,7 +185,9 @@ static void check_same(const char *what, const job *j, const gen_result *ref) {
 
 /* ---- decoder: batched step and prefill pieces ---------------------------------------------------- */
 
-static void test_decoder_batch(const vlm *m) {
+/* For each KV element type: the F16 cache keeps batch and chunk invariance (every row reads its own
+ * K/V back from the cache, so it sees the same rounded values in any batch). */
+static void test_decoder_batch(const vlm *m, kv_type kt) {
   const decoder_model *dm = m->text;
   int64_t V = dm->hp.n_vocab;
   enum { N = 5, STEPS = 6 };
@@ -196,7 +198,7 @@ static void test_decoder_batch(const vlm *m) {
   float *ref = malloc(sizeof(float) * (size_t)(V * N * STEPS));
   /* Different prompt lengths: the sequences sit at different positions in every step. */
   for (int i = 0; i < N; i++) {
-    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 8};
+    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 8, .kv_type = kt};
     CHECK(decoder_seq_init(dm, &sp, &solo_s[i]) == QVL_OK, "seq init");
     CHECK(decoder_seq_init(dm, &sp, &bat_s[i]) == QVL_OK, "seq init");
     decoder_input in = {.n_tokens = 3 + 7 * i, .tokens = prompt + i};
@@ -257,7 +259,7 @@ static void test_decoder_batch(const vlm *m) {
    * forward give what the single-sequence calls give. */
   {
     decoder_seq *a = NULL, *b = NULL, *c = NULL, *a2 = NULL, *b2 = NULL, *c2 = NULL;
-    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 4};
+    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 4, .kv_type = kt};
     decoder_seq_init(dm, &sp, &a), decoder_seq_init(dm, &sp, &b), decoder_seq_init(dm, &sp, &c);
     decoder_seq_init(dm, &sp, &a2), decoder_seq_init(dm, &sp, &b2), decoder_seq_init(dm, &sp, &c2);
     decoder_input pa = {.n_tokens = 7, .tokens = prompt}, pb = {.n_tokens = 11, .tokens = prompt + 3},
@@ -762,7 +764,8 @@ int main(void) {
   qvl_status s = vlm_load(&paths, &m);
   CHECK(s == QVL_OK, "load: %s", qvl_last_error());
   if (s == QVL_OK) {
-    test_decoder_batch(m);
+    test_decoder_batch(m, KV_TYPE_F32);
+    test_decoder_batch(m, KV_TYPE_F16);
     test_concurrent_equals_solo(m);
     test_image_cache(m);
     test_prefix_cache(m);
