@@ -80,32 +80,36 @@ int resolve_hf(const char *spec, bool offline, const char **model, const char **
   return 0;
 }
 
-int args_take_precision(int *argc, char **argv, int start, const char *cmd) {
-  const char *env = getenv("QVL_PRECISION");
-  if (env && *env && qvl_set_precision(env) != QVL_OK) {
-    fprintf(stderr, "%s: QVL_PRECISION: %s\n", cmd, qvl_last_error());
+/* A process-wide setting given as "--FLAG VALUE", "--FLAG=VALUE" or the environment variable env
+ * (the flag wins: it is applied after). */
+static int take_setting(int *argc, char **argv, int start, const char *cmd, const char *flag, const char *env_name,
+                        const char *values, qvl_status (*apply)(const char *)) {
+  const char *env = getenv(env_name);
+  if (env && *env && apply(env) != QVL_OK) {
+    fprintf(stderr, "%s: %s: %s\n", cmd, env_name, qvl_last_error());
     return 2;
   }
+  size_t fl = strlen(flag);
   for (int i = start; i < *argc;) {
     const char *v = NULL;
     int take = 0;
-    if (!strcmp(argv[i], "--precision")) {
+    if (!strcmp(argv[i], flag)) {
       if (i + 1 >= *argc) {
-        fprintf(stderr, "%s: --precision needs a value (exact or fast)\n", cmd);
+        fprintf(stderr, "%s: %s needs a value (%s)\n", cmd, flag, values);
         return 2;
       }
       v = argv[i + 1];
       take = 2;
-    } else if (!strncmp(argv[i], "--precision=", 12)) {
-      v = argv[i] + 12;
+    } else if (!strncmp(argv[i], flag, fl) && argv[i][fl] == '=') {
+      v = argv[i] + fl + 1;
       take = 1;
     }
     if (!take) {
       i++;
       continue;
     }
-    if (qvl_set_precision(v) != QVL_OK) {
-      fprintf(stderr, "%s: --precision: %s\n", cmd, qvl_last_error());
+    if (apply(v) != QVL_OK) {
+      fprintf(stderr, "%s: %s: %s\n", cmd, flag, qvl_last_error());
       return 2;
     }
     for (int k = i; k + take <= *argc; k++)
@@ -113,4 +117,12 @@ int args_take_precision(int *argc, char **argv, int start, const char *cmd) {
     *argc -= take;
   }
   return 0;
+}
+
+int args_take_precision(int *argc, char **argv, int start, const char *cmd) {
+  return take_setting(argc, argv, start, cmd, "--precision", "QVL_PRECISION", "exact or fast", qvl_set_precision);
+}
+
+int args_take_kv_type(int *argc, char **argv, int start, const char *cmd) {
+  return take_setting(argc, argv, start, cmd, "--kv-type", "QVL_KV_TYPE", "f16 or f32", qvl_set_kv_type);
 }

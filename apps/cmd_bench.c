@@ -16,6 +16,8 @@ static int parse_sizes(const char *v, qvl_bench_opts *o) {
 }
 
 int cmd_bench(int argc, char **argv) {
+  if (args_take_kv_type(&argc, argv, 2, "qvl bench"))
+    return 2;
   if (args_take_precision(&argc, argv, 2, "qvl bench"))
     return 2;
   qvl_bench_opts o;
@@ -34,7 +36,13 @@ int cmd_bench(int argc, char **argv) {
       o.n_decode = (int)arg_int("--decode", v, 1, 1 << 16);
     else if (arg_value(argc, argv, &i, "--batch", NULL, &v))
       parse_sizes(v, &o);
-    else if (arg_value(argc, argv, &i, "--batch-steps", NULL, &v))
+    else if (arg_value(argc, argv, &i, "--decode-at", NULL, &v)) {
+      char tmp[128];
+      snprintf(tmp, sizeof tmp, "%s", v);
+      o.n_decode_at = 0;
+      for (char *tok = strtok(tmp, ","); tok && o.n_decode_at < 8; tok = strtok(NULL, ","))
+        o.decode_at[o.n_decode_at++] = (int)arg_int("--decode-at", tok, 1, 1 << 20);
+    } else if (arg_value(argc, argv, &i, "--batch-steps", NULL, &v))
       o.n_batch_steps = (int)arg_int("--batch-steps", v, 1, 4096);
     else if (arg_flag(argv, i, "--json", NULL))
       o.json = true;
@@ -47,7 +55,8 @@ int cmd_bench(int argc, char **argv) {
     else if (arg_flag(argv, i, "--help", "-h")) {
       printf("usage: qvl bench -m MODEL.gguf [--mmproj MMPROJ.gguf] [-t N] [--prefill 512] [--decode 128]\n"
              "                 [--batch 1,2,4,8] [--batch-steps 32] [--skip-vision] [--no-constrained] [--json]\n"
-             "                 [--precision exact|fast] [--image-stages]\n"
+             "                 [--precision exact|fast] [--kv-type f16|f32] [--decode-at 512,4096] [--image-stages]\n"
+             "  --decode-at     also decode --decode tokens after N cached positions (tok/s and CPU ms per token)\n"
              "  the constrained rows decode batch 1 and 8 with and without a nested JSON-schema mask\n"
              "  --image-stages  only the image path, both precision tiers: vision encode of 448x448,\n"
              "                  1024x768 and 1280x1280 split into matmul / attention / rest, and the\n"

@@ -48,7 +48,8 @@ static void chat_usage(FILE *f) {
           "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F, --stop TEXT\n"
           "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
           "  -t, --threads N         worker threads (default: physical cores)\n"
-          "  --ctx N                 context of the conversation (default 8192; older turns are dropped)\n",
+          "  --ctx N                 context of the conversation (default 8192; older turns are dropped)\n"
+          "  --kv-type f16|f32       KV cache elements (default f16: half the memory; QVL_KV_TYPE)\n",
           (long long)qvl_default_max_pixels());
 }
 
@@ -356,6 +357,8 @@ int cmd_chat(int argc, char **argv) {
   gen_opts gp;
   gen_opts_init(&gp);
   int taken;
+  if (args_take_kv_type(&argc, argv, 2, "qvl chat"))
+    return 2;
   for (int i = 2; i < argc; i++) {
     if (arg_value(argc, argv, &i, "--model", "-m", &v))
       model = v;

@@ -6,6 +6,8 @@
 #include "qvl_tools.h"
 
 int cmd_dump(int argc, char **argv) {
+  if (args_take_kv_type(&argc, argv, 2, "qvl dump"))
+    return 2;
   if (args_take_precision(&argc, argv, 2, "qvl dump"))
     return 2;
   const char *paths[2] = {0};

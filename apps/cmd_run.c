@@ -32,6 +32,7 @@ static void run_usage(FILE *f) {
           "  --precision exact|fast  vision tower arithmetic (default fast: bf16 dot products on\n"
           "                          F16/BF16 mmproj weights; exact: fp32 as transformers)\n"
           "  --ctx N                 context size (default: prompt + max tokens)\n"
+          "  --kv-type f16|f32       KV cache elements (default f16: half the memory; QVL_KV_TYPE)\n"
           "  --json                  print a JSON object with text, ids and timings\n",
           (long long)qvl_default_max_pixels());
 }
@@ -224,6 +225,8 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
 }
 
 int cmd_run(int argc, char **argv) {
+  if (args_take_kv_type(&argc, argv, 2, "qvl run"))
+    return 2;
   if (args_take_precision(&argc, argv, 2, "qvl run"))
     return 2;
   const char *model = NULL, *mmproj = NULL, *prompt = NULL, *system = NULL, *v;

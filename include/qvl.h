@@ -88,6 +88,10 @@ QVL_API void qvl_free(void *p);
  * on F16/BF16 mmproj weights) or "exact" (fp32, as transformers). QVL_ERR_INVALID_ARG for anything
  * else. Call before loading, from one thread. */
 QVL_API qvl_status qvl_set_precision(const char *name);
+/* The KV cache element type of the sequences made from now on: "f16" (the default: half the memory
+ * per token, keys and values rounded once when stored) or "f32" (exact). QVL_ERR_INVALID_ARG for
+ * anything else. Call before starting engines, from one thread. */
+QVL_API qvl_status qvl_set_kv_type(const char *name);
 /* The kernel variant in use ("ref", "avx2", "avx512") and the worker threads. Any thread. */
 QVL_API const char *qvl_isa(void);
 QVL_API int qvl_threads(void);

@@ -66,6 +66,7 @@ typedef struct qvl_bench_opts {
   int threads;
   int n_prefill, n_decode, n_batch_steps;
   int batch_sizes[8], n_batch_sizes;
+  int decode_at[8], n_decode_at; /* decode n_decode tokens after each of these context lengths */
   bool constrained;           /* the constrained-decoding rows */
   bool json, skip_vision, image_stages;
 } qvl_bench_opts;

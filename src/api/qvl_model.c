@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"
 #include "model/hub.h"
 #include "model/wtable.h"
+#include "text/kv_cache.h"
 #include "vision/vision.h"
 
 void qvl_free(void *p) { free(p); }
@@ -19,6 +20,15 @@ qvl_status qvl_set_precision(const char *name) {
     return qvl_errorf(QVL_ERR_INVALID_ARG, "precision: expected exact or fast");
   QVL_TRY(kn_precision_parse(name, &p));
   vision_set_precision(p);
+  return QVL_OK;
+}
+
+qvl_status qvl_set_kv_type(const char *name) {
+  kv_type t;
+  if (!name)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "KV type: expected f16 or f32");
+  QVL_TRY(kv_type_parse(name, &t));
+  kv_set_default_type(t);
   return QVL_OK;
 }
 

@@ -338,7 +338,7 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
   if (s == QVL_OK) {
-    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true};
+    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
     uint64_t need = decoder_seq_bytes(e->m->text, &sp);
     r->need_bytes = (int64_t)need;
     /* The step's work buffers are charged with the first running request: alone it needs both. */
@@ -418,7 +418,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
 /* Creates the sequence and its generation state and restores the longest cached prefix. */
 static qvl_status request_begin(engine *e, request *r) {
   const vlm *m = e->m;
-  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .shared_work = true};
+  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
   QVL_TRY(decoder_seq_init(m->text, &sp, &r->seq));
   if (r->gram && !e->tt)
     QVL_TRY(token_trie_build(m->tok, m->text->hp.n_vocab, &e->tt));
@@ -837,6 +837,7 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   if (!e)
     return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
   e->m = m;
+  cfg.kv_type = kv_type_resolve(cfg.kv_type); /* one type for every sequence and the prefix cache */
   e->c = cfg;
   e->kv_total = cfg.kv_cache_mb * 1024 * 1024;
   e->st.kv_total_bytes = e->kv_total;
@@ -847,7 +848,8 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   if (s == QVL_OK)
     s = image_cache_init(cfg.image_cache_mb * 1024 * 1024, &e->ic);
   if (s == QVL_OK)
-    s = prefix_cache_init(cfg.prefix_cache_mb * 1024 * 1024, hp->n_layer, hp->n_head_kv * hp->head_dim, &e->pc);
+    s = prefix_cache_init_type(cfg.prefix_cache_mb * 1024 * 1024, hp->n_layer, hp->n_head_kv * hp->head_dim,
+                               cfg.kv_type, &e->pc);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -865,9 +867,11 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
     free(e);
     return s;
   }
-  log_info("engine: batch %d, queue %d, context %lld, KV budget %lld MiB, image cache %lld MiB, prefix cache %lld "
-           "MiB, prefill chunk %d",
+  log_info("engine: batch %d, queue %d, context %lld, KV budget %lld MiB (%s, %.1f KiB per token), image cache %lld "
+           "MiB, prefix cache %lld MiB, prefill chunk %d",
            cfg.max_batch_size, cfg.queue_capacity, (long long)cfg.n_ctx, (long long)cfg.kv_cache_mb,
+           kv_type_name(cfg.kv_type),
+           (double)kv_cache_bytes_type(hp->n_layer, 1, hp->n_head_kv * hp->head_dim, cfg.kv_type) / 1024.0,
            (long long)cfg.image_cache_mb, (long long)cfg.prefix_cache_mb, cfg.prefill_chunk);
   *out = e;
   return QVL_OK;

@@ -594,7 +594,7 @@ static int64_t seq_n_batch(int64_t n_ctx, const decoder_seq_params *p) {
 uint64_t decoder_seq_bytes(const decoder_model *m, const decoder_seq_params *p) {
   const decoder_hparams *hp = &m->hp;
   int64_t n_ctx = seq_n_ctx(hp, p);
-  uint64_t kv = kv_cache_bytes(hp->n_layer, n_ctx, hp->n_head_kv * hp->head_dim);
+  uint64_t kv = kv_cache_bytes_type(hp->n_layer, n_ctx, hp->n_head_kv * hp->head_dim, p ? p->kv_type : KV_TYPE_DEFAULT);
   if (kv == 0)
     return 0;
   uint64_t work = p && p->shared_work ? 0 : decoder_work_bytes(m, seq_n_batch(n_ctx, p));
@@ -615,7 +615,8 @@ qvl_status decoder_seq_init(const decoder_model *m, const decoder_seq_params *p,
     return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory");
   s->m = m;
   s->n_batch = n_batch;
-  qvl_status st = kv_cache_init(&s->kv, m->hp.n_layer, n_ctx, m->hp.n_head_kv * m->hp.head_dim);
+  qvl_status st = kv_cache_init_type(&s->kv, m->hp.n_layer, n_ctx, m->hp.n_head_kv * m->hp.head_dim,
+                                     p ? p->kv_type : KV_TYPE_DEFAULT);
   if (st == QVL_OK && !(p && p->shared_work))
     st = decoder_work_init(m, n_batch, &s->own);
   if (st == QVL_OK && !(s->logits = malloc((size_t)m->hp.n_vocab * sizeof(float))))
@@ -701,12 +702,14 @@ static void layer_forward(const decoder_model *m, const decoder_layer *L, float 
   for (int sg = 0; sg < n_segs; sg++) {
     kv_view kv = segs[sg].kv;
     int64_t r0 = segs[sg].r0, ns = segs[sg].n;
-    for (int64_t i = 0; i < ns; i++) {
-      memcpy(kv.k + (kv.n_past + i) * kv.stride, w->k + (r0 + i) * kvd, (size_t)kvd * sizeof(float));
-      memcpy(kv.v + (kv.n_past + i) * kv.stride, w->v + (r0 + i) * kvd, (size_t)kvd * sizeof(float));
-    }
-    kn_attention(w->q + r0 * qd, ns, qd, kv.k, kv.v, kv.n_past + ns, kv.stride, (int)H, (int)KV, (int)hd, scale,
-                 kv.n_past, w->att + r0 * qd, qd);
+    kv_view_store(&kv, 0, w->k + r0 * kvd, kvd, ns);
+    kv_view_store(&kv, 1, w->v + r0 * kvd, kvd, ns);
+    if (kv.k)
+      kn_attention(w->q + r0 * qd, ns, qd, kv.k, kv.v, kv.n_past + ns, kv.stride, (int)H, (int)KV, (int)hd, scale,
+                   kv.n_past, w->att + r0 * qd, qd);
+    else
+      kn_attention_f16kv(w->q + r0 * qd, ns, qd, kv.kh, kv.vh, kv.n_past + ns, kv.stride, (int)H, (int)KV, (int)hd,
+                         scale, kv.n_past, w->att + r0 * qd, qd);
   }
   kn_matmul(&L->wo, w->att, n, NULL, w->tmp);
   kn_add(x, w->tmp, n * D);

@@ -147,6 +147,7 @@ typedef struct decoder_seq_params {
   int64_t n_batch; /* tokens per forward chunk (sizes its own work buffers); <= 0: 512 */
   bool shared_work; /* no work buffers of its own: the caller runs it with decoder_forward and one
                      * decoder_work for all its sequences (decoder_prefill / decoder_step refuse it) */
+  kv_type kv_type; /* KV cache element type; KV_TYPE_DEFAULT (0): the process default (f16) */
 } decoder_seq_params;
 
 /* One sequence: its KV cache, position state, logits and (unless shared_work) the work buffers of

@@ -186,7 +186,9 @@ static void check_same(const char *what, const job *j, const gen_result *ref) {
 
 /* ---- decoder: batched step and prefill pieces ---------------------------------------------------- */
 
-static void test_decoder_batch(const vlm *m) {
+/* For each KV element type: the F16 cache keeps batch and chunk invariance (every row reads its own
+ * K/V back from the cache, so it sees the same rounded values in any batch). */
+static void test_decoder_batch(const vlm *m, kv_type kt) {
   const decoder_model *dm = m->text;
   int64_t V = dm->hp.n_vocab;
   enum { N = 5, STEPS = 6 };
@@ -197,7 +199,7 @@ static void test_decoder_batch(const vlm *m) {
   float *ref = malloc(sizeof(float) * (size_t)(V * N * STEPS));
   /* Different prompt lengths: the sequences sit at different positions in every step. */
   for (int i = 0; i < N; i++) {
-    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 8};
+    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 8, .kv_type = kt};
     CHECK(decoder_seq_init(dm, &sp, &solo_s[i]) == QVL_OK, "seq init");
     CHECK(decoder_seq_init(dm, &sp, &bat_s[i]) == QVL_OK, "seq init");
     decoder_input in = {.n_tokens = 3 + 7 * i, .tokens = prompt + i};
@@ -258,7 +260,7 @@ static void test_decoder_batch(const vlm *m) {
    * forward give what the single-sequence calls give. */
   {
     decoder_seq *a = NULL, *b = NULL, *c = NULL, *a2 = NULL, *b2 = NULL, *c2 = NULL;
-    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 4};
+    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 4, .kv_type = kt};
     decoder_seq_init(dm, &sp, &a), decoder_seq_init(dm, &sp, &b), decoder_seq_init(dm, &sp, &c);
     decoder_seq_init(dm, &sp, &a2), decoder_seq_init(dm, &sp, &b2), decoder_seq_init(dm, &sp, &c2);
     decoder_input pa = {.n_tokens = 7, .tokens = prompt}, pb = {.n_tokens = 11, .tokens = prompt + 3},
@@ -606,15 +608,28 @@ static void test_backpressure(const vlm *m) {
   for (int i = 0; i < N; i++)
     job_free(&jobs[i]);
 
-  /* A KV budget too small for the request: ERR_TOO_LARGE with the sizes in the message. */
+  /* A KV budget too small for the request: ERR_TOO_LARGE with the sizes in the message (an f32
+   * cache: 3000 tokens of it exceed 1 MiB for this model). */
   c = small_config();
   c.kv_cache_mb = 1;
+  c.kv_type = KV_TYPE_F32;
   CHECK(engine_start(m, &c, &e) == QVL_OK, "engine_start: %s", qvl_last_error());
   gen_params g2 = greedy(3000);
   qvl_status s = submit(e, q, &g2, &x, NULL);
   CHECK(s == QVL_ERR_TOO_LARGE && strstr(qvl_last_error(), "kv_cache_mb"), "too large for the budget: %s (%s)",
         qvl_status_text(s), qvl_last_error());
   engine_stop(e, true);
+  /* The F16 cache charges half the KV bytes: the admission charge (decoder_seq_bytes) of f32 and
+   * f16 differs by exactly the f16 KV size, i.e. half of the f32 KV. */
+  {
+    decoder_seq_params p32 = {.n_ctx = 3000 + 8, .n_batch = 24, .kv_type = KV_TYPE_F32};
+    decoder_seq_params p16 = {.n_ctx = 3000 + 8, .n_batch = 24, .kv_type = KV_TYPE_F16};
+    const decoder_hparams *hp = &m->text->hp;
+    uint64_t kv16 = kv_cache_bytes_type(hp->n_layer, 3008, hp->n_head_kv * hp->head_dim, KV_TYPE_F16);
+    CHECK(decoder_seq_bytes(m->text, &p32) - decoder_seq_bytes(m->text, &p16) == kv16,
+          "f16 admission charge: %llu vs %llu (f16 KV %llu)", (unsigned long long)decoder_seq_bytes(m->text, &p32),
+          (unsigned long long)decoder_seq_bytes(m->text, &p16), (unsigned long long)kv16);
+  }
 
   /* A prompt over max_prompt_tokens: ERR_TOO_LARGE naming the limit. */
   c = small_config();
@@ -743,6 +758,41 @@ static void test_caches_unit(void) {
   CHECK(got == 2 * PREFIX_BLOCK, "bounded: the first two blocks kept (%lld)", (long long)got);
   CHECK(prefix_cache_bytes(pc) <= 2 * (int64_t)(kv_cache_bytes(2, PREFIX_BLOCK, 3) + 512), "within the cap");
   prefix_cache_free(pc);
+  /* F16 caches: blocks hold half the bytes, restore bit for bit, and never mix with f32 caches. */
+  kv_cache h, h2;
+  CHECK(kv_cache_init_type(&h, 2, 4 * PREFIX_BLOCK, 3, KV_TYPE_F16) == QVL_OK && h.kh && !h.k, "f16 kv");
+  CHECK(kv_cache_init_type(&h2, 2, 4 * PREFIX_BLOCK, 3, KV_TYPE_F16) == QVL_OK, "f16 kv");
+  CHECK(kv_cache_bytes_type(2, 4 * PREFIX_BLOCK, 3, KV_TYPE_F16) * 2 == kv_cache_bytes(2, 4 * PREFIX_BLOCK, 3),
+        "f16 halves the bytes");
+  for (int64_t i = 0; i < 2 * 4 * PREFIX_BLOCK * 3; i++)
+    h.kh[i] = (uint16_t)(i * 7), h.vh[i] = (uint16_t)(i * 13 + 1);
+  h.n = 3 * PREFIX_BLOCK;
+  prefix_cache *p16, *p32;
+  CHECK(prefix_cache_init_type(1 << 20, 2, 3, KV_TYPE_F16, &p16) == QVL_OK, "f16 prefix cache");
+  CHECK(prefix_cache_init(1 << 20, 2, 3, &p32) == QVL_OK, "f32 prefix cache");
+  CHECK(prefix_cache_block_bytes(p16) < prefix_cache_block_bytes(p32) &&
+            prefix_cache_block_bytes(p16) - (prefix_cache_block_bytes(p32) - (int64_t)kv_cache_bytes(2, PREFIX_BLOCK, 3)) ==
+                (int64_t)kv_cache_bytes(2, PREFIX_BLOCK, 3) / 2,
+        "f16 block bytes: %lld vs %lld", (long long)prefix_cache_block_bytes(p16),
+        (long long)prefix_cache_block_bytes(p32));
+  prefix_cache_store(p16, keys, 3, &h, np);
+  prefix_cache_store(p32, keys, 3, &h, np); /* another type: not stored */
+  CHECK(prefix_cache_bytes(p32) == 0, "an f16 sequence is not stored in an f32 prefix cache");
+  CHECK(prefix_cache_restore(p16, keys, 4, &kv2, &next) == 0, "f16 blocks are not restored into an f32 cache");
+  got = prefix_cache_restore(p16, keys, 4, &h2, &next);
+  CHECK(got == 3 * PREFIX_BLOCK && next == 48, "f16 restored %lld tokens", (long long)got);
+  same = true;
+  for (int l = 0; l < 2; l++)
+    for (int64_t i = 0; i < 3 * PREFIX_BLOCK * 3; i++) {
+      int64_t o = (int64_t)l * 4 * PREFIX_BLOCK * 3 + i;
+      if (h2.kh[o] != h.kh[o] || h2.vh[o] != h.vh[o])
+        same = false;
+    }
+  CHECK(same, "restored f16 rows equal the stored ones");
+  prefix_cache_free(p16);
+  prefix_cache_free(p32);
+  kv_cache_free(&h);
+  kv_cache_free(&h2);
   kv_cache_free(&kv);
   kv_cache_free(&kv2);
 }
@@ -758,7 +808,8 @@ int main(void) {
   qvl_status s = vlm_load(&paths, &m);
   CHECK(s == QVL_OK, "load: %s", qvl_last_error());
   if (s == QVL_OK) {
-    test_decoder_batch(m);
+    test_decoder_batch(m, KV_TYPE_F32);
+    test_decoder_batch(m, KV_TYPE_F16);
     test_decoder_work(m);
     test_concurrent_equals_solo(m);
     test_image_cache(m);

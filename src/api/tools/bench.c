@@ -19,6 +19,7 @@
 #include "engine/generate.h"
 #include "engine/vlm.h"
 #include "kernels/kernels.h"
+#include "text/kv_cache.h"
 #include "qvl_tools.h"
 #include "vision/vision.h"
 
@@ -76,6 +77,49 @@ static qvl_status bench_prefill_decode(const vlm *m, const bench_opts *o, cJSON 
     cJSON_AddNumberToObject(out, "decode_tok_s", nd / dt);
   }
   decoder_seq_free(s);
+  free(ids);
+  return st;
+}
+
+static double process_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --decode-at N,...: decode n_decode tokens after N cached positions (what the KV type changes:
+ * each step's attention reads all N rows). The N rows are marked cached without a prefill (zero
+ * rows; the attention reads every row whatever it holds), so a 4096 context costs no 4096-token
+ * prefill. Reports tokens per second and CPU milliseconds per token (all threads), the latter
+ * steadier when other processes share the cores. */
+static qvl_status bench_decode_at(const vlm *m, const bench_opts *o, cJSON *out) {
+  cJSON *tps = cJSON_AddObjectToObject(out, "decode_tok_s_at_ctx");
+  cJSON *cpu = cJSON_AddObjectToObject(out, "decode_cpu_ms_per_tok_at_ctx");
+  int nd = o->n_decode;
+  int32_t *ids = malloc(sizeof *ids * (size_t)(nd + 1));
+  if (!ids)
+    return QVL_ERR_NOMEM;
+  fill_ids(ids, nd + 1, 11);
+  qvl_status st = QVL_OK;
+  for (int c = 0; st == QVL_OK && c < o->n_decode_at; c++) {
+    int n = o->decode_at[c];
+    decoder_seq *s = NULL;
+    decoder_seq_params sp = {.n_ctx = n + nd + 8, .n_batch = 16};
+    st = decoder_seq_init(m->text, &sp, &s);
+    if (st == QVL_OK)
+      st = decoder_seq_set_past(s, n, n);
+    fprintf(stderr, "[bench] decode %d tokens at context %d...\n", nd, n);
+    const float *logits;
+    double t0 = time_now_s(), c0 = process_cpu_s();
+    for (int i = 0; st == QVL_OK && i < nd; i++)
+      st = decoder_step(s, ids[i], &logits);
+    double dt = time_now_s() - t0, dc = process_cpu_s() - c0;
+    char key[32];
+    snprintf(key, sizeof key, "%d", n);
+    cJSON_AddNumberToObject(tps, key, nd / dt);
+    cJSON_AddNumberToObject(cpu, key, dc * 1e3 / nd);
+    decoder_seq_free(s);
+  }
   free(ids);
   return st;
 }
@@ -344,8 +388,8 @@ static void print_stages(const cJSON *o) {
 }
 
 static void print_table(const cJSON *o) {
-  printf("qvl bench: isa %s, %d threads\n", cJSON_GetObjectItem(o, "isa")->valuestring,
-         (int)cJSON_GetObjectItem(o, "threads")->valuedouble);
+  printf("qvl bench: isa %s, %d threads, KV cache %s\n", cJSON_GetObjectItem(o, "isa")->valuestring,
+         (int)cJSON_GetObjectItem(o, "threads")->valuedouble, cJSON_GetObjectItem(o, "kv_type")->valuestring);
   for (const cJSON *c = o->child; c; c = c->next) {
     if (cJSON_IsNumber(c))
       printf("  %-24s %10.2f\n", c->string, c->valuedouble);
@@ -379,6 +423,10 @@ qvl_status qvl_bench(const qvl_bench_opts *opts) {
   cJSON_AddNumberToObject(out, "threads", kernels_threads());
   cJSON_AddNumberToObject(out, "load_ms", (time_now_s() - t0) * 1e3);
   cJSON_AddStringToObject(out, "precision", m->vision ? kn_precision_name(m->vision->precision) : "-");
+  const decoder_hparams *hp = &m->text->hp;
+  cJSON_AddStringToObject(out, "kv_type", kv_type_name(kv_default_type()));
+  cJSON_AddNumberToObject(out, "kv_bytes_per_token",
+                          (double)kv_cache_bytes_type(hp->n_layer, 1, hp->n_head_kv * hp->head_dim, kv_default_type()));
   if (o.image_stages) {
     st = bench_image_stages(m, &o, out);
     cJSON_AddNumberToObject(out, "peak_rss_mb", peak_rss_mb());
@@ -395,6 +443,8 @@ qvl_status qvl_bench(const qvl_bench_opts *opts) {
     return st;
   }
   st = bench_images(m, &o, out);
+  if (st == QVL_OK && o.n_decode_at > 0)
+    st = bench_decode_at(m, &o, out);
   if (st == QVL_OK)
     st = bench_prefill_decode(m, &o, out);
   if (st == QVL_OK && m->vision && !o.skip_vision)

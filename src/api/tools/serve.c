@@ -10,6 +10,7 @@
 #include "base/logsink.h"
 #include "engine/engine.h"
 #include "engine/vlm.h"
+#include "text/kv_cache.h"
 #include "kernels/kernels.h"
 #include "engine/hf_model.h"
 #include "model/wtable.h"
@@ -140,6 +141,8 @@ int qvl_serve(int argc, char **argv, int first) {
       ec.kv_cache_mb = cfg.kv_cache_mb;
     ec.image_cache_mb = cfg.image_cache_mb;
     ec.prefix_cache_mb = cfg.prefix_cache_mb;
+    if (cfg.kv_type && kv_type_parse(cfg.kv_type, &ec.kv_type) == QVL_OK) /* checked with the config */
+      kv_set_default_type(ec.kv_type);
     ec.request_timeout_ms = cfg.timeout_s * 1000;
     st = engine_start(m, &ec, &eng);
   }
