@@ -25,6 +25,7 @@
 #include "args.h"
 #include "gen_args.h"
 #include "base/buf.h"
+#include "base/cond.h"
 #include "base/timing.h"
 #include "commands.h"
 #include "engine/engine.h"
@@ -112,14 +113,7 @@ static void wait_answer(engine *e, uint64_t id, answer *a) {
       pthread_mutex_lock(&a->mu);
       continue;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 20 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+    cond_wait_ms(&a->cv, &a->mu, 20);
   }
   pthread_mutex_unlock(&a->mu);
 }
@@ -232,7 +226,7 @@ static void turn(chat *c, const char *text, bool tty) {
   answer a;
   memset(&a, 0, sizeof a);
   pthread_mutex_init(&a.mu, NULL);
-  pthread_cond_init(&a.cv, NULL);
+  cond_init_monotonic(&a.cv);
   history_policy hp = history_policy_default();
   hp.mode = HISTORY_TRIM;
   hp.auto_max_tokens = true;

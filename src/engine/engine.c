@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/cond.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/timing.h"
@@ -687,17 +688,6 @@ static void reap(engine *e) {
   }
 }
 
-static struct timespec abs_time(double t) {
-  struct timespec ts;
-  ts.tv_sec = (time_t)t;
-  ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
-
 /*
  * One model step for everyone: every sequence with logits samples its next token; then those that go
  * on (one row each) and the next prefill pieces of requests still reading their prompt (up to
@@ -843,8 +833,7 @@ static void *engine_main(void *arg) {
       double wake = now + 0.05;
       if (gather_until > 0 && gather_until < wake)
         wake = gather_until;
-      struct timespec ts = abs_time(wake); /* time_now_s is CLOCK_MONOTONIC, as the condvar */
-      pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+      cond_wait_until(&e->cv, &e->mu, wake);
       pthread_mutex_unlock(&e->mu);
       continue;
     }
@@ -922,12 +911,8 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   qvl_status s = image_cache_init(cfg.image_cache_mb * 1024 * 1024, &e->ic);
   if (s == QVL_OK)
     s = prefix_cache_init(cfg.prefix_cache_mb * 1024 * 1024, hp->n_layer, hp->n_head_kv * hp->head_dim, &e->pc);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_mutex_init(&e->mu, NULL);
-  pthread_cond_init(&e->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  cond_init_monotonic(&e->cv);
   if (s == QVL_OK && pthread_create(&e->thread, NULL, engine_main, e) != 0)
     s = qvl_errorf(QVL_ERR_INTERNAL, "engine: cannot start the engine thread");
   if (s != QVL_OK) {

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/cond.h"
 #include "base/logsink.h"
 #include "base/status.h"
 #include "base/timing.h"
@@ -189,7 +190,7 @@ static call *call_new(server *s) {
   if (!k)
     return NULL;
   pthread_mutex_init(&k->mu, NULL);
-  pthread_cond_init(&k->cv, NULL);
+  cond_init_monotonic(&k->cv);
   k->refs = 1;
   k->srv = s;
   k->fd = -1;
@@ -492,14 +493,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max) {
       stream_format(k);
       continue;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+    cond_wait_ms(&k->cv, &k->mu, WAIT_SLICE_MS);
     if (!k->pending.len && !k->done && conn_gone(k->fd)) {
       pthread_mutex_unlock(&k->mu);
       return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free cancels the request */
@@ -775,14 +769,7 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
   k->fd = ci ? ci->connect_fd : -1;
   /* Non-streaming: until done. Streaming: until there is something to send. */
   while (!k->done && !(k->stream && k->pending.len)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+    cond_wait_ms(&k->cv, &k->mu, WAIT_SLICE_MS);
     if (!k->done && !k->cancelled && conn_gone(k->fd)) {
       k->cancelled = true;
       pthread_mutex_unlock(&k->mu);
@@ -1328,7 +1315,7 @@ qvl_status server_start(const server_config *cfg, server **out) {
   s->listen_fd = -1;
   pthread_rwlock_init(&s->be_lock, NULL);
   pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->cv, NULL);
+  cond_init_monotonic(&s->cv);
   s->fetch.allow = (const char *const *)cfg->allow_image_url;
   s->fetch.n_allow = cfg->n_allow_image_url;
   s->fetch.timeout_s = (double)cfg->image_fetch_timeout_s;
@@ -1401,14 +1388,7 @@ void server_set_ready(server *s, const server_backend *b, const char *const *ids
 /* Waits (s->mu held) until nothing admitted is left or the deadline passes. */
 static bool wait_idle(server *s, double deadline) {
   while ((s->calls_alive > 0 || s->accepted > 0) && time_now_s() < deadline) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    cond_wait_ms(&s->cv, &s->mu, 50);
   }
   return s->calls_alive == 0 && s->accepted == 0;
 }
