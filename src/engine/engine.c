@@ -524,8 +524,11 @@ static qvl_status vision_step(engine *e, request *r) {
       return QVL_OK; /* the blocks start in the next slice */
     }
     double t0 = time_now_s();
-    bool done = vision_job_run(r->vjob, e->c.vision_layers_per_step);
+    bool done;
+    qvl_status vs = vision_job_run(r->vjob, e->c.vision_layers_per_step, &done);
     p->vision_ms += (time_now_s() - t0) * 1e3;
+    if (vs != QVL_OK)
+      return qvl_error_prefix(vs, "image %d: ", i + 1);
     if (!done)
       return QVL_OK;
     vision_job_free(r->vjob);
