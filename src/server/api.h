@@ -29,6 +29,11 @@ typedef struct api_error {
   char message[1024];
 } api_error;
 
+/* An error of a library status: its HTTP status, type and code come from the status list (qvl.h);
+ * code (when not NULL) names the error more precisely ("invalid_value", "model_not_found"). */
+void api_error_status(api_error *e, qvl_status s, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* An HTTP-level error that no library status stands for (401, 405, 408, 429, 501). */
 void api_error_set(api_error *e, int http, const char *type, const char *code, const char *param, const char *fmt,
                    ...) __attribute__((format(printf, 6, 7)));
 /* From a library status and message (the message of qvl_last_error() or an engine_result). */

@@ -19,7 +19,7 @@ static const cJSON *field(const cJSON *o, const char *name) {
 }
 
 static bool fail(api_error *e, const char *param, const char *code, const char *msg) {
-  api_error_set(e, 400, "invalid_request_error", code, param, "%s", msg);
+  api_error_status(e, QVL_ERR_INVALID_ARG, code, param, "%s", msg);
   return false;
 }
 

@@ -40,7 +40,7 @@ static char *error_body(const char *msg) {
 }
 
 static bool bad(api_error *e, const char *param, const char *msg) {
-  api_error_set(e, 400, "invalid_request_error", "invalid_value", param, "%s: %s", param, msg);
+  api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", param, "%s: %s", param, msg);
   return false;
 }
 
@@ -87,7 +87,7 @@ static bool add_message(cJSON *msgs, const char *role, const char *text, const c
       return bad(e, param, "'images' must be an array of base64 strings");
     cJSON *p = image_part(im->valuestring);
     if (!p) {
-      api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+      api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
       return false;
     }
     cJSON_AddItemToArray(parts, p);
@@ -145,14 +145,14 @@ static bool translate_options(const cJSON *root, cJSON *chat, api_error *e) {
       if (!strcmp(k, neutral_options[i].name)) {
         double v = cJSON_IsBool(o) ? (double)cJSON_IsTrue(o) : cJSON_IsNumber(o) ? o->valuedouble : NAN;
         if (!cJSON_IsNull(o) && v != neutral_options[i].neutral) {
-          api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "options",
+          api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "options",
                         "options.%s is not supported (only its neutral value %g)", k, neutral_options[i].neutral);
           return false;
         }
         done = true;
       }
     if (!done) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "options", "options.%s is not supported",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "options", "options.%s is not supported",
                     k);
       return false;
     }
@@ -183,7 +183,7 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   cJSON_AddBoolToObject(chat, "stream", !cJSON_IsFalse(stream)); /* Ollama streams unless told not to */
   const cJSON *think = cJSON_GetObjectItemCaseSensitive(root, "think");
   if (think && !cJSON_IsNull(think) && !cJSON_IsFalse(think)) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "think",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "think",
                   "'think' is not supported: the model does not think aloud");
     return false;
   }
@@ -208,7 +208,7 @@ static ollama_state *new_state(compat_request *out, bool generate, api_error *e)
   out->fmt = &ollama_format;
   ollama_state *st = calloc(1, sizeof *st);
   if (!st) {
-    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
     return NULL;
   }
   st->generate = generate;
@@ -230,7 +230,7 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
     goto done;
   const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
   if (!cJSON_IsArray(msgs) || !msgs->child) {
-    api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", "messages",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "messages",
                   "'messages' must be a non-empty array");
     goto done;
   }
@@ -250,7 +250,7 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
     }
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
     if (tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && !tc->child)) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                     "%s: 'tool_calls' in messages is not mapped to qvl yet", param);
       goto done;
     }
@@ -312,14 +312,14 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
   }
   if (cJSON_IsTrue(raw)) {
     if (has_images) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "raw",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "raw",
                     "raw prompts cannot carry images (the template places them)");
       goto done;
     }
     out->raw = true;
     out->raw_len = strlen(text);
     if (!(out->raw_text = strdup(text))) {
-      api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+      api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
       goto done;
     }
   }
@@ -497,23 +497,23 @@ char *ollama_info(const char *path, const char *method, const char *body, size_t
   bool tags = !strcmp(path, "/api/tags"), ps = !strcmp(path, "/api/ps"), show = !strcmp(path, "/api/show");
   bool gen = !strcmp(path, "/api/chat") || !strcmp(path, "/api/generate");
   if (!tags && !ps && !show && !gen)
-    return fail(status, 404, "no such endpoint of the Ollama API");
+    return fail(status, qvl_status_http(QVL_ERR_NOT_FOUND), "no such endpoint of the Ollama API");
   if (gen || show ? !post : !get)
     return *allow = gen || show ? "POST" : "GET, HEAD", fail(status, 405, "method not allowed");
   if (!ctx->model_id)
-    return fail(status, 503, "the model is still loading; retry in a few seconds");
+    return fail(status, qvl_status_http(QVL_ERR_BUSY), "the model is still loading; retry in a few seconds");
   if (show) {
     api_error e;
     cJSON *root = compat_parse_body(body, len, &e);
     if (!root)
-      return fail(status, 400, e.message);
+      return fail(status, qvl_status_http(QVL_ERR_INVALID_ARG), e.message);
     char name[160];
     bool ours = names_our_model(root, ctx, name, sizeof name);
     cJSON_Delete(root);
     if (!ours) {
       char msg[256];
       snprintf(msg, sizeof msg, "model '%s' not found (this server serves '%s')", name, ctx->model_id);
-      return fail(status, 404, msg);
+      return fail(status, qvl_status_http(QVL_ERR_NOT_FOUND), msg);
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "license", "");

@@ -36,7 +36,7 @@ static void state_free(void *p) {
 /* ---- request translation --------------------------------------------------------------------- */
 
 static bool bad(api_error *e, const char *param, const char *code, const char *msg) {
-  api_error_set(e, 400, "invalid_request_error", code, param, "%s: %s", param, msg);
+  api_error_status(e, QVL_ERR_INVALID_ARG, code, param, "%s: %s", param, msg);
   return false;
 }
 
@@ -77,7 +77,7 @@ static cJSON *translate_part(const cJSON *p, const char *param, api_error *e) {
   if (!strcmp(t, "input_image")) {
     const cJSON *fid = cJSON_GetObjectItemCaseSensitive(p, "file_id");
     if (fid && !cJSON_IsNull(fid)) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                     "%s: 'file_id' (files API) is not supported; send the image as image_url (a data: URL)", param);
       return NULL;
     }
@@ -92,7 +92,7 @@ static cJSON *translate_part(const cJSON *p, const char *param, api_error *e) {
   } else if (!strcmp(t, "input_file")) {
     const cJSON *fd = cJSON_GetObjectItemCaseSensitive(p, "file_data");
     if (!cJSON_IsString(fd) || strncmp(fd->valuestring, "data:image/", 11)) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                     "%s: input_file is supported only with 'file_data' holding an image data: URL (no files API, "
                     "no PDFs)",
                     param);
@@ -100,7 +100,7 @@ static cJSON *translate_part(const cJSON *p, const char *param, api_error *e) {
     }
     url = fd->valuestring;
   } else {
-    api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", param,
                   "%s: unsupported content part type '%s' (supported: input_text, input_image, output_text, input_file "
                   "with image data)",
                   param, t);
@@ -125,7 +125,7 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, cJSON 
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
     cJSON *m = cJSON_IsString(id) ? referenced_item(ctx, id->valuestring) : NULL;
     if (!m) {
-      api_error_set(e, 404, "invalid_request_error", "not_found", param,
+      api_error_status(e, QVL_ERR_NOT_FOUND, "not_found", param,
                     "%s: item '%s' not found (this server keeps only the output messages of stored responses, for "
                     "%.0f s)",
                     param, cJSON_IsString(id) ? id->valuestring : "?", RESPONSES_STORE_TTL_S);
@@ -166,7 +166,7 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, cJSON 
     return true;
   }
   if (strcmp(t, "message")) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+    api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                   "%s: input items of type '%s' are not supported (supported: message, item_reference, function_call, "
                   "function_call_output)",
                   param, t);
@@ -217,7 +217,7 @@ static bool translate_tools(const cJSON *root, cJSON *chat, api_error *e) {
       if (!cJSON_IsString(type))
         return bad(e, param, "invalid_type", "a tool needs 'type' as a string");
       if (strcmp(type->valuestring, "function")) {
-        api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+        api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                       "%s: built-in tool '%s' is not supported (only function tools)", param, type->valuestring);
         return false;
       }
@@ -239,7 +239,7 @@ static bool translate_tools(const cJSON *root, cJSON *chat, api_error *e) {
   } else if (cJSON_IsObject(tc)) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type"), *name = cJSON_GetObjectItemCaseSensitive(tc, "name");
     if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name)) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "tool_choice",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "tool_choice",
                     "'tool_choice' must be auto, none, required or {\"type\":\"function\",\"name\":...}");
       return false;
     }
@@ -259,7 +259,7 @@ static bool translate_text(const cJSON *root, cJSON *chat, api_error *e) {
     return bad(e, "text", "invalid_type", "'text' must be an object");
   const cJSON *verb = cJSON_GetObjectItemCaseSensitive(text, "verbosity");
   if (verb && !cJSON_IsNull(verb)) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "text.verbosity",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "text.verbosity",
                   "'text.verbosity' is not supported");
     return false;
   }
@@ -305,7 +305,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   out->fmt = &responses_format;
   resp_state *st = calloc(1, sizeof *st);
   if (!st) {
-    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
     return false;
   }
   out->state = st;
@@ -327,7 +327,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
       goto done;
   const cJSON *trunc = cJSON_GetObjectItemCaseSensitive(root, "truncation");
   if (trunc && !cJSON_IsNull(trunc) && !(cJSON_IsString(trunc) && !strcmp(trunc->valuestring, "disabled"))) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "truncation",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "truncation",
                   "only truncation \"disabled\" is supported (a prompt over the context answers 400)");
     goto done;
   }
@@ -369,7 +369,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
     free(json);
     if (!cJSON_IsArray(old)) {
       cJSON_Delete(old);
-      api_error_set(e, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id",
+      api_error_status(e, QVL_ERR_NOT_FOUND, "previous_response_not_found", "previous_response_id",
                     "Previous response with id '%s' not found (responses are kept in memory for %.0f s, at most %d, "
                     "and only with store=true)",
                     prev->valuestring, RESPONSES_STORE_TTL_S, RESPONSES_STORE_ENTRIES);
@@ -395,7 +395,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
       }
   } else if (!input || cJSON_IsNull(input)) {
     cJSON_Delete(turn);
-    api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", "input", "'input' is required");
+    api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "input", "'input' is required");
     goto done;
   } else {
     cJSON_Delete(turn);

@@ -364,7 +364,7 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, server *s, conn_req
                                    const char *const *extra) {
   const char *hdr[8] = {0};
   int n = 0;
-  if (e->http == 503) {
+  if (e->http == qvl_status_http(QVL_ERR_BUSY)) { /* 503: say when to retry */
     hdr[n++] = "Retry-After";
     hdr[n++] = "2";
   } else if (e->http == 401) {
@@ -378,10 +378,10 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, server *s, conn_req
   return reply_json(c, s, r, e->http, api_error_json(e), hdr);
 }
 
-static enum MHD_Result reply_errorf(struct MHD_Connection *c, server *s, conn_req *r, int http, const char *type,
+static enum MHD_Result reply_errorf(struct MHD_Connection *c, server *s, conn_req *r, qvl_status st,
                                     const char *code, const char *fmt, const char *arg) {
   api_error e;
-  api_error_set(&e, http, type, code, NULL, fmt, arg);
+  api_error_status(&e, st, code, NULL, fmt, arg);
   return reply_error(c, s, r, &e, NULL);
 }
 
@@ -605,7 +605,7 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   call *k = call_new(s);
   if (!k) {
     api_chat_request_free(&req);
-    api_error_set(e, 503, "server_error", "server_busy", NULL, "out of memory");
+    api_error_status(e, QVL_ERR_BUSY, "server_busy", NULL, "out of memory");
     return NULL;
   }
   api_random_id("chatcmpl-", k->id, sizeof k->id);
@@ -685,7 +685,7 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   if (st != QVL_OK) {
     if (st == QVL_ERR_BUSY) {
       atomic_fetch_add(&s->rejected_busy, 1);
-      api_error_set(e, 503, "server_error", "server_busy", NULL,
+      api_error_status(e, QVL_ERR_BUSY, "server_busy", NULL,
                     "the server is busy: the request queue is full; retry after a few seconds");
     } else {
       api_error_from_status(e, st, qvl_last_error());
@@ -735,7 +735,7 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
   if (!admitted || !s->ready) {
     bool draining = !admitted;
     pthread_rwlock_unlock(&s->be_lock);
-    api_error_set(&e, 503, "server_error", draining ? "shutting_down" : "model_loading", NULL,
+    api_error_status(&e, QVL_ERR_BUSY, draining ? "shutting_down" : "model_loading", NULL,
                   draining ? "the server is shutting down" : "the model is still loading; retry in a few seconds");
     static const char *const close_hdr[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
     if (cr)
@@ -834,7 +834,7 @@ static enum MHD_Result reply_error_as(struct MHD_Connection *c, server *s, conn_
   if (!fmt || !fmt->error_json)
     return reply_error(c, s, r, e, NULL);
   static const char *const retry[] = {"Retry-After", "2", NULL}, *const bearer[] = {"WWW-Authenticate", "Bearer", NULL};
-  return reply_json(c, s, r, e->http, fmt->error_json(state, e), e->http == 503 ? retry : e->http == 401 ? bearer : NULL);
+  return reply_json(c, s, r, e->http, fmt->error_json(state, e), e->http == qvl_status_http(QVL_ERR_BUSY) ? retry : e->http == 401 ? bearer : NULL);
 }
 
 static void fill_compat_ctx(server *s, compat_ctx *x) {
@@ -883,7 +883,7 @@ static enum MHD_Result handle_ollama(struct MHD_Connection *c, server *s, conn_r
     return handle_compat(c, s, r, ollama_generate_translate);
   compat_ctx x;
   fill_compat_ctx(s, &x);
-  int status = 500;
+  int status = qvl_status_http(QVL_ERR_INTERNAL);
   const char *allow = NULL;
   char *json = ollama_info(url, method, r->body.data ? r->body.data : "", r->body.len, &x, &status, &allow);
   const char *hdr[] = {MHD_HTTP_HEADER_ALLOW, allow, NULL};
@@ -909,7 +909,7 @@ static bool valid_job_id(const char *id) {
 
 static enum MHD_Result handle_job(struct MHD_Connection *c, server *s, conn_req *r, const char *id, bool del) {
   if (!valid_job_id(id))
-    return reply_errorf(c, s, r, 404, "invalid_request_error", "job_not_found", "no job '%s'", "(invalid id)");
+    return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "job_not_found", "no job '%s'", "(invalid id)");
   caller_owner(s, c, r->owner);
   char *json = NULL;
   if (del) {
@@ -924,7 +924,7 @@ static enum MHD_Result handle_job(struct MHD_Connection *c, server *s, conn_req 
   }
   /* another key's job answers exactly like an unknown one: ids are not a side channel */
   if (!json)
-    return reply_errorf(c, s, r, 404, "invalid_request_error", "job_not_found",
+    return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "job_not_found",
                         "no job '%s' (unknown, deleted, or finished longer ago than job_ttl_s)", id);
   return reply_json(c, s, r, 200, json, NULL);
 }
@@ -939,14 +939,14 @@ static enum MHD_Result handle_job_list(struct MHD_Connection *c, server *s, conn
     char *end = NULL;
     limit = strtol(lim, &end, 10);
     if (end == lim || *end || limit < 1 || limit > JOBS_LIST_MAX)
-      return reply_errorf(c, s, r, 400, "invalid_request_error", "invalid_value",
+      return reply_errorf(c, s, r, QVL_ERR_INVALID_ARG, "invalid_value",
                           "limit must be an integer from 1 to %s", "100 (JOBS_LIST_MAX)");
   }
   if (after && !valid_job_id(after))
     after = "job-invalid"; /* matches nothing: an empty page */
   char *json = jobs_list_json(s->jobs, r->owner, time_now_s(), (int)limit, after);
   if (!json)
-    return reply_errorf(c, s, r, 503, "server_error", "server_busy", "%s", "out of memory listing the jobs");
+    return reply_errorf(c, s, r, QVL_ERR_BUSY, "server_busy", "%s", "out of memory listing the jobs");
   return reply_json(c, s, r, 200, json, NULL);
 }
 
@@ -977,11 +977,11 @@ static enum MHD_Result handle_models(struct MHD_Connection *c, server *s, conn_r
   }
   pthread_rwlock_unlock(&s->be_lock);
   if (!ready)
-    return reply_errorf(c, s, r, 503, "server_error", "model_loading", "%s", "the model is still loading");
+    return reply_errorf(c, s, r, QVL_ERR_BUSY, "model_loading", "%s", "the model is still loading");
   if (one) {
     cJSON_Delete(list);
     if (!found)
-      return reply_errorf(c, s, r, 404, "invalid_request_error", "model_not_found", "The model '%s' does not exist", one);
+      return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "model_not_found", "The model '%s' does not exist", one);
     char *j = cJSON_PrintUnformatted(found);
     cJSON_Delete(found);
     return reply_json(c, s, r, 200, j, NULL);
@@ -998,7 +998,7 @@ static enum MHD_Result handle_health(struct MHD_Connection *c, server *s, conn_r
   if (ready && !draining)
     return reply_json(c, s, r, 200, strdup("{\"status\":\"ok\"}"), NULL);
   static const char *const retry[] = {"Retry-After", "2", NULL};
-  return reply_json(c, s, r, 503, strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}"), retry);
+  return reply_json(c, s, r, qvl_status_http(QVL_ERR_BUSY), strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}"), retry);
 }
 
 /* Liveness: 200 whenever the process answers at all, loading and draining included (a balancer or
@@ -1037,7 +1037,7 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, server *s, conn_
   image_budget_get_stats(s->budget, &is);
   if (metrics_format(&b, ms.loaded ? &st : NULL, &ms) != QVL_OK || load_metrics_format(&b, &gs, &is) != QVL_OK) {
     buf_free(&b);
-    return reply_errorf(c, s, r, 500, "server_error", NULL, "%s", "out of memory formatting the metrics");
+    return reply_errorf(c, s, r, QVL_ERR_INTERNAL, NULL, "%s", "out of memory formatting the metrics");
   }
   return reply(c, s, r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL);
 }
@@ -1045,7 +1045,7 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, server *s, conn_
 static enum MHD_Result handle_asset(struct MHD_Connection *c, server *s, conn_req *r, const char *url) {
   const web_asset *a = web_asset_find(url);
   if (!a)
-    return reply_errorf(c, s, r, 404, "invalid_request_error", "not_found", "no such endpoint or file: %s", url);
+    return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "not_found", "no such endpoint or file: %s", url);
   const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
   bool fresh = inm && a->etag && strstr(inm, a->etag);
   struct MHD_Response *resp = MHD_create_response_from_buffer(fresh ? 0 : a->len, fresh ? (void *)"" : (void *)a->data,
@@ -1084,13 +1084,13 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
   bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
   if (r->too_large) {
     api_error e;
-    api_error_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
+    api_error_status(&e, QVL_ERR_TOO_LARGE, "request_too_large", NULL,
                   "the request body is larger than %lld MiB (max_body_mb)", (long long)s->cfg->max_body_mb);
     static const char *const close_hdr[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
     return reply_error(c, s, r, &e, close_hdr);
   }
   if (r->close_after && strcmp(url, "/health") && strcmp(url, "/metrics"))
-    return reply_errorf(c, s, r, 503, "server_error", "server_busy", "%s",
+    return reply_errorf(c, s, r, QVL_ERR_BUSY, "server_busy", "%s",
                         "the server has no free connection (max_connections); only /health and /metrics are answered "
                         "now; retry after a few seconds");
   if (cors_is_preflight(s->cfg, c, method)) /* before the key check: a preflight carries no key */
@@ -1127,12 +1127,12 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
       return get ? handle_models(c, s, r, NULL) : method_not_allowed(c, s, r, "GET, HEAD");
     if (!strncmp(url, "/v1/models/", 11))
       return get ? handle_models(c, s, r, url + 11) : method_not_allowed(c, s, r, "GET, HEAD");
-    return reply_errorf(c, s, r, 404, "invalid_request_error", "not_found", "no such endpoint: %s", url);
+    return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "not_found", "no such endpoint: %s", url);
   }
   if (!get) {
     if (web_asset_find(url))
       return method_not_allowed(c, s, r, "GET, HEAD");
-    return reply_errorf(c, s, r, 404, "invalid_request_error", "not_found", "no such endpoint: %s", url);
+    return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "not_found", "no such endpoint: %s", url);
   }
   return handle_asset(c, s, r, url);
 }

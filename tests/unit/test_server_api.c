@@ -252,6 +252,39 @@ static void test_errors_json(void) {
     CHECK(!strcmp(e.message, "m"), "message kept");
     CHECK(!strcmp(e.type, e.http >= 500 ? "server_error" : "invalid_request_error"), "type of %d", (int)map[i].s);
   }
+  /* The bodies clients see, byte for byte, for every status of the list (qvl.h carries the mapping). */
+  static const char *const want[QVL_STATUS_COUNT] = {
+      [QVL_OK] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_INVALID_ARG] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_FORMAT] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_UNSUPPORTED] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_MISMATCH] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_CONTEXT_OVERFLOW] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":\"messages\","
+                                   "\"code\":\"context_length_exceeded\"}}",
+      [QVL_ERR_TOO_LARGE] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,"
+                            "\"code\":\"request_too_large\"}}",
+      [QVL_ERR_NOT_FOUND] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"not_found\"}}",
+      [QVL_ERR_IO] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_NOMEM] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":\"server_busy\"}}",
+      [QVL_ERR_BUSY] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":\"server_busy\"}}",
+      [QVL_ERR_CANCELLED] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":\"cancelled\"}}",
+      [QVL_ERR_TIMEOUT] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":\"timeout\"}}",
+      [QVL_ERR_INTERNAL] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":null}}"};
+  static const int want_http[QVL_STATUS_COUNT] = {500, 400, 400, 400, 400, 400, 413, 404, 500, 503, 503, 499, 504, 500};
+  for (int i = 0; i < QVL_STATUS_COUNT; i++) {
+    api_error_from_status(&e, (qvl_status)i, "m");
+    s = api_error_json(&e);
+    CHECK(want[i] && s && !strcmp(s, want[i]) && e.http == want_http[i], "%s: %d %s", qvl_status_text((qvl_status)i),
+          e.http, s ? s : "(null)");
+    free(s);
+  }
+  /* a more specific code keeps the status's HTTP status and type */
+  api_error_status(&e, QVL_ERR_NOT_FOUND, "model_not_found", "model", "no %s", "x");
+  CHECK(e.http == 404 && !strcmp(e.type, "invalid_request_error") && !strcmp(e.code, "model_not_found") &&
+            !strcmp(e.param, "model") && !strcmp(e.message, "no x"),
+        "api_error_status with a code: %d %s %s", e.http, e.type, e.code);
+  api_error_from_status(&e, QVL_ERR_BUSY, "");
+  CHECK(!strcmp(e.message, "busy"), "an empty message takes the status text: %s", e.message);
 }
 
 static void test_responses(void) {
