@@ -252,7 +252,7 @@ static void turn(chat *c, const char *text, bool tty) {
     c->n_pending = 0;
     wait_answer(c->e, id, &a);
     const engine_result *r = &a.res;
-    bool stopped = r->finish_reason && !strcmp(r->finish_reason, "cancelled");
+    bool stopped = r->finish_reason == ENGINE_FINISH_CANCELLED;
     if (r->status != QVL_OK && !stopped)
       fprintf(stderr, "%sqvl chat: %s\n", a.text.len ? "\n" : "", a.error[0] ? a.error : qvl_status_text(r->status));
     /* the answer as far as it got stays in the conversation, so the next turn follows it */

@@ -145,7 +145,7 @@ static void request_free(request *r) {
   free(r);
 }
 
-static void set_error(request *r, qvl_status s, const char *reason, const char *msg) {
+static void set_error(request *r, qvl_status s, engine_finish reason, const char *msg) {
   r->res.status = s;
   r->res.finish_reason = reason;
   snprintf(r->res.error, sizeof r->res.error, "%s", msg ? msg : "");
@@ -231,8 +231,8 @@ static void deliver(request *r) {
     r->res.top_logprobs = r->top_lp;
     r->res.n_top = r->n_top;
   }
-  if (!r->res.finish_reason)
-    r->res.finish_reason = r->res.status == QVL_OK ? "stop" : "error";
+  if (r->res.finish_reason == ENGINE_FINISH_NONE)
+    r->res.finish_reason = r->res.status == QVL_OK ? ENGINE_FINISH_STOP : ENGINE_FINISH_ERROR;
   r->on_done(r->user, &r->res);
   buf_free(&lpt);
   free(lpo);
@@ -573,7 +573,7 @@ static bool sample_one(engine *e, request *r, int32_t *tok) {
     /* The request's own state only: batch-invariant, and independent of the other requests. */
     int64_t n_ok = token_mask_compute(r->walker, r->gram, r->gst, e->m->eos_ids, e->m->n_eos, r->mask);
     if (n_ok == 0) {
-      set_error(r, QVL_ERR_INTERNAL, "error",
+      set_error(r, QVL_ERR_INTERNAL, ENGINE_FINISH_ERROR,
                 "constrained decoding: no token can continue the output (the schema nests deeper than the "
                 "grammar's depth cap?)");
       return false;
@@ -585,14 +585,14 @@ static bool sample_one(engine *e, request *r, int32_t *tok) {
     logprobs_compute(r->work, V, id, r->n_top, &r->lp[r->n_gen], r->top_ids + r->n_gen * r->n_top,
                      r->top_lp + r->n_gen * r->n_top);
   if (r->gram && !(r->mask[id / 64] >> (id % 64) & 1)) {
-    set_error(r, QVL_ERR_INTERNAL, "error", "constrained decoding: the sampler chose a masked token");
+    set_error(r, QVL_ERR_INTERNAL, ENGINE_FINISH_ERROR, "constrained decoding: the sampler chose a masked token");
     return false;
   }
   if (r->gram) {
     size_t tl = 0;
     const char *tb = tokenizer_is_special(e->m->tok, id) ? NULL : tokenizer_token_bytes(e->m->tok, id, &tl);
     if (tb && tl && !grammar_feed(r->gram, r->gst, tb, tl)) {
-      set_error(r, QVL_ERR_INTERNAL, "error", "constrained decoding: the grammar refused an allowed token");
+      set_error(r, QVL_ERR_INTERNAL, ENGINE_FINISH_ERROR, "constrained decoding: the grammar refused an allowed token");
       return false;
     }
   }
@@ -602,27 +602,27 @@ static bool sample_one(engine *e, request *r, int32_t *tok) {
   r->ids[r->n_gen++] = id;
   qvl_status s = sampler_accept(r->smp, id);
   if (s != QVL_OK) {
-    set_error(r, s, "error", qvl_last_error());
+    set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
     return false;
   }
   size_t nb;
   const char *bytes = visible_bytes(e->m->tok, id, &nb);
   stop_reason why = stop_push(r->stp, id, bytes, nb);
   if ((s = stop_error(r->stp)) != QVL_OK) {
-    set_error(r, s, "error", qvl_last_error());
+    set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
     return false;
   }
   size_t len, ready = stop_ready(r->stp);
   const char *text = stop_text(r->stp, &len);
   if (r->on_text && ready > r->sent && !r->on_text(r->user, text + r->sent, ready - r->sent)) {
     r->sent = ready;
-    set_error(r, QVL_ERR_CANCELLED, "cancelled", "cancelled by the client");
+    set_error(r, QVL_ERR_CANCELLED, ENGINE_FINISH_CANCELLED, "cancelled by the client");
     return false;
   }
   r->sent = ready;
   if (why != STOP_NONE) {
     r->res.status = QVL_OK;
-    r->res.finish_reason = why == STOP_MAX_TOKENS ? "length" : "stop";
+    r->res.finish_reason = why == STOP_MAX_TOKENS ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
     r->finished = true;
     return false;
   }
@@ -734,7 +734,7 @@ static void model_step(engine *e) {
   for (int i = 0; i < nb; i++) {
     request *r = who[i];
     if (s != QVL_OK) {
-      set_error(r, s, "error", qvl_last_error());
+      set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
       continue;
     }
     if (i < n_decode) {
@@ -781,9 +781,9 @@ static void *engine_main(void *arg) {
         *pp = r->next;
         e->n_queued--;
         if (late && !r->cancel && !abort_all)
-          set_error(r, QVL_ERR_TIMEOUT, "error", "the request timed out while queued");
+          set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out while queued");
         else
-          set_error(r, QVL_ERR_CANCELLED, "cancelled", "cancelled before it started");
+          set_error(r, QVL_ERR_CANCELLED, ENGINE_FINISH_CANCELLED, "cancelled before it started");
         account_locked(e, r, now);
         r->next = gone;
         gone = r;
@@ -852,16 +852,16 @@ static void *engine_main(void *arg) {
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
       if (r->cancel_seen)
-        set_error(r, QVL_ERR_CANCELLED, "cancelled", "cancelled");
+        set_error(r, QVL_ERR_CANCELLED, ENGINE_FINISH_CANCELLED, "cancelled");
       else if (r->deadline > 0 && now >= r->deadline)
-        set_error(r, QVL_ERR_TIMEOUT, "error", "the request timed out");
+        set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out");
     }
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
       if (!r->finished && r->state == RQ_NEW) {
         qvl_status s = request_begin(e, r);
         if (s != QVL_OK)
-          set_error(r, s, "error", qvl_last_error());
+          set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
       }
     }
     /* One vision slice per iteration, then one forward: decode rows + prefill pieces. */
@@ -870,7 +870,7 @@ static void *engine_main(void *arg) {
       if (!r->finished && r->state == RQ_VISION) {
         qvl_status s = vision_step(e, r);
         if (s != QVL_OK)
-          set_error(r, s, "error", qvl_last_error());
+          set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
         break;
       }
     }

@@ -465,7 +465,7 @@ bool api_result_copy(api_result *d, const engine_result *r) {
   memset(d, 0, sizeof *d);
   d->status = r->status;
   snprintf(d->error, sizeof d->error, "%s", r->error);
-  snprintf(d->finish_reason, sizeof d->finish_reason, "%s", r->finish_reason ? r->finish_reason : "");
+  d->finish_reason = r->finish_reason;
   d->prompt_tokens = r->prompt_tokens;
   d->completion_tokens = r->completion_tokens;
   d->image_tokens = r->image_tokens;
@@ -488,11 +488,14 @@ void api_result_free(api_result *r) {
   api_logprobs_free(&r->lp);
 }
 
-const char *api_finish_reason(const char *r) {
-  if (!r || !*r)
-    return NULL;
-  if (!strcmp(r, "length"))
-    return "length";
+const char *api_finish_reason(engine_finish f) {
+  switch (f) {
+  case ENGINE_FINISH_NONE: return NULL;
+  case ENGINE_FINISH_LENGTH: return "length";
+  case ENGINE_FINISH_STOP:
+  case ENGINE_FINISH_CANCELLED:
+  case ENGINE_FINISH_ERROR: break;
+  }
   return "stop";
 }
 

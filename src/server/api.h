@@ -78,7 +78,7 @@ void api_chat_request_free(api_chat_request *r);
 typedef struct api_result {
   qvl_status status;
   char error[512];
-  char finish_reason[16];
+  engine_finish finish_reason;
   int64_t prompt_tokens, completion_tokens, image_tokens, cached_prompt_tokens;
   int image_cache_hits, image_cache_misses;
   engine_timings t;
@@ -91,8 +91,9 @@ typedef struct api_result {
 /* Copies r (the text too); false when out of memory. */
 bool api_result_copy(api_result *dst, const engine_result *r);
 void api_result_free(api_result *r);
-/* OpenAI's finish_reason for the engine's ("stop", "length"; NULL while running). */
-const char *api_finish_reason(const char *engine_reason);
+/* OpenAI's finish_reason for the engine's: "length" at max_tokens, else "stop" (cancelled and
+ * failed requests report their status in the body); NULL while running. */
+const char *api_finish_reason(engine_finish f);
 
 /* A JSON string of generated text: each ill-formed UTF-8 sequence (and NUL) becomes U+FFFD. */
 cJSON *api_text_json(const char *s, size_t n);

@@ -355,9 +355,11 @@ static cJSON *answer(const ollama_state *st, const char *text, size_t len, bool 
 }
 
 /* The counts and durations (nanoseconds) of the last object. */
+/* Ollama's done_reason: "length" at num_predict, else "stop" (as Ollama says for a finished turn). */
+static const char *done_reason(engine_finish f) { return f == ENGINE_FINISH_LENGTH ? "length" : "stop"; }
+
 static void add_stats(cJSON *o, const api_result *r) {
-  const char *fr = api_finish_reason(r->finish_reason);
-  cJSON_AddStringToObject(o, "done_reason", fr ? fr : "stop");
+  cJSON_AddStringToObject(o, "done_reason", done_reason(r->finish_reason));
   const engine_timings *t = &r->t;
   double total_ms = t->queue_ms + t->preprocess_ms + t->vision_ms + t->prefill_ms + t->decode_ms;
   cJSON_AddNumberToObject(o, "total_duration", floor(total_ms * 1e6));

@@ -479,7 +479,9 @@ static cJSON *message_item(const resp_state *st, const char *status, const char 
   return m;
 }
 
-static bool cut_short(const api_result *r) { return r && !strcmp(r->finish_reason, "length"); }
+/* The Responses API's words for a finish: "incomplete" (reason max_output_tokens) at the length
+ * limit, else "completed" (failures have their own status, "failed"). */
+static bool cut_short(const api_result *r) { return r && r->finish_reason == ENGINE_FINISH_LENGTH; }
 
 /* status: "in_progress", "completed", "incomplete", "failed". r: NULL while in progress. */
 static cJSON *response_object(const resp_state *st, const char *status, const api_result *r, const api_error *err) {

@@ -176,7 +176,7 @@ static void log_request(const req_log *l) {
                   "image_cache_hits=%d image_cache_misses=%d queue_ms=%.1f ttft_ms=%.1f decode_tok_s=%.2f finish=%s",
                   (long long)r->prompt_tokens, (long long)r->completion_tokens, (long long)r->image_tokens,
                   (long long)r->cached_prompt_tokens, r->image_cache_hits, r->image_cache_misses, r->t.queue_ms,
-                  r->t.ttft_ms, r->t.decode_tok_s, r->finish_reason[0] ? r->finish_reason : "none");
+                  r->t.ttft_ms, r->t.decode_tok_s, r->finish_reason ? engine_finish_name(r->finish_reason) : "none");
   if (n < 0)
     return;
   if ((size_t)n >= sizeof line - 1)
@@ -274,7 +274,7 @@ static void on_done(void *user, const engine_result *r) {
     snprintf(k->result.error, sizeof k->result.error, "out of memory copying the result");
   }
   k->result.agent = k->agent;
-  if (k->result.status == QVL_OK && r->finish_reason && !strcmp(r->finish_reason, "cancelled")) {
+  if (k->result.status == QVL_OK && r->finish_reason == ENGINE_FINISH_CANCELLED) {
     k->result.status = QVL_ERR_CANCELLED;
     snprintf(k->result.error, sizeof k->result.error, "the request was cancelled");
   }

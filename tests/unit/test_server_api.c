@@ -291,7 +291,7 @@ static void test_responses(void) {
   engine_result er;
   memset(&er, 0, sizeof er);
   er.status = QVL_OK;
-  er.finish_reason = "length";
+  er.finish_reason = ENGINE_FINISH_LENGTH;
   er.prompt_tokens = 12;
   er.completion_tokens = 5;
   er.image_tokens = 4;
@@ -385,9 +385,15 @@ static void test_responses(void) {
   cJSON_Delete(j);
   free(s);
 
-  CHECK(!strcmp(api_finish_reason("length"), "length") && !strcmp(api_finish_reason("stop"), "stop") &&
-            api_finish_reason(NULL) == NULL,
+  CHECK(!strcmp(api_finish_reason(ENGINE_FINISH_LENGTH), "length") && !strcmp(api_finish_reason(ENGINE_FINISH_STOP), "stop") &&
+            api_finish_reason(ENGINE_FINISH_NONE) == NULL,
         "finish reasons");
+  CHECK(!strcmp(api_finish_reason(ENGINE_FINISH_CANCELLED), "stop") && !strcmp(api_finish_reason(ENGINE_FINISH_ERROR), "stop"),
+        "OpenAI has no word for cancelled or failed: the body's status says it");
+  CHECK(!strcmp(engine_finish_name(ENGINE_FINISH_STOP), "stop") && !strcmp(engine_finish_name(ENGINE_FINISH_LENGTH), "length") &&
+            !strcmp(engine_finish_name(ENGINE_FINISH_CANCELLED), "cancelled") &&
+            !strcmp(engine_finish_name(ENGINE_FINISH_ERROR), "error") && engine_finish_name(ENGINE_FINISH_NONE) == NULL,
+        "the engine's own words");
 
   buf b = {0};
   CHECK(sse_append(&b, "{\"a\":1}") == QVL_OK && sse_append_done(&b) == QVL_OK, "sse");

@@ -95,11 +95,11 @@ static double num_at(const cJSON *j, const char *name) {
 
 static bool eq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 
-static api_result result_of(const char *text, const char *finish) {
+static api_result result_of(const char *text, engine_finish finish) {
   api_result r;
   memset(&r, 0, sizeof r);
   r.status = QVL_OK;
-  snprintf(r.finish_reason, sizeof r.finish_reason, "%s", finish);
+  r.finish_reason = finish;
   r.prompt_tokens = 11;
   r.completion_tokens = 3;
   r.cached_prompt_tokens = 4;
@@ -213,7 +213,7 @@ static void test_responses_format_and_store(void) {
   api_error e;
   const char *body = "{\"input\":\"first\",\"instructions\":\"sys\",\"max_output_tokens\":3,\"metadata\":{\"k\":\"v\"}}";
   CHECK(responses_translate(body, strlen(body), &c, &cr, &e), "translate");
-  api_result r = result_of("one two", "length");
+  api_result r = result_of("one two", ENGINE_FINISH_LENGTH);
   char *json = run_format(&cr, false, NULL, &r);
   cJSON *o = json ? cJSON_Parse(json) : NULL;
   CHECK(o && eq(str_at(o, "object"), "response") && !strncmp(str_at(o, "id"), "resp_", 5) &&
@@ -251,7 +251,7 @@ static void test_responses_format_and_store(void) {
 
   /* streamed: the event sequence, numbered, and the stored answer */
   const char *pieces[] = {"thr", "ee", NULL};
-  r = result_of("three", "stop");
+  r = result_of("three", ENGINE_FINISH_STOP);
   char *sse = run_format(&cr, true, pieces, &r);
   const char *order[] = {"response.created", "response.in_progress", "response.output_item.added",
                          "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
@@ -302,7 +302,7 @@ static void test_responses_format_and_store(void) {
   /* a failure after the stream started */
   body = "{\"input\":\"x\",\"stream\":true}";
   CHECK(responses_translate(body, strlen(body), &c, &cr, &e), "translate");
-  r = result_of("", "error");
+  r = result_of("", ENGINE_FINISH_ERROR);
   r.status = QVL_ERR_TIMEOUT;
   snprintf(r.error, sizeof r.error, "took too long");
   const char *one[] = {"a", NULL};
@@ -362,7 +362,7 @@ static void test_completions(void) {
   CHECK(cr.raw && eq(cr.raw_text, "Once") && cr.raw_len == 4 && !cr.raw_ids, "a string prompt is raw text");
   CHECK(chat && num_at(chat, "max_tokens") == COMPLETIONS_DEFAULT_MAX_TOKENS, "max_tokens defaults to 16");
   cJSON_Delete(chat);
-  api_result r = result_of(" upon", "stop");
+  api_result r = result_of(" upon", ENGINE_FINISH_STOP);
   char *json = run_format(&cr, false, NULL, &r);
   cJSON *o = json ? cJSON_Parse(json) : NULL;
   CHECK(o && eq(str_at(o, "object"), "text_completion") && eq(str_at(o, "choices.0.text"), "Once upon") &&
@@ -377,7 +377,7 @@ static void test_completions(void) {
   CHECK(cr.raw && cr.n_raw_ids == 3 && cr.raw_ids[2] == 7 && !cr.raw_text, "[[ids]] -> raw ids");
   cJSON_Delete(chat);
   const char *pieces[] = {"a", "b", NULL};
-  r = result_of("ab", "length");
+  r = result_of("ab", ENGINE_FINISH_LENGTH);
   char *sse = run_format(&cr, true, pieces, &r);
   CHECK(sse && strstr(sse, "\"text\":\"a\"") && strstr(sse, "\"finish_reason\":\"length\"") &&
             strstr(sse, "\"usage\":{") && strstr(sse, "data: [DONE]\n\n"),
@@ -423,7 +423,7 @@ static void test_ollama(void) {
             num_at(chat, "top_k") == 5 && eq(str_at(chat, "stop.0"), "x") && !cJSON_GetObjectItem(chat, "num_ctx"),
         "options -> sampling fields; runtime options dropped");
   cJSON_Delete(chat);
-  api_result r = result_of("hi", "stop");
+  api_result r = result_of("hi", ENGINE_FINISH_STOP);
   r.t.decode_ms = 2;
   r.t.prefill_ms = 1;
   char *json = run_format(&cr, false, NULL, &r);
@@ -454,7 +454,7 @@ static void test_ollama(void) {
             cJSON_IsFalse(cJSON_GetObjectItem(chat, "stream")) && !cr.raw,
         "generate: system + prompt with an image");
   cJSON_Delete(chat);
-  r = result_of("because", "length");
+  r = result_of("because", ENGINE_FINISH_LENGTH);
   json = run_format(&cr, false, NULL, &r);
   CHECK(json && strstr(json, "\"response\":\"because\"") && strstr(json, "\"done_reason\":\"length\""), "generate answer");
   free(json);
@@ -580,7 +580,7 @@ static void test_chat_extras(void) {
     api_chat_request_free(&req);
 
   /* the final chunk with usage, for clients that do not ask (--stream-usage) */
-  api_result r = result_of("x", "stop");
+  api_result r = result_of("x", ENGINE_FINISH_STOP);
   char *chunk = api_chunk_json("chatcmpl-1", 1, "m", false, NULL, 0, "stop");
   chunk = compat_chunk_add_usage(chunk, "chatcmpl-1", 1, "m", &r);
   cJSON *o = chunk ? cJSON_Parse(chunk) : NULL;
