@@ -53,7 +53,7 @@ static void chat_usage(FILE *f) {
           "options (as qvl run):\n"
           "  --system TEXT, --image FILE (for the first message), --dtype T\n"
           "  -n, --max-tokens N      tokens per answer at most (default 512; fewer when the context is full)\n"
-          "  --temp T, --top-k K, --top-p P, --min-p P, --seed S\n"
+          "  --temp T, --top-k K, --top-p P, --min-p P, --seed S (not given: the model's recommendation)\n"
           "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F, --stop TEXT\n"
           "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
           "  -t, --threads N         worker threads (default: physical cores)\n"
@@ -343,6 +343,7 @@ int cmd_chat(int argc, char **argv) {
   int64_t ctx = 8192;
   bool offline = false;
   gen_params gp = gen_params_default();
+  gen_args_unset_sampling(&gp);
   gp.max_tokens = 512;
   vlm_prompt_opts po;
   vlm_prompt_opts_default(&po);
@@ -427,6 +428,7 @@ int cmd_chat(int argc, char **argv) {
   s = vlm_load_with(&paths, &lo, &m);
   if (s != QVL_OK)
     return report_error("loading the model", s);
+  gen_args_model_defaults(&gp, &m->sampling);
   engine_config ec;
   engine_config_default(&ec);
   ec.max_batch_size = 1;

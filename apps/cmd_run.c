@@ -27,8 +27,11 @@ static void run_usage(FILE *f) {
           "  --system TEXT           a system message\n"
           "  --raw                   use the prompt as is, without the chat template (no images)\n"
           "  -n, --max-tokens N      tokens to generate (default 512)\n"
-          "  --temp T                temperature (default 0.7; 0 = greedy)\n"
+          "  --temp T                temperature (0 = greedy)\n"
           "  --top-k K, --top-p P, --min-p P, --seed S\n"
+          "                          sampling options not given take the model's recommendation\n"
+          "                          (generation_config.json, GGUF general.sampling.*, else Qwen3-VL's\n"
+          "                          temperature 0.7, top-p 0.8, top-k 20)\n"
           "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F\n"
           "  --stop TEXT             stop string (repeatable)\n"
           "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
@@ -121,6 +124,7 @@ int cmd_run(int argc, char **argv) {
   bool raw = false, json = false, offline = false;
   const char *hf = NULL, *dtype = NULL;
   gen_params gp = gen_params_default();
+  gen_args_unset_sampling(&gp);
   vlm_prompt_opts po;
   vlm_prompt_opts_default(&po);
   int taken;
@@ -216,6 +220,7 @@ int cmd_run(int argc, char **argv) {
     free(stdin_prompt);
     return report_error("loading the model", s);
   }
+  gen_args_model_defaults(&gp, &m->sampling);
   vlm_prompt p;
   if (raw) {
     s = vlm_prompt_from_text(m, prompt, strlen(prompt), &p);

@@ -1,5 +1,6 @@
 #include "gen_args.h"
 
+#include <math.h>
 #include <stdio.h>
 
 #include "args.h"
@@ -35,4 +36,30 @@ int gen_args_take(int argc, char **argv, int *i, gen_params *gp, const char **st
   } else
     return 0;
   return 1;
+}
+
+/* "Not given": NAN for the floats, -1 for top_k (the options accept only values >= 0). */
+void gen_args_unset_sampling(gen_params *gp) {
+  sampler_params *sp = &gp->sampling;
+  sp->temperature = sp->top_p = sp->min_p = NAN;
+  sp->repetition_penalty = sp->presence_penalty = sp->frequency_penalty = NAN;
+  sp->top_k = -1;
+}
+
+void gen_args_model_defaults(gen_params *gp, const sampler_params *model) {
+  sampler_params *sp = &gp->sampling;
+  if (isnan(sp->temperature))
+    sp->temperature = model->temperature;
+  if (isnan(sp->top_p))
+    sp->top_p = model->top_p;
+  if (isnan(sp->min_p))
+    sp->min_p = model->min_p;
+  if (isnan(sp->repetition_penalty))
+    sp->repetition_penalty = model->repetition_penalty;
+  if (isnan(sp->presence_penalty))
+    sp->presence_penalty = model->presence_penalty;
+  if (isnan(sp->frequency_penalty))
+    sp->frequency_penalty = model->frequency_penalty;
+  if (sp->top_k < 0)
+    sp->top_k = model->top_k;
 }

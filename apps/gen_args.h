@@ -11,4 +11,10 @@
 int gen_args_take(int argc, char **argv, int *i, gen_params *gp, const char **stops, int *n_stops, int max_stops,
                   const char *cmd);
 
+/* The sampling options the command line does not give take the model's recommendation
+ * (vlm.sampling): gen_args_unset_sampling marks them all "not given" before the options are
+ * taken, gen_args_model_defaults fills those still unset once the model is loaded. */
+void gen_args_unset_sampling(gen_params *gp);
+void gen_args_model_defaults(gen_params *gp, const sampler_params *model);
+
 #endif

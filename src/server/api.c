@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/status.h"
+#include "engine/model_sampling.h"
 #include "server/api_extra.h"
 #include "server/chat_history.h"
 #include "text/sampler.h"
@@ -367,12 +368,14 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   if (!api_agents_parse(root, &out->agent, &out->tools, &out->grammar, e))
     goto fail;
 
-  /* Sampling: absent fields take Qwen3-VL's recommended settings (generation_config.json). */
+  /* Sampling: absent fields take the model's recommended settings (engine/model_sampling.h). */
   gen_params *g = &out->gen;
   *g = gen_params_default();
   sampler_params *sp = &g->sampling;
-  double temperature = 0.7, top_p = 0.8, min_p = 0, presence = 0, frequency = 0, repetition = 1;
-  int64_t top_k = 20, seed = 0;
+  const sampler_params def = lim->sampling ? *lim->sampling : model_sampling_qwen3vl();
+  double temperature = def.temperature, top_p = def.top_p, min_p = def.min_p, presence = def.presence_penalty,
+         frequency = def.frequency_penalty, repetition = def.repetition_penalty;
+  int64_t top_k = def.top_k, seed = 0;
   bool seeded = field(root, "seed") != NULL;
   if (!get_number(root, "temperature", 0, 2, &temperature, e) || !get_number(root, "top_p", 0, 1, &top_p, e) ||
       !get_int(root, "top_k", -1, 1 << 30, &top_k, e) || !get_number(root, "min_p", 0, 1, &min_p, e) ||

@@ -52,6 +52,8 @@ typedef struct api_limits {
   int64_t default_min_pixels;  /* lower resize bound when the request gives none */
   const char *const *model_ids; /* names accepted in "model" */
   int n_model_ids;
+  const sampler_params *sampling; /* what absent sampling fields take: the model's recommendation
+                                   * (vlm.sampling); NULL: Qwen3-VL's (model_sampling_qwen3vl) */
 } api_limits;
 
 typedef struct api_chat_request {

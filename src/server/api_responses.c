@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/timing.h"
+#include "engine/model_sampling.h"
 #include "server/resp_store.h"
 
 /* ---- the formatter's state ------------------------------------------------------------------- */
@@ -21,7 +22,19 @@ typedef struct resp_state {
   int64_t seq;          /* sequence_number of the next stream event */
   bool started;         /* the opening events are out */
   buf text;             /* streamed text so far */
+  float temperature, top_p; /* what a request without them samples with (the model's defaults) */
 } resp_state;
+
+/* The shortest decimal that reads back as f, as a double ("0.7" for 0.7f, not 0.699999988). */
+static double float_decimal(float f) {
+  char s[32];
+  for (int prec = 1; prec < 9; prec++) {
+    snprintf(s, sizeof s, "%.*g", prec, (double)f);
+    if ((float)strtod(s, NULL) == f)
+      return strtod(s, NULL);
+  }
+  return (double)f;
+}
 
 static void state_free(void *p) {
   resp_state *st = p;
@@ -316,6 +329,9 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   snprintf(out->id, sizeof out->id, "resp_%.40s", hex);
   snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");
   st->created = ctx->created;
+  const sampler_params def = ctx->sampling ? *ctx->sampling : model_sampling_qwen3vl();
+  st->temperature = def.temperature;
+  st->top_p = def.top_p;
 
   cJSON *root = compat_parse_body(body, len, e);
   if (!root)
@@ -515,13 +531,13 @@ static cJSON *response_object(const resp_state *st, const char *status, const ap
   cJSON_AddNullToObject(reasoning, "effort");
   cJSON_AddNullToObject(reasoning, "summary");
   add_or_default(o, echo, "store", cJSON_CreateFalse());
-  add_or_default(o, echo, "temperature", cJSON_CreateNumber(0.7));
+  add_or_default(o, echo, "temperature", cJSON_CreateNumber(float_decimal(st->temperature)));
   cJSON *text = cJSON_CreateObject();
   cJSON_AddStringToObject(cJSON_AddObjectToObject(text, "format"), "type", "text");
   add_or_default(o, echo, "text", text);
   add_or_default(o, echo, "tool_choice", cJSON_CreateString("auto"));
   add_or_default(o, echo, "tools", cJSON_CreateArray());
-  add_or_default(o, echo, "top_p", cJSON_CreateNumber(0.8));
+  add_or_default(o, echo, "top_p", cJSON_CreateNumber(float_decimal(st->top_p)));
   cJSON_AddStringToObject(o, "truncation", "disabled");
   if (r && !err) {
     cJSON *u = cJSON_AddObjectToObject(o, "usage");

@@ -570,6 +570,7 @@ static void fill_limits(server *s, api_limits *lim) {
   lim->default_min_pixels = IMAGE_CPU_DEFAULT_MIN_PIXELS;
   lim->model_ids = (const char *const *)s->model_ids;
   lim->n_model_ids = s->n_model_ids;
+  lim->sampling = s->be.sampling;
 }
 
 /* The stop check of a request's pre-processing (image fetch/decode, tokenizing, budget waits), on
@@ -841,6 +842,7 @@ static void fill_compat_ctx(server *s, compat_ctx *x) {
   memset(x, 0, sizeof *x);
   pthread_rwlock_rdlock(&s->be_lock);
   x->model_id = s->ready && s->n_model_ids ? s->model_ids[0] : NULL; /* set once, kept until server_stop */
+  x->sampling = s->ready ? s->be.sampling : NULL;
   pthread_rwlock_unlock(&s->be_lock);
   x->created = (int64_t)time(NULL);
   x->started = s->unix_start;

@@ -87,6 +87,22 @@ static void test_parse_ok(void) {
     CHECK(r.gen.n_stop == 1 && !strcmp(r.gen.stop[0], "END"), "single stop");
     CHECK(r.max_pixels == 1 << 20 && r.min_pixels == 65536, "default pixels");
     api_chat_request_free(&r);
+    /* the model's recommendation, when the server has one */
+    sampler_params model = sampler_default_params();
+    model.temperature = 0.25f;
+    model.top_p = 0.5f;
+    model.top_k = 9;
+    model.min_p = 0.1f;
+    model.repetition_penalty = 1.2f;
+    l.sampling = &model;
+    ok = api_chat_parse(body, strlen(body), &l, &r, &e);
+    CHECK(ok && r.gen.sampling.temperature == 0.25f && r.gen.sampling.top_p == 0.5f && r.gen.sampling.top_k == 9 &&
+              r.gen.sampling.min_p == 0.1f && r.gen.sampling.repetition_penalty == 1.2f,
+          "the model's defaults: %g %g %d", (double)r.gen.sampling.temperature, (double)r.gen.sampling.top_p,
+          (int)r.gen.sampling.top_k);
+    l.sampling = NULL;
+    if (ok)
+      api_chat_request_free(&r);
   }
   /* above the cap: clamped */
   body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000}";

@@ -205,6 +205,30 @@ static char *run_format(const compat_request *cr, bool stream, const char *const
   return out.data; /* taken */
 }
 
+/* A response repeats the sampling it ran with: the model's defaults when the request gave none. */
+static void test_responses_sampling_echo(void) {
+  compat_ctx c = ctx_with(NULL);
+  sampler_params model = sampler_default_params();
+  model.temperature = 0.3f;
+  model.top_p = 0.55f;
+  for (int i = 0; i < 2; i++) {
+    c.sampling = i ? &model : NULL;
+    compat_request cr;
+    api_error e;
+    const char *body = "{\"input\":\"hi\"}";
+    CHECK(responses_translate(body, strlen(body), &c, &cr, &e), "translate: %s", e.message);
+    api_result r = result_of("x", ENGINE_FINISH_STOP);
+    char *json = run_format(&cr, false, NULL, &r);
+    const char *want_t = i ? "\"temperature\":0.3," : "\"temperature\":0.7,";
+    const char *want_p = i ? "\"top_p\":0.55," : "\"top_p\":0.8,";
+    CHECK(json && strstr(json, want_t) && strstr(json, want_p), "%s defaults echoed as %s %s: %s",
+          i ? "the model's" : "Qwen3-VL's", want_t, want_p, json ? json : "(null)");
+    free(json);
+    api_result_free(&r);
+    compat_request_free(&cr);
+  }
+}
+
 static void test_responses_format_and_store(void) {
   resp_store *st = NULL;
   CHECK(resp_store_init(8, 1 << 20, 3600, &st) == QVL_OK, "store");
@@ -617,6 +641,7 @@ static void test_sampler_bias(void) {
 int main(void) {
   test_responses_translate();
   test_responses_format_and_store();
+  test_responses_sampling_echo();
   test_resp_store();
   test_completions();
   test_ollama();
