@@ -34,6 +34,8 @@ void threadpool_free(threadpool *p);
  * chunk > 0: dynamic, threads take chunks of `chunk` consecutive indices from an atomic counter
  *   (for work of unequal cost).
  * Either way each index is run exactly once, in increasing order within a thread's range.
+ * A loop of one index, a loop nested in a loop of the same pool, and a loop whose pool is busy
+ * with another caller's run serially on the calling thread, as thread 0.
  */
 void threadpool_for(threadpool *p, int64_t n, int64_t chunk, threadpool_fn fn, void *arg);
 
