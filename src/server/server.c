@@ -509,7 +509,8 @@ static void stream_free(void *cls) {
   if (cancel)
     k->cancelled = true;
   bool complete = k->finished && k->out_off >= k->out.len;
-  k->log.status = complete ? 200 : 499; /* 499: the client closed the connection (nginx's code) */
+  /* 499 (nginx's code, QVL_ERR_CANCELLED's): the client closed the connection */
+  k->log.status = complete ? 200 : qvl_status_http(QVL_ERR_CANCELLED);
   k->log.res = k->done ? &k->result : NULL;
   pthread_mutex_unlock(&k->mu);
   if (cancel) {
@@ -783,7 +784,7 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
   bool failed_early = k->done && !k->any_text && k->result.status != QVL_OK;
   pthread_mutex_unlock(&k->mu);
   if (cancelled) {
-    r->log.status = 499;
+    r->log.status = qvl_status_http(QVL_ERR_CANCELLED);
     r->log.res = &k->result;
     log_request(&r->log);
     r->log_owned_by_stream = true;
@@ -1213,7 +1214,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
   }
   if (!r->log_owned_by_stream) {
     if (!r->responded)
-      r->log.status = 499;
+      r->log.status = qvl_status_http(QVL_ERR_CANCELLED);
     log_request(&r->log);
   }
   buf_free(&r->body);
