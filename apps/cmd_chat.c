@@ -44,7 +44,7 @@ static void chat_usage(FILE *f) {
           "options (as qvl run):\n"
           "  --system TEXT, --image FILE (for the first message), --dtype T\n"
           "  -n, --max-tokens N      tokens per answer at most (default 512; fewer when the context is full)\n"
-          "  --temp T, --top-k K, --top-p P, --min-p P, --seed S\n"
+          "  --temp T, --top-k K, --top-p P, --min-p P, --seed S (not given: the model's recommendation)\n"
           "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F, --stop TEXT\n"
           "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
           "  -t, --threads N         worker threads (default: physical cores)\n"
@@ -130,6 +130,7 @@ static void wait_answer(qvl_engine *e, uint64_t id, answer *a) {
 
 typedef struct chat {
   qvl_engine *e;
+  const qvl_model *m;
   const char *system;
   cJSON *msgs;                       /* OpenAI messages so far */
   char *pending[CHAT_MAX_IMAGES];    /* images for the next message (paths, owned) */
@@ -242,7 +243,7 @@ static void turn(chat *c, const char *text, bool tty) {
     s = qvl_request_set_messages(rq, js);
   free(js);
   if (s == QVL_OK)
-    s = gen_opts_apply(&c->gen, rq);
+    s = gen_opts_apply(&c->gen, c->m, rq);
   if (s == QVL_OK) {
     qvl_request_allow_files(rq, true); /* the user's own files */
     qvl_request_set_pixels(rq, c->min_px, c->max_px);
@@ -444,6 +445,7 @@ int cmd_chat(int argc, char **argv) {
   chat c;
   memset(&c, 0, sizeof c);
   c.e = e;
+  c.m = m;
   c.system = system;
   c.gen = gp;
   c.ctx = ctx;

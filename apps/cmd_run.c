@@ -23,8 +23,11 @@ static void run_usage(FILE *f) {
           "  --system TEXT           a system message\n"
           "  --raw                   use the prompt as is, without the chat template (no images)\n"
           "  -n, --max-tokens N      tokens to generate (default 512)\n"
-          "  --temp T                temperature (default 0.7; 0 = greedy)\n"
+          "  --temp T                temperature (0 = greedy)\n"
           "  --top-k K, --top-p P, --min-p P, --seed S\n"
+          "                          sampling options not given take the model's recommendation\n"
+          "                          (generation_config.json, GGUF general.sampling.*, else Qwen3-VL's\n"
+          "                          temperature 0.7, top-p 0.8, top-k 20)\n"
           "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F\n"
           "  --stop TEXT             stop string (repeatable)\n"
           "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
@@ -146,9 +149,9 @@ static void print_json(const run_answer *a) {
 
 /* The request of the command line: a raw prompt, or a system message and one user message with
  * the images before the text. */
-static qvl_status build_request(qvl_request *rq, bool raw, const char *system, const char *prompt,
+static qvl_status build_request(qvl_request *rq, const qvl_model *m, bool raw, const char *system, const char *prompt,
                                 const char **images, int n_images, const gen_opts *g, int64_t min_px, int64_t max_px) {
-  qvl_status s = gen_opts_apply(g, rq);
+  qvl_status s = gen_opts_apply(g, m, rq);
   qvl_request_set_pixels(rq, min_px, max_px);
   if (s == QVL_OK && raw)
     return qvl_request_set_raw_prompt(rq, prompt, strlen(prompt));
@@ -191,7 +194,7 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
   qvl_request *rq = NULL;
   s = qvl_request_new(&rq);
   if (s == QVL_OK)
-    s = build_request(rq, raw, system, prompt, images, n_images, g, min_px, max_px);
+    s = build_request(rq, m, raw, system, prompt, images, n_images, g, min_px, max_px);
   if (s == QVL_OK) {
     qvl_request_set_callbacks(rq, on_text, on_done, &a);
     s = qvl_engine_submit(e, rq, NULL);

@@ -1,11 +1,18 @@
 #include "gen_args.h"
 
+#include <math.h>
 #include <stdio.h>
 
 #include "args.h"
 
 void gen_opts_init(gen_opts *g) {
+  /* "Not given" (NAN, top_k -1: the options accept only values >= 0): gen_opts_apply takes the
+   * model's recommendation for those. */
   qvl_sampling_default(&g->sampling);
+  qvl_sampling *sp = &g->sampling;
+  sp->temperature = sp->top_p = sp->min_p = NAN;
+  sp->repetition_penalty = sp->presence_penalty = sp->frequency_penalty = NAN;
+  sp->top_k = -1;
   g->max_tokens = 512;
   g->n_stops = 0;
 }
@@ -42,8 +49,24 @@ int gen_args_take(int argc, char **argv, int *i, gen_opts *g, const char *cmd) {
   return 1;
 }
 
-qvl_status gen_opts_apply(const gen_opts *g, qvl_request *rq) {
-  qvl_request_set_sampling(rq, &g->sampling);
+qvl_status gen_opts_apply(const gen_opts *g, const qvl_model *m, qvl_request *rq) {
+  qvl_sampling sp = g->sampling, rec;
+  qvl_model_sampling(m, &rec);
+  if (isnan(sp.temperature))
+    sp.temperature = rec.temperature;
+  if (isnan(sp.top_p))
+    sp.top_p = rec.top_p;
+  if (isnan(sp.min_p))
+    sp.min_p = rec.min_p;
+  if (isnan(sp.repetition_penalty))
+    sp.repetition_penalty = rec.repetition_penalty;
+  if (isnan(sp.presence_penalty))
+    sp.presence_penalty = rec.presence_penalty;
+  if (isnan(sp.frequency_penalty))
+    sp.frequency_penalty = rec.frequency_penalty;
+  if (sp.top_k < 0)
+    sp.top_k = rec.top_k;
+  qvl_request_set_sampling(rq, &sp);
   qvl_request_set_max_tokens(rq, g->max_tokens);
   for (int i = 0; i < g->n_stops; i++) {
     qvl_status s = qvl_request_add_stop(rq, g->stops[i]);

@@ -13,14 +13,16 @@ typedef struct gen_opts {
   int n_stops;
 } gen_opts;
 
-/* The library's sampling defaults, 512 tokens, no stop strings. */
+/* Sampling options "not given" (the model's recommendation at gen_opts_apply), 512 tokens, no
+ * stop strings. */
 void gen_opts_init(gen_opts *g);
 /* Takes argv[*i] when it is one of --max-tokens/-n, --temp, --top-k, --top-p, --min-p, --seed,
  * --repeat-penalty, --presence-penalty, --frequency-penalty or --stop into g. Returns 1 when it
  * was (and advances *i past its value), 0 when not, 2 after a message naming cmd. Bad numbers
  * exit(2) as arg_int does. */
 int gen_args_take(int argc, char **argv, int *i, gen_opts *g, const char *cmd);
-/* Sampling, max_tokens and stop strings into a request. */
-qvl_status gen_opts_apply(const gen_opts *g, qvl_request *rq);
+/* Sampling (the options given, the model's recommendation for the others), max_tokens and stop
+ * strings into a request. */
+qvl_status gen_opts_apply(const gen_opts *g, const qvl_model *m, qvl_request *rq);
 
 #endif

@@ -47,25 +47,27 @@ extern "C" {
 
 #define QVL_VERSION "0.1.0"
 
-/* X(name, http_status, short description) — one list gives the enum, the text and the HTTP code. */
-#define QVL_STATUS_LIST(X)                                                   \
-  X(OK, 200, "ok")                                                           \
-  X(ERR_INVALID_ARG, 400, "invalid argument")                                \
-  X(ERR_FORMAT, 400, "malformed input")                                      \
-  X(ERR_UNSUPPORTED, 400, "unsupported")                                     \
-  X(ERR_MISMATCH, 400, "mismatch")                                           \
-  X(ERR_CONTEXT_OVERFLOW, 400, "context length exceeded")                    \
-  X(ERR_TOO_LARGE, 413, "input too large")                                   \
-  X(ERR_NOT_FOUND, 404, "not found")                                         \
-  X(ERR_IO, 500, "I/O error")                                                \
-  X(ERR_NOMEM, 503, "out of memory")                                         \
-  X(ERR_BUSY, 503, "busy")                                                   \
-  X(ERR_CANCELLED, 499, "cancelled")                                         \
-  X(ERR_TIMEOUT, 504, "timed out")                                           \
-  X(ERR_INTERNAL, 500, "internal error")
+/* X(name, http_status, error type, error code, short description): one list gives the enum, the
+ * text and how a server reports the status on the wire (HTTP status, OpenAI error "type" and
+ * "code"; NULL = a null code). A server may give a more specific code for one error. */
+#define QVL_STATUS_LIST(X)                                                                           \
+  X(OK, 200, NULL, NULL, "ok")                                                                       \
+  X(ERR_INVALID_ARG, 400, "invalid_request_error", NULL, "invalid argument")                         \
+  X(ERR_FORMAT, 400, "invalid_request_error", NULL, "malformed input")                               \
+  X(ERR_UNSUPPORTED, 400, "invalid_request_error", NULL, "unsupported")                              \
+  X(ERR_MISMATCH, 400, "invalid_request_error", NULL, "mismatch")                                    \
+  X(ERR_CONTEXT_OVERFLOW, 400, "invalid_request_error", "context_length_exceeded", "context length exceeded") \
+  X(ERR_TOO_LARGE, 413, "invalid_request_error", "request_too_large", "input too large")             \
+  X(ERR_NOT_FOUND, 404, "invalid_request_error", "not_found", "not found")                           \
+  X(ERR_IO, 500, "server_error", NULL, "I/O error")                                                  \
+  X(ERR_NOMEM, 503, "server_error", "server_busy", "out of memory")                                  \
+  X(ERR_BUSY, 503, "server_error", "server_busy", "busy")                                            \
+  X(ERR_CANCELLED, 499, "server_error", "cancelled", "cancelled")                                    \
+  X(ERR_TIMEOUT, 504, "server_error", "timeout", "timed out")                                        \
+  X(ERR_INTERNAL, 500, "server_error", NULL, "internal error")
 
 typedef enum qvl_status {
-#define QVL_X_ENUM(name, http, text) QVL_##name,
+#define QVL_X_ENUM(name, http, type, code, text) QVL_##name,
   QVL_STATUS_LIST(QVL_X_ENUM)
 #undef QVL_X_ENUM
   QVL_STATUS_COUNT
@@ -214,6 +216,10 @@ typedef struct qvl_sampling {
 
 /* Greedy, every filter and penalty off, seed 0 (what a new request has). */
 QVL_API void qvl_sampling_default(qvl_sampling *s);
+/* The model's recommended sampling (generation_config.json of a Hugging Face directory, a GGUF's
+ * general.sampling.* keys, else Qwen3-VL's published settings), seed 0: what the server uses for
+ * the fields a request leaves out. Any thread. */
+QVL_API void qvl_model_sampling(const qvl_model *m, qvl_sampling *out);
 
 /* Called on the engine thread with each piece of final text (UTF-8, stop strings removed).
  * Return false to cancel the request. Be quick; do not call into the engine except

@@ -147,14 +147,15 @@ static bool ends_with_eos(const qvl_result *r) {
 }
 
 qvl_finish qvl_result_finish(const qvl_result *r) {
-  const char *f = r->r->finish_reason ? r->r->finish_reason : "error";
-  if (!strcmp(f, "length"))
-    return QVL_FINISH_LENGTH;
-  if (!strcmp(f, "cancelled"))
-    return QVL_FINISH_CANCELLED;
-  if (!strcmp(f, "stop"))
+  switch (r->r->finish_reason) {
+  case ENGINE_FINISH_LENGTH: return QVL_FINISH_LENGTH;
+  case ENGINE_FINISH_CANCELLED: return QVL_FINISH_CANCELLED;
+  case ENGINE_FINISH_STOP:
     /* the engine says "stop" for both; the last id tells them apart (EOS is kept in the ids) */
     return ends_with_eos(r) ? QVL_FINISH_EOS : QVL_FINISH_STOP_STRING;
+  case ENGINE_FINISH_ERROR:
+  case ENGINE_FINISH_NONE: break;
+  }
   return QVL_FINISH_ERROR;
 }
 

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_impl.h"
 #include "api/request_impl.h"
 #include "base/status.h"
 
@@ -137,6 +138,12 @@ static void sampling_from(const sampler_params *p, qvl_sampling *out) {
 void qvl_sampling_default(qvl_sampling *s) {
   sampler_params p = sampler_default_params();
   sampling_from(&p, s);
+}
+
+void qvl_model_sampling(const qvl_model *m, qvl_sampling *out) {
+  sampler_params p = m->v->sampling;
+  p.seed = 0;
+  sampling_from(&p, out);
 }
 
 void qvl_request_get_sampling(const qvl_request *r, qvl_sampling *out) { sampling_from(&r->gen.sampling, out); }

@@ -12,6 +12,11 @@ qvl_status qvl_errorf(qvl_status s, const char *fmt, ...) __attribute__((format(
 /* Prefixes the current message with more context ("loading model: " + old message). */
 qvl_status qvl_error_prefix(qvl_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The OpenAI error "type" of a status as a server reports it ("invalid_request_error",
+ * "server_error"; NULL for QVL_OK) and its "code" (NULL: none), from the status list in qvl.h. */
+const char *qvl_status_error_type(qvl_status s);
+const char *qvl_status_error_code(qvl_status s);
+
 /* Clears the message of this thread. */
 void qvl_error_clear(void);
 

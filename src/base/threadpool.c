@@ -175,8 +175,6 @@ void threadpool_free(threadpool *p) {
   free(p);
 }
 
-int threadpool_size(const threadpool *p) { return p ? p->n_threads : 1; }
-
 void threadpool_for(threadpool *p, int64_t n, int64_t chunk, threadpool_fn fn, void *arg) {
   if (n <= 0)
     return;

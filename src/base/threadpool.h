@@ -18,7 +18,7 @@
 
 typedef struct threadpool threadpool;
 
-/* Body of a loop: called once per index i; thread is the index (0 .. size-1) of the thread
+/* Body of a loop: called once per index i; thread is the index (0 .. n_threads-1) of the thread
  * running it (0 = the caller), for per-thread scratch memory. */
 typedef void (*threadpool_fn)(void *arg, int64_t i, int thread);
 
@@ -26,7 +26,6 @@ typedef void (*threadpool_fn)(void *arg, int64_t i, int thread);
 qvl_status threadpool_init(int n_threads, threadpool **out);
 /* Stops and joins the workers. NULL is a no-op. No loop may be running. */
 void threadpool_free(threadpool *p);
-int threadpool_size(const threadpool *p);
 
 /*
  * Runs fn(arg, i, thread) for every i in [0, n) and returns when all calls are done.
@@ -35,6 +34,8 @@ int threadpool_size(const threadpool *p);
  * chunk > 0: dynamic, threads take chunks of `chunk` consecutive indices from an atomic counter
  *   (for work of unequal cost).
  * Either way each index is run exactly once, in increasing order within a thread's range.
+ * A loop of one index, a loop nested in a loop of the same pool, and a loop whose pool is busy
+ * with another caller's run serially on the calling thread, as thread 0.
  */
 void threadpool_for(threadpool *p, int64_t n, int64_t chunk, threadpool_fn fn, void *arg);
 

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/cond.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/timing.h"
@@ -126,7 +127,7 @@ static void request_free(request *r) {
   free(r);
 }
 
-static void set_error(request *r, qvl_status s, const char *reason, const char *msg) {
+static void set_error(request *r, qvl_status s, engine_finish reason, const char *msg) {
   r->res.status = s;
   r->res.finish_reason = reason;
   snprintf(r->res.error, sizeof r->res.error, "%s", msg ? msg : "");
@@ -217,8 +218,8 @@ static void deliver(request *r) {
     r->res.top_logprobs = top_lp;
     r->res.n_top = r->n_top;
   }
-  if (!r->res.finish_reason)
-    r->res.finish_reason = r->res.status == QVL_OK ? "stop" : "error";
+  if (r->res.finish_reason == ENGINE_FINISH_NONE)
+    r->res.finish_reason = r->res.status == QVL_OK ? ENGINE_FINISH_STOP : ENGINE_FINISH_ERROR;
   r->on_done(r->user, &r->res);
   buf_free(&lpt);
   free(lpo);
@@ -490,8 +491,11 @@ static qvl_status vision_step(engine *e, request *r) {
       return QVL_OK; /* the blocks start in the next slice */
     }
     double t0 = time_now_s();
-    bool done = vision_job_run(r->vjob, e->c.vision_layers_per_step);
+    bool done;
+    qvl_status vs = vision_job_run(r->vjob, e->c.vision_layers_per_step, &done);
     p->vision_ms += (time_now_s() - t0) * 1e3;
+    if (vs != QVL_OK)
+      return qvl_error_prefix(vs, "image %d: ", i + 1);
     if (!done)
       return QVL_OK;
     vision_job_free(r->vjob);
@@ -528,16 +532,16 @@ static bool sample_one(request *r, int32_t *tok) {
     r->n_gen = n;
   }
   if (s == QVL_ERR_CANCELLED) {
-    set_error(r, s, "cancelled", "cancelled by the client");
+    set_error(r, s, ENGINE_FINISH_CANCELLED, "cancelled by the client");
     return false;
   }
   if (s != QVL_OK) {
-    set_error(r, s, "error", qvl_last_error());
+    set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
     return false;
   }
   if (done) {
     r->res.status = QVL_OK;
-    r->res.finish_reason = gen_seq_reason(r->gs) == STOP_MAX_TOKENS ? "length" : "stop";
+    r->res.finish_reason = gen_seq_reason(r->gs) == STOP_MAX_TOKENS ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
     r->finished = true;
     return false;
   }
@@ -608,17 +612,6 @@ static void reap(engine *e) {
   }
 }
 
-static struct timespec abs_time(double t) {
-  struct timespec ts;
-  ts.tv_sec = (time_t)t;
-  ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
-
 /*
  * One model step for everyone: every sequence with logits samples its next token; then those that go
  * on (one row each) and the next prefill pieces of requests still reading their prompt (up to
@@ -662,7 +655,7 @@ static void model_step(engine *e) {
   for (int i = 0; i < nb; i++) {
     request *r = who[i];
     if (s != QVL_OK) {
-      set_error(r, s, "error", qvl_last_error());
+      set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
       continue;
     }
     if (i < n_decode) {
@@ -709,9 +702,9 @@ static void *engine_main(void *arg) {
         *pp = r->next;
         e->n_queued--;
         if (late && !r->cancel && !abort_all)
-          set_error(r, QVL_ERR_TIMEOUT, "error", "the request timed out while queued");
+          set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out while queued");
         else
-          set_error(r, QVL_ERR_CANCELLED, "cancelled", "cancelled before it started");
+          set_error(r, QVL_ERR_CANCELLED, ENGINE_FINISH_CANCELLED, "cancelled before it started");
         account_locked(e, r, now);
         r->next = gone;
         gone = r;
@@ -766,8 +759,7 @@ static void *engine_main(void *arg) {
       double wake = now + 0.05;
       if (gather_until > 0 && gather_until < wake)
         wake = gather_until;
-      struct timespec ts = abs_time(wake); /* time_now_s is CLOCK_MONOTONIC, as the condvar */
-      pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+      cond_wait_until(&e->cv, &e->mu, wake);
       pthread_mutex_unlock(&e->mu);
       continue;
     }
@@ -783,16 +775,16 @@ static void *engine_main(void *arg) {
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
       if (r->cancel_seen)
-        set_error(r, QVL_ERR_CANCELLED, "cancelled", "cancelled");
+        set_error(r, QVL_ERR_CANCELLED, ENGINE_FINISH_CANCELLED, "cancelled");
       else if (r->deadline > 0 && now >= r->deadline)
-        set_error(r, QVL_ERR_TIMEOUT, "error", "the request timed out");
+        set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out");
     }
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
       if (!r->finished && r->state == RQ_NEW) {
         qvl_status s = request_begin(e, r);
         if (s != QVL_OK)
-          set_error(r, s, "error", qvl_last_error());
+          set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
       }
     }
     /* One vision slice per iteration, then one forward: decode rows + prefill pieces. */
@@ -801,7 +793,7 @@ static void *engine_main(void *arg) {
       if (!r->finished && r->state == RQ_VISION) {
         qvl_status s = vision_step(e, r);
         if (s != QVL_OK)
-          set_error(r, s, "error", qvl_last_error());
+          set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
         break;
       }
     }
@@ -850,12 +842,8 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   if (s == QVL_OK)
     s = prefix_cache_init_type(cfg.prefix_cache_mb * 1024 * 1024, hp->n_layer, hp->n_head_kv * hp->head_dim,
                                cfg.kv_type, &e->pc);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_mutex_init(&e->mu, NULL);
-  pthread_cond_init(&e->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  cond_init_monotonic(&e->cv);
   if (s == QVL_OK && pthread_create(&e->thread, NULL, engine_main, e) != 0)
     s = qvl_errorf(QVL_ERR_INTERNAL, "engine: cannot start the engine thread");
   if (s != QVL_OK) {

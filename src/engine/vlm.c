@@ -7,6 +7,7 @@
 #include "base/buf.h"
 #include "base/status.h"
 #include "base/timing.h"
+#include "engine/model_sampling.h"
 #include "model/verify.h"
 #include "model/wtable.h"
 #include "text/chat.h"
@@ -129,8 +130,11 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   gguf *g = NULL;
   qvl_status s = QVL_OK;
+  m->sampling = model_sampling_qwen3vl();
   if (hf) {
     s = load_hf(hf_dir, dt, m);
+    if (s == QVL_OK)
+      model_sampling_from_hf(hf_model_config(m->hf), &m->sampling);
   } else {
     /* A file whose size differs from what a download recorded is damaged: say so instead of failing
      * later with a parse error (or, worse, loading garbage). */
@@ -141,6 +145,8 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
       s = gguf_open(p->model, &g);
     if (s == QVL_OK)
       s = tokenizer_init_gguf(g, &m->tok);
+    if (s == QVL_OK)
+      s = model_sampling_from_gguf(g, &m->sampling);
     if (s == QVL_OK) {
       s = load_text_gguf(g, dt, &m->text); /* takes ownership of g */
       g = NULL;

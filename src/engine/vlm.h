@@ -22,6 +22,7 @@
 #include "engine/hf_model.h"
 #include "qvl.h"
 #include "text/decoder.h"
+#include "text/sampler.h"
 #include "text/tokenizer.h"
 #include "vision/vision.h"
 
@@ -46,6 +47,8 @@ typedef struct vlm {
   int32_t image_pad_id, vision_start_id, vision_end_id;
   int32_t eos_ids[2]; /* <|im_end|>, <|endoftext|> (-1 when absent) */
   int n_eos;
+  sampler_params sampling; /* the model's recommended sampling, for requests that do not say
+                            * (engine/model_sampling.h) */
 } vlm;
 
 /* Loads GGUF files, or an HF directory given as p->model (a directory with a config.json). */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "base/cond.h"
 #include "base/status.h"
 
 #define WAIT_SLICE_MS 50 /* how often a waiter polls its stop check */
@@ -26,11 +27,7 @@ qvl_status image_budget_new(int64_t pool_pixels, int slots, image_budget **out) 
   if (!b)
     return qvl_errorf(QVL_ERR_NOMEM, "image budget: out of memory");
   pthread_mutex_init(&b->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&b->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  cond_init_monotonic(&b->cv);
   b->pool = pool_pixels;
   b->slots = slots;
   *out = b;
@@ -47,15 +44,8 @@ void image_budget_free(image_budget *b) {
 
 /* One slice of waiting (mutex held); then the stop check, without the mutex. */
 static qvl_status wait_slice(image_budget *b, qvl_stop_fn stop, void *user) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000L;
-  }
   b->waiting++;
-  pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+  cond_wait_ms(&b->cv, &b->mu, WAIT_SLICE_MS);
   b->waiting--;
   pthread_mutex_unlock(&b->mu);
   qvl_status s = qvl_stop_poll(stop, user);

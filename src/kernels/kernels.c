@@ -94,8 +94,23 @@ static kn_ops g_ops;
 static threadpool *g_pool;
 static int g_threads = 1;
 static scratch *g_scratch;  /* [g_threads] */
+static scratch g_scratch_one; /* g_scratch of one thread: set_threads(1) allocates nothing */
 static void *g_act;         /* quantized activations of the current matmul */
 static size_t g_act_size;
+/* An out-of-memory in a kernel since the last kernels_take_error on this thread (see kernels.h). */
+static _Thread_local qvl_status t_failed;
+
+/* Records an out-of-memory of a kernel call and returns it (the library never aborts on OOM). */
+static qvl_status kernel_oom(const char *what, size_t bytes) {
+  t_failed = QVL_ERR_NOMEM;
+  return qvl_errorf(QVL_ERR_NOMEM, "kernels: %s: cannot allocate %zu bytes", what, bytes);
+}
+
+qvl_status kernels_take_error(void) {
+  qvl_status s = t_failed;
+  t_failed = QVL_OK;
+  return s;
+}
 
 void *kn_scratch(int thread, size_t bytes) {
   assert(thread >= 0 && thread < g_threads);
@@ -120,7 +135,7 @@ static qvl_status set_threads(int n) {
   threadpool *pool = NULL;
   if (n > 1)
     QVL_TRY(threadpool_init(n, &pool));
-  scratch *s = calloc((size_t)n, sizeof *s);
+  scratch *s = n == 1 ? &g_scratch_one : calloc((size_t)n, sizeof *s);
   if (!s) {
     threadpool_free(pool);
     return qvl_errorf(QVL_ERR_NOMEM, "kernels: out of memory");
@@ -129,7 +144,10 @@ static qvl_status set_threads(int n) {
   if (g_scratch)
     for (int i = 0; i < g_threads; i++)
       free(g_scratch[i].p);
-  free(g_scratch);
+  if (g_scratch != &g_scratch_one)
+    free(g_scratch);
+  if (s == &g_scratch_one)
+    g_scratch_one = (scratch){0};
   g_pool = pool;
   g_scratch = s;
   g_threads = n;
@@ -219,10 +237,11 @@ static void lazy_init(void) {
   if (kernels_init(NULL, 0) == QVL_OK)
     return;
   log_error("%s; using the best available variant and the default thread count", qvl_last_error());
-  if (init_impl(NULL, 0, false) != QVL_OK && init_impl("ref", 1, false) != QVL_OK) {
-    log_error("kernels: cannot initialise: %s", qvl_last_error());
-    abort(); /* "ref" with one thread needs only a few small allocations */
-  }
+  if (init_impl(NULL, 0, false) == QVL_OK)
+    return;
+  log_error("kernels: %s; using the reference kernels on one thread", qvl_last_error());
+  /* Cannot fail: "ref" is always available and one thread needs no allocation (set_threads). */
+  (void)init_impl("ref", 1, false);
 }
 
 static inline const kn_ops *ops(void) {
@@ -389,22 +408,23 @@ static void aq_body(void *arg, int64_t t, int thread) {
   j->k->act_quantize(j->x + t * j->n_in, j->xq + (size_t)t * j->stride, j->n_in);
 }
 
-void kn_matmul(const kn_weight *w, const float *x, int64_t n_tokens, const float *bias, float *y) {
+qvl_status kn_matmul(const kn_weight *w, const float *x, int64_t n_tokens, const float *bias, float *y) {
   const kn_ops *o = ops();
   if (n_tokens <= 0)
-    return;
+    return QVL_OK;
   mm_job j = {.m = {.w = w, .x = x, .n_tokens = n_tokens, .bias = bias, .y = y}};
   j.k = o->mm_select(w, n_tokens);
+  size_t scratch_bytes = (size_t)w->n_in * 16 + 4096;
   for (int i = 0; i < g_threads; i++)
-    if (!kn_scratch(i, (size_t)w->n_in * 16 + 4096))
-      abort(); /* a few KiB per thread; nothing sensible is left to do without them */
+    if (!kn_scratch(i, scratch_bytes))
+      return kernel_oom("matmul scratch", scratch_bytes);
   if (j.k->act_row_bytes) {
     size_t stride = (j.k->act_row_bytes(w->n_in) + 63) & ~(size_t)63;
     size_t need = stride * (size_t)n_tokens;
     if (need > g_act_size) {
       void *p = NULL;
       if (posix_memalign(&p, 64, need) != 0)
-        abort();
+        return kernel_oom("matmul activations", need);
       free(g_act);
       g_act = p;
       g_act_size = need;
@@ -427,6 +447,7 @@ void kn_matmul(const kn_weight *w, const float *x, int64_t n_tokens, const float
   j.rows_per_task = rows;
   j.n_row_tasks = (w->n_out + rows - 1) / rows;
   run_parallel(j.n_row_tasks * n_tok_tasks, 1, mm_body, &j);
+  return QVL_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -538,19 +559,20 @@ static void attn_body(void *arg, int64_t i, int thread) {
     g_ops.attention(&j->a, h, q0, q1, thread);
 }
 
-void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
-                  int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
-                  float scale, int64_t causal_base, float *out, int64_t out_stride) {
-  kn_attention_prec(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
+qvl_status kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
+                        int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                        float scale, int64_t causal_base, float *out, int64_t out_stride) {
+  return kn_attention_prec(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
                     causal_base, out, out_stride, KN_PREC_EXACT);
 }
 
-static void attn_run(attn_job j) {
+static qvl_status attn_run(attn_job j) {
   int64_t n_q = j.a.n_q;
   int n_head = j.a.n_head, n_kv_head = j.a.n_kv_head, head_dim = j.a.head_dim;
+  size_t scratch_bytes = (size_t)head_dim * 1024 + 64 * 1024;
   for (int i = 0; i < g_threads; i++)
-    if (!kn_scratch(i, (size_t)head_dim * 1024 + 64 * 1024))
-      abort();
+    if (!kn_scratch(i, scratch_bytes))
+      return kernel_oom("attention scratch", scratch_bytes);
   /* About 64 (query, head) rows per task (each task streams the K/V of its head once); by KV
    * group when the variant wants it. */
   int units = g_ops.attn_by_group ? n_kv_head : n_head;
@@ -560,29 +582,30 @@ static void attn_run(attn_job j) {
   j.q_per_task = n_q < per ? n_q : per;
   j.n_q_tasks = (n_q + j.q_per_task - 1) / j.q_per_task;
   run_parallel(j.n_q_tasks * units, 1, attn_body, &j);
+  return QVL_OK;
 }
 
-void kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
-                       int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
-                       float scale, int64_t causal_base, float *out, int64_t out_stride, kn_precision prec) {
+qvl_status kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
+                             int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                             float scale, int64_t causal_base, float *out, int64_t out_stride, kn_precision prec) {
   ops();
   if (n_q <= 0)
-    return;
+    return QVL_OK;
   assert(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
-  attn_run((attn_job){.a = {.q = q, .k = k, .v = v, .out = out, .n_q = n_q, .q_stride = q_stride, .n_kv = n_kv,
+  return attn_run((attn_job){.a = {.q = q, .k = k, .v = v, .out = out, .n_q = n_q, .q_stride = q_stride, .n_kv = n_kv,
                             .kv_stride = kv_stride, .out_stride = out_stride, .n_head = n_head,
                             .n_kv_head = n_kv_head, .head_dim = head_dim, .scale = scale,
                             .causal_base = causal_base, .fast = prec == KN_PREC_FAST}});
 }
 
-void kn_attention_f16kv(const float *q, int64_t n_q, int64_t q_stride, const uint16_t *k, const uint16_t *v,
-                        int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
-                        float scale, int64_t causal_base, float *out, int64_t out_stride) {
+qvl_status kn_attention_f16kv(const float *q, int64_t n_q, int64_t q_stride, const uint16_t *k,
+                              const uint16_t *v, int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head,
+                              int head_dim, float scale, int64_t causal_base, float *out, int64_t out_stride) {
   ops();
   if (n_q <= 0)
-    return;
+    return QVL_OK;
   assert(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
-  attn_run((attn_job){.a = {.q = q, .k16 = k, .v16 = v, .out = out, .n_q = n_q, .q_stride = q_stride,
+  return attn_run((attn_job){.a = {.q = q, .k16 = k, .v16 = v, .out = out, .n_q = n_q, .q_stride = q_stride,
                             .n_kv = n_kv, .kv_stride = kv_stride, .out_stride = out_stride, .n_head = n_head,
                             .n_kv_head = n_kv_head, .head_dim = head_dim, .scale = scale,
                             .causal_base = causal_base}});

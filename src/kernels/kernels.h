@@ -22,6 +22,11 @@
 qvl_status kernels_init(const char *isa, int n_threads);
 const char *kernels_isa(void);
 int kernels_threads(void);
+/* Out of memory inside a kernel (kn_matmul and kn_attention grow their scratch on first use):
+ * the call returns QVL_ERR_NOMEM with its output unwritten, and the failure is also remembered
+ * for the calling thread, so that a forward pass can check once at its end instead of after
+ * each of its calls. Returns that status (QVL_OK if none) and clears it. */
+qvl_status kernels_take_error(void);
 
 /* A weight matrix prepared for matmul: W[n_out][n_in] (ggml ne0 = n_in, ne1 = n_out).
  * kn_weight_init may repack the data into the layout the active ISA wants (owned memory). */
@@ -50,7 +55,7 @@ qvl_status kn_precision_parse(const char *s, kn_precision *out);
 void kn_weight_free(kn_weight *w);
 
 /* y[t][o] = sum_i W[o][i] * x[t][i] (+ bias[o] if bias != NULL), for t < n_tokens. */
-void kn_matmul(const kn_weight *w, const float *x, int64_t n_tokens, const float *bias, float *y);
+qvl_status kn_matmul(const kn_weight *w, const float *x, int64_t n_tokens, const float *bias, float *y);
 
 /* out[n_in] = row r of W, dequantized. */
 void kn_weight_row(const kn_weight *w, int64_t r, float *out);
@@ -77,9 +82,9 @@ void kn_add(float *y, const float *x, int64_t n);
  * causal_base < 0: every query sees every key. Otherwise query i sees keys 0 .. causal_base + i.
  * Softmax in float32 of scale * q.k. Never materializes n_q x n_kv scores.
  */
-void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
-                  int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
-                  float scale, int64_t causal_base, float *out, int64_t out_stride);
+qvl_status kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
+                        int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                        float scale, int64_t causal_base, float *out, int64_t out_stride);
 
 /* Measured machine peaks (for benchmarks): a register-only loop of independent fp32 FMAs, bf16 dot
  * products (vdpbf16ps) or int8 dot products (vpdpbusd / vpmaddubsw) on every worker thread at once.
@@ -92,16 +97,17 @@ double kn_peak_ops(kn_peak_kind kind, double seconds_per_thread);
 /* kn_attention in a precision tier: KN_PREC_FAST may use bf16 dot products for q.k and p v (q, k,
  * v and the probabilities rounded to bf16; softmax in fp32) where the ISA has them (AVX-512 BF16,
  * head_dim 64); otherwise, and for KN_PREC_EXACT, it is kn_attention. */
-void kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
-                       int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
-                       float scale, int64_t causal_base, float *out, int64_t out_stride, kn_precision prec);
+qvl_status kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
+                             int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                             float scale, int64_t causal_base, float *out, int64_t out_stride,
+                             kn_precision prec);
 
 /* kn_attention (exact tier) over keys and values stored as IEEE half (the F16 KV cache): the rows
  * are widened to fp32 in registers as they are read, so the arithmetic is the f32 path's on the
  * f16-rounded values (no separate conversion pass, half the bytes streamed per key). */
-void kn_attention_f16kv(const float *q, int64_t n_q, int64_t q_stride, const uint16_t *k, const uint16_t *v,
-                        int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
-                        float scale, int64_t causal_base, float *out, int64_t out_stride);
+qvl_status kn_attention_f16kv(const float *q, int64_t n_q, int64_t q_stride, const uint16_t *k,
+                              const uint16_t *v, int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head,
+                              int head_dim, float scale, int64_t causal_base, float *out, int64_t out_stride);
 
 /* y[i] = x[i] rounded to IEEE half (round to nearest even, as f32_to_fp16; F16C where available):
  * how rows enter an F16 KV cache. */

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/status.h"
+#include "engine/model_sampling.h"
 #include "server/api_extra.h"
 #include "server/chat_history.h"
 #include "text/sampler.h"
@@ -17,48 +18,37 @@
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
-void api_error_set(api_error *e, int http, const char *type, const char *code, const char *param, const char *fmt,
-                   ...) {
+static void error_vset(api_error *e, int http, const char *type, const char *code, const char *param,
+                       const char *fmt, va_list ap) {
   e->http = http;
   e->type = type;
   e->code = code;
   snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+}
+
+void api_error_set(api_error *e, int http, const char *type, const char *code, const char *param, const char *fmt,
+                   ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  error_vset(e, http, type, code, param, fmt, ap);
+  va_end(ap);
+}
+
+void api_error_status(api_error *e, qvl_status s, const char *code, const char *param, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  error_vset(e, qvl_status_http(s), qvl_status_error_type(s), code ? code : qvl_status_error_code(s), param, fmt,
+             ap);
   va_end(ap);
 }
 
 void api_error_from_status(api_error *e, qvl_status s, const char *message) {
+  if (s == QVL_OK)
+    s = QVL_ERR_INTERNAL; /* an error that says "ok" is a bug of its caller: still an error */
   const char *msg = message && *message ? message : qvl_status_text(s);
-  int http = qvl_status_http(s);
-  switch (s) {
-  case QVL_ERR_CONTEXT_OVERFLOW:
-    api_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages", "%s", msg);
-    break;
-  case QVL_ERR_TOO_LARGE:
-    api_error_set(e, 413, "invalid_request_error", "request_too_large", NULL, "%s", msg);
-    break;
-  case QVL_ERR_NOT_FOUND:
-    api_error_set(e, 404, "invalid_request_error", "not_found", NULL, "%s", msg);
-    break;
-  case QVL_ERR_BUSY:
-  case QVL_ERR_NOMEM:
-    api_error_set(e, 503, "server_error", "server_busy", NULL, "%s", msg);
-    break;
-  case QVL_ERR_TIMEOUT:
-    api_error_set(e, 504, "server_error", "timeout", NULL, "%s", msg);
-    break;
-  case QVL_ERR_CANCELLED:
-    api_error_set(e, 499, "server_error", "cancelled", NULL, "%s", msg);
-    break;
-  default:
-    if (http >= 400 && http < 500)
-      api_error_set(e, http, "invalid_request_error", NULL, NULL, "%s", msg);
-    else
-      api_error_set(e, http >= 500 ? http : 500, "server_error", NULL, NULL, "%s", msg);
-    break;
-  }
+  /* the one status whose culprit is known: the prompt, i.e. the messages */
+  api_error_status(e, s, NULL, s == QVL_ERR_CONTEXT_OVERFLOW ? "messages" : NULL, "%s", msg);
 }
 
 static cJSON *error_object(const api_error *e) {
@@ -122,7 +112,7 @@ static const char *json_type_name(const cJSON *j) {
 }
 
 static bool bad_type(api_error *e, const char *param, const char *expected, const cJSON *found) {
-  api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "'%s' must be %s, got %s", param, expected,
+  api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "'%s' must be %s, got %s", param, expected,
                 json_type_name(found));
   return false;
 }
@@ -141,7 +131,7 @@ static bool get_number(const cJSON *root, const char *name, double lo, double hi
     return bad_type(e, name, "a number", j);
   double v = j->valuedouble;
   if (!isfinite(v) || v < lo || v > hi) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_value", name, "'%s' is %g; expected a number in [%g, %g]",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", name, "'%s' is %g; expected a number in [%g, %g]",
                   name, v, lo, hi);
     return false;
   }
@@ -157,7 +147,7 @@ static bool get_int(const cJSON *root, const char *name, double lo, double hi, i
     return bad_type(e, name, "an integer", j);
   double v = j->valuedouble;
   if (v < lo || v > hi) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_value", name, "'%s' is %.17g; expected an integer in [%.17g, %.17g]",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", name, "'%s' is %.17g; expected an integer in [%.17g, %.17g]",
                   name, v, lo, hi);
     return false;
   }
@@ -182,13 +172,13 @@ static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images,
     return bad_type(e, param, "an object", part);
   const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
   if (!cJSON_IsString(type)) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "%s: 'type' must be a string", param);
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "%s: 'type' must be a string", param);
     return false;
   }
   if (!strcmp(type->valuestring, "text")) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
     if (!cJSON_IsString(t)) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "%s: a text part needs 'text' as a string",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "%s: a text part needs 'text' as a string",
                     param);
       return false;
     }
@@ -198,7 +188,7 @@ static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images,
     const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, type->valuestring);
     const cJSON *url = cJSON_IsObject(iu) ? cJSON_GetObjectItemCaseSensitive(iu, "url") : iu;
     if (!cJSON_IsString(url) || !url->valuestring[0]) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_type", param,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param,
                     "%s: an image_url part needs 'image_url' as {\"url\": \"data:image/png;base64,...\"} or a "
                     "URL string",
                     param);
@@ -207,7 +197,7 @@ static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images,
     if (cJSON_IsObject(iu)) {
       const cJSON *detail = cJSON_GetObjectItemCaseSensitive(iu, "detail");
       if (detail && !cJSON_IsNull(detail) && !cJSON_IsString(detail)) {
-        api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "%s: 'detail' must be a string", param);
+        api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "%s: 'detail' must be a string", param);
         return false;
       }
     }
@@ -220,21 +210,21 @@ static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images,
     (*n_images)++;
     return true;
   }
-  api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+  api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", param,
                 "%s: unsupported content part type '%s' (supported: text, image_url)", param, type->valuestring);
   return false;
 }
 
 static bool check_messages(const cJSON *msgs, int *n_images, api_error *e) {
   if (!msgs) {
-    api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", "messages",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "messages",
                   "'messages' is required");
     return false;
   }
   if (!cJSON_IsArray(msgs))
     return bad_type(e, "messages", "an array", msgs);
   if (cJSON_GetArraySize(msgs) == 0) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_value", "messages", "'messages' is empty");
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "messages", "'messages' is empty");
     return false;
   }
   int mi = 0;
@@ -245,7 +235,7 @@ static bool check_messages(const cJSON *msgs, int *n_images, api_error *e) {
       return bad_type(e, param, "an object", m);
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
     if (!cJSON_IsString(role)) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "%s: 'role' must be a string", param);
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "%s: 'role' must be a string", param);
       return false;
     }
     static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
@@ -253,20 +243,20 @@ static bool check_messages(const cJSON *msgs, int *n_images, api_error *e) {
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
       known |= !strcmp(role->valuestring, roles[i]);
     if (!known) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", param,
                     "%s: unknown role '%s' (expected system, user, assistant or tool)", param, role->valuestring);
       return false;
     }
     /* OpenAI's newer name for system instructions; the Qwen template knows only "system" */
     if (!strcmp(role->valuestring, "developer") && !cJSON_SetValuestring((cJSON *)role, "system")) {
-      api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+      api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
       return false;
     }
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
     snprintf(param, sizeof param, "messages[%d].content", mi);
     if (!content || cJSON_IsNull(content)) {
       if (strcmp(role->valuestring, "assistant")) {
-        api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", param,
+        api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", param,
                       "%s is required for the %s role", param, role->valuestring);
         return false;
       }
@@ -301,27 +291,27 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
     if (at > len)
       at = len;
     if (len)
-      api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL,
                     "the request body is not valid JSON (error near byte %zu)", at);
     else
-      api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body is empty");
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL, "the request body is empty");
     return false;
   }
   out->root = root;
   for (size_t i = (size_t)(end - body); i < len; i++) {
     if (body[i] != ' ' && body[i] != '\t' && body[i] != '\r' && body[i] != '\n') {
-      api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL,
                     "the request body has extra data after the JSON value (byte %zu)", i);
       goto fail;
     }
   }
   if (!cJSON_IsObject(root)) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body must be a JSON object, got %s",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL, "the request body must be a JSON object, got %s",
                   json_type_name(root));
     goto fail;
   }
   if (json_depth(root, 0) > API_MAX_JSON_DEPTH) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body nests deeper than %d levels",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL, "the request body nests deeper than %d levels",
                   API_MAX_JSON_DEPTH);
     goto fail;
   }
@@ -336,7 +326,7 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
     for (int i = 0; i < lim->n_model_ids && !ok; i++)
       ok = !strcmp(model->valuestring, lim->model_ids[i]);
     if (!ok) {
-      api_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
+      api_error_status(e, QVL_ERR_NOT_FOUND, "model_not_found", "model",
                     "The model '%s' does not exist; this server serves '%s' (GET /v1/models)", model->valuestring,
                     lim->n_model_ids ? lim->model_ids[0] : "");
       goto fail;
@@ -348,7 +338,7 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   if (!check_messages(out->messages, &out->n_images, e))
     goto fail;
   if (lim->max_images >= 0 && out->n_images > lim->max_images) {
-    api_error_set(e, 400, "invalid_request_error", "too_many_images", "messages",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "too_many_images", "messages",
                   "the request has %d images; this server accepts at most %d per request", out->n_images,
                   lim->max_images);
     goto fail;
@@ -370,7 +360,7 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   if (!get_int(root, "n", 1, 128, &n, e))
     goto fail;
   if (n != 1) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_value", "n", "'n' must be 1 (got %lld): one choice per request",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "n", "'n' must be 1 (got %lld): one choice per request",
                   (long long)n);
     goto fail;
   }
@@ -378,12 +368,14 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   if (!api_agents_parse(root, &out->agent, &out->tools, &out->grammar, e))
     goto fail;
 
-  /* Sampling: absent fields take Qwen3-VL's recommended settings (generation_config.json). */
+  /* Sampling: absent fields take the model's recommended settings (engine/model_sampling.h). */
   gen_params *g = &out->gen;
   *g = gen_params_default();
   sampler_params *sp = &g->sampling;
-  double temperature = 0.7, top_p = 0.8, min_p = 0, presence = 0, frequency = 0, repetition = 1;
-  int64_t top_k = 20, seed = 0;
+  const sampler_params def = lim->sampling ? *lim->sampling : model_sampling_qwen3vl();
+  double temperature = def.temperature, top_p = def.top_p, min_p = def.min_p, presence = def.presence_penalty,
+         frequency = def.frequency_penalty, repetition = def.repetition_penalty;
+  int64_t top_k = def.top_k, seed = 0;
   bool seeded = field(root, "seed") != NULL;
   if (!get_number(root, "temperature", 0, 2, &temperature, e) || !get_number(root, "top_p", 0, 1, &top_p, e) ||
       !get_int(root, "top_k", -1, 1 << 30, &top_k, e) || !get_number(root, "min_p", 0, 1, &min_p, e) ||
@@ -403,7 +395,7 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   if (!api_parse_logit_bias(root, sp, e) || !api_refuse_unhonoured(root, e))
     goto fail;
   if (sampler_check_params(sp) != QVL_OK) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_value", NULL, "%s", qvl_last_error());
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", NULL, "%s", qvl_last_error());
     goto fail;
   }
 
@@ -421,7 +413,7 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
         out->stops[g->n_stop++] = stop->valuestring;
     } else if (cJSON_IsArray(stop)) {
       if (cJSON_GetArraySize(stop) > API_MAX_STOP) {
-        api_error_set(e, 400, "invalid_request_error", "invalid_value", "stop", "'stop' has %d strings; at most %d",
+        api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "stop", "'stop' has %d strings; at most %d",
                       cJSON_GetArraySize(stop), API_MAX_STOP);
         goto fail;
       }
@@ -447,7 +439,7 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
     goto fail;
   if (out->min_pixels > out->max_pixels) {
     if (field(root, "min_pixels")) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_value", "min_pixels",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "min_pixels",
                     "min_pixels %lld is larger than max_pixels %lld", (long long)out->min_pixels,
                     (long long)out->max_pixels);
       goto fail;
@@ -476,7 +468,7 @@ bool api_result_copy(api_result *d, const engine_result *r) {
   memset(d, 0, sizeof *d);
   d->status = r->status;
   snprintf(d->error, sizeof d->error, "%s", r->error);
-  snprintf(d->finish_reason, sizeof d->finish_reason, "%s", r->finish_reason ? r->finish_reason : "");
+  d->finish_reason = r->finish_reason;
   d->prompt_tokens = r->prompt_tokens;
   d->completion_tokens = r->completion_tokens;
   d->image_tokens = r->image_tokens;
@@ -499,11 +491,14 @@ void api_result_free(api_result *r) {
   api_logprobs_free(&r->lp);
 }
 
-const char *api_finish_reason(const char *r) {
-  if (!r || !*r)
-    return NULL;
-  if (!strcmp(r, "length"))
-    return "length";
+const char *api_finish_reason(engine_finish f) {
+  switch (f) {
+  case ENGINE_FINISH_NONE: return NULL;
+  case ENGINE_FINISH_LENGTH: return "length";
+  case ENGINE_FINISH_STOP:
+  case ENGINE_FINISH_CANCELLED:
+  case ENGINE_FINISH_ERROR: break;
+  }
   return "stop";
 }
 

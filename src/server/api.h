@@ -29,6 +29,11 @@ typedef struct api_error {
   char message[1024];
 } api_error;
 
+/* An error of a library status: its HTTP status, type and code come from the status list (qvl.h);
+ * code (when not NULL) names the error more precisely ("invalid_value", "model_not_found"). */
+void api_error_status(api_error *e, qvl_status s, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* An HTTP-level error that no library status stands for (401, 405, 408, 429, 501). */
 void api_error_set(api_error *e, int http, const char *type, const char *code, const char *param, const char *fmt,
                    ...) __attribute__((format(printf, 6, 7)));
 /* From a library status and message (the message of qvl_last_error() or an engine_result). */
@@ -47,6 +52,8 @@ typedef struct api_limits {
   int64_t default_min_pixels;  /* lower resize bound when the request gives none */
   const char *const *model_ids; /* names accepted in "model" */
   int n_model_ids;
+  const sampler_params *sampling; /* what absent sampling fields take: the model's recommendation
+                                   * (vlm.sampling); NULL: Qwen3-VL's (model_sampling_qwen3vl) */
 } api_limits;
 
 typedef struct api_chat_request {
@@ -73,7 +80,7 @@ void api_chat_request_free(api_chat_request *r);
 typedef struct api_result {
   qvl_status status;
   char error[512];
-  char finish_reason[16];
+  engine_finish finish_reason;
   int64_t prompt_tokens, completion_tokens, image_tokens, cached_prompt_tokens;
   int image_cache_hits, image_cache_misses;
   engine_timings t;
@@ -86,8 +93,9 @@ typedef struct api_result {
 /* Copies r (the text too); false when out of memory. */
 bool api_result_copy(api_result *dst, const engine_result *r);
 void api_result_free(api_result *r);
-/* OpenAI's finish_reason for the engine's ("stop", "length"; NULL while running). */
-const char *api_finish_reason(const char *engine_reason);
+/* OpenAI's finish_reason for the engine's: "length" at max_tokens, else "stop" (cancelled and
+ * failed requests report their status in the body); NULL while running. */
+const char *api_finish_reason(engine_finish f);
 
 /* A JSON string of generated text: each ill-formed UTF-8 sequence (and NUL) becomes U+FFFD. */
 cJSON *api_text_json(const char *s, size_t n);

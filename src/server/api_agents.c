@@ -19,7 +19,7 @@ static const cJSON *field(const cJSON *o, const char *name) {
 }
 
 static bool fail(api_error *e, const char *param, const char *code, const char *msg) {
-  api_error_set(e, 400, "invalid_request_error", code, param, "%s", msg);
+  api_error_status(e, QVL_ERR_INVALID_ARG, code, param, "%s", msg);
   return false;
 }
 
@@ -384,7 +384,7 @@ void api_agents_decorate(cJSON *choice, const api_result *r) {
         cJSON_AddStringToObject(f, "arguments", calls[i].arguments ? calls[i].arguments : "{}");
         cJSON_AddItemToArray(tc, c);
       }
-      if (!strcmp(r->finish_reason, "stop") || !r->finish_reason[0])
+      if (r->finish_reason == ENGINE_FINISH_STOP || r->finish_reason == ENGINE_FINISH_NONE)
         cJSON_ReplaceItemInObjectCaseSensitive(choice, "finish_reason", cJSON_CreateString("tool_calls"));
       free_calls(calls, n);
     }

@@ -23,7 +23,7 @@ static void state_free(void *p) {
 }
 
 static bool bad(api_error *e, const char *param, const char *msg) {
-  api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "'%s' %s", param, msg);
+  api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "'%s' %s", param, msg);
   return false;
 }
 
@@ -31,13 +31,13 @@ static bool bad(api_error *e, const char *param, const char *msg) {
 static bool take_ids(const cJSON *a, compat_request *out, api_error *e) {
   int n = cJSON_GetArraySize(a);
   if (n == 0 || n > COMPLETIONS_MAX_PROMPT_IDS) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_value", "prompt",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "prompt",
                   "a token-id prompt needs 1..%d ids, got %d", COMPLETIONS_MAX_PROMPT_IDS, n);
     return false;
   }
   out->raw_ids = malloc(sizeof *out->raw_ids * (size_t)n);
   if (!out->raw_ids) {
-    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
     return false;
   }
   int i = 0;
@@ -55,11 +55,11 @@ static bool take_prompt(const cJSON *p, compat_request *out, api_error *e) {
   if (cJSON_IsString(p)) {
     out->raw_len = strlen(p->valuestring);
     if (!(out->raw_text = strdup(p->valuestring))) {
-      api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+      api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
       return false;
     }
     if (!out->raw_len) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_value", "prompt", "'prompt' is empty");
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "prompt", "'prompt' is empty");
       return false;
     }
     return true;
@@ -68,7 +68,7 @@ static bool take_prompt(const cJSON *p, compat_request *out, api_error *e) {
     return take_ids(p, out, e);
   if (cJSON_IsArray(p) && p->child && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) {
     if (cJSON_GetArraySize(p) != 1) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "prompt",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "prompt",
                     "'prompt' holds %d prompts; this server answers one prompt per request (send them separately)",
                     cJSON_GetArraySize(p));
       return false;
@@ -78,7 +78,7 @@ static bool take_prompt(const cJSON *p, compat_request *out, api_error *e) {
     return take_prompt(p->child, out, e);
   }
   if (!p || cJSON_IsNull(p)) {
-    api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", "prompt", "'prompt' is required");
+    api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "prompt", "'prompt' is required");
     return false;
   }
   return bad(e, "prompt", "must be a string, an array of token ids, or an array of one of those");
@@ -93,7 +93,7 @@ bool completions_translate(const char *body, size_t len, const compat_ctx *ctx, 
   out->fmt = &completions_format;
   cmpl_state *st = calloc(1, sizeof *st);
   if (!st) {
-    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
     return false;
   }
   out->state = st;
@@ -111,13 +111,13 @@ bool completions_translate(const char *body, size_t len, const compat_ctx *ctx, 
     goto done;
   const cJSON *bo = cJSON_GetObjectItemCaseSensitive(root, "best_of");
   if (bo && !cJSON_IsNull(bo) && !(cJSON_IsNumber(bo) && bo->valuedouble == 1)) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "best_of", "'best_of' must be 1");
+    api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "best_of", "'best_of' must be 1");
     goto done;
   }
   /* legacy logprobs is an integer (top-n); 0 asks for none */
   const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
   if (lp && !cJSON_IsNull(lp) && !(cJSON_IsNumber(lp) && lp->valuedouble == 0) && !cJSON_IsFalse(lp)) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "logprobs",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "logprobs",
                   "'logprobs' is not supported on /v1/completions yet");
     goto done;
   }
@@ -131,7 +131,7 @@ bool completions_translate(const char *body, size_t len, const compat_ctx *ctx, 
   out->raw = true;
   if (cJSON_IsTrue(echo)) {
     if (!out->raw_text) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "echo",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "echo",
                     "'echo' works with a text prompt only (not token ids)");
       goto done;
     }

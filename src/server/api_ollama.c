@@ -50,7 +50,7 @@ static char *error_body(const char *msg) {
 }
 
 static bool bad(api_error *e, const char *param, const char *msg) {
-  api_error_set(e, 400, "invalid_request_error", "invalid_value", param, "%s: %s", param, msg);
+  api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", param, "%s: %s", param, msg);
   return false;
 }
 
@@ -97,7 +97,7 @@ static bool add_message(cJSON *msgs, const char *role, const char *text, const c
       return bad(e, param, "'images' must be an array of base64 strings");
     cJSON *p = image_part(im->valuestring);
     if (!p) {
-      api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+      api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
       return false;
     }
     cJSON_AddItemToArray(parts, p);
@@ -155,14 +155,14 @@ static bool translate_options(const cJSON *root, cJSON *chat, api_error *e) {
       if (!strcmp(k, neutral_options[i].name)) {
         double v = cJSON_IsBool(o) ? (double)cJSON_IsTrue(o) : cJSON_IsNumber(o) ? o->valuedouble : NAN;
         if (!cJSON_IsNull(o) && v != neutral_options[i].neutral) {
-          api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "options",
+          api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "options",
                         "options.%s is not supported (only its neutral value %g)", k, neutral_options[i].neutral);
           return false;
         }
         done = true;
       }
     if (!done) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "options", "options.%s is not supported",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "options", "options.%s is not supported",
                     k);
       return false;
     }
@@ -193,7 +193,7 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   cJSON_AddBoolToObject(chat, "stream", !cJSON_IsFalse(stream)); /* Ollama streams unless told not to */
   const cJSON *think = cJSON_GetObjectItemCaseSensitive(root, "think");
   if (think && !cJSON_IsNull(think) && !cJSON_IsFalse(think)) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "think",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "think",
                   "'think' is not supported: the model does not think aloud");
     return false;
   }
@@ -227,17 +227,17 @@ static bool translate_tool_calls(const cJSON *tc, int msg, cJSON *m, const char 
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name"), *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
     if (!cJSON_IsObject(c) || !cJSON_IsObject(f) || !cJSON_IsString(name) || !name->valuestring[0]) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", param,
                     "%s: %s must be {\"function\": {\"name\": \"...\", \"arguments\": {...}}}", param, what);
       return false;
     }
     if (args && !cJSON_IsNull(args) && !cJSON_IsObject(args)) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_type", param,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param,
                     "%s: %s.function.arguments must be a JSON object", param, what);
       return false;
     }
     if (id && !cJSON_IsNull(id) && !cJSON_IsString(id)) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "%s: %s.id must be a string", param, what);
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "%s: %s.id must be a string", param, what);
       return false;
     }
     cJSON *out = cJSON_CreateObject();
@@ -260,7 +260,7 @@ static ollama_state *new_state(compat_request *out, bool generate, api_error *e)
   out->fmt = &ollama_format;
   ollama_state *st = calloc(1, sizeof *st);
   if (!st) {
-    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
     return NULL;
   }
   st->generate = generate;
@@ -287,7 +287,7 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
                    !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")); /* the chat's parse_tools */
   const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
   if (!cJSON_IsArray(msgs) || !msgs->child) {
-    api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", "messages",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "messages",
                   "'messages' must be a non-empty array");
     goto done;
   }
@@ -382,14 +382,14 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
   }
   if (cJSON_IsTrue(raw)) {
     if (has_images) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "raw",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "raw",
                     "raw prompts cannot carry images (the template places them)");
       goto done;
     }
     out->raw = true;
     out->raw_len = strlen(text);
     if (!(out->raw_text = strdup(text))) {
-      api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+      api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
       goto done;
     }
   }
@@ -448,9 +448,11 @@ static void add_tool_calls(cJSON *o, const cJSON *calls) {
 }
 
 /* The counts and durations (nanoseconds) of the last object. */
+/* Ollama's done_reason: "length" at num_predict, else "stop" (as Ollama says for a finished turn). */
+static const char *done_reason(engine_finish f) { return f == ENGINE_FINISH_LENGTH ? "length" : "stop"; }
+
 static void add_stats(cJSON *o, const api_result *r) {
-  const char *fr = api_finish_reason(r->finish_reason);
-  cJSON_AddStringToObject(o, "done_reason", fr ? fr : "stop");
+  cJSON_AddStringToObject(o, "done_reason", done_reason(r->finish_reason));
   const engine_timings *t = &r->t;
   double total_ms = t->queue_ms + t->preprocess_ms + t->vision_ms + t->prefill_ms + t->decode_ms;
   cJSON_AddNumberToObject(o, "total_duration", floor(total_ms * 1e6));
@@ -624,23 +626,23 @@ char *ollama_info(const char *path, const char *method, const char *body, size_t
   bool tags = !strcmp(path, "/api/tags"), ps = !strcmp(path, "/api/ps"), show = !strcmp(path, "/api/show");
   bool gen = !strcmp(path, "/api/chat") || !strcmp(path, "/api/generate");
   if (!tags && !ps && !show && !gen)
-    return fail(status, 404, "no such endpoint of the Ollama API");
+    return fail(status, qvl_status_http(QVL_ERR_NOT_FOUND), "no such endpoint of the Ollama API");
   if (gen || show ? !post : !get)
     return *allow = gen || show ? "POST" : "GET, HEAD", fail(status, 405, "method not allowed");
   if (!ctx->model_id)
-    return fail(status, 503, "the model is still loading; retry in a few seconds");
+    return fail(status, qvl_status_http(QVL_ERR_BUSY), "the model is still loading; retry in a few seconds");
   if (show) {
     api_error e;
     cJSON *root = compat_parse_body(body, len, &e);
     if (!root)
-      return fail(status, 400, e.message);
+      return fail(status, qvl_status_http(QVL_ERR_INVALID_ARG), e.message);
     char name[160];
     bool ours = names_our_model(root, ctx, name, sizeof name);
     cJSON_Delete(root);
     if (!ours) {
       char msg[256];
       snprintf(msg, sizeof msg, "model '%s' not found (this server serves '%s')", name, ctx->model_id);
-      return fail(status, 404, msg);
+      return fail(status, qvl_status_http(QVL_ERR_NOT_FOUND), msg);
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "license", "");

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/timing.h"
+#include "engine/model_sampling.h"
 #include "server/resp_store.h"
 
 /* ---- the formatter's state ------------------------------------------------------------------- */
@@ -25,7 +26,19 @@ typedef struct resp_state {
   bool hold_tools;      /* tools may be called: text that may begin a call is held (compat_hold) */
   compat_hold hold;
   buf text;             /* streamed text so far */
+  float temperature, top_p; /* what a request without them samples with (the model's defaults) */
 } resp_state;
+
+/* The shortest decimal that reads back as f, as a double ("0.7" for 0.7f, not 0.699999988). */
+static double float_decimal(float f) {
+  char s[32];
+  for (int prec = 1; prec < 9; prec++) {
+    snprintf(s, sizeof s, "%.*g", prec, (double)f);
+    if ((float)strtod(s, NULL) == f)
+      return strtod(s, NULL);
+  }
+  return (double)f;
+}
 
 static void state_free(void *p) {
   resp_state *st = p;
@@ -41,7 +54,7 @@ static void state_free(void *p) {
 /* ---- request translation --------------------------------------------------------------------- */
 
 static bool bad(api_error *e, const char *param, const char *code, const char *msg) {
-  api_error_set(e, 400, "invalid_request_error", code, param, "%s: %s", param, msg);
+  api_error_status(e, QVL_ERR_INVALID_ARG, code, param, "%s: %s", param, msg);
   return false;
 }
 
@@ -152,7 +165,7 @@ static cJSON *translate_part(const cJSON *p, const char *param, api_error *e) {
   if (!strcmp(t, "input_image")) {
     const cJSON *fid = cJSON_GetObjectItemCaseSensitive(p, "file_id");
     if (fid && !cJSON_IsNull(fid)) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                     "%s: 'file_id' (files API) is not supported; send the image as image_url (a data: URL)", param);
       return NULL;
     }
@@ -167,7 +180,7 @@ static cJSON *translate_part(const cJSON *p, const char *param, api_error *e) {
   } else if (!strcmp(t, "input_file")) {
     const cJSON *fd = cJSON_GetObjectItemCaseSensitive(p, "file_data");
     if (!cJSON_IsString(fd) || strncmp(fd->valuestring, "data:image/", 11)) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                     "%s: input_file is supported only with 'file_data' holding an image data: URL (no files API, "
                     "no PDFs)",
                     param);
@@ -175,7 +188,7 @@ static cJSON *translate_part(const cJSON *p, const char *param, api_error *e) {
     }
     url = fd->valuestring;
   } else {
-    api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", param,
                   "%s: unsupported content part type '%s' (supported: input_text, input_image, output_text, input_file "
                   "with image data)",
                   param, t);
@@ -225,9 +238,9 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, const 
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
     cJSON *m = cJSON_IsString(id) ? referenced_item(ctx, id->valuestring) : NULL;
     if (!m) {
-      api_error_set(e, 404, "invalid_request_error", "not_found", param,
-                    "%s: item '%s' not found (this server keeps only the output messages and function calls of "
-                    "stored responses, for %.0f s)",
+      api_error_status(e, QVL_ERR_NOT_FOUND, "not_found", param,
+                       "%s: item '%s' not found (this server keeps only the output messages and function calls of "
+                       "stored responses, for %.0f s)",
                     param, cJSON_IsString(id) ? id->valuestring : "?", RESPONSES_STORE_TTL_S);
       return false;
     }
@@ -265,7 +278,7 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, const 
     if (!cJSON_IsString(cid) || !cid->valuestring[0])
       return bad(e, param, "invalid_type", "a function_call_output item needs 'call_id' as a non-empty string");
     if (!has_call(prior, cid->valuestring) && !has_call(msgs, cid->valuestring)) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", param,
                     "%s: no function call with call_id '%s' before this output (send the function_call item, an "
                     "item_reference to it, or previous_response_id of the response that made it)",
                     param, cid->valuestring);
@@ -282,7 +295,7 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, const 
     return true;
   }
   if (strcmp(t, "message")) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+    api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                   "%s: input items of type '%s' are not supported (supported: message, item_reference, function_call, "
                   "function_call_output)",
                   param, t);
@@ -333,14 +346,14 @@ static bool translate_tools(const cJSON *root, cJSON *chat, api_error *e) {
       if (!cJSON_IsString(type))
         return bad(e, param, "invalid_type", "a tool needs 'type' as a string");
       if (strcmp(type->valuestring, "function")) {
-        api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
+        api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                       "%s: built-in tool '%s' is not supported (only function tools)", param, type->valuestring);
         return false;
       }
       const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name"), *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
       if (!cJSON_IsString(name)) {
         snprintf(param, sizeof param, "tools[%d].name", i);
-        api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", param,
+        api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", param,
                       "%s: a function tool needs 'name' (Responses tools are flat: {\"type\": \"function\", "
                       "\"name\", \"parameters\"}, not the chat's nested \"function\" object)",
                       param);
@@ -368,7 +381,7 @@ static bool translate_tools(const cJSON *root, cJSON *chat, api_error *e) {
   } else if (cJSON_IsObject(tc)) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(tc, "type"), *name = cJSON_GetObjectItemCaseSensitive(tc, "name");
     if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name)) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "tool_choice",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "tool_choice",
                     "'tool_choice' must be auto, none, required or {\"type\":\"function\",\"name\":...}");
       return false;
     }
@@ -388,7 +401,7 @@ static bool translate_text(const cJSON *root, cJSON *chat, api_error *e) {
     return bad(e, "text", "invalid_type", "'text' must be an object");
   const cJSON *verb = cJSON_GetObjectItemCaseSensitive(text, "verbosity");
   if (verb && !cJSON_IsNull(verb)) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "text.verbosity",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "text.verbosity",
                   "'text.verbosity' is not supported");
     return false;
   }
@@ -437,7 +450,7 @@ static bool translate_logprobs(const cJSON *root, cJSON *chat, api_error *e) {
       return bad(e, "include", "invalid_type", "'include' must be an array of strings");
     for (const cJSON *x = inc->child; x; x = x->next) {
       if (!cJSON_IsString(x) || strcmp(x->valuestring, "message.output_text.logprobs")) {
-        api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "include",
+        api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "include",
                       "'include' value '%s' is not supported (only \"message.output_text.logprobs\")",
                       cJSON_IsString(x) ? x->valuestring : "?");
         return false;
@@ -464,7 +477,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   out->fmt = &responses_format;
   resp_state *st = calloc(1, sizeof *st);
   if (!st) {
-    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
     return false;
   }
   out->state = st;
@@ -476,6 +489,9 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   snprintf(out->id, sizeof out->id, "resp_%.40s", hex);
   snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");
   st->created = ctx->created;
+  const sampler_params def = ctx->sampling ? *ctx->sampling : model_sampling_qwen3vl();
+  st->temperature = def.temperature;
+  st->top_p = def.top_p;
 
   cJSON *root = compat_parse_body(body, len, e);
   if (!root)
@@ -487,7 +503,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
       goto done;
   const cJSON *trunc = cJSON_GetObjectItemCaseSensitive(root, "truncation");
   if (trunc && !cJSON_IsNull(trunc) && !(cJSON_IsString(trunc) && !strcmp(trunc->valuestring, "disabled"))) {
-    api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "truncation",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "truncation",
                   "only truncation \"disabled\" is supported (a prompt over the context answers 400)");
     goto done;
   }
@@ -529,7 +545,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
     free(json);
     if (!cJSON_IsArray(old)) {
       cJSON_Delete(old);
-      api_error_set(e, 404, "invalid_request_error", "previous_response_not_found", "previous_response_id",
+      api_error_status(e, QVL_ERR_NOT_FOUND, "previous_response_not_found", "previous_response_id",
                     "Previous response with id '%s' not found (responses are kept in memory for %.0f s, at most %d, "
                     "and only with store=true)",
                     prev->valuestring, RESPONSES_STORE_TTL_S, RESPONSES_STORE_ENTRIES);
@@ -555,7 +571,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
       }
   } else if (!input || cJSON_IsNull(input)) {
     cJSON_Delete(turn);
-    api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", "input", "'input' is required");
+    api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "input", "'input' is required");
     goto done;
   } else {
     cJSON_Delete(turn);
@@ -689,7 +705,9 @@ static cJSON *call_item(const resp_state *st, int i, const cJSON *call, const ch
   return o;
 }
 
-static bool cut_short(const api_result *r) { return r && !strcmp(r->finish_reason, "length"); }
+/* The Responses API's words for a finish: "incomplete" (reason max_output_tokens) at the length
+ * limit, else "completed" (failures have their own status, "failed"). */
+static bool cut_short(const api_result *r) { return r && r->finish_reason == ENGINE_FINISH_LENGTH; }
 
 /* status: "in_progress", "completed", "incomplete", "failed". r: NULL while in progress. */
 /* The output items of a finished answer: the message with the text (left out when the model only
@@ -736,13 +754,13 @@ static cJSON *response_object(const resp_state *st, const char *status, const ap
   cJSON_AddNullToObject(reasoning, "effort");
   cJSON_AddNullToObject(reasoning, "summary");
   add_or_default(o, echo, "store", cJSON_CreateFalse());
-  add_or_default(o, echo, "temperature", cJSON_CreateNumber(0.7));
+  add_or_default(o, echo, "temperature", cJSON_CreateNumber(float_decimal(st->temperature)));
   cJSON *text = cJSON_CreateObject();
   cJSON_AddStringToObject(cJSON_AddObjectToObject(text, "format"), "type", "text");
   add_or_default(o, echo, "text", text);
   add_or_default(o, echo, "tool_choice", cJSON_CreateString("auto"));
   add_or_default(o, echo, "tools", cJSON_CreateArray());
-  add_or_default(o, echo, "top_p", cJSON_CreateNumber(0.8));
+  add_or_default(o, echo, "top_p", cJSON_CreateNumber(float_decimal(st->top_p)));
   cJSON_AddStringToObject(o, "truncation", "disabled");
   if (r && !err) {
     cJSON *u = cJSON_AddObjectToObject(o, "usage");

@@ -12,7 +12,7 @@ bool chat_history_parse(const cJSON *root, const server_config *cfg, history_pol
   const cJSON *h = cJSON_GetObjectItemCaseSensitive(root, "history");
   if (h && !cJSON_IsNull(h)) {
     if (!cJSON_IsString(h) || !history_mode_parse(h->valuestring, &out->mode)) {
-      api_error_set(e, 400, "invalid_request_error", "invalid_value", "history",
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "history",
                     "'history' must be \"error\" (refuse a conversation that does not fit the context) or \"trim\" "
                     "(drop its oldest turns)");
       return false;
@@ -32,12 +32,12 @@ bool chat_history_check_images(const api_chat_request *req, const history_policy
   if (req->n_images <= cap)
     return true;
   if (p->mode == HISTORY_TRIM)
-    api_error_set(e, 400, "invalid_request_error", "too_many_images", "messages",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "too_many_images", "messages",
                   "the request has %d images; with history trim this server accepts at most %lld per conversation "
                   "(%lld kept)",
                   req->n_images, (long long)cap, (long long)cfg->max_images);
   else
-    api_error_set(e, 400, "invalid_request_error", "too_many_images", "messages",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "too_many_images", "messages",
                   "the request has %d images; this server accepts at most %lld per request", req->n_images,
                   (long long)cfg->max_images);
   return false;

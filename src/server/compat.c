@@ -30,31 +30,31 @@ static int depth_of(const cJSON *j, int depth) {
 
 cJSON *compat_parse_body(const char *body, size_t len, api_error *e) {
   if (!len) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body is empty");
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL, "the request body is empty");
     return NULL;
   }
   const char *end = NULL;
   cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
   if (!root) {
     size_t at = end && end >= body ? (size_t)(end - body) : 0;
-    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL,
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL,
                   "the request body is not valid JSON (error near byte %zu)", at > len ? len : at);
     return NULL;
   }
   for (size_t i = (size_t)(end - body); i < len; i++)
     if (body[i] != ' ' && body[i] != '\t' && body[i] != '\r' && body[i] != '\n') {
-      api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL,
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL,
                     "the request body has extra data after the JSON value (byte %zu)", i);
       cJSON_Delete(root);
       return NULL;
     }
   if (!cJSON_IsObject(root)) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body must be a JSON object");
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL, "the request body must be a JSON object");
     cJSON_Delete(root);
     return NULL;
   }
   if (depth_of(root, 0) > API_MAX_JSON_DEPTH) {
-    api_error_set(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body nests deeper than %d levels",
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL, "the request body nests deeper than %d levels",
                   API_MAX_JSON_DEPTH);
     cJSON_Delete(root);
     return NULL;
@@ -77,7 +77,7 @@ bool compat_refuse_field(const cJSON *root, const char *name, bool allow_empty, 
   if (allow_empty && (cJSON_IsFalse(j) || (cJSON_IsString(j) && !j->valuestring[0]) ||
                       ((cJSON_IsArray(j) || cJSON_IsObject(j)) && !j->child)))
     return true;
-  api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", name, "'%s' is not supported%s%s", name,
+  api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", name, "'%s' is not supported%s%s", name,
                 why && *why ? ": " : "", why ? why : "");
   return false;
 }
@@ -85,7 +85,7 @@ bool compat_refuse_field(const cJSON *root, const char *name, bool allow_empty, 
 bool compat_finish_chat(cJSON *chat, compat_request *out, api_error *e) {
   out->chat_body = cJSON_PrintUnformatted(chat);
   if (!out->chat_body) {
-    api_error_set(e, 500, "server_error", NULL, NULL, "out of memory translating the request");
+    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory translating the request");
     return false;
   }
   out->chat_len = strlen(out->chat_body);

@@ -40,6 +40,7 @@ typedef struct compat_ctx {
   int64_t started;        /* unix seconds the server started (model listings) */
   resp_store *responses;  /* stored responses for previous_response_id (NULL: none) */
   bool stream_usage;      /* --stream-usage */
+  const sampler_params *sampling; /* the model's default sampling (NULL: Qwen3-VL's), for echoes */
 } compat_ctx;
 
 /* How a result is written in an endpoint's shape. The state is the translator's. */

@@ -433,10 +433,6 @@ static qvl_status apply_args(server_config *c, int argc, char **argv, int first,
   return QVL_OK;
 }
 
-qvl_status server_config_apply_args(server_config *c, int argc, char **argv, int first) {
-  return apply_args(c, argc, argv, first, false);
-}
-
 /* ---- the whole chain ----------------------------------------------------------------------- */
 
 static qvl_status read_key_file(server_config *c) {

@@ -97,7 +97,6 @@ qvl_status server_config_load(server_config *c, int argc, char **argv, int first
 /* The steps on their own (tests). `name` is used in messages ("config.yaml:12: ..."). */
 qvl_status server_config_apply_yaml(server_config *c, const char *text, size_t len, const char *name);
 qvl_status server_config_apply_env(server_config *c, server_config_getenv_fn env);
-qvl_status server_config_apply_args(server_config *c, int argc, char **argv, int first);
 qvl_status server_config_check(server_config *c);
 
 /* The effective settings as YAML a config file can hold (API keys redacted), for

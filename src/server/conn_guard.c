@@ -135,7 +135,7 @@ static void reject(conn_guard *g, int fd, bool per_client, double now) {
     send_answer(fd, 429, "Too Many Requests", "too_many_connections",
                 "too many connections from your address (max_connections_per_client); retry after a few seconds", true);
   else
-    send_answer(fd, 503, "Service Unavailable", "server_busy",
+    send_answer(fd, qvl_status_http(QVL_ERR_BUSY), "Service Unavailable", qvl_status_error_code(QVL_ERR_BUSY),
                 "the server has no free connection (max_connections); retry after a few seconds", true);
   linger_add(g, fd, now);
 }

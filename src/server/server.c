@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/cond.h"
 #include "base/logsink.h"
 #include "base/status.h"
 #include "base/timing.h"
@@ -175,7 +176,7 @@ static void log_request(const req_log *l) {
                   "image_cache_hits=%d image_cache_misses=%d queue_ms=%.1f ttft_ms=%.1f decode_tok_s=%.2f finish=%s",
                   (long long)r->prompt_tokens, (long long)r->completion_tokens, (long long)r->image_tokens,
                   (long long)r->cached_prompt_tokens, r->image_cache_hits, r->image_cache_misses, r->t.queue_ms,
-                  r->t.ttft_ms, r->t.decode_tok_s, r->finish_reason[0] ? r->finish_reason : "none");
+                  r->t.ttft_ms, r->t.decode_tok_s, r->finish_reason ? engine_finish_name(r->finish_reason) : "none");
   if (n < 0)
     return;
   if ((size_t)n >= sizeof line - 1)
@@ -189,7 +190,7 @@ static call *call_new(server *s) {
   if (!k)
     return NULL;
   pthread_mutex_init(&k->mu, NULL);
-  pthread_cond_init(&k->cv, NULL);
+  cond_init_monotonic(&k->cv);
   k->refs = 1;
   k->srv = s;
   k->fd = -1;
@@ -273,7 +274,7 @@ static void on_done(void *user, const engine_result *r) {
     snprintf(k->result.error, sizeof k->result.error, "out of memory copying the result");
   }
   k->result.agent = k->agent;
-  if (k->result.status == QVL_OK && r->finish_reason && !strcmp(r->finish_reason, "cancelled")) {
+  if (k->result.status == QVL_OK && r->finish_reason == ENGINE_FINISH_CANCELLED) {
     k->result.status = QVL_ERR_CANCELLED;
     snprintf(k->result.error, sizeof k->result.error, "the request was cancelled");
   }
@@ -363,7 +364,7 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, server *s, conn_req
                                    const char *const *extra) {
   const char *hdr[8] = {0};
   int n = 0;
-  if (e->http == 503) {
+  if (e->http == qvl_status_http(QVL_ERR_BUSY)) { /* 503: say when to retry */
     hdr[n++] = "Retry-After";
     hdr[n++] = "2";
   } else if (e->http == 401) {
@@ -377,10 +378,10 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, server *s, conn_req
   return reply_json(c, s, r, e->http, api_error_json(e), hdr);
 }
 
-static enum MHD_Result reply_errorf(struct MHD_Connection *c, server *s, conn_req *r, int http, const char *type,
+static enum MHD_Result reply_errorf(struct MHD_Connection *c, server *s, conn_req *r, qvl_status st,
                                     const char *code, const char *fmt, const char *arg) {
   api_error e;
-  api_error_set(&e, http, type, code, NULL, fmt, arg);
+  api_error_status(&e, st, code, NULL, fmt, arg);
   return reply_error(c, s, r, &e, NULL);
 }
 
@@ -492,14 +493,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max) {
       stream_format(k);
       continue;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+    cond_wait_ms(&k->cv, &k->mu, WAIT_SLICE_MS);
     if (!k->pending.len && !k->done && conn_gone(k->fd)) {
       pthread_mutex_unlock(&k->mu);
       return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free cancels the request */
@@ -515,7 +509,8 @@ static void stream_free(void *cls) {
   if (cancel)
     k->cancelled = true;
   bool complete = k->finished && k->out_off >= k->out.len;
-  k->log.status = complete ? 200 : 499; /* 499: the client closed the connection (nginx's code) */
+  /* 499 (nginx's code, QVL_ERR_CANCELLED's): the client closed the connection */
+  k->log.status = complete ? 200 : qvl_status_http(QVL_ERR_CANCELLED);
   k->log.res = k->done ? &k->result : NULL;
   pthread_mutex_unlock(&k->mu);
   if (cancel) {
@@ -576,6 +571,7 @@ static void fill_limits(server *s, api_limits *lim) {
   lim->default_min_pixels = IMAGE_CPU_DEFAULT_MIN_PIXELS;
   lim->model_ids = (const char *const *)s->model_ids;
   lim->n_model_ids = s->n_model_ids;
+  lim->sampling = s->be.sampling;
 }
 
 /* The stop check of a request's pre-processing (image fetch/decode, tokenizing, budget waits), on
@@ -611,7 +607,7 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   call *k = call_new(s);
   if (!k) {
     api_chat_request_free(&req);
-    api_error_set(e, 503, "server_error", "server_busy", NULL, "out of memory");
+    api_error_status(e, QVL_ERR_BUSY, "server_busy", NULL, "out of memory");
     return NULL;
   }
   api_random_id("chatcmpl-", k->id, sizeof k->id);
@@ -691,7 +687,7 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   if (st != QVL_OK) {
     if (st == QVL_ERR_BUSY) {
       atomic_fetch_add(&s->rejected_busy, 1);
-      api_error_set(e, 503, "server_error", "server_busy", NULL,
+      api_error_status(e, QVL_ERR_BUSY, "server_busy", NULL,
                     "the server is busy: the request queue is full; retry after a few seconds");
     } else {
       api_error_from_status(e, st, qvl_last_error());
@@ -741,7 +737,7 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
   if (!admitted || !s->ready) {
     bool draining = !admitted;
     pthread_rwlock_unlock(&s->be_lock);
-    api_error_set(&e, 503, "server_error", draining ? "shutting_down" : "model_loading", NULL,
+    api_error_status(&e, QVL_ERR_BUSY, draining ? "shutting_down" : "model_loading", NULL,
                   draining ? "the server is shutting down" : "the model is still loading; retry in a few seconds");
     static const char *const close_hdr[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
     if (cr)
@@ -775,14 +771,7 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
   k->fd = ci ? ci->connect_fd : -1;
   /* Non-streaming: until done. Streaming: until there is something to send. */
   while (!k->done && !(k->stream && k->pending.len)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += WAIT_SLICE_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&k->cv, &k->mu, &ts);
+    cond_wait_ms(&k->cv, &k->mu, WAIT_SLICE_MS);
     if (!k->done && !k->cancelled && conn_gone(k->fd)) {
       k->cancelled = true;
       pthread_mutex_unlock(&k->mu);
@@ -795,7 +784,7 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
   bool failed_early = k->done && !k->any_text && k->result.status != QVL_OK;
   pthread_mutex_unlock(&k->mu);
   if (cancelled) {
-    r->log.status = 499;
+    r->log.status = qvl_status_http(QVL_ERR_CANCELLED);
     r->log.res = &k->result;
     log_request(&r->log);
     r->log_owned_by_stream = true;
@@ -847,13 +836,14 @@ static enum MHD_Result reply_error_as(struct MHD_Connection *c, server *s, conn_
   if (!fmt || !fmt->error_json)
     return reply_error(c, s, r, e, NULL);
   static const char *const retry[] = {"Retry-After", "2", NULL}, *const bearer[] = {"WWW-Authenticate", "Bearer", NULL};
-  return reply_json(c, s, r, e->http, fmt->error_json(state, e), e->http == 503 ? retry : e->http == 401 ? bearer : NULL);
+  return reply_json(c, s, r, e->http, fmt->error_json(state, e), e->http == qvl_status_http(QVL_ERR_BUSY) ? retry : e->http == 401 ? bearer : NULL);
 }
 
 static void fill_compat_ctx(server *s, compat_ctx *x) {
   memset(x, 0, sizeof *x);
   pthread_rwlock_rdlock(&s->be_lock);
   x->model_id = s->ready && s->n_model_ids ? s->model_ids[0] : NULL; /* set once, kept until server_stop */
+  x->sampling = s->ready ? s->be.sampling : NULL;
   pthread_rwlock_unlock(&s->be_lock);
   x->created = (int64_t)time(NULL);
   x->started = s->unix_start;
@@ -896,7 +886,7 @@ static enum MHD_Result handle_ollama(struct MHD_Connection *c, server *s, conn_r
     return handle_compat(c, s, r, ollama_generate_translate);
   compat_ctx x;
   fill_compat_ctx(s, &x);
-  int status = 500;
+  int status = qvl_status_http(QVL_ERR_INTERNAL);
   const char *allow = NULL;
   char *json = ollama_info(url, method, r->body.data ? r->body.data : "", r->body.len, &x, &status, &allow);
   const char *hdr[] = {MHD_HTTP_HEADER_ALLOW, allow, NULL};
@@ -922,7 +912,7 @@ static bool valid_job_id(const char *id) {
 
 static enum MHD_Result handle_job(struct MHD_Connection *c, server *s, conn_req *r, const char *id, bool del) {
   if (!valid_job_id(id))
-    return reply_errorf(c, s, r, 404, "invalid_request_error", "job_not_found", "no job '%s'", "(invalid id)");
+    return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "job_not_found", "no job '%s'", "(invalid id)");
   caller_owner(s, c, r->owner);
   char *json = NULL;
   if (del) {
@@ -937,7 +927,7 @@ static enum MHD_Result handle_job(struct MHD_Connection *c, server *s, conn_req 
   }
   /* another key's job answers exactly like an unknown one: ids are not a side channel */
   if (!json)
-    return reply_errorf(c, s, r, 404, "invalid_request_error", "job_not_found",
+    return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "job_not_found",
                         "no job '%s' (unknown, deleted, or finished longer ago than job_ttl_s)", id);
   return reply_json(c, s, r, 200, json, NULL);
 }
@@ -952,14 +942,14 @@ static enum MHD_Result handle_job_list(struct MHD_Connection *c, server *s, conn
     char *end = NULL;
     limit = strtol(lim, &end, 10);
     if (end == lim || *end || limit < 1 || limit > JOBS_LIST_MAX)
-      return reply_errorf(c, s, r, 400, "invalid_request_error", "invalid_value",
+      return reply_errorf(c, s, r, QVL_ERR_INVALID_ARG, "invalid_value",
                           "limit must be an integer from 1 to %s", "100 (JOBS_LIST_MAX)");
   }
   if (after && !valid_job_id(after))
     after = "job-invalid"; /* matches nothing: an empty page */
   char *json = jobs_list_json(s->jobs, r->owner, time_now_s(), (int)limit, after);
   if (!json)
-    return reply_errorf(c, s, r, 503, "server_error", "server_busy", "%s", "out of memory listing the jobs");
+    return reply_errorf(c, s, r, QVL_ERR_BUSY, "server_busy", "%s", "out of memory listing the jobs");
   return reply_json(c, s, r, 200, json, NULL);
 }
 
@@ -990,11 +980,11 @@ static enum MHD_Result handle_models(struct MHD_Connection *c, server *s, conn_r
   }
   pthread_rwlock_unlock(&s->be_lock);
   if (!ready)
-    return reply_errorf(c, s, r, 503, "server_error", "model_loading", "%s", "the model is still loading");
+    return reply_errorf(c, s, r, QVL_ERR_BUSY, "model_loading", "%s", "the model is still loading");
   if (one) {
     cJSON_Delete(list);
     if (!found)
-      return reply_errorf(c, s, r, 404, "invalid_request_error", "model_not_found", "The model '%s' does not exist", one);
+      return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "model_not_found", "The model '%s' does not exist", one);
     char *j = cJSON_PrintUnformatted(found);
     cJSON_Delete(found);
     return reply_json(c, s, r, 200, j, NULL);
@@ -1011,7 +1001,7 @@ static enum MHD_Result handle_health(struct MHD_Connection *c, server *s, conn_r
   if (ready && !draining)
     return reply_json(c, s, r, 200, strdup("{\"status\":\"ok\"}"), NULL);
   static const char *const retry[] = {"Retry-After", "2", NULL};
-  return reply_json(c, s, r, 503, strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}"), retry);
+  return reply_json(c, s, r, qvl_status_http(QVL_ERR_BUSY), strdup(draining ? "{\"status\":\"draining\"}" : "{\"status\":\"loading\"}"), retry);
 }
 
 /* Liveness: 200 whenever the process answers at all, loading and draining included (a balancer or
@@ -1050,7 +1040,7 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, server *s, conn_
   image_budget_get_stats(s->budget, &is);
   if (metrics_format(&b, ms.loaded ? &st : NULL, &ms) != QVL_OK || load_metrics_format(&b, &gs, &is) != QVL_OK) {
     buf_free(&b);
-    return reply_errorf(c, s, r, 500, "server_error", NULL, "%s", "out of memory formatting the metrics");
+    return reply_errorf(c, s, r, QVL_ERR_INTERNAL, NULL, "%s", "out of memory formatting the metrics");
   }
   return reply(c, s, r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL);
 }
@@ -1058,7 +1048,7 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, server *s, conn_
 static enum MHD_Result handle_asset(struct MHD_Connection *c, server *s, conn_req *r, const char *url) {
   const web_asset *a = web_asset_find(url);
   if (!a)
-    return reply_errorf(c, s, r, 404, "invalid_request_error", "not_found", "no such endpoint or file: %s", url);
+    return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "not_found", "no such endpoint or file: %s", url);
   const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
   bool fresh = inm && a->etag && strstr(inm, a->etag);
   struct MHD_Response *resp = MHD_create_response_from_buffer(fresh ? 0 : a->len, fresh ? (void *)"" : (void *)a->data,
@@ -1097,13 +1087,13 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
   bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
   if (r->too_large) {
     api_error e;
-    api_error_set(&e, 413, "invalid_request_error", "request_too_large", NULL,
+    api_error_status(&e, QVL_ERR_TOO_LARGE, "request_too_large", NULL,
                   "the request body is larger than %lld MiB (max_body_mb)", (long long)s->cfg->max_body_mb);
     static const char *const close_hdr[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
     return reply_error(c, s, r, &e, close_hdr);
   }
   if (r->close_after && strcmp(url, "/health") && strcmp(url, "/metrics"))
-    return reply_errorf(c, s, r, 503, "server_error", "server_busy", "%s",
+    return reply_errorf(c, s, r, QVL_ERR_BUSY, "server_busy", "%s",
                         "the server has no free connection (max_connections); only /health and /metrics are answered "
                         "now; retry after a few seconds");
   if (cors_is_preflight(s->cfg, c, method)) /* before the key check: a preflight carries no key */
@@ -1140,12 +1130,12 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
       return get ? handle_models(c, s, r, NULL) : method_not_allowed(c, s, r, "GET, HEAD");
     if (!strncmp(url, "/v1/models/", 11))
       return get ? handle_models(c, s, r, url + 11) : method_not_allowed(c, s, r, "GET, HEAD");
-    return reply_errorf(c, s, r, 404, "invalid_request_error", "not_found", "no such endpoint: %s", url);
+    return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "not_found", "no such endpoint: %s", url);
   }
   if (!get) {
     if (web_asset_find(url))
       return method_not_allowed(c, s, r, "GET, HEAD");
-    return reply_errorf(c, s, r, 404, "invalid_request_error", "not_found", "no such endpoint: %s", url);
+    return reply_errorf(c, s, r, QVL_ERR_NOT_FOUND, "not_found", "no such endpoint: %s", url);
   }
   return handle_asset(c, s, r, url);
 }
@@ -1224,7 +1214,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
   }
   if (!r->log_owned_by_stream) {
     if (!r->responded)
-      r->log.status = 499;
+      r->log.status = qvl_status_http(QVL_ERR_CANCELLED);
     log_request(&r->log);
   }
   buf_free(&r->body);
@@ -1328,7 +1318,7 @@ qvl_status server_start(const server_config *cfg, server **out) {
   s->listen_fd = -1;
   pthread_rwlock_init(&s->be_lock, NULL);
   pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->cv, NULL);
+  cond_init_monotonic(&s->cv);
   s->fetch.allow = (const char *const *)cfg->allow_image_url;
   s->fetch.n_allow = cfg->n_allow_image_url;
   s->fetch.timeout_s = (double)cfg->image_fetch_timeout_s;
@@ -1401,14 +1391,7 @@ void server_set_ready(server *s, const server_backend *b, const char *const *ids
 /* Waits (s->mu held) until nothing admitted is left or the deadline passes. */
 static bool wait_idle(server *s, double deadline) {
   while ((s->calls_alive > 0 || s->accepted > 0) && time_now_s() < deadline) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    cond_wait_ms(&s->cv, &s->mu, 50);
   }
   return s->calls_alive == 0 && s->accepted == 0;
 }

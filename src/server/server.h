@@ -34,6 +34,8 @@ typedef struct server_backend {
   void (*cancel)(void *ctx, uint64_t id);
   void (*stats)(void *ctx, engine_stats *out);
   void *ctx;
+  const sampler_params *sampling; /* the model's recommended sampling (vlm.sampling; must outlive
+                                   * the server); NULL: Qwen3-VL's */
 } server_backend;
 
 typedef struct server server;

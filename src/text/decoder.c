@@ -926,10 +926,18 @@ static qvl_status prefill_span(decoder_seq *s, const decoder_input *in, int64_t 
   return QVL_OK;
 }
 
+/* A forward pass's status: its own, else an out-of-memory in one of its kernels (the kernels
+ * report it once per pass, see kernels_take_error; the caller cleared it before the pass). */
+static qvl_status forward_status(qvl_status s) {
+  qvl_status k = kernels_take_error();
+  return s != QVL_OK ? s : k;
+}
+
 qvl_status decoder_prefill(decoder_seq *s, const decoder_input *in, float *logits_all,
                            const float **logits_last) {
   QVL_TRY(check_input(s, in, 0, in->n_tokens));
-  return prefill_span(s, in, 0, in->n_tokens, logits_all, logits_last);
+  (void)kernels_take_error();
+  return forward_status(prefill_span(s, in, 0, in->n_tokens, logits_all, logits_last));
 }
 
 qvl_status decoder_prefill_part(decoder_seq *s, const decoder_input *in, int64_t begin, int64_t end,
@@ -938,7 +946,8 @@ qvl_status decoder_prefill_part(decoder_seq *s, const decoder_input *in, int64_t
     return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: prefill range %lld..%lld outside the input of %lld tokens",
                       (long long)begin, (long long)end, (long long)in->n_tokens);
   QVL_TRY(check_input(s, in, begin, end));
-  return prefill_span(s, in, begin, end, NULL, logits_last);
+  (void)kernels_take_error();
+  return forward_status(prefill_span(s, in, begin, end, NULL, logits_last));
 }
 
 qvl_status decoder_step(decoder_seq *s, int32_t token, const float **logits) {
@@ -983,6 +992,7 @@ static qvl_status forward(decoder_work *w, const decoder_batch_item *items, int 
   if (!items[0].seq)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: batch item 0 has no sequence");
   const decoder_model *m = items[0].seq->m;
+  (void)kernels_take_error();
   int64_t r0[DECODER_MAX_BATCH + 1];
   int64_t R = 0, n_logits = 0;
   for (int i = 0; i < n; i++) {
@@ -1008,7 +1018,7 @@ static qvl_status forward(decoder_work *w, const decoder_batch_item *items, int 
   if (logits)
     for (int i = 0; i < n; i++)
       logits[i] = wants_logits(&items[i]) ? items[i].seq->logits : NULL;
-  return QVL_OK;
+  return forward_status(QVL_OK);
 }
 
 qvl_status decoder_forward(decoder_work *w, const decoder_batch_item *items, int n, const float **logits) {

@@ -751,9 +751,12 @@ qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, in
   float *sinb = j->sinb = cosb + sz_rope; /* [N][hd] */
 
   /* patch embedding (Conv3d as a matmul) + bias, then the position embedding of every frame */
+  (void)kernels_take_error(); /* only this job's kernel failures count */
   TIMED(j->ms.gemm, kn_matmul(&m->patch, pixel_values, N, m->patch_b, x));
   double t_rest = time_now_s();
-  qvl_status s = pos_embed(m, grid_h, grid_w, h);
+  qvl_status s = kernels_take_error();
+  if (s == QVL_OK)
+    s = pos_embed(m, grid_h, grid_w, h);
   if (s != QVL_OK) {
     vision_job_free(j);
     return s;
@@ -778,7 +781,9 @@ qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, in
   return QVL_OK;
 }
 
-bool vision_job_run(vision_job *j, int64_t max_layers) {
+qvl_status vision_job_run(vision_job *j, int64_t max_layers, bool *done_out) {
+  *done_out = false;
+  (void)kernels_take_error();
   const vision_model *m = j->m;
   const vision_hparams *hp = &m->hp;
   const int64_t Dv = hp->n_embd, hd = hp->head_dim, nf = j->nf, N = j->N, n_tok = j->n_tok;
@@ -835,7 +840,10 @@ bool vision_job_run(vision_job *j, int64_t max_layers) {
       j->trace(j->trace_user, "image_embeds", j->embeds, n_tok, hp->proj_dim);
     j->next_layer++;
   }
-  return j->next_layer > hp->n_layer;
+  /* an out-of-memory in one of the kernels above (kernels_take_error): the outputs are not valid */
+  QVL_TRY(kernels_take_error());
+  *done_out = j->next_layer > hp->n_layer;
+  return QVL_OK;
 }
 
 void vision_job_free(vision_job *j) {
@@ -857,9 +865,10 @@ qvl_status vision_encode_stages(const vision_model *m, const float *pixel_values
                                 trace_fn trace, void *trace_user, vision_stage_ms *ms) {
   vision_job *j;
   QVL_TRY(vision_job_begin(m, pixel_values, grid_t, grid_h, grid_w, embeds, deepstack, trace, trace_user, &j));
-  vision_job_run(j, 0);
+  bool done;
+  qvl_status s = vision_job_run(j, 0, &done);
   if (ms)
     *ms = j->ms;
   vision_job_free(j);
-  return QVL_OK;
+  return s;
 }

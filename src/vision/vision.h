@@ -162,7 +162,8 @@ qvl_status vision_encode(const vision_model *m, const float *pixel_values, int64
  * seconds in the tower; decode steps of running streams go on between slices). begin checks the
  * arguments, allocates the scratch and runs the patch + position embedding; each run call does up
  * to max_layers blocks (<= 0: all that remain) and, after the last block, the final merger; it
- * returns true once the outputs are complete. The outputs are bit-identical to vision_encode
+ * sets *done once the outputs are complete, and fails (QVL_ERR_NOMEM) when a kernel ran out of
+ * memory, after which the job can only be freed. The outputs are bit-identical to vision_encode
  * (same operations in the same order). pixel_values is read by begin only; embeds and deepstack
  * must stay valid until the job is done. Free with vision_job_free (any time; NULL is a no-op).
  */
@@ -170,7 +171,7 @@ typedef struct vision_job vision_job;
 qvl_status vision_job_begin(const vision_model *m, const float *pixel_values, int64_t grid_t, int64_t grid_h,
                             int64_t grid_w, float *embeds, float *deepstack, trace_fn trace, void *trace_user,
                             vision_job **out);
-bool vision_job_run(vision_job *j, int64_t max_layers);
+qvl_status vision_job_run(vision_job *j, int64_t max_layers, bool *done);
 /* Where a job's time went so far (wall ms): matmuls (patch embedding, blocks, mergers), attention,
  * and the rest (norms, GELU, RoPE, residual adds, position embedding). */
 typedef struct vision_stage_ms {

@@ -50,7 +50,34 @@ if [ "$got" = "[9707, 1879]" ]; then ok; else bad "tokenize from stdin gave $got
 got=$("$QVL" tokenize -m tests/fixtures/models/e2e/hf "Hello world" 2>&1)
 if [ "$got" = "[9707, 1879]" ]; then ok; else bad "tokenize from the HF directory gave $got"; fi
 
-# 4. Errors: exit status 1 or 2 and a message that says what is wrong.
+# 4. Sampling options not given take the model's recommendation: a directory whose
+#    generation_config.json says do_sample false generates greedily without --temp 0.
+HF=tests/fixtures/models/e2e/hf
+mkdir -p "$tmp/greedy"
+for f in "$HF"/*; do ln -s "$PWD/$f" "$tmp/greedy/$(basename "$f")"; done
+rm "$tmp/greedy/generation_config.json"
+echo '{"do_sample": false, "eos_token_id": [151645, 151643]}' >"$tmp/greedy/generation_config.json"
+P="What is the capital of France? Answer in one word."
+if "$QVL" run -m "$HF" --temp 0 -n 8 --json -p "$P" >"$tmp/g0.json" 2>"$tmp/err" &&
+   "$QVL" run -m "$tmp/greedy" -n 8 --json -p "$P" >"$tmp/g1.json" 2>>"$tmp/err"; then
+  if [ -n "$(json_ids "$tmp/g0.json")" ] && [ "$(json_ids "$tmp/g0.json")" = "$(json_ids "$tmp/g1.json")" ]; then ok
+  else bad "do_sample false: ids [$(json_ids "$tmp/g1.json")], greedy [$(json_ids "$tmp/g0.json")]"; fi
+else
+  bad "qvl run on the HF directories failed: $(tail -3 "$tmp/err")"
+fi
+#    and one that says temperature 100 over the whole vocabulary samples noise (not the greedy ids)
+cp -r "$tmp/greedy" "$tmp/hot"
+rm "$tmp/hot/generation_config.json"
+echo '{"do_sample": true, "temperature": 100, "top_k": 0, "top_p": 1.0, "eos_token_id": [151645, 151643]}' \
+  >"$tmp/hot/generation_config.json"
+if "$QVL" run -m "$tmp/hot" -n 8 --seed 1 --json -p "$P" >"$tmp/g2.json" 2>"$tmp/err"; then
+  if [ -n "$(json_ids "$tmp/g2.json")" ] && [ "$(json_ids "$tmp/g0.json")" != "$(json_ids "$tmp/g2.json")" ]; then ok
+  else bad "temperature 100 from generation_config.json: ids [$(json_ids "$tmp/g2.json")] are the greedy ones"; fi
+else
+  bad "qvl run on the hot directory failed: $(tail -3 "$tmp/err")"
+fi
+
+# 5. Errors: exit status 1 or 2 and a message that says what is wrong.
 expect_error() { # expect_error NEEDLE CMD...
   local needle=$1; shift
   if "$@" >"$tmp/out" 2>"$tmp/err"; then

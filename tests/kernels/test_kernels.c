@@ -593,7 +593,31 @@ static void test_parallel_for(void) {
   kn_parallel_for(0, count_fn, hits);
 }
 
+/* ---- out of memory: a status, never an abort */
+/* The test below asks for terabytes of scratch: under ASan that must come back as NULL, as from
+ * malloc, instead of a report (this hook is read by ASan only). */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+
+static void test_out_of_memory(void) {
+  CHECK(kernels_init("ref", 1) == QVL_OK, "ref on one thread: %s", qvl_last_error());
+  CHECK(kernels_take_error() == QVL_OK, "no kernel failure recorded yet");
+  float q[4] = {1, 2, 3, 4}, k[4] = {1, 0, 0, 0}, v[4] = {5, 6, 7, 8}, out[4] = {0};
+  /* head_dim near INT32_MAX: its scratch (head_dim KiB) cannot be allocated; nothing is read
+   * before that, so the tiny buffers are never touched. */
+  qvl_status s = kn_attention(q, 1, 4, k, v, 1, 4, 1, 1, 0x7ffffff0, 1.0f, -1, out, 4);
+  CHECK(s == QVL_ERR_NOMEM, "attention with impossible scratch: %s", qvl_status_text(s));
+  CHECK(strstr(qvl_last_error(), "attention scratch") != NULL, "message: %s", qvl_last_error());
+  CHECK(kernels_take_error() == QVL_ERR_NOMEM, "the failure is remembered for the forward pass");
+  CHECK(kernels_take_error() == QVL_OK, "and cleared once taken");
+  /* the kernels still work afterwards */
+  s = kn_attention(q, 1, 4, k, v, 1, 4, 1, 1, 4, 1.0f, -1, out, 4);
+  CHECK(s == QVL_OK && out[0] == 5 && out[3] == 8 && kernels_take_error() == QVL_OK,
+        "attention after the failure: %s, out %g %g", qvl_status_text(s), out[0], out[3]);
+}
+
 int main(void) {
+  test_out_of_memory();
   /* Bad requests are errors, not crashes. */
   CHECK(kernels_init("sse9", 2) == QVL_ERR_INVALID_ARG, "unknown ISA rejected");
   CHECK(strstr(qvl_last_error(), "sse9") != NULL, "message names the ISA: %s", qvl_last_error());

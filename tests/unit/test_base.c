@@ -1,14 +1,19 @@
 /* Unit tests of src/base: safe relative paths, file images, the intrusive LRU list and the thread
  * pool's contract (every index exactly once, the static partition, nesting runs serially). */
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "base/cond.h"
 #include "base/lru.h"
 #include "base/mapfile.h"
 #include "base/relpath.h"
 #include "base/threadpool.h"
+#include "base/timing.h"
 #include "test.h"
 
 static void test_relpath(void) {
@@ -99,6 +104,43 @@ static void test_lru(void) {
   CHECK(n == 4 && ids[0] == 1 && ids[3] == 2 && l.tail == &e[2].node, "touch moves the tail to the front");
 }
 
+/* Eviction takes the tail, the least recently used: entries touched later survive longer. */
+static void test_lru_eviction(void) {
+  entry e[5];
+  lru_list l = {0};
+  CHECK(!l.head && !l.tail, "a zero list is empty");
+  for (int i = 0; i < 5; i++) {
+    e[i] = (entry){.id = i};
+    lru_push_front(&l, &e[i].node); /* used in the order 0 1 2 3 4 */
+  }
+  /* use 1 and 3 again: the order of use is now 0 2 4 1 3 */
+  int touch[] = {1, 3};
+  for (int i = 0; i < 2; i++) {
+    lru_unlink(&l, &e[touch[i]].node);
+    lru_push_front(&l, &e[touch[i]].node);
+  }
+  int want[] = {0, 2, 4, 1, 3}, got[5], n = 0;
+  while (l.tail && n < 5) {
+    lru_node *victim = l.tail;
+    got[n++] = ((entry *)victim)->id;
+    lru_unlink(&l, victim);
+  }
+  CHECK(n == 5 && !l.head && !l.tail, "evicted everything: %d", n);
+  bool same = n == 5;
+  for (int i = 0; i < n && same; i++)
+    same = got[i] == want[i];
+  CHECK(same, "eviction order is least recently used first: %d %d %d %d %d", got[0], got[1], got[2], got[3], got[4]);
+  /* one entry: it is head and tail; touching it changes nothing */
+  lru_push_front(&l, &e[0].node);
+  lru_unlink(&l, &e[0].node);
+  lru_push_front(&l, &e[0].node);
+  CHECK(l.head == &e[0].node && l.tail == &e[0].node && !e[0].node.prev && !e[0].node.next, "a single entry");
+  /* insert behind the tail: the new tail, evicted next */
+  lru_insert_after(&l, l.tail, &e[1].node);
+  CHECK(l.tail == &e[1].node && l.head == &e[0].node && e[0].node.next == &e[1].node && e[1].node.prev == &e[0].node,
+        "insert_after the tail");
+}
+
 #define N_IDX 1000
 typedef struct loop_state {
   atomic_int hits[N_IDX];
@@ -168,10 +210,137 @@ static void test_threadpool(void) {
   CHECK(threadpool_physical_cores() >= 1, "at least one core");
 }
 
+/* More threads than indices, one thread, and chunks larger than the loop. */
+static void test_threadpool_small_loops(void) {
+  threadpool *p = NULL;
+  CHECK(threadpool_init(8, &p) == QVL_OK, "init 8 threads");
+  loop_state *st = calloc(1, sizeof *st);
+  for (int n = 1; n <= 9; n++) {
+    for (int mode = 0; mode < 3; mode++) {
+      int64_t chunk = mode == 0 ? 0 : mode == 1 ? 1 : 100; /* static, dynamic, one chunk for all */
+      memset(st->hits, 0, sizeof st->hits);
+      memset(st->thread_of, 0xff, sizeof st->thread_of);
+      threadpool_for(p, n, chunk, count_body, st);
+      int once = 1, threads_ok = 1;
+      for (int i = 0; i < N_IDX; i++) {
+        once &= atomic_load(&st->hits[i]) == (i < n);
+        if (i < n)
+          threads_ok &= st->thread_of[i] >= 0 && st->thread_of[i] < 8;
+      }
+      CHECK(once && threads_ok, "8 threads, n = %d, chunk %lld: each index once, thread ids in 0..7", n,
+            (long long)chunk);
+      if (n == 1)
+        CHECK(st->thread_of[0] == 0, "a loop of one index runs on the caller (chunk %lld)", (long long)chunk);
+      if (chunk == 0 && n > 1 && n < 8) { /* static: thread t gets [n*t/8, n*(t+1)/8) */
+        int in_range = 1;
+        for (int i = 0; i < n; i++) {
+          int t = st->thread_of[i];
+          in_range &= (int64_t)n * t / 8 <= i && i < (int64_t)n * (t + 1) / 8;
+        }
+        CHECK(in_range, "static partition with more threads than indices (n = %d)", n);
+      }
+    }
+  }
+  free(st);
+  threadpool_free(p);
+  /* one thread: everything on the caller, in order */
+  CHECK(threadpool_init(1, &p) == QVL_OK, "init 1 thread");
+  st = calloc(1, sizeof *st);
+  threadpool_for(p, N_IDX, 3, count_body, st);
+  int on_caller = 1;
+  for (int i = 0; i < N_IDX; i++)
+    on_caller &= atomic_load(&st->hits[i]) == 1 && st->thread_of[i] == 0;
+  CHECK(on_caller, "one thread: every index once, on the caller");
+  free(st);
+  threadpool_free(p);
+}
+
+typedef struct caller_arg {
+  threadpool *pool;
+  loop_state *st;
+} caller_arg;
+
+static void *second_caller(void *arg) {
+  caller_arg *a = arg;
+  for (int r = 0; r < 50; r++)
+    threadpool_for(a->pool, N_IDX, 5, count_body, a->st);
+  return NULL;
+}
+
+/* Two threads calling the same pool at once: the pool documents that the second runs serially;
+ * either way both loops complete exactly. */
+static void test_threadpool_two_callers(void) {
+  threadpool *p = NULL;
+  CHECK(threadpool_init(3, &p) == QVL_OK, "init 3 threads");
+  loop_state *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+  caller_arg ca = {p, b};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, second_caller, &ca) == 0, "second caller");
+  for (int r = 0; r < 50; r++)
+    threadpool_for(p, N_IDX, 5, count_body, a);
+  pthread_join(t, NULL);
+  int exact = 1;
+  for (int i = 0; i < N_IDX; i++)
+    exact &= atomic_load(&a->hits[i]) == 50 && atomic_load(&b->hits[i]) == 50;
+  CHECK(exact, "concurrent callers: every index of both loops ran 50 times");
+  free(a);
+  free(b);
+  threadpool_free(p);
+}
+
+/* ---- timed condvar waits (base/cond.h) */
+typedef struct waiter {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool flag;
+} waiter;
+
+static void *signal_later(void *arg) {
+  waiter *w = arg;
+  struct timespec ts = {0, 20 * 1000000L};
+  nanosleep(&ts, NULL);
+  pthread_mutex_lock(&w->mu);
+  w->flag = true;
+  pthread_cond_signal(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+static void test_cond(void) {
+  waiter w = {.flag = false};
+  pthread_mutex_init(&w.mu, NULL);
+  cond_init_monotonic(&w.cv);
+  pthread_mutex_lock(&w.mu);
+  double t0 = time_now_s();
+  cond_wait_ms(&w.cv, &w.mu, 30);
+  double waited = time_now_s() - t0;
+  CHECK(waited >= 0.029, "cond_wait_ms(30) waits its time without a signal: %.1f ms", waited * 1e3);
+  t0 = time_now_s();
+  cond_wait_until(&w.cv, &w.mu, t0 - 1.0); /* a deadline in the past returns at once */
+  CHECK(time_now_s() - t0 < 0.5, "a past deadline does not block (%.1f ms)", (time_now_s() - t0) * 1e3);
+  pthread_mutex_unlock(&w.mu);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, signal_later, &w) == 0, "signaller");
+  pthread_mutex_lock(&w.mu);
+  double deadline = time_now_s() + 30.0;
+  while (!w.flag && time_now_s() < deadline)
+    cond_wait_until(&w.cv, &w.mu, deadline);
+  bool got = w.flag;
+  pthread_mutex_unlock(&w.mu);
+  pthread_join(t, NULL);
+  CHECK(got && time_now_s() < deadline - 25, "a signal ends the wait long before its deadline");
+  pthread_cond_destroy(&w.cv);
+  pthread_mutex_destroy(&w.mu);
+}
+
 int main(void) {
   test_relpath();
   test_file_image();
   test_lru();
+  test_lru_eviction();
   test_threadpool();
+  test_threadpool_small_loops();
+  test_threadpool_two_callers();
+  test_cond();
   return TEST_SUMMARY("test_base");
 }

@@ -26,6 +26,8 @@
 #include "model/gguf.h"
 #include "engine/hf_convert.h"
 #include "engine/hf_model.h"
+#include "engine/model_sampling.h"
+#include "model/gguf_write.h"
 #include "model/safetensors.h"
 #include "model/wtable.h"
 #include "test.h"
@@ -680,6 +682,93 @@ static void rm_tree(const char *dir) {
     fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* ---- the model's recommended sampling (engine/model_sampling.h) ---------------------------------- */
+
+static bool same_sampling(const sampler_params *p, float temp, float top_p, int32_t top_k, float min_p, float rep) {
+  return p->temperature == temp && p->top_p == top_p && p->top_k == top_k && p->min_p == min_p &&
+         p->repetition_penalty == rep;
+}
+
+static void test_sampling_defaults(void) {
+  /* the fixtures carry Qwen3-VL's generation_config.json; without any file it is the same values */
+  sampler_params q = model_sampling_qwen3vl();
+  CHECK(same_sampling(&q, 0.7f, 0.8f, 20, 0, 1), "Qwen3-VL's recommendation");
+  vlm *m = NULL;
+  vlm_paths hf = {MODELS "/micro-a/hf", NULL};
+  CHECK(vlm_load(&hf, &m) == QVL_OK && same_sampling(&m->sampling, 0.7f, 0.8f, 20, 0, 1),
+        "micro-a HF: %s", m ? "values" : qvl_last_error());
+  vlm_free(m);
+  /* another generation_config.json gives other defaults */
+  const char *d = clone_dir("gen", MODELS "/micro-a/hf", "generation_config.json");
+  write_file(d, "generation_config.json",
+             "{\"do_sample\": true, \"eos_token_id\": [498, 496], \"temperature\": 0.3, \"top_p\": 0.5, "
+             "\"top_k\": 7, \"repetition_penalty\": 1.1}");
+  vlm_paths other = {d, NULL};
+  m = NULL;
+  CHECK(vlm_load(&other, &m) == QVL_OK && same_sampling(&m->sampling, 0.3f, 0.5f, 7, 0, 1.1f),
+        "edited generation_config.json: %s", m ? "values differ" : qvl_last_error());
+  vlm_free(m);
+  /* do_sample false is greedy, as in transformers */
+  write_file(d, "generation_config.json", "{\"do_sample\": false, \"eos_token_id\": [498, 496], \"temperature\": 0.3}");
+  m = NULL;
+  CHECK(vlm_load(&other, &m) == QVL_OK && m->sampling.temperature == 0.0f, "do_sample false: greedy");
+  vlm_free(m);
+  /* no generation_config.json: Qwen3-VL's */
+  d = clone_dir("nogen", MODELS "/micro-a/hf", "generation_config.json");
+  vlm_paths none = {d, NULL};
+  m = NULL;
+  CHECK(vlm_load(&none, &m) == QVL_OK && same_sampling(&m->sampling, 0.7f, 0.8f, 20, 0, 1),
+        "no generation_config.json: %s", m ? "values" : qvl_last_error());
+  vlm_free(m);
+  /* a GGUF without general.sampling.* keys: Qwen3-VL's */
+  vlm_paths gg = {MODELS "/micro-a/gguf/micro-a-F32.gguf", NULL};
+  m = NULL;
+  CHECK(vlm_load(&gg, &m) == QVL_OK && same_sampling(&m->sampling, 0.7f, 0.8f, 20, 0, 1),
+        "GGUF without sampling keys: %s", m ? "values" : qvl_last_error());
+  vlm_free(m);
+
+  /* general.sampling.* keys (llama.cpp's names) override, the others are kept */
+  char path[600];
+  snprintf(path, sizeof path, "%s/sampling.gguf", tmpdir);
+  gguf_writer *w = gguf_writer_init();
+  CHECK(w && gguf_writer_set_f32(w, "general.sampling.temp", 0.25f) == QVL_OK &&
+            gguf_writer_set_i32(w, "general.sampling.top_k", 40) == QVL_OK &&
+            gguf_writer_set_f32(w, "general.sampling.min_p", 0.05f) == QVL_OK &&
+            gguf_writer_set_f32(w, "general.sampling.penalty_repeat", 1.05f) == QVL_OK &&
+            gguf_writer_save(w, path) == QVL_OK,
+        "write a GGUF with sampling keys: %s", qvl_last_error());
+  gguf_writer_free(w);
+  gguf *g = NULL;
+  sampler_params p = model_sampling_qwen3vl();
+  CHECK(gguf_open(path, &g) == QVL_OK && model_sampling_from_gguf(g, &p) == QVL_OK &&
+            same_sampling(&p, 0.25f, 0.8f, 40, 0.05f, 1.05f),
+        "GGUF sampling keys: temp %g top_p %g top_k %d min_p %g rep %g", (double)p.temperature, (double)p.top_p,
+        (int)p.top_k, (double)p.min_p, (double)p.repetition_penalty);
+  gguf_close(g);
+  /* a wrong type or an out-of-range value is an error naming the key; p is left alone */
+  static const struct {
+    const char *key;
+    bool as_string;
+    float v;
+  } bad[] = {{"general.sampling.top_p", false, 1.5f}, {"general.sampling.penalty_repeat", false, 0.0f},
+             {"general.sampling.temp", true, 0}, {"general.sampling.top_k", true, 0}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    w = gguf_writer_init();
+    if (bad[i].as_string)
+      gguf_writer_set_str(w, bad[i].key, "hot");
+    else
+      gguf_writer_set_f32(w, bad[i].key, bad[i].v);
+    gguf_writer_save(w, path);
+    gguf_writer_free(w);
+    g = NULL;
+    p = model_sampling_qwen3vl();
+    qvl_status st = gguf_open(path, &g) == QVL_OK ? model_sampling_from_gguf(g, &p) : QVL_ERR_IO;
+    CHECK(st == QVL_ERR_FORMAT && strstr(qvl_last_error(), bad[i].key) && same_sampling(&p, 0.7f, 0.8f, 20, 0, 1),
+          "%s: %s: %s", bad[i].key, qvl_status_text(st), qvl_last_error());
+    gguf_close(g);
+  }
+}
+
 int main(void) {
   if (kernels_init(getenv("QVL_ISA"), 0) != QVL_OK) {
     fprintf(stderr, "kernels_init: %s\n", qvl_last_error());
@@ -697,6 +786,7 @@ int main(void) {
   test_shards();
   test_errors();
   test_convert();
+  test_sampling_defaults();
   rm_tree(tmpdir);
   return TEST_SUMMARY("test_hf_model");
 }

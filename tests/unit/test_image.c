@@ -250,7 +250,7 @@ static void test_smart_resize_extra(void) {
 }
 
 static int status_from_name(const char *s) {
-#define X(name, http, text) \
+#define X(name, http, type, code, text) \
   if (s && strcmp(s, #name) == 0) \
     return QVL_##name;
   QVL_STATUS_LIST(X)

@@ -87,6 +87,22 @@ static void test_parse_ok(void) {
     CHECK(r.gen.n_stop == 1 && !strcmp(r.gen.stop[0], "END"), "single stop");
     CHECK(r.max_pixels == 1 << 20 && r.min_pixels == 65536, "default pixels");
     api_chat_request_free(&r);
+    /* the model's recommendation, when the server has one */
+    sampler_params model = sampler_default_params();
+    model.temperature = 0.25f;
+    model.top_p = 0.5f;
+    model.top_k = 9;
+    model.min_p = 0.1f;
+    model.repetition_penalty = 1.2f;
+    l.sampling = &model;
+    ok = api_chat_parse(body, strlen(body), &l, &r, &e);
+    CHECK(ok && r.gen.sampling.temperature == 0.25f && r.gen.sampling.top_p == 0.5f && r.gen.sampling.top_k == 9 &&
+              r.gen.sampling.min_p == 0.1f && r.gen.sampling.repetition_penalty == 1.2f,
+          "the model's defaults: %g %g %d", (double)r.gen.sampling.temperature, (double)r.gen.sampling.top_p,
+          (int)r.gen.sampling.top_k);
+    l.sampling = NULL;
+    if (ok)
+      api_chat_request_free(&r);
   }
   /* above the cap: clamped */
   body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000}";
@@ -252,13 +268,46 @@ static void test_errors_json(void) {
     CHECK(!strcmp(e.message, "m"), "message kept");
     CHECK(!strcmp(e.type, e.http >= 500 ? "server_error" : "invalid_request_error"), "type of %d", (int)map[i].s);
   }
+  /* The bodies clients see, byte for byte, for every status of the list (qvl.h carries the mapping). */
+  static const char *const want[QVL_STATUS_COUNT] = {
+      [QVL_OK] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_INVALID_ARG] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_FORMAT] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_UNSUPPORTED] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_MISMATCH] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_CONTEXT_OVERFLOW] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":\"messages\","
+                                   "\"code\":\"context_length_exceeded\"}}",
+      [QVL_ERR_TOO_LARGE] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,"
+                            "\"code\":\"request_too_large\"}}",
+      [QVL_ERR_NOT_FOUND] = "{\"error\":{\"message\":\"m\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":\"not_found\"}}",
+      [QVL_ERR_IO] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":null}}",
+      [QVL_ERR_NOMEM] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":\"server_busy\"}}",
+      [QVL_ERR_BUSY] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":\"server_busy\"}}",
+      [QVL_ERR_CANCELLED] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":\"cancelled\"}}",
+      [QVL_ERR_TIMEOUT] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":\"timeout\"}}",
+      [QVL_ERR_INTERNAL] = "{\"error\":{\"message\":\"m\",\"type\":\"server_error\",\"param\":null,\"code\":null}}"};
+  static const int want_http[QVL_STATUS_COUNT] = {500, 400, 400, 400, 400, 400, 413, 404, 500, 503, 503, 499, 504, 500};
+  for (int i = 0; i < QVL_STATUS_COUNT; i++) {
+    api_error_from_status(&e, (qvl_status)i, "m");
+    s = api_error_json(&e);
+    CHECK(want[i] && s && !strcmp(s, want[i]) && e.http == want_http[i], "%s: %d %s", qvl_status_text((qvl_status)i),
+          e.http, s ? s : "(null)");
+    free(s);
+  }
+  /* a more specific code keeps the status's HTTP status and type */
+  api_error_status(&e, QVL_ERR_NOT_FOUND, "model_not_found", "model", "no %s", "x");
+  CHECK(e.http == 404 && !strcmp(e.type, "invalid_request_error") && !strcmp(e.code, "model_not_found") &&
+            !strcmp(e.param, "model") && !strcmp(e.message, "no x"),
+        "api_error_status with a code: %d %s %s", e.http, e.type, e.code);
+  api_error_from_status(&e, QVL_ERR_BUSY, "");
+  CHECK(!strcmp(e.message, "busy"), "an empty message takes the status text: %s", e.message);
 }
 
 static void test_responses(void) {
   engine_result er;
   memset(&er, 0, sizeof er);
   er.status = QVL_OK;
-  er.finish_reason = "length";
+  er.finish_reason = ENGINE_FINISH_LENGTH;
   er.prompt_tokens = 12;
   er.completion_tokens = 5;
   er.image_tokens = 4;
@@ -352,9 +401,15 @@ static void test_responses(void) {
   cJSON_Delete(j);
   free(s);
 
-  CHECK(!strcmp(api_finish_reason("length"), "length") && !strcmp(api_finish_reason("stop"), "stop") &&
-            api_finish_reason(NULL) == NULL,
+  CHECK(!strcmp(api_finish_reason(ENGINE_FINISH_LENGTH), "length") && !strcmp(api_finish_reason(ENGINE_FINISH_STOP), "stop") &&
+            api_finish_reason(ENGINE_FINISH_NONE) == NULL,
         "finish reasons");
+  CHECK(!strcmp(api_finish_reason(ENGINE_FINISH_CANCELLED), "stop") && !strcmp(api_finish_reason(ENGINE_FINISH_ERROR), "stop"),
+        "OpenAI has no word for cancelled or failed: the body's status says it");
+  CHECK(!strcmp(engine_finish_name(ENGINE_FINISH_STOP), "stop") && !strcmp(engine_finish_name(ENGINE_FINISH_LENGTH), "length") &&
+            !strcmp(engine_finish_name(ENGINE_FINISH_CANCELLED), "cancelled") &&
+            !strcmp(engine_finish_name(ENGINE_FINISH_ERROR), "error") && engine_finish_name(ENGINE_FINISH_NONE) == NULL,
+        "the engine's own words");
 
   buf b = {0};
   CHECK(sse_append(&b, "{\"a\":1}") == QVL_OK && sse_append_done(&b) == QVL_OK, "sse");

@@ -387,7 +387,8 @@ static void test_frames(void) {
   CHECK(s == QVL_OK, "vision_job_begin: %s", qvl_last_error());
   if (s == QVL_OK) {
     int64_t calls = 1;
-    while (!vision_job_run(job, 1) && calls < 1000)
+    bool done = false;
+    while (vision_job_run(job, 1, &done) == QVL_OK && !done && calls < 1000)
       calls++;
     CHECK(calls == vision_n_layers(vm), "%lld calls of one block for %lld blocks", (long long)calls,
           (long long)vision_n_layers(vm));
