@@ -53,7 +53,10 @@ static inline float quant_run(const float *x, int n, int8_t *q, int32_t *sums16)
   return d;
 }
 
-static void act32_quantize(const float *x, void *xq, int64_t n_in) {
+/* act32 layout, but the block sums are stored already multiplied by the weights' offset (-128 for
+ * Q8_0, -8 for Q4_0): the kernels start each block's int32 sum from a broadcast load of it, with no
+ * integer multiply and no register-to-vector move per block and token. */
+static void act32_quantize_off(const float *x, void *xq, int64_t n_in, int32_t off) {
   int8_t *q = xq;
   int64_t nb = n_in / 32;
   float *d = (float *)(q + n_in);
@@ -61,9 +64,11 @@ static void act32_quantize(const float *x, void *xq, int64_t n_in) {
   for (int64_t b = 0; b < nb; b++) {
     int32_t s16[2];
     d[b] = quant_run(x + b * 32, 32, q + b * 32, s16);
-    s[b] = s16[0] + s16[1];
+    s[b] = off * (s16[0] + s16[1]);
   }
 }
+static void act32_quantize_q8(const float *x, void *xq, int64_t n_in) { act32_quantize_off(x, xq, n_in, -128); }
+static void act32_quantize_q4(const float *x, void *xq, int64_t n_in) { act32_quantize_off(x, xq, n_in, -8); }
 
 static void act256_quantize(const float *x, void *xq, int64_t n_in) {
   int8_t *q = xq;
@@ -130,7 +135,6 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
     xsum[t] = (const int32_t *)(xd[t] + nb);
   }
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
-  const int32_t off = q4 ? -8 : -128;
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *blk = pw + (size_t)b * (q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
@@ -150,12 +154,77 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
     UNROLL
     for (int t = 0; t < TT; t++) {
       const int8_t *xb = xq + (size_t)t * xs + b * 32;
-      __m512i is = _mm512_set1_epi32(off * xsum[t][b]);
+      __m512i is = _mm512_set1_epi32(xsum[t][b]);
       UNROLL
       for (int c = 0; c < 8; c++)
         is = _mm512_dpbusd_epi32(is, w[c], bcast4(xb + 4 * c));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])),
                                acc[t]);
+    }
+  }
+}
+
+/* Q8_0 / Q4_0 on two panels (32 rows) at once: each activation broadcast feeds two vpdpbusd and
+ * 2 x TT int32 block sums run side by side (TT up to 6: 12 independent chains). The loop goes
+ * group by group (one 64-byte weight load per panel and group) instead of holding a whole block of
+ * weights in registers. Every output gets exactly the operations of panel_q8_0 (exact integer
+ * block sum, then the same fmadd of the same float operands), so it equals the 1-panel path bit
+ * for bit and batch/thread invariance hold. */
+INLINE void panel2_q8_0(const uint8_t *pw, size_t panel, bool q4, const int8_t *xq, size_t xs,
+                        int64_t n_in, int TT, __m512 *acc) {
+  int64_t nb = n_in / 32;
+  const size_t blk_bytes = q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK;
+  const float *xd[6];
+  const int32_t *xsum[6];
+  UNROLL
+  for (int t = 0; t < TT; t++) {
+    acc[t] = acc[TT + t] = _mm512_setzero_ps();
+    xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
+    xsum[t] = (const int32_t *)(xd[t] + nb);
+  }
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *b0 = pw + (size_t)b * blk_bytes, *b1 = b0 + panel;
+    __m512i is[2][6];
+    UNROLL
+    for (int t = 0; t < TT; t++)
+      is[0][t] = is[1][t] = _mm512_set1_epi32(xsum[t][b]);
+    if (q4) {
+      UNROLL
+      for (int k = 0; k < 4; k++) {
+        __m512i r0 = _mm512_loadu_si512(b0 + 32 + k * 64), r1 = _mm512_loadu_si512(b1 + 32 + k * 64);
+        __m512i w0 = _mm512_and_si512(r0, lo4), w1 = _mm512_and_si512(r1, lo4);
+        __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(r0, 4), lo4);
+        __m512i h1 = _mm512_and_si512(_mm512_srli_epi16(r1, 4), lo4);
+        UNROLL
+        for (int t = 0; t < TT; t++) {
+          const int8_t *xb = xq + (size_t)t * xs + b * 32;
+          __m512i xl = bcast4(xb + 4 * k), xh = bcast4(xb + 16 + 4 * k);
+          is[0][t] = _mm512_dpbusd_epi32(is[0][t], w0, xl);
+          is[1][t] = _mm512_dpbusd_epi32(is[1][t], w1, xl);
+          is[0][t] = _mm512_dpbusd_epi32(is[0][t], h0, xh);
+          is[1][t] = _mm512_dpbusd_epi32(is[1][t], h1, xh);
+        }
+      }
+    } else {
+      UNROLL
+      for (int c = 0; c < 8; c++) {
+        __m512i w0 = _mm512_loadu_si512(b0 + 32 + c * 64), w1 = _mm512_loadu_si512(b1 + 32 + c * 64);
+        UNROLL
+        for (int t = 0; t < TT; t++) {
+          __m512i xv = bcast4(xq + (size_t)t * xs + b * 32 + 4 * c);
+          is[0][t] = _mm512_dpbusd_epi32(is[0][t], w0, xv);
+          is[1][t] = _mm512_dpbusd_epi32(is[1][t], w1, xv);
+        }
+      }
+    }
+    __m512 dw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)b0));
+    __m512 dw1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)b1));
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+      __m512 dx = _mm512_set1_ps(xd[t][b]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[0][t]), _mm512_mul_ps(dw0, dx), acc[t]);
+      acc[TT + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[1][t]), _mm512_mul_ps(dw1, dx), acc[TT + t]);
     }
   }
 }
@@ -350,6 +419,26 @@ DEFINE_PANEL_RUN(run_q6k_1, 1, Q6K_BODY(1))
 
 typedef void (*panel_fn)(const kn_mm *m, int64_t p, int64_t t);
 
+/* Two panels (p, p + 1) x TT tokens for Q8_0 / Q4_0. */
+#define DEFINE_Q80_PAIR_RUN(NAME, TT, Q4)                                                        \
+  static void NAME(const kn_mm *m, int64_t p, int64_t t) {                                      \
+    __m512 acc[2 * TT];                                                                         \
+    size_t panel = (size_t)(m->w->n_in / 32) * ((Q4) ? X16_Q4_0_BLK : X16_Q8_0_BLK);             \
+    panel2_q8_0((const uint8_t *)m->w->packed + (size_t)p * panel, panel, Q4, XQ(t),            \
+                m->xq_stride, m->w->n_in, TT, acc);                                             \
+    panel_store(m, p, t, TT, acc);                                                              \
+    panel_store(m, p + 1, t, TT, acc + TT);                                                     \
+  }
+DEFINE_Q80_PAIR_RUN(run2_q8_6, 6, false)
+DEFINE_Q80_PAIR_RUN(run2_q8_4, 4, false)
+DEFINE_Q80_PAIR_RUN(run2_q8_2, 2, false)
+DEFINE_Q80_PAIR_RUN(run2_q8_1, 1, false)
+DEFINE_Q80_PAIR_RUN(run2_q4_6, 6, true)
+DEFINE_Q80_PAIR_RUN(run2_q4_4, 4, true)
+DEFINE_Q80_PAIR_RUN(run2_q4_2, 2, true)
+DEFINE_Q80_PAIR_RUN(run2_q4_1, 1, true)
+
+
 /* GEMV on float weights: one FMA chain per panel is latency-bound (4 cycles per 16 outputs), so
  * four panels run side by side. Each output keeps exactly the same operation sequence as in
  * panel_float, so results equal the batched path bit for bit. */
@@ -390,6 +479,42 @@ static void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int
   }
 }
 
+/* Panel pairs x chunks of 6, 4, 2, 1 tokens; an odd last panel goes through the 1-panel kernels
+ * (one[]: 8, 4, 2, 1 tokens). GEMV (a single token in the whole call) keeps the 1-panel path. */
+static void tile_pairs(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                       const panel_fn *two, const panel_fn *one) {
+  int64_t p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
+  if (m->n_tokens == 1) {
+    tile_generic(m, r0, r1, t0, t1, one, 8);
+    return;
+  }
+  /* The next pair's weights (35 KB per 1024 inputs) are fetched into L2 a slice per token chunk
+   * while this pair computes: otherwise the first chunk of every pair waits for them from L3 or
+   * DRAM (the merger's 16 MB matrices do not stay in a shared L3), which cost ~15% there. */
+  size_t pair = 2 * (size_t)(m->w->n_in / 32) * (m->w->layout == KN_LAYOUT_X16_Q4_0 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
+  int64_t n_chunks = (t1 - t0 + 5) / 6;
+  size_t slice = (pair / (size_t)n_chunks + 63) & ~(size_t)63;
+  int64_t p = p0;
+  for (; p + 2 <= p1; p += 2) {
+    const char *next = (const char *)m->w->packed + (size_t)(p + 2) * (pair / 2);
+    bool pf = p + 4 <= p1;
+    size_t done = 0;
+    int64_t t = t0;
+    for (; t1 - t >= 6; t += 6) {
+      if (pf)
+        for (size_t e = done + slice; done < e && done < pair; done += 64)
+          _mm_prefetch(next + done, _MM_HINT_T1);
+      two[0](m, p, t);
+    }
+    static const int rest[] = {4, 2, 1};
+    for (int k = 0; k < 3; k++)
+      for (; t1 - t >= rest[k]; t += rest[k])
+        two[k + 1](m, p, t);
+  }
+  if (p < p1)
+    tile_generic(m, p * PR, r1, t0, t1, one, 8);
+}
+
 static void tile_float(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
   (void)th;
   static const panel_fn f32[] = {run_f32_8, run_f32_4, run_f32_2, run_f32_1};
@@ -410,13 +535,15 @@ static void tile_float(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64
 }
 static void tile_q8_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
   (void)th;
-  static const panel_fn run[] = {run_q8_8, run_q8_4, run_q8_2, run_q8_1};
-  tile_generic(m, r0, r1, t0, t1, run, 8);
+  static const panel_fn one[] = {run_q8_8, run_q8_4, run_q8_2, run_q8_1};
+  static const panel_fn two[] = {run2_q8_6, run2_q8_4, run2_q8_2, run2_q8_1};
+  tile_pairs(m, r0, r1, t0, t1, two, one);
 }
 static void tile_q4_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
   (void)th;
-  static const panel_fn run[] = {run_q4_8, run_q4_4, run_q4_2, run_q4_1};
-  tile_generic(m, r0, r1, t0, t1, run, 8);
+  static const panel_fn one[] = {run_q4_8, run_q4_4, run_q4_2, run_q4_1};
+  static const panel_fn two[] = {run2_q4_6, run2_q4_4, run2_q4_2, run2_q4_1};
+  tile_pairs(m, r0, r1, t0, t1, two, one);
 }
 static void tile_q4_K(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
   (void)th;
@@ -430,8 +557,8 @@ static void tile_q6_K(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_
 }
 
 static const kn_mm_kernel mm_float = {NULL, NULL, tile_float, PR};
-static const kn_mm_kernel mm_q8_0 = {kn_act32_bytes, act32_quantize, tile_q8_0, PR};
-static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, act32_quantize, tile_q4_0, PR};
+static const kn_mm_kernel mm_q8_0 = {kn_act32_bytes, act32_quantize_q8, tile_q8_0, PR};
+static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, act32_quantize_q4, tile_q4_0, PR};
 static const kn_mm_kernel mm_q4_K = {kn_act256_bytes, act256_quantize, tile_q4_K, PR};
 static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, act256_quantize, tile_q6_K, PR};
 
