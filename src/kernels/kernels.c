@@ -586,7 +586,7 @@ void kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const floa
     return;
   assert(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
   attn_job j = {.a = {q, k, v, out, n_q, q_stride, n_kv, kv_stride, out_stride, n_head, n_kv_head,
-                      head_dim, scale, causal_base, prec == KN_PREC_FAST}};
+                      head_dim, scale, causal_base, prec == KN_PREC_FAST, NULL, 0, 0}};
   for (int i = 0; i < g_threads; i++)
     if (!kn_scratch(i, (size_t)head_dim * 1024 + 64 * 1024))
       abort();
