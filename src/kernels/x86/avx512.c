@@ -490,7 +490,8 @@ static void tile_pairs(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64
   }
   /* The next pair's weights (35 KB per 1024 inputs) are fetched into L2 a slice per token chunk
    * while this pair computes: otherwise the first chunk of every pair waits for them from L3 or
-   * DRAM (the merger's 16 MB matrices do not stay in a shared L3), which cost ~15% there. */
+   * DRAM (the merger's 16 MB matrices do not stay in a shared L3). Its effect alone was not
+   * separated from the pair kernel's in the noisy measurements (docs/KERNELS.md). */
   size_t pair = 2 * (size_t)(m->w->n_in / 32) * (m->w->layout == KN_LAYOUT_X16_Q4_0 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
   int64_t n_chunks = (t1 - t0 + 5) / 6;
   size_t slice = (pair / (size_t)n_chunks + 63) & ~(size_t)63;
