@@ -4,7 +4,9 @@
  * GFLOP/s (or GOP/s) against the machine peaks given on the command line.
  *
  *   build/rel/bench/kernels_bench [--isa ref|avx2|avx512] [--threads N] [--types q8_0,q4_0,...]
- *                                 [--only gemv,gemm,vision,attn,kvattn] [--time S] [--no-lmhead]
+ *                                 [--only gemv,gemm,vision,tower,prefill,attn,kvattn] [--time S]
+ *                                 [--no-lmhead] [--precision exact|fast] [--peaks S]
+ * (tower and prefill run only when named in --only.)
  *
  * GEMV weights are cycled over several copies (>= 96 MiB in total) so they come from DRAM, not
  * from the 32 MiB L3, as in a real decode step. kvattn: one decode step's attention over a KV cache
@@ -270,7 +272,7 @@ int main(int argc, char **argv) {
     }
     else {
       fprintf(stderr, "usage: %s [--isa ref|avx2|avx512] [--threads N] [--types q8_0,...] "
-                      "[--only gemv,gemm,vision,tower,attn,kvattn] [--time S] [--no-lmhead] "
+                      "[--only gemv,gemm,vision,tower,prefill,attn,kvattn] [--time S] [--no-lmhead] "
                       "[--precision exact|fast] [--peaks S]\n", argv[0]);
       return 2;
     }
@@ -322,6 +324,14 @@ int main(int argc, char **argv) {
       bench_matmul("ffn_dn", t, 4096, 1024, 3072, false);
       bench_matmul("mm_fc1", t, 4096, 4096, 768, false);
       bench_matmul("mm_fc2", t, 4096, 2048, 768, false);
+    }
+    /* image-token prefill of the 2B text decoder (hidden 2048, 16 q / 8 kv heads x 128, SwiGLU
+     * 6144) over the 768 tokens of a 1024x768 image */
+    if (only && listed(only, "prefill")) {
+      bench_matmul("pf_q_o", t, 2048, 2048, 768, false);
+      bench_matmul("pf_kv", t, 2048, 1024, 768, false);
+      bench_matmul("pf_gate", t, 2048, 6144, 768, false);
+      bench_matmul("pf_down", t, 6144, 2048, 768, false);
     }
   }
   if (listed(only, "attn")) {

@@ -550,13 +550,46 @@ typedef struct attn_job {
 static void attn_body(void *arg, int64_t i, int thread) {
   const attn_job *j = arg;
   int units = g_ops.attn_by_group ? j->a.n_kv_head : j->a.n_head;
-  int h = (int)(i % units);
-  int64_t q0 = (i / units) * j->q_per_task;
+  /* Tasks go head by head when K/V were prepared (the tiles of one head then find its converted
+   * K/V, ~0.75 MB for 3000 keys, in L2), else head-interleaved as before. */
+  bool by_head = j->a.kv_prep != NULL;
+  int h = (int)(by_head ? i / j->n_q_tasks : i % units);
+  int64_t q0 = (by_head ? i % j->n_q_tasks : i / units) * j->q_per_task;
   int64_t q1 = q0 + j->q_per_task < j->a.n_q ? q0 + j->q_per_task : j->a.n_q;
   if (j->a.fast && !j->a.k16 && g_ops.attention_fast)
     g_ops.attention_fast(&j->a, h, q0, q1, thread);
   else
     g_ops.attention(&j->a, h, q0, q1, thread);
+}
+
+/* Fast tier: converts K and V of every KV head once per call (one task per (head, block of keys))
+ * when the variant offers it and the problem is large enough for the conversion to be repeated by
+ * many tiles. The buffer is allocated per call (a vision layer's attention runs for hundreds of
+ * ms; the buffer is half the size of the fp32 K and V) and freed after; without memory the tiles
+ * convert what they read, as before. Returns the buffer to free (or NULL). */
+static void attn_prep_body(void *arg, int64_t i, int thread) {
+  (void)thread;
+  kn_attn *a = arg;
+  int h = (int)(i / a->kv_prep_blocks);
+  int64_t b = i % a->kv_prep_blocks;
+  g_ops.attention_fast_prep(a, h, b, (char *)a->kv_prep + (size_t)i * a->kv_prep_block_bytes);
+}
+
+static void *attn_prepare(kn_attn *a) {
+  int64_t kpb = 0;
+  size_t bb;
+  if (!a->fast || !g_ops.attention_fast_prep_bytes || a->n_q * (a->n_head / a->n_kv_head) <= 64 ||
+      (bb = g_ops.attention_fast_prep_bytes(a, &kpb)) == 0 || kpb <= 0)
+    return NULL;
+  int64_t nb = (a->n_kv + kpb - 1) / kpb;
+  void *buf = NULL;
+  if (posix_memalign(&buf, 64, bb * (size_t)nb * (size_t)a->n_kv_head) != 0)
+    return NULL;
+  a->kv_prep = buf;
+  a->kv_prep_blocks = nb;
+  a->kv_prep_block_bytes = bb;
+  run_parallel(nb * a->n_kv_head, 1, attn_prep_body, a);
+  return buf;
 }
 
 qvl_status kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
@@ -573,6 +606,7 @@ static qvl_status attn_run(attn_job j) {
   for (int i = 0; i < g_threads; i++)
     if (!kn_scratch(i, scratch_bytes))
       return kernel_oom("attention scratch", scratch_bytes);
+  void *prep = attn_prepare(&j.a);
   /* About 64 (query, head) rows per task (each task streams the K/V of its head once); by KV
    * group when the variant wants it. */
   int units = g_ops.attn_by_group ? n_kv_head : n_head;
@@ -582,6 +616,7 @@ static qvl_status attn_run(attn_job j) {
   j.q_per_task = n_q < per ? n_q : per;
   j.n_q_tasks = (n_q + j.q_per_task - 1) / j.q_per_task;
   run_parallel(j.n_q_tasks * units, 1, attn_body, &j);
+  free(prep);
   return QVL_OK;
 }
 

@@ -65,6 +65,12 @@ typedef struct kn_attn {
   float scale;
   int64_t causal_base; /* < 0: not causal */
   bool fast;           /* fast tier (kn_attention_prec) */
+  /* Fast tier: K and V of every KV head already converted by attention_fast_prep (block b of KV
+   * head h at kv_prep + (h * kv_prep_blocks + b) * kv_prep_block_bytes), or NULL (the tiles convert
+   * what they read). */
+  const void *kv_prep;
+  int64_t kv_prep_blocks;
+  size_t kv_prep_block_bytes;
 } kn_attn;
 
 typedef struct kn_ops {
@@ -89,6 +95,12 @@ typedef struct kn_ops {
   void (*attention)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
   /* Fast tier (bf16 dot products, f32 K/V only); NULL = attention. Same tiling as attention. */
   void (*attention_fast)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
+  /* Optional, fast tier: the bytes of one prepared block of keys (0: this problem is not
+   * prepared; *keys_per_block is set otherwise), and the conversion of block b of KV head h into
+   * out. The dispatcher runs it once per call for every (KV head, block) before the tiles, so a
+   * head's K/V are converted once instead of once per tile of queries. */
+  size_t (*attention_fast_prep_bytes)(const kn_attn *a, int64_t *keys_per_block);
+  void (*attention_fast_prep)(const kn_attn *a, int h, int64_t b, void *out);
   bool attn_by_group;
   /* Peak probe: runs `iters` iterations of the kind's register-only loop; returns the operations
    * done (0: not available). NULL = no probe. */

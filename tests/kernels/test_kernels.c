@@ -213,6 +213,21 @@ static void test_matmul_fast(void) {
   }
 }
 
+/* Q8_0/Q4_0 on AVX-512 run on pairs of 16-row panels x chunks of 6, 4, 2, 1 tokens, with the odd
+ * last panel and GEMV on the 1-panel kernels: n_out of 1..5 panels (even and odd pair counts, a
+ * partial last panel), token counts that leave every chunk remainder, odd block counts. */
+static void test_matmul_pairs(void) {
+  static const qvl_dtype types[] = {QVL_DTYPE_Q8_0, QVL_DTYPE_Q4_0};
+  static const int64_t n_ins[] = {32, 160, 224};
+  static const int64_t n_outs[] = {16, 31, 32, 48, 64, 80};
+  static const int64_t toks[] = {2, 5, 6, 11, 13, 70};
+  for (size_t ti = 0; ti < 2; ti++)
+    for (size_t a = 0; a < sizeof n_ins / sizeof n_ins[0]; a++)
+      for (size_t o = 0; o < sizeof n_outs / sizeof n_outs[0]; o++)
+        for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
+          check_matmul(types[ti], n_ins[a], n_outs[o], toks[k], (a + o + k) % 2 == 1);
+}
+
 static void test_matmul(void) {
   static const qvl_dtype types[] = {QVL_DTYPE_F32, QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_Q8_0,
                                     QVL_DTYPE_Q4_0, QVL_DTYPE_Q4_K, QVL_DTYPE_Q6_K};
@@ -396,6 +411,12 @@ static void test_attention_fast(void) {
   check_attention_prec(3, 3, 64, 70, 95, -1, KN_PREC_FAST);
   check_attention_prec(16, 16, 64, 130, 130, -1, KN_PREC_FAST);
   check_attention_prec(4, 2, 64, 7, 61, 54, KN_PREC_FAST);
+  /* more than 64 rows: K/V converted once per call (blocks of 64 keys), with last blocks of 64,
+   * 8 (one quarter), 49 (four partial) and 32 keys (two quarters), causal, GQA */
+  check_attention_prec(2, 2, 64, 40, 128, -1, KN_PREC_FAST);
+  check_attention_prec(4, 2, 64, 50, 200, 150, KN_PREC_FAST);
+  check_attention_prec(2, 1, 64, 90, 177, -1, KN_PREC_FAST);
+  check_attention_prec(1, 1, 64, 65, 160, -1, KN_PREC_FAST);
   check_attention_prec(4, 2, 16, 33, 33, -1, KN_PREC_FAST); /* not 64: the exact path */
   if (!strcmp(isa_now, "avx512")) {
     int64_t n = 40, st = 2 * 64;
@@ -411,6 +432,29 @@ static void test_attention_fast(void) {
     kn_attention_prec(q, n, st, k, v, n, st, 2, 2, 64, 0.125f, -1, o2, st, KN_PREC_FAST);
     CHECK(memcmp(o1, o2, sizeof(float) * (size_t)(n * st)) != 0, "fast attention equals the exact tier");
     free(q), free(k), free(v), free(o1), free(o2);
+  }
+  /* The K/V converted once per call (many rows) and per tile (few rows) give the same bits: queries
+   * 37..45 of a 150-query call equal the same 9 queries asked alone, with 1 and 3 threads. */
+  {
+    int64_t n = 150, nkv = 203, st = 2 * 64;
+    float *q = malloc(sizeof(float) * (size_t)(n * st)), *k = malloc(sizeof(float) * (size_t)(nkv * st));
+    float *v = malloc(sizeof(float) * (size_t)(nkv * st)), *o1 = malloc(sizeof(float) * (size_t)(n * st));
+    float *o2 = malloc(sizeof(float) * (size_t)(9 * st)), *o3 = malloc(sizeof(float) * (size_t)(n * st));
+    for (int64_t i = 0; i < n * st; i++)
+      q[i] = (float)(2 * rnd());
+    for (int64_t i = 0; i < nkv * st; i++) {
+      k[i] = (float)(2 * rnd());
+      v[i] = (float)rnd();
+    }
+    kn_attention_prec(q, n, st, k, v, nkv, st, 2, 2, 64, 0.125f, -1, o1, st, KN_PREC_FAST);
+    kn_attention_prec(q + 37 * st, 9, st, k, v, nkv, st, 2, 2, 64, 0.125f, -1, o2, st, KN_PREC_FAST);
+    CHECK(!memcmp(o1 + 37 * st, o2, sizeof(float) * (size_t)(9 * st)),
+          "%s fast attention: 9 queries alone differ from the same queries in a batch of 150", isa_now);
+    kernels_init(isa_now, 3);
+    kn_attention_prec(q, n, st, k, v, nkv, st, 2, 2, 64, 0.125f, -1, o3, st, KN_PREC_FAST);
+    kernels_init(isa_now, 2);
+    CHECK(!memcmp(o1, o3, sizeof(float) * (size_t)(n * st)), "%s fast attention: 2 and 3 threads differ", isa_now);
+    free(q), free(k), free(v), free(o1), free(o2), free(o3);
   }
 }
 
@@ -632,6 +676,7 @@ int main(void) {
     CHECK(kernels_threads() == 2, "threads = %d", kernels_threads());
     worst_ratio = 0;
     test_matmul();
+    test_matmul_pairs();
     printf("  %s: matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
     worst_ratio = 0;
     test_matmul_fast();

@@ -53,7 +53,10 @@ static inline float quant_run(const float *x, int n, int8_t *q, int32_t *sums16)
   return d;
 }
 
-static void act32_quantize(const float *x, void *xq, int64_t n_in) {
+/* act32 layout, but the block sums are stored already multiplied by the weights' offset (-128 for
+ * Q8_0, -8 for Q4_0): the kernels start each block's int32 sum from a broadcast load of it, with no
+ * integer multiply and no register-to-vector move per block and token. */
+static void act32_quantize_off(const float *x, void *xq, int64_t n_in, int32_t off) {
   int8_t *q = xq;
   int64_t nb = n_in / 32;
   float *d = (float *)(q + n_in);
@@ -61,9 +64,11 @@ static void act32_quantize(const float *x, void *xq, int64_t n_in) {
   for (int64_t b = 0; b < nb; b++) {
     int32_t s16[2];
     d[b] = quant_run(x + b * 32, 32, q + b * 32, s16);
-    s[b] = s16[0] + s16[1];
+    s[b] = off * (s16[0] + s16[1]);
   }
 }
+static void act32_quantize_q8(const float *x, void *xq, int64_t n_in) { act32_quantize_off(x, xq, n_in, -128); }
+static void act32_quantize_q4(const float *x, void *xq, int64_t n_in) { act32_quantize_off(x, xq, n_in, -8); }
 
 static void act256_quantize(const float *x, void *xq, int64_t n_in) {
   int8_t *q = xq;
@@ -130,7 +135,6 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
     xsum[t] = (const int32_t *)(xd[t] + nb);
   }
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
-  const int32_t off = q4 ? -8 : -128;
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *blk = pw + (size_t)b * (q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
@@ -150,12 +154,77 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
     UNROLL
     for (int t = 0; t < TT; t++) {
       const int8_t *xb = xq + (size_t)t * xs + b * 32;
-      __m512i is = _mm512_set1_epi32(off * xsum[t][b]);
+      __m512i is = _mm512_set1_epi32(xsum[t][b]);
       UNROLL
       for (int c = 0; c < 8; c++)
         is = _mm512_dpbusd_epi32(is, w[c], bcast4(xb + 4 * c));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(xd[t][b])),
                                acc[t]);
+    }
+  }
+}
+
+/* Q8_0 / Q4_0 on two panels (32 rows) at once: each activation broadcast feeds two vpdpbusd and
+ * 2 x TT int32 block sums run side by side (TT up to 6: 12 independent chains). The loop goes
+ * group by group (one 64-byte weight load per panel and group) instead of holding a whole block of
+ * weights in registers. Every output gets exactly the operations of panel_q8_0 (exact integer
+ * block sum, then the same fmadd of the same float operands), so it equals the 1-panel path bit
+ * for bit and batch/thread invariance hold. */
+INLINE void panel2_q8_0(const uint8_t *pw, size_t panel, bool q4, const int8_t *xq, size_t xs,
+                        int64_t n_in, int TT, __m512 *acc) {
+  int64_t nb = n_in / 32;
+  const size_t blk_bytes = q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK;
+  const float *xd[6];
+  const int32_t *xsum[6];
+  UNROLL
+  for (int t = 0; t < TT; t++) {
+    acc[t] = acc[TT + t] = _mm512_setzero_ps();
+    xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
+    xsum[t] = (const int32_t *)(xd[t] + nb);
+  }
+  const __m512i lo4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *b0 = pw + (size_t)b * blk_bytes, *b1 = b0 + panel;
+    __m512i is[2][6];
+    UNROLL
+    for (int t = 0; t < TT; t++)
+      is[0][t] = is[1][t] = _mm512_set1_epi32(xsum[t][b]);
+    if (q4) {
+      UNROLL
+      for (int k = 0; k < 4; k++) {
+        __m512i r0 = _mm512_loadu_si512(b0 + 32 + k * 64), r1 = _mm512_loadu_si512(b1 + 32 + k * 64);
+        __m512i w0 = _mm512_and_si512(r0, lo4), w1 = _mm512_and_si512(r1, lo4);
+        __m512i h0 = _mm512_and_si512(_mm512_srli_epi16(r0, 4), lo4);
+        __m512i h1 = _mm512_and_si512(_mm512_srli_epi16(r1, 4), lo4);
+        UNROLL
+        for (int t = 0; t < TT; t++) {
+          const int8_t *xb = xq + (size_t)t * xs + b * 32;
+          __m512i xl = bcast4(xb + 4 * k), xh = bcast4(xb + 16 + 4 * k);
+          is[0][t] = _mm512_dpbusd_epi32(is[0][t], w0, xl);
+          is[1][t] = _mm512_dpbusd_epi32(is[1][t], w1, xl);
+          is[0][t] = _mm512_dpbusd_epi32(is[0][t], h0, xh);
+          is[1][t] = _mm512_dpbusd_epi32(is[1][t], h1, xh);
+        }
+      }
+    } else {
+      UNROLL
+      for (int c = 0; c < 8; c++) {
+        __m512i w0 = _mm512_loadu_si512(b0 + 32 + c * 64), w1 = _mm512_loadu_si512(b1 + 32 + c * 64);
+        UNROLL
+        for (int t = 0; t < TT; t++) {
+          __m512i xv = bcast4(xq + (size_t)t * xs + b * 32 + 4 * c);
+          is[0][t] = _mm512_dpbusd_epi32(is[0][t], w0, xv);
+          is[1][t] = _mm512_dpbusd_epi32(is[1][t], w1, xv);
+        }
+      }
+    }
+    __m512 dw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)b0));
+    __m512 dw1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)b1));
+    UNROLL
+    for (int t = 0; t < TT; t++) {
+      __m512 dx = _mm512_set1_ps(xd[t][b]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[0][t]), _mm512_mul_ps(dw0, dx), acc[t]);
+      acc[TT + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[1][t]), _mm512_mul_ps(dw1, dx), acc[TT + t]);
     }
   }
 }
@@ -350,6 +419,26 @@ DEFINE_PANEL_RUN(run_q6k_1, 1, Q6K_BODY(1))
 
 typedef void (*panel_fn)(const kn_mm *m, int64_t p, int64_t t);
 
+/* Two panels (p, p + 1) x TT tokens for Q8_0 / Q4_0. */
+#define DEFINE_Q80_PAIR_RUN(NAME, TT, Q4)                                                        \
+  static void NAME(const kn_mm *m, int64_t p, int64_t t) {                                      \
+    __m512 acc[2 * TT];                                                                         \
+    size_t panel = (size_t)(m->w->n_in / 32) * ((Q4) ? X16_Q4_0_BLK : X16_Q8_0_BLK);             \
+    panel2_q8_0((const uint8_t *)m->w->packed + (size_t)p * panel, panel, Q4, XQ(t),            \
+                m->xq_stride, m->w->n_in, TT, acc);                                             \
+    panel_store(m, p, t, TT, acc);                                                              \
+    panel_store(m, p + 1, t, TT, acc + TT);                                                     \
+  }
+DEFINE_Q80_PAIR_RUN(run2_q8_6, 6, false)
+DEFINE_Q80_PAIR_RUN(run2_q8_4, 4, false)
+DEFINE_Q80_PAIR_RUN(run2_q8_2, 2, false)
+DEFINE_Q80_PAIR_RUN(run2_q8_1, 1, false)
+DEFINE_Q80_PAIR_RUN(run2_q4_6, 6, true)
+DEFINE_Q80_PAIR_RUN(run2_q4_4, 4, true)
+DEFINE_Q80_PAIR_RUN(run2_q4_2, 2, true)
+DEFINE_Q80_PAIR_RUN(run2_q4_1, 1, true)
+
+
 /* GEMV on float weights: one FMA chain per panel is latency-bound (4 cycles per 16 outputs), so
  * four panels run side by side. Each output keeps exactly the same operation sequence as in
  * panel_float, so results equal the batched path bit for bit. */
@@ -390,6 +479,43 @@ static void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int
   }
 }
 
+/* Panel pairs x chunks of 6, 4, 2, 1 tokens; an odd last panel goes through the 1-panel kernels
+ * (one[]: 8, 4, 2, 1 tokens). GEMV (a single token in the whole call) keeps the 1-panel path. */
+static void tile_pairs(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                       const panel_fn *two, const panel_fn *one) {
+  int64_t p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
+  if (m->n_tokens == 1) {
+    tile_generic(m, r0, r1, t0, t1, one, 8);
+    return;
+  }
+  /* The next pair's weights (35 KB per 1024 inputs) are fetched into L2 a slice per token chunk
+   * while this pair computes: otherwise the first chunk of every pair waits for them from L3 or
+   * DRAM (the merger's 16 MB matrices do not stay in a shared L3). Its effect alone was not
+   * separated from the pair kernel's in the noisy measurements (docs/KERNELS.md). */
+  size_t pair = 2 * (size_t)(m->w->n_in / 32) * (m->w->layout == KN_LAYOUT_X16_Q4_0 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
+  int64_t n_chunks = (t1 - t0 + 5) / 6;
+  size_t slice = (pair / (size_t)n_chunks + 63) & ~(size_t)63;
+  int64_t p = p0;
+  for (; p + 2 <= p1; p += 2) {
+    const char *next = (const char *)m->w->packed + (size_t)(p + 2) * (pair / 2);
+    bool pf = p + 4 <= p1;
+    size_t done = 0;
+    int64_t t = t0;
+    for (; t1 - t >= 6; t += 6) {
+      if (pf)
+        for (size_t e = done + slice; done < e && done < pair; done += 64)
+          _mm_prefetch(next + done, _MM_HINT_T1);
+      two[0](m, p, t);
+    }
+    static const int rest[] = {4, 2, 1};
+    for (int k = 0; k < 3; k++)
+      for (; t1 - t >= rest[k]; t += rest[k])
+        two[k + 1](m, p, t);
+  }
+  if (p < p1)
+    tile_generic(m, p * PR, r1, t0, t1, one, 8);
+}
+
 static void tile_float(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
   (void)th;
   static const panel_fn f32[] = {run_f32_8, run_f32_4, run_f32_2, run_f32_1};
@@ -410,13 +536,15 @@ static void tile_float(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64
 }
 static void tile_q8_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
   (void)th;
-  static const panel_fn run[] = {run_q8_8, run_q8_4, run_q8_2, run_q8_1};
-  tile_generic(m, r0, r1, t0, t1, run, 8);
+  static const panel_fn one[] = {run_q8_8, run_q8_4, run_q8_2, run_q8_1};
+  static const panel_fn two[] = {run2_q8_6, run2_q8_4, run2_q8_2, run2_q8_1};
+  tile_pairs(m, r0, r1, t0, t1, two, one);
 }
 static void tile_q4_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
   (void)th;
-  static const panel_fn run[] = {run_q4_8, run_q4_4, run_q4_2, run_q4_1};
-  tile_generic(m, r0, r1, t0, t1, run, 8);
+  static const panel_fn one[] = {run_q4_8, run_q4_4, run_q4_2, run_q4_1};
+  static const panel_fn two[] = {run2_q4_6, run2_q4_4, run2_q4_2, run2_q4_1};
+  tile_pairs(m, r0, r1, t0, t1, two, one);
 }
 static void tile_q4_K(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
   (void)th;
@@ -430,8 +558,8 @@ static void tile_q6_K(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_
 }
 
 static const kn_mm_kernel mm_float = {NULL, NULL, tile_float, PR};
-static const kn_mm_kernel mm_q8_0 = {kn_act32_bytes, act32_quantize, tile_q8_0, PR};
-static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, act32_quantize, tile_q4_0, PR};
+static const kn_mm_kernel mm_q8_0 = {kn_act32_bytes, act32_quantize_q8, tile_q8_0, PR};
+static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, act32_quantize_q4, tile_q4_0, PR};
 static const kn_mm_kernel mm_q4_K = {kn_act256_bytes, act256_quantize, tile_q4_K, PR};
 static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, act256_quantize, tile_q6_K, PR};
 
@@ -973,23 +1101,74 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
   }
 }
 
-/* Fast tier, head_dim 64: the tile path above with bf16 dot products for q.k and p v (vdpbf16ps).
- * Per block of 32 keys, once per tile: K rounded to bf16 and transposed so that lane j of kt2[m]
- * holds the pair (k_j[2m], k_j[2m+1]) (16 keys per vector; 32 pairs per key); V rounded to bf16 as
- * pairs of keys, lane d of vt2[kp][c] = (v_{2kp}[16c+d], v_{2kp+1}[16c+d]). Per query: q (scaled)
- * rounded to bf16 pairs once; the probabilities p rounded to bf16 pairs (p_{2kp}, p_{2kp+1}) for
- * the p v products, while the softmax itself (max, exp, the sum l) stays in fp32. Half the
- * multiply-add instructions of the fp32 path. */
+/* Fast tier, head_dim 64: the tile path above with bf16 dot products for q.k and p v (vdpbf16ps),
+ * on blocks of ATT_KB_BF = 64 keys (NH = 4 quarters of 16). Per block, once per tile: K rounded to
+ * bf16 and transposed so that lane j of kt2[h][m] holds the pair (k_j[2m], k_j[2m+1]) of key
+ * 16h + j (32 pairs per key); V rounded to bf16 as pairs of keys, lane d of vt2[kp][c] =
+ * (v_{2kp}[16c+d], v_{2kp+1}[16c+d]). Per query: q (scaled) rounded to bf16 pairs once; the
+ * probabilities p rounded to bf16 pairs (p_{2kp}, p_{2kp+1}) for the p v products, while the
+ * softmax itself (max, exp, the sum l) stays in fp32. Half the multiply-add instructions of the
+ * fp32 path. 64-key blocks (not 32): 4 rows x 4 quarters = 16 independent score chains cover the
+ * latency of vdpbf16ps (8 chains did not), and the per-row bookkeeping (max and sum reductions,
+ * the rescale of the accumulator, the scalar exp of the max change) is paid once per 64 keys. */
 #define ATT_HD_BF 64
+#define ATT_KB_BF 64
+/* Keys j0 .. j0 + nb - 1 (nb <= ATT_KB_BF) of KV head kvh in the fast tier's layout: kt2
+ * [NH][NP][16] (quarters without keys are zero) and vt2 [KB/2][NV][16] (pairs past the last key
+ * are zero). */
+static void bf16_kv_block(const kn_attn *a, int kvh, int64_t j0, int nb, uint32_t *kt2, uint32_t *vt2) {
+  enum { HD = ATT_HD_BF, NV = HD / 16, NP = HD / 2, KB = ATT_KB_BF, NH = KB / 16 };
+  /* interleave the bf16 of two vectors: lane d = (a_d, b_d) */
+  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const float *kj = a->k + (int64_t)kvh * HD + j0 * a->kv_stride, *vj = a->v + (int64_t)kvh * HD + j0 * a->kv_stride;
+  int nhb = (nb + 15) / 16;
+  for (int hh = 0; hh < nhb; hh++) {
+    __m512 lo[16], hi[16];
+    UNROLL
+    for (int jj = 0; jj < 16; jj++) {
+      if (16 * hh + jj < nb) {
+        const float *k = kj + (16 * hh + jj) * a->kv_stride;
+        lo[jj] = (__m512)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(k + 16), _mm512_loadu_ps(k));
+        hi[jj] = (__m512)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(k + 48), _mm512_loadu_ps(k + 32));
+      } else {
+        lo[jj] = hi[jj] = _mm512_setzero_ps();
+      }
+    }
+    transpose16(lo);
+    transpose16(hi);
+    UNROLL
+    for (int m = 0; m < 16; m++) {
+      _mm512_storeu_ps(kt2 + (hh * NP + m) * 16, lo[m]);
+      _mm512_storeu_ps(kt2 + (hh * NP + 16 + m) * 16, hi[m]);
+    }
+  }
+  int nkp = (nb + 1) / 2;
+  for (int kp = 0; kp < nkp; kp++) {
+    const float *v0 = vj + (2 * kp) * a->kv_stride, *v1 = v0 + a->kv_stride;
+    bool has1 = 2 * kp + 1 < nb;
+    UNROLL
+    for (int c = 0; c < NV; c++) {
+      __m512 x0 = _mm512_loadu_ps(v0 + 16 * c), x1 = has1 ? _mm512_loadu_ps(v1 + 16 * c) : _mm512_setzero_ps();
+      __m512i t = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
+      _mm512_storeu_si512(vt2 + (kp * NV + c) * 16, _mm512_permutexvar_epi16(ilv, t));
+    }
+  }
+  for (int m = nhb * NP * 16; m < NH * NP * 16; m += 16)
+    _mm512_storeu_si512(kt2 + m, _mm512_setzero_si512());
+  for (int m = nkp * NV * 16; m < (KB / 2) * NV * 16; m += 16)
+    _mm512_storeu_si512(vt2 + m, _mm512_setzero_si512());
+}
+
 INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr) {
-  enum { HD = ATT_HD_BF, NV = HD / 16, NP = HD / 2, QB = 4 };
+  enum { HD = ATT_HD_BF, NV = HD / 16, NP = HD / 2, QB = 4, KB = ATT_KB_BF, NH = KB / 16 };
   const int64_t G = a->n_head / a->n_kv_head;
-  const float *kb = a->k + (int64_t)kvh * HD, *vb = a->v + (int64_t)kvh * HD;
-  /* scratch: qb [QT][NP] pairs, acc [QT][HD], ml [2 QT], kt2 [2][NP][16], vt2 [16][NV][16],
-   * ps [QB][16] pairs */
+  /* scratch: qb [QT][NP] pairs, acc [QT][HD], mv [QT][16] (the running max in every lane),
+   * lv [QT][16] (16 partial sums of the probabilities, added up at the end), kt2 [NH][NP][16],
+   * vt2 [KB/2][NV][16], ps [QB][KB/2] pairs */
   uint32_t *qb = (uint32_t *)scr;
-  float *acc = scr + ATT_QT * NP, *ml = acc + ATT_QT * HD;
-  uint32_t *kt2 = (uint32_t *)(ml + 2 * ATT_QT), *vt2 = kt2 + 2 * NP * 16, *ps = vt2 + 16 * NV * 16;
+  float *acc = scr + ATT_QT * NP, *mv = acc + ATT_QT * HD, *lv = mv + ATT_QT * 16;
+  uint32_t *kt2s = (uint32_t *)(lv + ATT_QT * 16), *vt2s = kt2s + NH * NP * 16, *ps = vt2s + (KB / 2) * NV * 16;
   int nq = (int)(i1 - i0);
   int64_t nk[ATT_QT], kmax = 0;
   __m512 sc = _mm512_set1_ps(a->scale);
@@ -1007,55 +1186,30 @@ INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, fl
                                                        _mm512_mul_ps(_mm512_loadu_ps(q + 16 * c), sc)));
     for (int c = 0; c < NV; c++)
       _mm512_storeu_ps(acc + r * HD + 16 * c, _mm512_setzero_ps());
-    ml[r] = -INFINITY;
-    ml[ATT_QT + r] = 0.0f;
+    _mm512_storeu_ps(mv + 16 * r, _mm512_set1_ps(-INFINITY));
+    _mm512_storeu_ps(lv + 16 * r, _mm512_setzero_ps());
   }
-  /* interleave the bf16 of two vectors: lane d = (a_d, b_d) */
-  const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  for (int64_t j0 = 0; j0 < kmax; j0 += 32) {
-    int nb = (int)(kmax - j0 < 32 ? kmax - j0 : 32);
-    const float *kj = kb + j0 * a->kv_stride, *vj = vb + j0 * a->kv_stride;
-    for (int hh = 0; hh < 2; hh++) {
-      __m512 lo[16], hi[16];
-      UNROLL
-      for (int jj = 0; jj < 16; jj++) {
-        if (16 * hh + jj < nb) {
-          const float *k = kj + (16 * hh + jj) * a->kv_stride;
-          lo[jj] = (__m512)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(k + 16), _mm512_loadu_ps(k));
-          hi[jj] = (__m512)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(k + 48), _mm512_loadu_ps(k + 32));
-        } else {
-          lo[jj] = hi[jj] = _mm512_setzero_ps();
-        }
-      }
-      transpose16(lo);
-      transpose16(hi);
-      UNROLL
-      for (int m = 0; m < 16; m++) {
-        _mm512_storeu_ps(kt2 + (hh * NP + m) * 16, lo[m]);
-        _mm512_storeu_ps(kt2 + (hh * NP + 16 + m) * 16, hi[m]);
-      }
-    }
+  for (int64_t j0 = 0; j0 < kmax; j0 += KB) {
+    int nb = (int)(kmax - j0 < KB ? kmax - j0 : KB);
+    int nhb = (nb + 15) / 16; /* quarters holding keys */
     int nkp = (nb + 1) / 2;
-    for (int kp = 0; kp < nkp; kp++) {
-      const float *v0 = vj + (2 * kp) * a->kv_stride, *v1 = v0 + a->kv_stride;
-      bool has1 = 2 * kp + 1 < nb;
-      UNROLL
-      for (int c = 0; c < NV; c++) {
-        __m512 x0 = _mm512_loadu_ps(v0 + 16 * c), x1 = has1 ? _mm512_loadu_ps(v1 + 16 * c) : _mm512_setzero_ps();
-        __m512i t = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
-        _mm512_storeu_si512(vt2 + (kp * NV + c) * 16, _mm512_permutexvar_epi16(ilv, t));
-      }
+    const uint32_t *kt2 = kt2s, *vt2 = vt2s;
+    if (a->kv_prep) { /* converted once per call by the dispatcher (avx512_attention_fast_prep) */
+      kt2 = (const uint32_t *)((const char *)a->kv_prep +
+                               (size_t)(kvh * a->kv_prep_blocks + j0 / KB) * a->kv_prep_block_bytes);
+      vt2 = kt2 + NH * NP * 16;
+    } else {
+      bf16_kv_block(a, kvh, j0, nb, kt2s, vt2s);
     }
     for (int g0 = 0; g0 < nq; g0 += QB) {
       int rr[QB];
-      __mmask16 km[QB][2];
+      __mmask16 km[QB][NH];
       bool any = false;
       UNROLL
       for (int r = 0; r < QB; r++) {
         rr[r] = g0 + r < nq ? g0 + r : nq - 1;
         UNROLL
-        for (int hh = 0; hh < 2; hh++) {
+        for (int hh = 0; hh < NH; hh++) {
           int64_t left = nk[rr[r]] - j0 - 16 * hh;
           km[r][hh] = left <= 0 ? 0 : tail_mask(left);
         }
@@ -1063,43 +1217,72 @@ INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, fl
       }
       if (!any)
         continue;
-      __m512 s[QB][2];
+      __m512 s[QB][NH];
       UNROLL
       for (int r = 0; r < QB; r++)
-        s[r][0] = s[r][1] = _mm512_setzero_ps();
-      for (int m = 0; m < NP; m++) {
-        __m512bh k0 = (__m512bh)_mm512_loadu_si512(kt2 + m * 16);
-        __m512bh k1 = (__m512bh)_mm512_loadu_si512(kt2 + (NP + m) * 16);
         UNROLL
-        for (int r = 0; r < QB; r++) {
-          __m512bh qd = (__m512bh)_mm512_set1_epi32((int32_t)qb[rr[r] * NP + m]);
-          s[r][0] = _mm512_dpbf16_ps(s[r][0], k0, qd);
-          s[r][1] = _mm512_dpbf16_ps(s[r][1], k1, qd);
+        for (int hh = 0; hh < NH; hh++)
+          s[r][hh] = _mm512_setzero_ps();
+      if (nhb > 2) {
+        for (int m = 0; m < NP; m++) {
+          __m512bh k[NH];
+          UNROLL
+          for (int hh = 0; hh < NH; hh++)
+            k[hh] = (__m512bh)_mm512_loadu_si512(kt2 + (hh * NP + m) * 16);
+          UNROLL
+          for (int r = 0; r < QB; r++) {
+            __m512bh qd = (__m512bh)_mm512_set1_epi32((int32_t)qb[rr[r] * NP + m]);
+            UNROLL
+            for (int hh = 0; hh < NH; hh++)
+              s[r][hh] = _mm512_dpbf16_ps(s[r][hh], k[hh], qd);
+          }
+        }
+      } else { /* a short last block: only the first two quarters hold keys */
+        for (int m = 0; m < NP; m++) {
+          __m512bh k0 = (__m512bh)_mm512_loadu_si512(kt2 + m * 16);
+          __m512bh k1 = (__m512bh)_mm512_loadu_si512(kt2 + (NP + m) * 16);
+          UNROLL
+          for (int r = 0; r < QB; r++) {
+            __m512bh qd = (__m512bh)_mm512_set1_epi32((int32_t)qb[rr[r] * NP + m]);
+            s[r][0] = _mm512_dpbf16_ps(s[r][0], k0, qd);
+            s[r][1] = _mm512_dpbf16_ps(s[r][1], k1, qd);
+          }
         }
       }
       __m512 av[QB][NV];
       UNROLL
       for (int r = 0; r < QB; r++) {
         const __m512 ninf = _mm512_set1_ps(-INFINITY);
-        __m512 sv0 = _mm512_mask_blend_ps(km[r][0], ninf, s[r][0]);
-        __m512 sv1 = _mm512_mask_blend_ps(km[r][1], ninf, s[r][1]);
-        float *mp = &ml[rr[r]], *lp = &ml[ATT_QT + rr[r]];
-        float bm = km[r][0] ? _mm512_reduce_max_ps(_mm512_max_ps(sv0, sv1)) : -INFINITY;
-        float mx = *mp, c = 1.0f;
-        if (bm > mx) {
-          c = expf(mx - bm);
-          mx = bm;
-        }
-        __m512 vm = _mm512_set1_ps(mx);
-        __m512 p0 = _mm512_maskz_mov_ps(km[r][0], exp512(_mm512_sub_ps(sv0, vm)));
-        __m512 p1 = _mm512_maskz_mov_ps(km[r][1], exp512(_mm512_sub_ps(sv1, vm)));
-        float lnew = *lp * c + _mm512_reduce_add_ps(_mm512_add_ps(p0, p1));
+        __m512 sv[NH];
+        UNROLL
+        for (int hh = 0; hh < NH; hh++)
+          sv[hh] = _mm512_mask_blend_ps(km[r][hh], ninf, s[r][hh]);
+        /* Branch-free, all in vectors: the block maximum reaches every lane by a butterfly of
+         * max operations, the rescale factor c = exp(m_old - m_new) is one more exp512, and the
+         * sum l stays as 16 lane-wise partial sums. (m_new = -inf happens only for a row with no
+         * key yet; then c is forced to 1 and the row's zero state stays zero.) */
+        __m512 bm = _mm512_max_ps(_mm512_max_ps(sv[0], sv[1]), _mm512_max_ps(sv[2], sv[3]));
+        bm = _mm512_max_ps(bm, _mm512_shuffle_f32x4(bm, bm, 0x4E));
+        bm = _mm512_max_ps(bm, _mm512_shuffle_f32x4(bm, bm, 0xB1));
+        bm = _mm512_max_ps(bm, _mm512_permute_ps(bm, 0x4E));
+        bm = _mm512_max_ps(bm, _mm512_permute_ps(bm, 0xB1));
+        __m512 mo = _mm512_loadu_ps(mv + 16 * rr[r]);
+        __m512 mn = _mm512_max_ps(mo, bm);
+        __mmask16 grew = _mm512_cmp_ps_mask(bm, mo, _CMP_GT_OQ);
+        __m512 vc = _mm512_mask_mov_ps(_mm512_set1_ps(1.0f), grew, exp512(_mm512_sub_ps(mo, mn)));
+        __m512 p[NH];
+        UNROLL
+        for (int hh = 0; hh < NH; hh++)
+          p[hh] = km[r][hh] ? _mm512_maskz_mov_ps(km[r][hh], exp512(_mm512_sub_ps(sv[hh], mn)))
+                            : _mm512_setzero_ps();
+        __m512 lnew = _mm512_fmadd_ps(_mm512_loadu_ps(lv + 16 * rr[r]), vc,
+                                      _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3])));
         if (g0 + r < nq) { /* padded rows must not update the shared state */
-          *mp = mx;
-          *lp = lnew;
+          _mm512_storeu_ps(mv + 16 * rr[r], mn);
+          _mm512_storeu_ps(lv + 16 * rr[r], lnew);
         }
-        _mm512_storeu_si512(ps + 16 * r, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
-        __m512 vc = _mm512_set1_ps(c);
+        _mm512_storeu_si512(ps + (KB / 2) * r, (__m512i)_mm512_cvtne2ps_pbh(p[1], p[0]));
+        _mm512_storeu_si512(ps + (KB / 2) * r + 16, (__m512i)_mm512_cvtne2ps_pbh(p[3], p[2]));
         UNROLL
         for (int k = 0; k < NV; k++)
           av[r][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + rr[r] * HD + 16 * k), vc);
@@ -1110,7 +1293,7 @@ INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, fl
           __m512bh vv = (__m512bh)_mm512_loadu_si512(vt2 + (kp * NV + k) * 16);
           UNROLL
           for (int r = 0; r < QB; r++)
-            av[r][k] = _mm512_dpbf16_ps(av[r][k], vv, (__m512bh)_mm512_set1_epi32((int32_t)ps[16 * r + kp]));
+            av[r][k] = _mm512_dpbf16_ps(av[r][k], vv, (__m512bh)_mm512_set1_epi32((int32_t)ps[(KB / 2) * r + kp]));
         }
       }
       UNROLL
@@ -1121,7 +1304,7 @@ INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, fl
     }
   }
   for (int r = 0; r < nq; r++) {
-    float l = ml[ATT_QT + r];
+    float l = _mm512_reduce_add_ps(_mm512_loadu_ps(lv + 16 * r));
     __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
     float *o = a->out + ROW_I(i0 + r) * a->out_stride + (int64_t)ROW_H(i0 + r) * HD;
     for (int c = 0; c < NV; c++)
@@ -1137,8 +1320,11 @@ static void avx512_attention_fast(const kn_attn *a, int kvh, int64_t q0, int64_t
     return;
   }
   const int64_t G = a->n_head / a->n_kv_head;
-  float *scr = kn_scratch(thread, sizeof(float) * (size_t)(ATT_QT * (ATT_HD_BF / 2 + ATT_HD_BF) + 2 * ATT_QT +
-                                                          2 * 32 * 16 + 16 * 4 * 16 + 4 * 16));
+  /* qb, acc, ml, kt2, vt2, ps of attn_tile_bf16 */
+  float *scr = kn_scratch(thread, sizeof(float) * (size_t)(ATT_QT * (ATT_HD_BF / 2 + ATT_HD_BF) + 2 * ATT_QT * 16 +
+                                                          (ATT_KB_BF / 16) * (ATT_HD_BF / 2) * 16 +
+                                                          (ATT_KB_BF / 2) * (ATT_HD_BF / 16) * 16 +
+                                                          4 * (ATT_KB_BF / 2)));
   if (!scr) {
     avx512_attention(a, kvh, q0, q1, thread);
     return;
@@ -1146,6 +1332,20 @@ static void avx512_attention_fast(const kn_attn *a, int kvh, int64_t q0, int64_t
   int64_t R1 = q1 * G;
   for (int64_t r0 = q0 * G; r0 < R1; r0 += ATT_QT)
     attn_tile_bf16(a, kvh, r0, r0 + ATT_QT < R1 ? r0 + ATT_QT : R1, scr);
+}
+
+/* The dispatcher's one conversion of K/V per call (kn_ops.attention_fast_prep). */
+static size_t avx512_attention_fast_prep_bytes(const kn_attn *a, int64_t *keys_per_block) {
+  if (a->head_dim != ATT_HD_BF)
+    return 0;
+  *keys_per_block = ATT_KB_BF;
+  return sizeof(uint32_t) * (size_t)((ATT_KB_BF / 16) * (ATT_HD_BF / 2) * 16 + (ATT_KB_BF / 2) * (ATT_HD_BF / 16) * 16);
+}
+static void avx512_attention_fast_prep(const kn_attn *a, int kvh, int64_t b, void *out) {
+  int64_t j0 = b * ATT_KB_BF;
+  int nb = (int)(a->n_kv - j0 < ATT_KB_BF ? a->n_kv - j0 : ATT_KB_BF);
+  uint32_t *kt2 = out;
+  bf16_kv_block(a, kvh, j0, nb, kt2, kt2 + (ATT_KB_BF / 16) * (ATT_HD_BF / 2) * 16);
 }
 
 /* Called once per KV head (kn_ops.attn_by_group): queries [q0, q1) of every query head of the
@@ -1254,6 +1454,8 @@ void kn_avx512_override(kn_ops *ops) {
   ops->to_f16 = avx512_to_f16;
   ops->attention = avx512_attention;
   ops->attention_fast = avx512_attention_fast;
+  ops->attention_fast_prep_bytes = avx512_attention_fast_prep_bytes;
+  ops->attention_fast_prep = avx512_attention_fast_prep;
   ops->attn_by_group = true;
 }
 
