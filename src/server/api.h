@@ -47,6 +47,7 @@ typedef struct api_limits {
   int64_t default_min_pixels;  /* lower resize bound when the request gives none */
   const char *const *model_ids; /* names accepted in "model" */
   int n_model_ids;
+  const char *vision_precision; /* the tower's loaded tier; NULL: no tower (any valid tier accepted) */
 } api_limits;
 
 typedef struct api_chat_request {

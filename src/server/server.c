@@ -576,6 +576,7 @@ static void fill_limits(server *s, api_limits *lim) {
   lim->default_min_pixels = IMAGE_CPU_DEFAULT_MIN_PIXELS;
   lim->model_ids = (const char *const *)s->model_ids;
   lim->n_model_ids = s->n_model_ids;
+  lim->vision_precision = s->be.vision_precision;
 }
 
 /* The stop check of a request's pre-processing (image fetch/decode, tokenizing, budget waits), on

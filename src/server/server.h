@@ -34,6 +34,9 @@ typedef struct server_backend {
   void (*cancel)(void *ctx, uint64_t id);
   void (*stats)(void *ctx, engine_stats *out);
   void *ctx;
+  /* Tier the vision tower was prepared in ("exact" / "fast"), NULL without a tower: a request's
+   * "precision" must name it (the tower keeps one prepared copy of its weights, docs/API.md). */
+  const char *vision_precision;
 } server_backend;
 
 typedef struct server server;
