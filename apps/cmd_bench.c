@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "base/timing.h"
 #include "bench_constrained.h"
+#include "bench_gap.h"
 #include "bench_image.h"
 #include "commands.h"
 #include "engine/generate.h"
@@ -29,6 +30,7 @@ typedef struct bench_opts {
   int n_prefill, n_decode, n_batch_steps;
   int batch_sizes[8], n_batch_sizes;
   bool constrained;         /* the constrained-decoding rows (on; --no-constrained) */
+  bool stream_gap;          /* --stream-gap: a stream's largest token gap during an image encode (two encodes) */
   bool json, skip_vision, image_stages;
 } bench_opts;
 
@@ -399,16 +401,20 @@ int cmd_bench(int argc, char **argv) {
       o.skip_vision = true;
     else if (arg_flag(argv, i, "--no-constrained", NULL))
       o.constrained = false;
+    else if (arg_flag(argv, i, "--stream-gap", NULL))
+      o.stream_gap = true;
     else if (arg_flag(argv, i, "--image-stages", NULL))
       o.image_stages = true;
     else if (arg_flag(argv, i, "--help", "-h")) {
       printf("usage: qvl bench -m MODEL.gguf [--mmproj MMPROJ.gguf] [-t N] [--prefill 512] [--decode 128]\n"
-             "                 [--batch 1,2,4,8] [--batch-steps 32] [--skip-vision] [--no-constrained] [--json]\n"
+             "                 [--batch 1,2,4,8] [--batch-steps 32] [--skip-vision] [--no-constrained] [--stream-gap] [--json]\n"
              "                 [--precision exact|fast] [--image-stages]\n"
              "  the constrained rows decode batch 1 and 8 with and without a nested JSON-schema mask\n"
              "  --image-stages  only the image path, both precision tiers: vision encode of 448x448,\n"
              "                  1024x768 and 1280x1280 split into matmul / attention / rest, and the\n"
-             "                  time to first token of a 1024x768 question stage by stage\n");
+             "                  time to first token of a 1024x768 question stage by stage\n"
+             "  --stream-gap    the largest gap between two tokens of a stream while another request's\n"
+             "                  1024x768 image is encoded: sliced (vision_layers_per_step) vs one step\n");
       return 0;
     } else {
       fprintf(stderr, "qvl bench: unknown option '%s'\n", argv[i]);
@@ -461,6 +467,8 @@ int cmd_bench(int argc, char **argv) {
     static const int sizes[2] = {1, 8};
     st = bench_constrained(m, sizes, 2, o.n_batch_steps, out);
   }
+  if (st == QVL_OK && o.stream_gap && m->vision && !o.skip_vision)
+    st = bench_stream_gap(m, out);
   cJSON_AddNumberToObject(out, "peak_rss_mb", peak_rss_mb());
   int rc = 0;
   if (st != QVL_OK)

@@ -7,7 +7,7 @@
 #include "base/lru.h"
 #include "base/status.h"
 
-#define IC_BYTES_KEYS 4
+#define IC_BYTES_KEYS 2 /* encodings remembered per image: few, so an entry's bookkeeping stays under 100 bytes */
 
 typedef struct ic_entry {
   lru_node lru;              /* first member: the list node converts back to the entry */

@@ -655,6 +655,20 @@ static void test_caches_unit(void) {
   CHECK(!image_cache_get(ic, 2, 1, 4, 8, nt, d, 1, out, out + 32, 32), "LRU evicted");
   CHECK(image_cache_get(ic, 1, 1, 4, 8, nt, d, 1, out, out + 32, 32), "recently used kept");
   CHECK(image_cache_bytes(ic) <= 2 * (entry - 256) + 200, "within the cap");
+  /* files by their encoded bytes: known once noted for a cached image, forgotten with it */
+  uint64_t fh = 0;
+  int gt = 0, gh = 0, gw = 0;
+  int64_t fnt = 0;
+  CHECK(!image_cache_find_encoded(ic, 77, &fh, &gt, &gh, &gw, &fnt), "unknown file");
+  image_cache_note_encoded(ic, 1, 77);
+  CHECK(image_cache_find_encoded(ic, 77, &fh, &gt, &gh, &gw, &fnt) && fh == 1 && gt == 1 && gh == 4 && gw == 8 &&
+            fnt == nt,
+        "file known after note (hash %llu grid %d %d %d nt %lld)", (unsigned long long)fh, gt, gh, gw, (long long)fnt);
+  image_cache_note_encoded(ic, 2, 78); /* image 2 was evicted: nothing to attach the file to */
+  CHECK(!image_cache_find_encoded(ic, 78, &fh, &gt, &gh, &gw, &fnt), "file of an uncached image unknown");
+  image_cache_put(ic, 4, 1, 4, 8, nt, d, 1, a, a + 32, 32); /* evicts 3 */
+  image_cache_put(ic, 5, 1, 4, 8, nt, d, 1, a, a + 32, 32); /* evicts 1 */
+  CHECK(!image_cache_find_encoded(ic, 77, &fh, &gt, &gh, &gw, &fnt), "an evicted image forgets its files");
   image_cache_free(ic);
 
   prefix_cache *pc;

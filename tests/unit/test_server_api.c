@@ -410,12 +410,12 @@ static void test_metrics(void) {
   for (int i = 0; i < ENGINE_HIST_BUCKETS; i++) {
     st.img_tok_bounds[i] = 64.0 * (i + 1);
     st.img_tok_hist[i] = i >= 11 ? 2 : i >= 2 ? 1 : 0; /* one image of 150 tokens, one of 700 */
-    st.vision_hist[i] = i >= 4 ? 1 : 0;                 /* one encode of 450 ms */
+    st.vision_hist[i] = i >= 4 ? 1 : 0;                 /* one encode of 500 ms */
   }
   st.img_tok_hist[ENGINE_HIST_BUCKETS] = 2;
   st.img_tok_sum = 850;
   st.vision_hist[ENGINE_HIST_BUCKETS] = 1;
-  st.vision_sum_ms = 450;
+  st.vision_sum_ms = 500;
   metrics_server ms;
   memset(&ms, 0, sizeof ms);
   ms.loaded = true;
@@ -432,7 +432,7 @@ static void test_metrics(void) {
                         "qvl_http_responses_total{code=\"2xx\"} 9\n", "qvl_model_loaded 1\n",
                         "# TYPE qvl_image_cache_hits_total counter\n", "qvl_process_resident_memory_bytes ",
                         "# TYPE qvl_vision_encode_seconds histogram\n", "qvl_vision_encode_seconds_bucket{le=\"0.4\"} 0\n",
-                        "qvl_vision_encode_seconds_bucket{le=\"0.5\"} 1\n", "qvl_vision_encode_seconds_sum 0.45\n",
+                        "qvl_vision_encode_seconds_bucket{le=\"0.5\"} 1\n", "qvl_vision_encode_seconds_sum 0.5\n",
                         "qvl_vision_encode_seconds_count 1\n", "# TYPE qvl_image_tokens histogram\n",
                         "qvl_image_tokens_bucket{le=\"128\"} 0\n", "qvl_image_tokens_bucket{le=\"192\"} 1\n",
                         "qvl_image_tokens_bucket{le=\"768\"} 2\n", "qvl_image_tokens_bucket{le=\"+Inf\"} 2\n",
