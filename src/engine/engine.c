@@ -74,6 +74,7 @@ typedef struct request {
   int32_t *top_ids;        /* [max_tokens][n_top] */
   float *top_lp;           /* [max_tokens][n_top] */
   double t_submit, t_queued, t_start, t_first, deadline, prefill_s; /* t_queued: after the prompt was built */
+  double setup_s;          /* request_begin */
   engine_result res;
 } request;
 
@@ -176,6 +177,8 @@ static void account_locked(engine *e, request *r, double now) {
   t->preprocess_ms = r->p.preprocess_ms;
   t->vision_ms = r->p.vision_ms;
   t->prefill_ms = r->prefill_s * 1e3;
+  t->prompt_ms = r->t_queued > 0 ? (r->t_queued - r->t_submit) * 1e3 : 0;
+  t->setup_ms = r->setup_s * 1e3;
   int64_t computed = r->p.n - res->cached_prompt_tokens;
   t->prefill_tok_s = r->prefill_s > 0 ? (double)computed / r->prefill_s : 0;
   if (r->t_first > 0) {
@@ -902,7 +905,9 @@ static void *engine_main(void *arg) {
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
       if (!r->finished && r->state == RQ_NEW) {
+        double t0 = time_now_s();
         qvl_status s = request_begin(e, r);
+        r->setup_s = time_now_s() - t0;
         if (s != QVL_OK)
           set_error(r, s, "error", qvl_last_error());
       }

@@ -61,6 +61,8 @@ typedef struct engine_timings {
   double ttft_ms;            /* submit -> first token */
   double decode_ms;
   double prefill_tok_s, decode_tok_s;
+  double prompt_ms;          /* submit: chat template, tokenizer, image fetch/decode (preprocess_ms is part) */
+  double setup_ms;           /* engine: sequence, sampler, prefix-cache restore before the first step */
 } engine_timings;
 
 typedef struct engine_result {

@@ -541,6 +541,8 @@ static void add_usage(cJSON *o, const api_result *r) {
   cJSON_AddBoolToObject(t, "prefix_cache_hit", r->cached_prompt_tokens > 0);
   cJSON_AddNumberToObject(t, "cached_prompt_tokens", (double)r->cached_prompt_tokens);
   cJSON_AddNumberToObject(t, "queue_ms", r->t.queue_ms);
+  cJSON_AddNumberToObject(t, "prompt_ms", r->t.prompt_ms);
+  cJSON_AddNumberToObject(t, "setup_ms", r->t.setup_ms);
   cJSON_AddNumberToObject(t, "preprocess_ms", r->t.preprocess_ms);
   cJSON_AddNumberToObject(t, "vision_ms", r->t.vision_ms);
   cJSON_AddNumberToObject(t, "prefill_ms", r->t.prefill_ms);
