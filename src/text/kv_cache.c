@@ -2,7 +2,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "base/status.h"
 
@@ -16,33 +15,6 @@ uint64_t kv_cache_bytes(int64_t n_layer, int64_t n_ctx, int64_t row) {
   return b;
 }
 
-/* Large halves are mapped directly, with transparent huge pages asked for: a request that restores
- * a cached prefix writes hundreds of MB of fresh rows at once, and 2 MiB pages fault 512x less
- * often than 4 KiB ones (page faults were most of a repeated image question's set-up). Pages stay
- * lazily zeroed and unbacked until written, as with calloc. */
-#define KV_MAP_MIN ((size_t)4 << 20)
-
-static float *half_alloc(size_t bytes) {
-  if (bytes < KV_MAP_MIN)
-    return calloc(1, bytes);
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    return NULL;
-#ifdef MADV_HUGEPAGE
-  madvise(p, bytes, MADV_HUGEPAGE); /* advice only: without THP the mapping works the same */
-#endif
-  return p;
-}
-
-static void half_free(float *p, size_t bytes) {
-  if (!p)
-    return;
-  if (bytes < KV_MAP_MIN)
-    free(p);
-  else
-    munmap(p, bytes);
-}
-
 qvl_status kv_cache_init(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t row) {
   memset(c, 0, sizeof *c);
   uint64_t bytes = kv_cache_bytes(n_layer, n_ctx, row);
@@ -51,10 +23,10 @@ qvl_status kv_cache_init(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t ro
                       "KV cache: invalid size (layers %lld, context %lld, row %lld floats)",
                       (long long)n_layer, (long long)n_ctx, (long long)row);
   size_t half = (size_t)(bytes / 2);
-  c->k = half_alloc(half);
-  c->v = c->k ? half_alloc(half) : NULL;
+  c->k = calloc(1, half);
+  c->v = c->k ? calloc(1, half) : NULL;
   if (!c->k || !c->v) {
-    half_free(c->k, half);
+    free(c->k);
     c->k = NULL;
     return qvl_errorf(QVL_ERR_NOMEM,
                       "KV cache: cannot allocate %.1f MiB for a context of %lld tokens (%lld layers); "
@@ -70,9 +42,8 @@ qvl_status kv_cache_init(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t ro
 void kv_cache_free(kv_cache *c) {
   if (!c)
     return;
-  size_t half = (size_t)(kv_cache_bytes(c->n_layer, c->n_ctx, c->row) / 2);
-  half_free(c->k, half);
-  half_free(c->v, half);
+  free(c->k);
+  free(c->v);
   memset(c, 0, sizeof *c);
 }
 
