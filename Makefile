@@ -16,7 +16,11 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Werror
 SAN_FLAGS := -fsanitize=address$(comma)undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 OPT := $(if $(filter 1,$(SAN)),-O1 $(SAN_FLAGS),-O2)
-CFLAGS_ALL := -std=c11 -g $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude -Isrc -pthread -MMD -MP $(PKG_CFLAGS) $(CFLAGS)
+# Programs on the public API (apps/, examples/) see include/ only; the library, its tests and the
+# benchmarks see src/ too. Library objects export only what include/ marks QVL_API.
+CFLAGS_PUB := -std=c11 -g $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude -pthread -MMD -MP $(PKG_CFLAGS) $(CFLAGS)
+CFLAGS_ALL := $(CFLAGS_PUB) -Isrc
+CFLAGS_LIB := $(CFLAGS_ALL) -fvisibility=hidden -fPIC
 LDFLAGS_ALL := $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined,) -pthread $(LDFLAGS)
 LIBS := $(PKG_LIBS) -lm
 
@@ -36,8 +40,11 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%-replay,$(FUZZ_SRC))
 
+EXAMPLE_SRC := $(wildcard examples/*.c)
+EXAMPLE_BIN := $(patsubst examples/%.c,$(BUILD)/examples/%,$(EXAMPLE_SRC))
+
 .PHONY: all test test-quick test-san fuzz clean serve qvl-bin FORCE
-all: $(BUILD)/qvl $(TEST_BIN) $(FUZZ_REPLAY)
+all: $(BUILD)/qvl $(BUILD)/libqvl.so $(EXAMPLE_BIN) $(TEST_BIN) $(FUZZ_REPLAY)
 	@ln -sf $(BUILD)/qvl qvl
 
 $(BUILD)/libqvl.a: $(LIB_OBJ)
@@ -45,15 +52,30 @@ $(BUILD)/libqvl.a: $(LIB_OBJ)
 	$(call say,AR,$@)
 	$(Q)ar rcs $@ $^
 
+# The shared library: what an embedder links (examples/ link it to prove the exports suffice).
+$(BUILD)/libqvl.so: $(LIB_OBJ)
+	$(call say,LINK,$@)
+	$(Q)$(CC) -shared -Wl,-soname,libqvl.so $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+
 $(BUILD)/src/kernels/x86/%.o: src/kernels/x86/%.c
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
-	$(Q)$(CC) $(CFLAGS_ALL) $(ISA_FLAGS_$(basename $(notdir $<))) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_LIB) $(ISA_FLAGS_$(basename $(notdir $<))) -c $< -o $@
 
-$(BUILD)/%.o: %.c
+$(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
-	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_LIB) -c $< -o $@
+
+$(BUILD)/apps/%.o: apps/%.c
+	@mkdir -p $(dir $@)
+	$(call say,CC,$<)
+	$(Q)$(CC) $(CFLAGS_PUB) -Iapps -c $< -o $@
+
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libqvl.so
+	@mkdir -p $(dir $@)
+	$(call say,LINK,$@)
+	$(Q)$(CC) $(CFLAGS_PUB) -o $@ $< $(BUILD)/libqvl.so -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
 
 # Build tool, run on this machine: plain flags (no sanitizers), whatever the build mode.
 $(BUILD)/tools/embed: tools/embed.c
@@ -70,7 +92,7 @@ $(BUILD)/gen/web_assets.c: $(BUILD)/tools/embed $(BUILD)/gen/web_files.list $(WE
 	$(BUILD)/tools/embed $@ web $(WEB_FILES)
 
 $(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CFLAGS_LIB) -c $< -o $@
 
 $(BUILD)/qvl: $(APP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libqvl.a
 	$(call say,LINK,$@)
@@ -141,9 +163,9 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 .PHONY: bench
 bench: $(BENCH_BIN)
 
-# The command line's argument parser and benchmark images are shared with the benchmarks by linking
-# their objects (apps/ is not part of libqvl).
-BENCH_APP_OBJ := $(BUILD)/apps/args.o $(BUILD)/apps/bench_image.o
+# The command line's argument parser is shared with the benchmarks by linking its object (apps/ is
+# not part of libqvl; the benchmark images are, in src/api/tools/).
+BENCH_APP_OBJ := $(BUILD)/apps/args.o
 $(BUILD)/bench/%: bench/%.c $(BENCH_APP_OBJ) $(BUILD)/libqvl.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Iapps -o $@ $< $(BENCH_APP_OBJ) $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)

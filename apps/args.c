@@ -6,9 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
-#include "model/hub.h"
-#include "vision/vision.h"
 #include "qvl.h"
 
 bool arg_value(int argc, char **argv, int *i, const char *long_name, const char *short_name, const char **out) {
@@ -62,61 +59,70 @@ int report_error(const char *what, int status) {
 }
 
 int resolve_hf(const char *spec, bool offline, const char **model, const char **mmproj) {
-  static hub_files files; /* kept for the life of the process: the paths are used until exit */
-  hub_opts o = {0};
-  o.offline = offline ? 1 : 0;
-  qvl_status s = hub_resolve(&o, spec, &files);
+  /* kept for the life of the process: the paths are used until exit */
+  static char *files_model, *files_mmproj;
+  qvl_status s = qvl_hf_resolve(spec, offline, &files_model, &files_mmproj);
   if (s != QVL_OK)
     return report_error("--hf", s);
-  if (!files.is_gguf) {
-    /* a safetensors repository: the snapshot directory is an HF model directory (vlm_load) */
+  if (qvl_path_is_hf_dir(files_model)) {
+    /* a safetensors repository: the snapshot directory is an HF model directory */
     if (*mmproj) {
       fprintf(stderr, "qvl: --hf %s is a Hugging Face checkpoint (vision tower included); it takes no --mmproj\n",
               spec);
       return 2;
     }
-    *model = files.dir;
+    *model = files_model;
     return 0;
   }
-  *model = files.model;
+  *model = files_model;
   if (!*mmproj)
-    *mmproj = files.mmproj;
+    *mmproj = files_mmproj;
   return 0;
 }
 
-int args_take_precision(int *argc, char **argv, int start, const char *cmd) {
-  const char *env = getenv("QVL_PRECISION");
-  kn_precision p;
-  if (env && *env && kn_precision_parse(env, &p) != QVL_OK) {
-    fprintf(stderr, "%s: QVL_PRECISION: %s\n", cmd, qvl_last_error());
+/* A process-wide setting given as "--FLAG VALUE", "--FLAG=VALUE" or the environment variable env
+ * (the flag wins: it is applied after). */
+static int take_setting(int *argc, char **argv, int start, const char *cmd, const char *flag, const char *env_name,
+                        const char *values, qvl_status (*apply)(const char *)) {
+  const char *env = getenv(env_name);
+  if (env && *env && apply(env) != QVL_OK) {
+    fprintf(stderr, "%s: %s: %s\n", cmd, env_name, qvl_last_error());
     return 2;
   }
+  size_t fl = strlen(flag);
   for (int i = start; i < *argc;) {
     const char *v = NULL;
     int take = 0;
-    if (!strcmp(argv[i], "--precision")) {
+    if (!strcmp(argv[i], flag)) {
       if (i + 1 >= *argc) {
-        fprintf(stderr, "%s: --precision needs a value (exact or fast)\n", cmd);
+        fprintf(stderr, "%s: %s needs a value (%s)\n", cmd, flag, values);
         return 2;
       }
       v = argv[i + 1];
       take = 2;
-    } else if (!strncmp(argv[i], "--precision=", 12)) {
-      v = argv[i] + 12;
+    } else if (!strncmp(argv[i], flag, fl) && argv[i][fl] == '=') {
+      v = argv[i] + fl + 1;
       take = 1;
     }
     if (!take) {
       i++;
       continue;
     }
-    if (kn_precision_parse(v, &p) != QVL_OK) {
-      fprintf(stderr, "%s: --precision: %s\n", cmd, qvl_last_error());
+    if (apply(v) != QVL_OK) {
+      fprintf(stderr, "%s: %s: %s\n", cmd, flag, qvl_last_error());
       return 2;
     }
-    vision_set_precision(p);
     for (int k = i; k + take <= *argc; k++)
       argv[k] = argv[k + take]; /* argv[argc] is NULL and moves down too */
     *argc -= take;
   }
   return 0;
+}
+
+int args_take_precision(int *argc, char **argv, int start, const char *cmd) {
+  return take_setting(argc, argv, start, cmd, "--precision", "QVL_PRECISION", "exact or fast", qvl_set_precision);
+}
+
+int args_take_kv_type(int *argc, char **argv, int start, const char *cmd) {
+  return take_setting(argc, argv, start, cmd, "--kv-type", "QVL_KV_TYPE", "f16 or f32", qvl_set_kv_type);
 }

@@ -16,9 +16,12 @@ double arg_double(const char *flag, const char *v, double min, double max);
  * success *model and *mmproj point to strings that live until the process ends. */
 int resolve_hf(const char *spec, bool offline, const char **model, const char **mmproj);
  /* Takes "--precision exact|fast" (or "--precision=...") out of argv[start..] and applies it to
- * the vision towers loaded afterwards (vision_set_precision); also checks QVL_PRECISION. Returns 0,
+ * the vision towers loaded afterwards (qvl_set_precision); also checks QVL_PRECISION. Returns 0,
  * or 2 after printing a message naming cmd. Removed entries shorten *argc. */
 int args_take_precision(int *argc, char **argv, int start, const char *cmd);
+/* The same for "--kv-type f16|f32" and QVL_KV_TYPE: the KV cache element type of the engines and
+ * sequences made afterwards (qvl_set_kv_type). */
+int args_take_kv_type(int *argc, char **argv, int start, const char *cmd);
 /* Prints "qvl: <msg>: <qvl_last_error()>" and returns the exit code for a status. */
 int report_error(const char *what, int status);
 

@@ -1,8 +1,8 @@
 /*
- * qvl chat — a multi-turn conversation in the terminal, through the serving engine (engine.h), so
+ * qvl chat — a multi-turn conversation in the terminal, through the serving engine (qvl_engine), so
  * that, as in the server, each turn reuses the KV of the conversation so far (prefix cache) and
  * the features of images already seen (image cache). Long conversations drop their oldest turns
- * (history trim, engine/history.h) instead of failing.
+ * (qvl_request_set_trim_history) instead of failing.
  *
  * On a terminal: line editing and history (libedit), answers streamed, Ctrl-C stops the answer
  * being written (the chat goes on), Ctrl-D leaves. With standard input not a terminal (a pipe, a
@@ -24,18 +24,10 @@
 
 #include "args.h"
 #include "gen_args.h"
-#include "base/buf.h"
-#include "base/timing.h"
 #include "commands.h"
-#include "engine/engine.h"
-#include "engine/hf_model.h"
-#include "engine/history.h"
-#include "engine/vlm.h"
-#include "kernels/kernels.h"
-#include "model/wtable.h"
+#include "qvl.h"
 
 #define CHAT_MAX_IMAGES 16 /* images attached to one message */
-#define CHAT_MAX_STOPS 8
 #define CHAT_MAX_LINE (1 << 20)
 
 static void chat_usage(FILE *f) {
@@ -56,8 +48,9 @@ static void chat_usage(FILE *f) {
           "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F, --stop TEXT\n"
           "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
           "  -t, --threads N         worker threads (default: physical cores)\n"
-          "  --ctx N                 context of the conversation (default 8192; older turns are dropped)\n",
-          (long long)IMAGE_CPU_DEFAULT_MAX_PIXELS);
+          "  --ctx N                 context of the conversation (default 8192; older turns are dropped)\n"
+          "  --kv-type f16|f32       KV cache elements (default f16: half the memory; QVL_KV_TYPE)\n",
+          (long long)qvl_default_max_pixels());
 }
 
 /* ---- one answer: engine callbacks (engine thread) and the wait for them (main thread) -------- */
@@ -66,8 +59,12 @@ typedef struct answer {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool done;
-  buf text;                /* what was streamed */
-  engine_result res;       /* text/ids pointers dropped */
+  char *text;              /* the whole answer (as far as it got) */
+  size_t text_len;
+  qvl_status status;
+  qvl_finish finish;
+  qvl_usage usage;
+  qvl_timings t;
   char error[512];
 } answer;
 
@@ -79,36 +76,41 @@ static void on_sigint(int sig) {
 }
 
 static bool on_text(void *user, const char *text, size_t len) {
-  answer *a = user;
+  (void)user;
   fwrite(text, 1, len, stdout);
   fflush(stdout);
-  pthread_mutex_lock(&a->mu);
-  buf_append(&a->text, text, len);
-  pthread_mutex_unlock(&a->mu);
   return true;
 }
 
-static void on_done(void *user, const engine_result *r) {
+static void on_done(void *user, const qvl_result *r) {
   answer *a = user;
   pthread_mutex_lock(&a->mu);
-  a->res = *r;
-  a->res.text = NULL;
-  a->res.ids = NULL;
-  snprintf(a->error, sizeof a->error, "%s", r->error);
+  const char *text = qvl_result_text(r, &a->text_len);
+  if ((a->text = malloc(a->text_len + 1))) {
+    memcpy(a->text, text, a->text_len);
+    a->text[a->text_len] = '\0';
+  } else {
+    a->text_len = 0;
+  }
+  a->status = qvl_result_status(r);
+  a->finish = qvl_result_finish(r);
+  qvl_result_usage(r, &a->usage);
+  qvl_result_timings(r, &a->t);
+  snprintf(a->error, sizeof a->error, "%s", qvl_result_error(r));
   a->done = true;
   pthread_cond_signal(&a->cv);
   pthread_mutex_unlock(&a->mu);
 }
 
 /* Waits for the answer; a Ctrl-C meanwhile cancels it. */
-static void wait_answer(engine *e, uint64_t id, answer *a) {
+static void wait_answer(qvl_engine *e, uint64_t id, answer *a) {
   bool cancelled = false;
   pthread_mutex_lock(&a->mu);
   while (!a->done) {
     if (!cancelled && atomic_exchange(&g_interrupted, false)) {
       cancelled = true;
       pthread_mutex_unlock(&a->mu);
-      engine_cancel(e, id);
+      qvl_engine_cancel(e, id);
       pthread_mutex_lock(&a->mu);
       continue;
     }
@@ -127,15 +129,15 @@ static void wait_answer(engine *e, uint64_t id, answer *a) {
 /* ---- the conversation ----------------------------------------------------------------------- */
 
 typedef struct chat {
-  engine *e;
+  qvl_engine *e;
   const char *system;
   cJSON *msgs;                       /* OpenAI messages so far */
   char *pending[CHAT_MAX_IMAGES];    /* images for the next message (paths, owned) */
   int n_pending;
   bool has_vision;
-  gen_params gen;                    /* max_tokens is the cap */
+  gen_opts gen;                      /* max_tokens is the cap */
   int64_t ctx;
-  vlm_prompt_opts po;
+  int64_t min_px, max_px;
   /* /stats */
   int turns;
   int64_t prompt_tokens, completion_tokens, cached_tokens, dropped_turns;
@@ -178,8 +180,8 @@ static bool add_image(chat *c, const char *path, bool quiet) {
 }
 
 static void print_stats(const chat *c) {
-  engine_stats st;
-  engine_get_stats(c->e, &st);
+  qvl_engine_stats st;
+  qvl_engine_get_stats(c->e, &st);
   printf("turns %d | prompt tokens %lld (%lld from the prefix cache) | generated %lld\n"
          "last answer: prompt %lld tokens, %lld cached, TTFT %.0f ms, %.1f tok/s\n"
          "prefix cache hits %llu, misses %llu | image cache hits %llu, misses %llu | older turns dropped %lld\n",
@@ -233,22 +235,24 @@ static void turn(chat *c, const char *text, bool tty) {
   memset(&a, 0, sizeof a);
   pthread_mutex_init(&a.mu, NULL);
   pthread_cond_init(&a.cv, NULL);
-  history_policy hp = history_policy_default();
-  hp.mode = HISTORY_TRIM;
-  hp.auto_max_tokens = true;
-  engine_request rq;
-  memset(&rq, 0, sizeof rq);
-  rq.messages = c->msgs;
-  rq.prompt = c->po;
-  rq.gen = c->gen;
-  rq.on_text = on_text;
-  rq.on_done = on_done;
-  rq.user = &a;
-  rq.history = &hp;
-  /* The flag is cleared before a line is read, not here: a Ctrl-C typed right after Enter, while
-   * the line is still being handled, stops this answer as the user meant. */
+  qvl_request *rq = NULL;
+  char *js = cJSON_PrintUnformatted(c->msgs);
+  qvl_status s = js ? qvl_request_new(&rq) : QVL_ERR_NOMEM;
+  if (s == QVL_OK)
+    s = qvl_request_set_messages(rq, js);
+  free(js);
+  if (s == QVL_OK)
+    s = gen_opts_apply(&c->gen, rq);
+  if (s == QVL_OK) {
+    qvl_request_allow_files(rq, true); /* the user's own files */
+    qvl_request_set_pixels(rq, c->min_px, c->max_px);
+    qvl_request_set_trim_history(rq, true);
+    qvl_request_set_callbacks(rq, on_text, on_done, &a);
+  }
   uint64_t id = 0;
-  qvl_status s = engine_submit(c->e, &rq, &id);
+  if (s == QVL_OK)
+    s = qvl_engine_submit(c->e, rq, &id);
+  qvl_request_free(rq);
   if (s != QVL_OK) {
     fprintf(stderr, "qvl chat: %s\n", qvl_last_error());
     cJSON_DeleteItemFromArray(c->msgs, cJSON_GetArraySize(c->msgs) - 1); /* the message was not sent */
@@ -257,35 +261,35 @@ static void turn(chat *c, const char *text, bool tty) {
       free(c->pending[i]);
     c->n_pending = 0;
     wait_answer(c->e, id, &a);
-    const engine_result *r = &a.res;
-    bool stopped = r->finish_reason && !strcmp(r->finish_reason, "cancelled");
-    if (r->status != QVL_OK && !stopped)
-      fprintf(stderr, "%sqvl chat: %s\n", a.text.len ? "\n" : "", a.error[0] ? a.error : qvl_status_text(r->status));
+    bool stopped = a.finish == QVL_FINISH_CANCELLED;
+    if (a.status != QVL_OK && !stopped)
+      fprintf(stderr, "%sqvl chat: %s\n", a.text_len ? "\n" : "", a.error[0] ? a.error : qvl_status_text(a.status));
     /* the answer as far as it got stays in the conversation, so the next turn follows it */
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "role", "assistant");
-    cJSON_AddStringToObject(m, "content", a.text.data ? a.text.data : "");
+    cJSON_AddStringToObject(m, "content", a.text ? a.text : "");
     cJSON_AddItemToArray(c->msgs, m);
     if (stopped)
-      printf("%s[stopped]", a.text.len ? " " : "");
+      printf("%s[stopped]", a.text_len ? " " : "");
     printf("\n");
-    if (tty && r->history.dropped_turns > 0)
-      fprintf(stderr, "[the %d oldest turn(s) no longer fit the context and were left out]\n", r->history.dropped_turns);
+    if (tty && a.usage.dropped_turns > 0)
+      fprintf(stderr, "[the %d oldest turn(s) no longer fit the context and were left out]\n", a.usage.dropped_turns);
     fflush(stdout);
     c->turns++;
-    c->prompt_tokens += r->prompt_tokens;
-    c->completion_tokens += r->completion_tokens;
-    c->cached_tokens += r->cached_prompt_tokens;
-    c->prefix_hits += r->cached_prompt_tokens > 0;
-    c->image_hits += r->image_cache_hits;
-    c->image_misses += r->image_cache_misses;
-    c->dropped_turns = r->history.dropped_turns;
-    c->last_ttft_ms = r->t.ttft_ms;
-    c->last_tok_s = r->t.decode_tok_s;
-    c->last_prompt = r->prompt_tokens;
-    c->last_cached = r->cached_prompt_tokens;
+    const qvl_usage *us = &a.usage;
+    c->prompt_tokens += us->prompt_tokens;
+    c->completion_tokens += us->completion_tokens;
+    c->cached_tokens += us->cached_prompt_tokens;
+    c->prefix_hits += us->cached_prompt_tokens > 0;
+    c->image_hits += us->image_cache_hits;
+    c->image_misses += us->image_cache_misses;
+    c->dropped_turns = us->dropped_turns;
+    c->last_ttft_ms = a.t.ttft_ms;
+    c->last_tok_s = a.t.decode_tok_s;
+    c->last_prompt = us->prompt_tokens;
+    c->last_cached = us->cached_prompt_tokens;
   }
-  buf_free(&a.text);
+  free(a.text);
   pthread_mutex_destroy(&a.mu);
   pthread_cond_destroy(&a.cv);
 }
@@ -343,16 +347,18 @@ static bool handle_line(chat *c, char *line, bool tty) {
 }
 
 int cmd_chat(int argc, char **argv) {
-  const char *model = NULL, *mmproj = NULL, *hf = NULL, *dtype = NULL, *system = NULL, *v;
-  const char *images[CHAT_MAX_IMAGES], *stops[CHAT_MAX_STOPS];
-  int n_images = 0, n_stops = 0, threads = 0;
-  int64_t ctx = 8192;
+  const char *model = NULL, *mmproj = NULL, *hf = NULL, *system = NULL, *v;
+  const char *images[CHAT_MAX_IMAGES];
+  int n_images = 0;
+  int64_t ctx = 8192, min_px = 0, max_px = 0;
   bool offline = false;
-  gen_params gp = gen_params_default();
-  gp.max_tokens = 512;
-  vlm_prompt_opts po;
-  vlm_prompt_opts_default(&po);
+  qvl_model_params mp;
+  qvl_model_params_default(&mp);
+  gen_opts gp;
+  gen_opts_init(&gp);
   int taken;
+  if (args_take_kv_type(&argc, argv, 2, "qvl chat"))
+    return 2;
   for (int i = 2; i < argc; i++) {
     if (arg_value(argc, argv, &i, "--model", "-m", &v))
       model = v;
@@ -363,12 +369,11 @@ int cmd_chat(int argc, char **argv) {
     else if (arg_flag(argv, i, "--offline", NULL))
       offline = true;
     else if (arg_value(argc, argv, &i, "--dtype", NULL, &v)) {
-      qvl_dtype dt;
-      if (!wtable_parse_dtype(v, &dt)) {
+      if (!qvl_dtype_valid(v)) {
         fprintf(stderr, "qvl chat: --dtype '%s': expected f32, bf16, f16, q8_0, q4_0 or q4_k\n", v);
         return 2;
       }
-      dtype = v;
+      mp.dtype = v;
     } else if (arg_value(argc, argv, &i, "--system", NULL, &v))
       system = v;
     else if (arg_value(argc, argv, &i, "--image", NULL, &v)) {
@@ -377,15 +382,15 @@ int cmd_chat(int argc, char **argv) {
         return 2;
       }
       images[n_images++] = v;
-    } else if ((taken = gen_args_take(argc, argv, &i, &gp, stops, &n_stops, CHAT_MAX_STOPS, "qvl chat")) != 0) {
+    } else if ((taken = gen_args_take(argc, argv, &i, &gp, "qvl chat")) != 0) {
       if (taken == 2)
         return 2;
     } else if (arg_value(argc, argv, &i, "--min-pixels", NULL, &v))
-      po.pre.min_pixels = arg_int("--min-pixels", v, 1, INT64_MAX);
+      min_px = arg_int("--min-pixels", v, 1, INT64_MAX);
     else if (arg_value(argc, argv, &i, "--max-pixels", NULL, &v))
-      po.pre.max_pixels = arg_int("--max-pixels", v, 1, INT64_MAX);
+      max_px = arg_int("--max-pixels", v, 1, INT64_MAX);
     else if (arg_value(argc, argv, &i, "--threads", "-t", &v))
-      threads = (int)arg_int("--threads", v, 1, 1024);
+      mp.threads = (int)arg_int("--threads", v, 1, 1024);
     else if (arg_value(argc, argv, &i, "--ctx", NULL, &v))
       ctx = arg_int("--ctx", v, 64, 262144);
     else if (arg_flag(argv, i, "--help", "-h")) {
@@ -411,7 +416,7 @@ int cmd_chat(int argc, char **argv) {
     chat_usage(stderr);
     return 2;
   }
-  if (po.pre.min_pixels > po.pre.max_pixels) {
+  if (min_px > (max_px ? max_px : qvl_default_max_pixels())) {
     fprintf(stderr, "qvl chat: --min-pixels is larger than --max-pixels\n");
     return 2;
   }
@@ -420,40 +425,31 @@ int cmd_chat(int argc, char **argv) {
             (long long)ctx);
     return 2;
   }
-  gp.stop = stops;
-  gp.n_stop = n_stops;
-  po.source.allow_files = true; /* the user's own files */
-
-  qvl_status s = kernels_init(NULL, threads);
-  if (s != QVL_OK)
-    return report_error("kernels", s);
-  vlm *m = NULL;
-  vlm_paths paths = {model, mmproj};
-  vlm_load_opts lo = {.hf_dir = NULL, .dtype = dtype};
-  s = vlm_load_with(&paths, &lo, &m);
+  qvl_model *m = NULL;
+  qvl_status s = qvl_model_load(model, mmproj, &mp, &m);
   if (s != QVL_OK)
     return report_error("loading the model", s);
-  engine_config ec;
-  engine_config_default(&ec);
-  ec.max_batch_size = 1;
-  ec.max_wait_ms = 0;
-  ec.queue_capacity = 1;
-  ec.n_ctx = ctx;
-  engine *e = NULL;
-  s = engine_start(m, &ec, &e);
+  qvl_engine_params ep;
+  qvl_engine_params_default(&ep);
+  ep.max_batch_size = 1;
+  ep.max_wait_ms = 0;
+  ep.queue_capacity = 1;
+  ep.n_ctx = ctx;
+  qvl_engine *e = NULL;
+  s = qvl_engine_start(m, &ep, &e);
   if (s != QVL_OK) {
-    vlm_free(m);
+    qvl_model_free(m);
     return report_error("starting the engine", s);
   }
-
   chat c;
   memset(&c, 0, sizeof c);
   c.e = e;
   c.system = system;
   c.gen = gp;
   c.ctx = ctx;
-  c.po = po;
-  c.has_vision = m->vision != NULL;
+  c.min_px = min_px;
+  c.max_px = max_px;
+  c.has_vision = qvl_model_has_vision(m);
   chat_reset(&c);
   int rc = 0;
   for (int i = 0; i < n_images; i++)
@@ -511,7 +507,7 @@ int cmd_chat(int argc, char **argv) {
   }
   chat_reset(&c);
   cJSON_Delete(c.msgs);
-  engine_stop(e, false);
-  vlm_free(m);
+  qvl_engine_stop(e, false);
+  qvl_model_free(m);
   return rc;
 }

@@ -4,8 +4,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "engine/hf_convert.h"
-#include "model/wtable.h"
+#include "qvl_tools.h"
 
 static void convert_usage(FILE *f) {
   fprintf(f, "usage: qvl convert --hf-dir DIR [--outtype TYPE] [--out-text TEXT.gguf] [--out-mmproj MMPROJ.gguf]\n"
@@ -19,15 +18,18 @@ static void convert_usage(FILE *f) {
 
 int cmd_convert(int argc, char **argv) {
   const char *dir = NULL, *v;
-  hf_convert_opts o = {.outtype = QVL_DTYPE_F16, .out_text = NULL, .out_mmproj = NULL, .name = NULL};
+  struct {
+    const char *outtype, *out_text, *out_mmproj, *name;
+  } o = {NULL, NULL, NULL, NULL};
   for (int i = 2; i < argc; i++) {
     if (arg_value(argc, argv, &i, "--hf-dir", NULL, &v)) {
       dir = v;
     } else if (arg_value(argc, argv, &i, "--outtype", NULL, &v)) {
-      if (!wtable_parse_dtype(v, &o.outtype)) {
+      if (!qvl_dtype_valid(v)) {
         fprintf(stderr, "qvl convert: --outtype '%s': expected f32, bf16, f16, q8_0, q4_0 or q4_k\n", v);
         return 2;
       }
+      o.outtype = v;
     } else if (arg_value(argc, argv, &i, "--out-text", NULL, &v)) {
       o.out_text = v;
     } else if (arg_value(argc, argv, &i, "--out-mmproj", NULL, &v)) {
@@ -48,7 +50,7 @@ int cmd_convert(int argc, char **argv) {
     convert_usage(stderr);
     return 2;
   }
-  int s = hf_convert(dir, &o);
+  qvl_status s = qvl_convert(dir, o.outtype, o.out_text, o.out_mmproj, o.name);
   if (s != 0)
     return report_error("convert", s);
   if (o.out_text)

@@ -9,6 +9,7 @@
  */
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,10 +19,8 @@
 #include <time.h>
 
 #include "args.h"
-#include "base/buf.h"
-#include "base/dataurl.h"
-#include "base/timing.h"
 #include "commands.h"
+#include "qvl.h"
 
 #define LT_MAX_LEVELS 16
 #define LT_MAX_REQUESTS 1024
@@ -53,6 +52,16 @@ static void loadtest_usage(FILE *f) {
 
 /* ---- one streamed request ------------------------------------------------------------------- */
 
+/* Seconds on a monotonic clock. */
+static double time_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#define LT_MAX_LINE (1u << 20) /* longer SSE lines are cut (the parser then skips them) */
+#define LT_MAX_ERRBODY 4096
+
 typedef struct req_stat {
   double t_start, t_first, t_end; /* seconds (time_now_s) */
   int64_t completion_tokens;
@@ -62,10 +71,12 @@ typedef struct req_stat {
 } req_stat;
 
 typedef struct stream_state {
-  buf line;       /* partial SSE line */
+  char *line;     /* partial SSE line [LT_MAX_LINE + 1] */
+  size_t line_len;
   req_stat *st;
   bool done_seen;
-  buf errbody;
+  char errbody[LT_MAX_ERRBODY + 1]; /* the start of the body, for an HTTP error */
+  size_t err_len;
 } stream_state;
 
 static void sse_line(stream_state *s, const char *line) {
@@ -97,19 +108,20 @@ static void sse_line(stream_state *s, const char *line) {
 static size_t on_body(char *p, size_t size, size_t n, void *user) {
   stream_state *s = user;
   size_t len = size * n;
-  if (s->errbody.len < 4096)
-    buf_append(&s->errbody, p, len < 4096 ? len : 4096);
+  size_t keep = LT_MAX_ERRBODY - s->err_len < len ? LT_MAX_ERRBODY - s->err_len : len;
+  memcpy(s->errbody + s->err_len, p, keep);
+  s->err_len += keep;
+  s->errbody[s->err_len] = '\0';
   for (size_t i = 0; i < len; i++) {
     if (p[i] == '\n') {
-      if (s->line.data) {
-        if (s->line.len && s->line.data[s->line.len - 1] == '\r')
-          s->line.data[--s->line.len] = '\0';
-        sse_line(s, s->line.data);
-        s->line.len = 0;
-        s->line.data[0] = '\0';
-      }
-    } else if (s->line.len < (1u << 20)) {
-      buf_append(&s->line, p + i, 1);
+      if (s->line_len && s->line[s->line_len - 1] == '\r')
+        s->line_len--;
+      s->line[s->line_len] = '\0';
+      if (s->line_len)
+        sse_line(s, s->line);
+      s->line_len = 0;
+    } else if (s->line_len < LT_MAX_LINE) {
+      s->line[s->line_len++] = p[i];
     }
   }
   return len;
@@ -158,6 +170,12 @@ static void one_request(const config *c, int q, req_stat *st) {
   stream_state ss;
   memset(&ss, 0, sizeof ss);
   ss.st = st;
+  if (!(ss.line = malloc(LT_MAX_LINE + 1))) {
+    snprintf(st->error, sizeof st->error, "out of memory");
+    curl_slist_free_all(h);
+    free(json);
+    return;
+  }
   CURL *cu = curl_easy_init();
   curl_easy_setopt(cu, CURLOPT_URL, url);
   curl_easy_setopt(cu, CURLOPT_HTTPHEADER, h);
@@ -173,12 +191,11 @@ static void one_request(const config *c, int q, req_stat *st) {
   if (rc != CURLE_OK)
     snprintf(st->error, sizeof st->error, "%s", curl_easy_strerror(rc));
   else if (st->http != 200 && !st->error[0])
-    snprintf(st->error, sizeof st->error, "HTTP %ld: %.120s", st->http, ss.errbody.data ? ss.errbody.data : "");
+    snprintf(st->error, sizeof st->error, "HTTP %ld: %.120s", st->http, ss.errbody);
   st->ok = rc == CURLE_OK && st->http == 200 && ss.done_seen && !st->error[0];
   curl_easy_cleanup(cu);
   curl_slist_free_all(h);
-  buf_free(&ss.line);
-  buf_free(&ss.errbody);
+  free(ss.line);
   free(json);
 }
 
@@ -207,9 +224,9 @@ typedef struct sampler {
 } sampler;
 
 static size_t on_text_body(char *p, size_t size, size_t n, void *user) {
-  buf *b = user;
-  if (b->len < (4u << 20))
-    buf_append(b, p, size * n);
+  FILE *f = user; /* an open_memstream */
+  if (ftell(f) < (4 << 20))
+    fwrite(p, size, n, f);
   return size * n;
 }
 
@@ -224,23 +241,28 @@ static double metric_value(const char *text, const char *name) {
 static void sample_once(sampler *s) {
   char url[1024];
   snprintf(url, sizeof url, "%s/metrics", s->c->url);
-  buf b = {0};
+  char *body = NULL;
+  size_t body_len = 0;
+  FILE *f = open_memstream(&body, &body_len);
+  if (!f)
+    return;
   CURL *cu = curl_easy_init();
   curl_easy_setopt(cu, CURLOPT_URL, url);
   curl_easy_setopt(cu, CURLOPT_WRITEFUNCTION, on_text_body);
-  curl_easy_setopt(cu, CURLOPT_WRITEDATA, &b);
+  curl_easy_setopt(cu, CURLOPT_WRITEDATA, f);
   curl_easy_setopt(cu, CURLOPT_TIMEOUT, 5L);
   curl_easy_setopt(cu, CURLOPT_NOSIGNAL, 1L);
-  if (curl_easy_perform(cu) == CURLE_OK && b.data) {
-    double rss = metric_value(b.data, "qvl_process_resident_memory_bytes");
-    double hwm = metric_value(b.data, "qvl_process_resident_memory_peak_bytes");
+  bool ok = curl_easy_perform(cu) == CURLE_OK;
+  if (fclose(f) == 0 && ok && body) {
+    double rss = metric_value(body, "qvl_process_resident_memory_bytes");
+    double hwm = metric_value(body, "qvl_process_resident_memory_peak_bytes");
     if (rss > s->peak_rss)
       s->peak_rss = rss;
     if (hwm > s->peak_hwm)
       s->peak_hwm = hwm;
   }
   curl_easy_cleanup(cu);
-  buf_free(&b);
+  free(body);
 }
 
 static void *sampler_main(void *arg) {
@@ -471,6 +493,33 @@ static void write_svg(const char *path, const level_result *r, int n, const char
 
 /* ---- main ------------------------------------------------------------------------------------ */
 
+/* The --image file as a data: URL (qvl_image_data_url); 0, or an exit code after a message. */
+static int read_image_url(const char *path, char **url) {
+  FILE *f = fopen(path, "rb");
+  long size = -1;
+  if (f && fseek(f, 0, SEEK_END) == 0)
+    size = ftell(f);
+  unsigned char *data = NULL;
+  bool ok = f && size >= 0 && size <= LT_MAX_IMAGE_BYTES && fseek(f, 0, SEEK_SET) == 0 &&
+            (data = malloc(size ? (size_t)size : 1)) && fread(data, 1, (size_t)size, f) == (size_t)size;
+  if (!ok) {
+    fprintf(stderr, "qvl loadtest: --image %s: %s\n", path,
+            !f ? strerror(errno) : size > LT_MAX_IMAGE_BYTES ? "larger than 32 MiB" : "cannot read it");
+    if (f)
+      fclose(f);
+    free(data);
+    return 2;
+  }
+  fclose(f);
+  qvl_status s = qvl_image_data_url(data, (size_t)size, url);
+  free(data);
+  if (s != QVL_OK) {
+    fprintf(stderr, "qvl loadtest: out of memory\n");
+    return 2;
+  }
+  return 0;
+}
+
 int cmd_loadtest(int argc, char **argv) {
   const char *url = NULL, *image = NULL, *svg = NULL, *json = NULL, *levels_s = "1,2,4,8", *v;
   config c = {.max_tokens = 64, .temperature = 0, .timeout_s = 600};
@@ -535,25 +584,11 @@ int cmd_loadtest(int argc, char **argv) {
   while (bl > 8 && base[bl - 1] == '/')
     base[--bl] = '\0';
   c.url = base;
-  buf img = {0};
-  if (buf_read_file(image, LT_MAX_IMAGE_BYTES, &img) != QVL_OK) {
-    fprintf(stderr, "qvl loadtest: --image %s: %s\n", image, qvl_last_error());
-    return 2;
-  }
-  const char *mime = (img.len > 3 && (unsigned char)img.data[0] == 0xFF && (unsigned char)img.data[1] == 0xD8)
-                         ? "image/jpeg"
-                     : (img.len > 12 && !memcmp(img.data + 8, "WEBP", 4)) ? "image/webp"
-                                                                            : "image/png";
-  buf du = {0};
-  buf_printf(&du, "data:%s;base64,", mime);
-  if (base64_encode(img.data, img.len, &du) != QVL_OK) {
-    fprintf(stderr, "qvl loadtest: out of memory\n");
-    buf_free(&img);
-    buf_free(&du);
-    return 2;
-  }
-  buf_free(&img);
-  c.image_url = du.data;
+  char *du = NULL;
+  int rc = read_image_url(image, &du);
+  if (rc)
+    return rc;
+  c.image_url = du;
 
   curl_global_init(CURL_GLOBAL_DEFAULT);
   if (warmup) {
@@ -561,7 +596,7 @@ int cmd_loadtest(int argc, char **argv) {
     one_request(&c, 0, &w);
     if (!w.ok) {
       fprintf(stderr, "qvl loadtest: the warm-up request failed: %s\n", w.error[0] ? w.error : "incomplete stream");
-      buf_free(&du);
+      free(du);
       curl_global_cleanup();
       return 1;
     }
@@ -586,7 +621,7 @@ int cmd_loadtest(int argc, char **argv) {
   int bad = 0;
   for (int i = 0; i < n_levels; i++)
     bad |= res[i].n_ok != res[i].n;
-  buf_free(&du);
+  free(du);
   curl_global_cleanup();
   return bad ? 1 : 0;
 }

@@ -7,9 +7,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "kernels/kernels.h"
-#include "model/gguf.h"
-#include "model/random_model.h"
+#include "qvl_tools.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -54,51 +52,16 @@ int cmd_make_random(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  qvl_dtype tt, mt;
-  if (!dtype_from_name(text_type, &tt) ||
-      (tt != QVL_DTYPE_F16 && tt != QVL_DTYPE_BF16 && tt != QVL_DTYPE_Q8_0 && tt != QVL_DTYPE_Q4_0 &&
-       tt != QVL_DTYPE_Q4_K && tt != QVL_DTYPE_F32)) {
-    fprintf(stderr, "qvl make-random: text type '%s' is not one of f32 f16 bf16 q8_0 q4_0 q4_k\n", text_type);
+  qvl_random_opts o = {.tokenizer_from = tok_path, .out_text = out_text, .out_mmproj = out_mmproj,
+                       .text_type = text_type, .mmproj_type = mmproj_type, .seed = seed, .tiny = tiny};
+  qvl_status s = qvl_make_random(&o);
+  if (s == QVL_ERR_INVALID_ARG) {
+    fprintf(stderr, "qvl make-random: %s\n", qvl_last_error());
     return 2;
   }
-  if (!dtype_from_name(mmproj_type, &mt) || (mt != QVL_DTYPE_F16 && mt != QVL_DTYPE_Q8_0 && mt != QVL_DTYPE_F32)) {
-    fprintf(stderr, "qvl make-random: mmproj type '%s' is not one of f32 f16 q8_0\n", mmproj_type);
-    return 2;
-  }
-  qvl_status s = kernels_init(NULL, 0);
-  if (s != QVL_OK)
-    return report_error("kernels", s);
-  random_text_shape ts = random_text_shape_2b();
-  random_vision_shape vs = random_vision_shape_2b();
-  if (tiny) {
-    ts.n_embd = 256, ts.n_layer = 2, ts.n_head = 4, ts.n_head_kv = 2, ts.head_dim = 64, ts.n_ff = 512;
-    ts.n_deepstack = 1, ts.sections[0] = 12, ts.sections[1] = 10, ts.sections[2] = 10;
-    vs.n_embd = 64, vs.n_layer = 2, vs.n_head = 2, vs.n_ff = 128, vs.proj_dim = 256, vs.pos_side = 8;
-    vs.n_deepstack = 1, vs.deepstack_layers[0] = 0;
-  }
-  if (out_text) {
-    if (!tok_path) {
-      fprintf(stderr, "qvl make-random: --tokenizer-from GGUF is required for the text model\n");
-      return 2;
-    }
-    gguf *g = NULL;
-    s = gguf_open(tok_path, &g);
-    if (s == QVL_OK) {
-      int64_t idx = gguf_find_key(g, "tokenizer.ggml.tokens");
-      if (idx >= 0)
-        ts.n_vocab = (int64_t)gguf_array_len(g, idx);
-      fprintf(stderr, "qvl make-random: writing %s (%s)...\n", out_text, dtype_name(tt));
-      s = random_text_write(&ts, tt, g, seed, out_text);
-    }
-    gguf_close(g);
-    if (s != QVL_OK)
-      return report_error("make-random (text)", s);
-  }
-  if (out_mmproj) {
-    fprintf(stderr, "qvl make-random: writing %s (%s)...\n", out_mmproj, dtype_name(mt));
-    s = random_mmproj_write(&vs, mt, seed, out_mmproj);
-    if (s != QVL_OK)
-      return report_error("make-random (mmproj)", s);
+  if (s != QVL_OK) {
+    fprintf(stderr, "qvl: %s\n", qvl_last_error());
+    return 1;
   }
   return 0;
 }

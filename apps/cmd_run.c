@@ -1,21 +1,17 @@
-/* qvl run — one prompt (optionally with images) through the model, streamed to stdout. */
+/* qvl run — one prompt (optionally with images) through the model, streamed to stdout. It runs
+ * through the serving engine (one request on an engine of one), like qvl serve and qvl chat. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "args.h"
 #include "gen_args.h"
-#include "base/buf.h"
 #include "commands.h"
-#include "engine/generate.h"
-#include "engine/vlm.h"
-#include "kernels/kernels.h"
-#include "engine/hf_model.h"
-#include "model/wtable.h"
+#include "qvl.h"
 
 #define MAX_IMAGES 16
-#define MAX_STOPS 8
 
 static void run_usage(FILE *f) {
   fprintf(f,
@@ -36,93 +32,213 @@ static void run_usage(FILE *f) {
           "  --precision exact|fast  vision tower arithmetic (default fast: bf16 dot products on\n"
           "                          F16/BF16 mmproj weights; exact: fp32 as transformers)\n"
           "  --ctx N                 context size (default: prompt + max tokens)\n"
+          "  --kv-type f16|f32       KV cache elements (default f16: half the memory; QVL_KV_TYPE)\n"
           "  --json                  print a JSON object with text, ids and timings\n",
-          (long long)IMAGE_CPU_DEFAULT_MAX_PIXELS);
+          (long long)qvl_default_max_pixels());
 }
 
-static bool print_piece(void *user, const char *text, size_t len) {
-  (void)user;
-  fwrite(text, 1, len, stdout);
-  fflush(stdout);
+/* Standard input as one NUL-terminated string (NULL when out of memory). */
+static char *read_stdin(void) {
+  size_t len = 0, cap = 4096;
+  char *p = malloc(cap);
+  size_t n;
+  while (p && (n = fread(p + len, 1, cap - 1 - len, stdin)) > 0) {
+    len += n;
+    if (cap - 1 - len == 0) {
+      char *q = realloc(p, cap * 2);
+      if (!q)
+        break;
+      p = q;
+      cap *= 2;
+    }
+  }
+  if (p)
+    p[len] = '\0';
+  return p;
+}
+
+/* What on_done left for the main thread. */
+typedef struct run_answer {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done, stream;
+  qvl_status status;
+  char error[512];
+  qvl_finish finish;
+  char *text;
+  int32_t *ids;
+  int64_t n_ids;
+  qvl_usage usage;
+  qvl_timings t;
+} run_answer;
+
+static bool on_text(void *user, const char *text, size_t len) {
+  run_answer *a = user;
+  if (a->stream) {
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+  }
   return true;
 }
 
-static char *read_stdin(void) {
-  buf b = {0};
-  char chunk[4096];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0)
-    if (buf_append(&b, chunk, n) != QVL_OK)
-      break;
-  if (!b.data)
-    buf_append(&b, "", 0);
-  return b.data;
+static void on_done(void *user, const qvl_result *r) {
+  run_answer *a = user;
+  pthread_mutex_lock(&a->mu);
+  a->status = qvl_result_status(r);
+  snprintf(a->error, sizeof a->error, "%s", qvl_result_error(r));
+  a->finish = qvl_result_finish(r);
+  size_t len;
+  const char *text = qvl_result_text(r, &len);
+  if ((a->text = malloc(len + 1))) {
+    memcpy(a->text, text, len);
+    a->text[len] = '\0';
+  }
+  const int32_t *ids = qvl_result_ids(r, &a->n_ids);
+  if (a->n_ids > 0 && (a->ids = malloc((size_t)a->n_ids * sizeof *ids)))
+    memcpy(a->ids, ids, (size_t)a->n_ids * sizeof *ids);
+  else
+    a->n_ids = 0;
+  qvl_result_usage(r, &a->usage);
+  qvl_result_timings(r, &a->t);
+  a->done = true;
+  pthread_cond_signal(&a->cv);
+  pthread_mutex_unlock(&a->mu);
 }
 
-static cJSON *build_messages(const char *system, const char *prompt, const char **images, int n_images) {
-  cJSON *msgs = cJSON_CreateArray();
-  if (system) {
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "role", "system");
-    cJSON_AddStringToObject(m, "content", system);
-    cJSON_AddItemToArray(msgs, m);
+/* The stop reason as `qvl run --json` has always named it. */
+static const char *stop_reason(qvl_finish f) {
+  switch (f) {
+  case QVL_FINISH_EOS: return "eos";
+  case QVL_FINISH_STOP_STRING: return "stop_string";
+  case QVL_FINISH_LENGTH: return "max_tokens";
+  default: return "error";
   }
-  cJSON *u = cJSON_CreateObject();
-  cJSON_AddStringToObject(u, "role", "user");
-  cJSON *content = cJSON_AddArrayToObject(u, "content");
-  for (int i = 0; i < n_images; i++) {
-    cJSON *part = cJSON_CreateObject();
-    cJSON_AddStringToObject(part, "type", "image_url");
-    cJSON *iu = cJSON_AddObjectToObject(part, "image_url");
-    cJSON_AddStringToObject(iu, "url", images[i]);
-    cJSON_AddItemToArray(content, part);
-  }
-  cJSON *tp = cJSON_CreateObject();
-  cJSON_AddStringToObject(tp, "type", "text");
-  cJSON_AddStringToObject(tp, "text", prompt);
-  cJSON_AddItemToArray(content, tp);
-  cJSON_AddItemToArray(msgs, u);
-  return msgs;
 }
 
-static void print_json(const vlm_prompt *p, const gen_result *r, qvl_status s) {
+static void print_json(const run_answer *a) {
+  const qvl_usage *u = &a->usage;
+  const qvl_timings *t = &a->t;
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "text", r->text.data ? r->text.data : "");
+  cJSON_AddStringToObject(o, "text", a->text ? a->text : "");
   cJSON *ids = cJSON_AddArrayToObject(o, "ids");
-  for (int64_t i = 0; i < r->n_ids; i++)
-    cJSON_AddItemToArray(ids, cJSON_CreateNumber(r->ids[i]));
-  cJSON_AddStringToObject(o, "stop_reason", s == QVL_OK ? stop_reason_name(r->reason) : "error");
-  cJSON *u = cJSON_AddObjectToObject(o, "usage");
-  cJSON_AddNumberToObject(u, "prompt_tokens", (double)p->n);
-  cJSON_AddNumberToObject(u, "image_tokens", (double)p->n_img);
-  cJSON_AddNumberToObject(u, "completion_tokens", (double)r->n_ids);
-  cJSON *t = cJSON_AddObjectToObject(o, "timings");
-  cJSON_AddNumberToObject(t, "preprocess_ms", p->preprocess_ms);
-  cJSON_AddNumberToObject(t, "vision_ms", p->vision_ms);
-  cJSON_AddNumberToObject(t, "prefill_ms", r->prefill_ms);
-  cJSON_AddNumberToObject(t, "ttft_ms", r->ttft_ms + p->vision_ms);
-  cJSON_AddNumberToObject(t, "prefill_tok_s", r->prefill_ms > 0 ? p->n / (r->prefill_ms / 1e3) : 0);
-  cJSON_AddNumberToObject(t, "decode_ms", r->decode_ms);
-  cJSON_AddNumberToObject(t, "decode_tok_s", r->decode_ms > 0 && r->n_ids > 1 ? (r->n_ids - 1) / (r->decode_ms / 1e3) : 0);
-  cJSON_AddStringToObject(t, "isa", kernels_isa());
-  cJSON_AddNumberToObject(t, "threads", kernels_threads());
+  for (int64_t i = 0; i < a->n_ids; i++)
+    cJSON_AddItemToArray(ids, cJSON_CreateNumber(a->ids[i]));
+  cJSON_AddStringToObject(o, "stop_reason", a->status == QVL_OK ? stop_reason(a->finish) : "error");
+  cJSON *uo = cJSON_AddObjectToObject(o, "usage");
+  cJSON_AddNumberToObject(uo, "prompt_tokens", (double)u->prompt_tokens);
+  cJSON_AddNumberToObject(uo, "image_tokens", (double)u->image_tokens);
+  cJSON_AddNumberToObject(uo, "completion_tokens", (double)u->completion_tokens);
+  cJSON *to = cJSON_AddObjectToObject(o, "timings");
+  cJSON_AddNumberToObject(to, "preprocess_ms", t->preprocess_ms);
+  cJSON_AddNumberToObject(to, "vision_ms", t->vision_ms);
+  cJSON_AddNumberToObject(to, "prefill_ms", t->prefill_ms);
+  cJSON_AddNumberToObject(to, "ttft_ms", t->ttft_ms);
+  cJSON_AddNumberToObject(to, "prefill_tok_s", t->prefill_tok_s);
+  cJSON_AddNumberToObject(to, "decode_ms", t->decode_ms);
+  cJSON_AddNumberToObject(to, "decode_tok_s", t->decode_tok_s);
+  cJSON_AddStringToObject(to, "isa", qvl_isa());
+  cJSON_AddNumberToObject(to, "threads", qvl_threads());
   char *js = cJSON_Print(o);
   printf("%s\n", js);
   free(js);
   cJSON_Delete(o);
 }
 
+/* The request of the command line: a raw prompt, or a system message and one user message with
+ * the images before the text. */
+static qvl_status build_request(qvl_request *rq, bool raw, const char *system, const char *prompt,
+                                const char **images, int n_images, const gen_opts *g, int64_t min_px, int64_t max_px) {
+  qvl_status s = gen_opts_apply(g, rq);
+  qvl_request_set_pixels(rq, min_px, max_px);
+  if (s == QVL_OK && raw)
+    return qvl_request_set_raw_prompt(rq, prompt, strlen(prompt));
+  qvl_request_allow_files(rq, true);
+  if (s == QVL_OK && system)
+    s = qvl_request_add_message(rq, "system", system);
+  for (int i = 0; s == QVL_OK && i < n_images; i++)
+    s = qvl_request_add_image_file(rq, images[i]);
+  return s == QVL_OK ? qvl_request_add_message(rq, "user", prompt) : s;
+}
+
+/* Loads the model, runs the one request on an engine of one and waits for it. */
+static int run_once(const char *model, const char *mmproj, const qvl_model_params *mp, int64_t ctx, bool raw,
+                    const char *system, const char *prompt, const char **images, int n_images, const gen_opts *g,
+                    int64_t min_px, int64_t max_px, bool json) {
+  qvl_model *m = NULL;
+  qvl_status s = qvl_model_load(model, mmproj, mp, &m);
+  if (s != QVL_OK)
+    return report_error("loading the model", s);
+  qvl_engine_params ep;
+  qvl_engine_params_default(&ep);
+  ep.max_batch_size = 1;
+  ep.max_wait_ms = 0;
+  ep.queue_capacity = 1;
+  ep.image_cache_mb = 0;
+  ep.prefix_cache_mb = 0;
+  /* --ctx, else no cap: the request reserves the KV of its prompt + max_tokens, as it always did */
+  ep.n_ctx = ctx > 0 ? ctx : INT32_MAX;
+  qvl_engine *e = NULL;
+  s = qvl_engine_start(m, &ep, &e);
+  if (s != QVL_OK) {
+    qvl_model_free(m);
+    return report_error("starting the engine", s);
+  }
+  run_answer a;
+  memset(&a, 0, sizeof a);
+  pthread_mutex_init(&a.mu, NULL);
+  pthread_cond_init(&a.cv, NULL);
+  a.stream = !json;
+  qvl_request *rq = NULL;
+  s = qvl_request_new(&rq);
+  if (s == QVL_OK)
+    s = build_request(rq, raw, system, prompt, images, n_images, g, min_px, max_px);
+  if (s == QVL_OK) {
+    qvl_request_set_callbacks(rq, on_text, on_done, &a);
+    s = qvl_engine_submit(e, rq, NULL);
+  }
+  qvl_request_free(rq);
+  int rc;
+  if (s != QVL_OK) {
+    rc = report_error("building the prompt", s);
+  } else {
+    pthread_mutex_lock(&a.mu);
+    while (!a.done)
+      pthread_cond_wait(&a.cv, &a.mu);
+    pthread_mutex_unlock(&a.mu);
+    if (json)
+      print_json(&a);
+    else if (a.status == QVL_OK)
+      printf("\n");
+    rc = 0;
+    if (a.status != QVL_OK) {
+      fprintf(stderr, "qvl: generating: %s\n", a.error[0] ? a.error : qvl_status_text(a.status));
+      rc = 1;
+    }
+  }
+  free(a.text);
+  free(a.ids);
+  pthread_mutex_destroy(&a.mu);
+  pthread_cond_destroy(&a.cv);
+  qvl_engine_stop(e, false);
+  qvl_model_free(m);
+  return rc;
+}
+
 int cmd_run(int argc, char **argv) {
+  if (args_take_kv_type(&argc, argv, 2, "qvl run"))
+    return 2;
   if (args_take_precision(&argc, argv, 2, "qvl run"))
     return 2;
   const char *model = NULL, *mmproj = NULL, *prompt = NULL, *system = NULL, *v;
-  const char *images[MAX_IMAGES], *stops[MAX_STOPS];
-  int n_images = 0, n_stops = 0, threads = 0;
+  const char *images[MAX_IMAGES];
+  int n_images = 0;
   bool raw = false, json = false, offline = false;
-  const char *hf = NULL, *dtype = NULL;
-  gen_params gp = gen_params_default();
-  vlm_prompt_opts po;
-  vlm_prompt_opts_default(&po);
+  const char *hf = NULL;
+  qvl_model_params mp;
+  qvl_model_params_default(&mp);
+  gen_opts g;
+  gen_opts_init(&g);
+  int64_t min_px = 0, max_px = 0, ctx = 0;
   int taken;
   for (int i = 2; i < argc; i++) {
     if (arg_value(argc, argv, &i, "--model", "-m", &v))
@@ -132,12 +248,11 @@ int cmd_run(int argc, char **argv) {
     else if (arg_value(argc, argv, &i, "--hf", NULL, &v))
       hf = v;
     else if (arg_value(argc, argv, &i, "--dtype", NULL, &v)) {
-      qvl_dtype dt;
-      if (!wtable_parse_dtype(v, &dt)) {
+      if (!qvl_dtype_valid(v)) {
         fprintf(stderr, "qvl run: --dtype '%s': expected f32, bf16, f16, q8_0, q4_0 or q4_k\n", v);
         return 2;
       }
-      dtype = v;
+      mp.dtype = v;
     } else if (arg_flag(argv, i, "--offline", NULL))
       offline = true;
     else if (arg_value(argc, argv, &i, "--image", NULL, &v)) {
@@ -150,17 +265,17 @@ int cmd_run(int argc, char **argv) {
       prompt = v;
     else if (arg_value(argc, argv, &i, "--system", NULL, &v))
       system = v;
-    else if ((taken = gen_args_take(argc, argv, &i, &gp, stops, &n_stops, MAX_STOPS, "qvl run")) != 0) {
+    else if ((taken = gen_args_take(argc, argv, &i, &g, "qvl run")) != 0) {
       if (taken == 2)
         return 2;
     } else if (arg_value(argc, argv, &i, "--min-pixels", NULL, &v))
-      po.pre.min_pixels = arg_int("--min-pixels", v, 1, INT64_MAX);
+      min_px = arg_int("--min-pixels", v, 1, INT64_MAX);
     else if (arg_value(argc, argv, &i, "--max-pixels", NULL, &v))
-      po.pre.max_pixels = arg_int("--max-pixels", v, 1, INT64_MAX);
+      max_px = arg_int("--max-pixels", v, 1, INT64_MAX);
     else if (arg_value(argc, argv, &i, "--threads", "-t", &v))
-      threads = (int)arg_int("--threads", v, 1, 1024);
+      mp.threads = (int)arg_int("--threads", v, 1, 1024);
     else if (arg_value(argc, argv, &i, "--ctx", NULL, &v))
-      gp.n_ctx = arg_int("--ctx", v, 1, 1 << 24);
+      ctx = arg_int("--ctx", v, 1, 1 << 24);
     else if (arg_flag(argv, i, "--raw", NULL))
       raw = true;
     else if (arg_flag(argv, i, "--json", NULL))
@@ -192,53 +307,18 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "qvl run: --raw takes the prompt as is; it cannot be combined with --image or --system\n");
     return 2;
   }
-  if (po.pre.min_pixels > po.pre.max_pixels) {
+  if (min_px > (max_px ? max_px : qvl_default_max_pixels())) {
     fprintf(stderr, "qvl run: --min-pixels is larger than --max-pixels\n");
     return 2;
   }
-  if (n_images && !mmproj && !hf_model_is_dir(model)) {
+  if (n_images && !mmproj && !qvl_path_is_hf_dir(model)) {
     fprintf(stderr, "qvl run: --image needs the vision projector: --mmproj MMPROJ.gguf\n");
     return 2;
   }
   char *stdin_prompt = NULL;
-  if (!strcmp(prompt, "-"))
-    prompt = stdin_prompt = read_stdin();
-  gp.stop = stops;
-  gp.n_stop = n_stops;
-  qvl_status s = kernels_init(NULL, threads);
-  if (s != QVL_OK)
-    return report_error("kernels", s);
-  vlm *m = NULL;
-  vlm_paths paths = {model, mmproj};
-  vlm_load_opts lo = {.hf_dir = NULL, .dtype = dtype};
-  s = vlm_load_with(&paths, &lo, &m);
-  if (s != QVL_OK) {
-    free(stdin_prompt);
-    return report_error("loading the model", s);
-  }
-  vlm_prompt p;
-  if (raw) {
-    s = vlm_prompt_from_text(m, prompt, strlen(prompt), &p);
-  } else {
-    cJSON *msgs = build_messages(system, prompt, images, n_images);
-    po.source.allow_files = true;
-    s = vlm_prompt_build(m, msgs, &po, &p);
-    cJSON_Delete(msgs);
-  }
+  if (!strcmp(prompt, "-") && !(prompt = stdin_prompt = read_stdin()))
+    return report_error("reading standard input", QVL_ERR_NOMEM);
+  int rc = run_once(model, mmproj, &mp, ctx, raw, system, prompt, images, n_images, &g, min_px, max_px, json);
   free(stdin_prompt);
-  if (s != QVL_OK) {
-    vlm_free(m);
-    return report_error("building the prompt", s);
-  }
-  gen_result r;
-  s = generate(m, &p, &gp, json ? NULL : print_piece, NULL, &r);
-  if (json)
-    print_json(&p, &r, s);
-  else if (s == QVL_OK)
-    printf("\n");
-  int rc = s == QVL_OK ? 0 : report_error("generating", s);
-  gen_result_free(&r);
-  vlm_prompt_free(&p);
-  vlm_free(m);
   return rc;
 }

@@ -2,13 +2,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "args.h"
-#include "base/buf.h"
 #include "commands.h"
-#include "model/gguf.h"
-#include "text/tokenizer.h"
+#include "qvl.h"
 
 int cmd_tokenize(int argc, char **argv) {
   const char *model = NULL, *text = NULL, *v;
@@ -31,46 +28,37 @@ int cmd_tokenize(int argc, char **argv) {
     fprintf(stderr, "usage: qvl tokenize -m MODEL.gguf TEXT|-\n");
     return 2;
   }
-  buf in = {0};
+  char *in = NULL; /* standard input */
+  size_t len = 0;
   if (!strcmp(text, "-")) {
+    FILE *f = open_memstream(&in, &len);
     char chunk[65536];
     size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0)
-      if (buf_append(&in, chunk, n) != QVL_OK)
-        return report_error("reading standard input", QVL_ERR_NOMEM);
+    while (f && (n = fread(chunk, 1, sizeof chunk, stdin)) > 0)
+      if (fwrite(chunk, 1, n, f) != n)
+        break;
+    if (!f || fclose(f) != 0 || ferror(stdin)) {
+      free(in);
+      return report_error("reading standard input", QVL_ERR_NOMEM);
+    }
+    text = in;
   } else {
-    buf_append_str(&in, text);
+    len = strlen(text);
   }
-  gguf *g = NULL;
-  tokenizer *t = NULL;
-  qvl_status s;
-  struct stat st;
-  if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
-    /* A Hugging Face model directory: its tokenizer.json. */
-    char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer.json", model);
-    s = tokenizer_init_hf(path, &t);
-  } else {
-    s = gguf_open(model, &g);
-    if (s == QVL_OK)
-      s = tokenizer_init_gguf(g, &t);
-  }
+  qvl_tokenizer *t = NULL;
+  qvl_status s = qvl_tokenizer_load(model, &t);
   int32_t *ids = NULL;
   size_t n_ids = 0;
   if (s == QVL_OK)
-    s = tokenizer_encode(t, in.data ? in.data : "", in.len, &ids, &n_ids);
+    s = qvl_tokenize(t, text, len, &ids, &n_ids);
   if (s == QVL_OK) {
-    buf out = {0};
-    buf_append_str(&out, "[");
+    printf("[");
     for (size_t i = 0; i < n_ids; i++)
-      buf_printf(&out, "%s%d", i ? ", " : "", ids[i]);
-    buf_append_str(&out, "]\n");
-    fwrite(out.data, 1, out.len, stdout);
-    buf_free(&out);
+      printf("%s%d", i ? ", " : "", ids[i]);
+    printf("]\n");
   }
-  free(ids);
-  tokenizer_free(t);
-  gguf_close(g);
-  buf_free(&in);
+  qvl_free(ids);
+  qvl_tokenizer_free(t);
+  free(in);
   return s == QVL_OK ? 0 : report_error("tokenize", s);
 }

@@ -4,8 +4,7 @@
 
 #include "args.h"
 #include "commands.h"
-#include "model/hub.h"
-#include "model/verify.h"
+#include "qvl_tools.h"
 
 int cmd_verify(int argc, char **argv) {
   const char *path = NULL, *hf = NULL, *v;
@@ -26,18 +25,10 @@ int cmd_verify(int argc, char **argv) {
     fprintf(stderr, "usage: qvl verify MODEL.gguf|DIR   or   qvl verify --hf REPO[:QUANT]\n");
     return 2;
   }
-  hub_files f = {0};
-  if (hf) {
-    hub_opts o = {0};
-    o.offline = 1; /* verify what is in the cache; never download */
-    qvl_status s = hub_resolve(&o, hf, &f);
-    if (s != QVL_OK)
-      return report_error("verify", s);
-    path = f.dir;
-  }
-  verify_report rep = {.out = stdout};
-  qvl_status s = verify_model(path, &rep);
-  printf("%u checked: %u ok, %u damaged, %u missing\n", rep.n_files, rep.n_ok, rep.n_bad, rep.n_missing);
-  hub_files_free(&f);
+  qvl_verify_counts c;
+  qvl_status s = qvl_verify(path, hf, stdout, &c);
+  if (s != QVL_OK && hf && c.n_files == 0 && c.n_missing == 0)
+    return report_error("verify", s); /* the repository is not in the cache */
+  printf("%u checked: %u ok, %u damaged, %u missing\n", c.n_files, c.n_ok, c.n_bad, c.n_missing);
   return s == QVL_OK ? 0 : report_error("verify", s);
 }

@@ -4,12 +4,17 @@
 
 #include "args.h"
 
-int gen_args_take(int argc, char **argv, int *i, gen_params *gp, const char **stops, int *n_stops, int max_stops,
-                  const char *cmd) {
+void gen_opts_init(gen_opts *g) {
+  qvl_sampling_default(&g->sampling);
+  g->max_tokens = 512;
+  g->n_stops = 0;
+}
+
+int gen_args_take(int argc, char **argv, int *i, gen_opts *g, const char *cmd) {
   const char *v;
-  sampler_params *sp = &gp->sampling;
+  qvl_sampling *sp = &g->sampling;
   if (arg_value(argc, argv, i, "--max-tokens", "-n", &v))
-    gp->max_tokens = arg_int("--max-tokens", v, 1, 1 << 20);
+    g->max_tokens = arg_int("--max-tokens", v, 1, 1 << 20);
   else if (arg_value(argc, argv, i, "--temp", NULL, &v))
     sp->temperature = (float)arg_double("--temp", v, 0, 100);
   else if (arg_value(argc, argv, i, "--top-k", NULL, &v))
@@ -27,12 +32,23 @@ int gen_args_take(int argc, char **argv, int *i, gen_params *gp, const char **st
   else if (arg_value(argc, argv, i, "--frequency-penalty", NULL, &v))
     sp->frequency_penalty = (float)arg_double("--frequency-penalty", v, -2, 2);
   else if (arg_value(argc, argv, i, "--stop", NULL, &v)) {
-    if (*n_stops == max_stops) {
-      fprintf(stderr, "%s: at most %d stop strings\n", cmd, max_stops);
+    if (g->n_stops == GEN_MAX_STOPS) {
+      fprintf(stderr, "%s: at most %d stop strings\n", cmd, GEN_MAX_STOPS);
       return 2;
     }
-    stops[(*n_stops)++] = v;
+    g->stops[g->n_stops++] = v;
   } else
     return 0;
   return 1;
+}
+
+qvl_status gen_opts_apply(const gen_opts *g, qvl_request *rq) {
+  qvl_request_set_sampling(rq, &g->sampling);
+  qvl_request_set_max_tokens(rq, g->max_tokens);
+  for (int i = 0; i < g->n_stops; i++) {
+    qvl_status s = qvl_request_add_stop(rq, g->stops[i]);
+    if (s != QVL_OK)
+      return s;
+  }
+  return QVL_OK;
 }

@@ -11,6 +11,8 @@
 #   prefill      tok/s for a 512-token prompt (llama-bench pp512)
 #   vision WxH   ms to encode one image of that size at full resolution (mtmd "batch encoding")
 #   ttft         ms from the start of image processing to the first token, 1024x768 image question
+#   image prefill  tok/s of the decoder over the image question's image tokens (llama.cpp: the
+#                "image decoded" batches of mtmd; qvl: the prefill part of the TTFT over its prompt)
 #   batch N      aggregate decode tok/s of N sequences (llama-batched-bench S_TG, 16-token prompts,
 #                32 generated tokens each; qvl bench batch_decode_tok_s)
 #   peak RSS     MB, the whole process answering the 1024x768 image question (-n 1)
@@ -31,27 +33,7 @@ echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); threads: $T" >&2
 
 # Test images for llama.cpp and for qvl run (qvl bench makes same-sized JPEGs itself; encode time
 # does not depend on pixel values).
-"$PY" - "$out" <<'PYEOF'
-import sys, zlib, struct
-# Small PNG writer (no Pillow needed): photo-like gradients with texture.
-def png(path, w, h):
-    rows = bytearray()
-    s = 12345
-    for y in range(h):
-        rows.append(0)
-        for x in range(w):
-            s = (s * 1664525 + 1013904223) & 0xffffffff
-            n = s >> 27
-            rows += bytes(((x * 255 // w + n) & 255, (y * 255 // h + ((x // 32 + y // 32) & 1) * 40) & 255,
-                           ((x + y) * 255 // (w + h)) ^ n))
-    def chunk(t, d):
-        return struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
-    with open(path, 'wb') as f:
-        f.write(b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0)) +
-                chunk(b'IDAT', zlib.compress(bytes(rows), 6)) + chunk(b'IEND', b''))
-for w, h in ((448, 448), (1024, 768)):
-    png(f'{sys.argv[1]}/img_{w}x{h}.png', w, h)
-PYEOF
+"$PY" "$(dirname "$0")/test_images.py" "$out" 448x448 1024x768
 
 echo "[llama.cpp] llama-bench pp512 / tg128..." >&2
 "$LLAMA/llama-bench" -m "$MODEL" -t "$T" -p 512 -n 128 -r 2 -o json >"$out/lb.json" 2>"$out/lb.err"
@@ -96,17 +78,22 @@ def mtmd(sz):
     start = stamp(re.search(r'^(\S+) I encoding mtmd batch', err, re.M).group(1))
     end = stamp(re.search(r'^(\S+) I llama_perf_context_print: +load time', err, re.M).group(1))
     rss = int(re.search(r'Maximum resident set size \(kbytes\): (\d+)', err).group(1)) / 1024
-    return enc, (end - start) * 1e3, rss
+    ntok = sum(int(n) for n in re.findall(r'decoding image batch \d+/\d+, n_tokens_batch = (\d+)', err))
+    dec_ms = sum(int(n) for n in re.findall(r'image decoded \(batch \d+/\d+\) in (\d+) ms', err))
+    return enc, (end - start) * 1e3, rss, (ntok / (dec_ms / 1e3) if dec_ms else float('nan'))
 q = json.load(open(f'{d}/qvl.json'))
 qerr = open(f'{d}/qvl_run.err').read()
 qrss = int(re.search(r'Maximum resident set size \(kbytes\): (\d+)', qerr).group(1)) / 1024
-enc448, _, _ = mtmd('448x448')
-enc1024, ttft, rss = mtmd('1024x768')
+enc448, _, _, _ = mtmd('448x448')
+enc1024, ttft, rss, img_pp = mtmd('1024x768')
+qparts = q.get('ttft_parts_ms', {})
+q_img_pp = q['ttft_prompt_tokens'] / (qparts['prefill'] / 1e3) if qparts.get('prefill') else float('nan')
 rows = [
     ('decode tok/s (tg128)', tg, q['decode_tok_s'], True),
     ('prefill tok/s (pp512)', pp, q['prefill_tok_s'], True),
     ('vision encode 448x448 ms', enc448, q['vision_encode_ms']['448x448'], False),
     ('vision encode 1024x768 ms', enc1024, q['vision_encode_ms']['1024x768'], False),
+    ('image-token prefill tok/s (1024x768)', img_pp, q_img_pp, True),
     ('TTFT 1024x768 question ms', ttft, q['ttft_ms'], False),
     ('peak RSS MB (image question)', rss, qrss, False),
 ]

@@ -4,10 +4,12 @@
  * GFLOP/s (or GOP/s) against the machine peaks given on the command line.
  *
  *   build/rel/bench/kernels_bench [--isa ref|avx2|avx512] [--threads N] [--types q8_0,q4_0,...]
- *                                 [--only gemv,gemm,vision,attn] [--time S] [--no-lmhead]
+ *                                 [--only gemv,gemm,vision,attn,kvattn] [--time S] [--no-lmhead]
  *
  * GEMV weights are cycled over several copies (>= 96 MiB in total) so they come from DRAM, not
- * from the 32 MiB L3, as in a real decode step.
+ * from the 32 MiB L3, as in a real decode step. kvattn: one decode step's attention over a KV cache
+ * of 512 / 4096 positions (16 heads, 8 KV heads x 128), f32 and f16 K/V, cycling over the 28
+ * layers' caches (each layer its own K/V, as in a decode step) so K/V stream from DRAM.
  */
 #include <math.h>
 #include <stdio.h>
@@ -172,6 +174,60 @@ static void bench_attention(int64_t n, int n_head, int hd, bool causal) {
   free(o);
 }
 
+static void bench_kv_attention(int64_t n_kv, bool f16) {
+  enum { H = 16, KVH = 8, HD = 128, LAYERS = 28 };
+  int64_t row = KVH * HD, elems = n_kv * row;
+  size_t es = f16 ? 2 : 4;
+  char *k = malloc(es * (size_t)elems * LAYERS), *v = malloc(es * (size_t)elems * LAYERS);
+  float *q = malloc(sizeof(float) * H * HD), *o = malloc(sizeof(float) * H * HD);
+  float *tmp = malloc(sizeof(float) * (size_t)row);
+  if (!k || !v || !q || !o || !tmp) {
+    fprintf(stderr, "kvattn: out of memory\n");
+    exit(1);
+  }
+  for (int i = 0; i < H * HD; i++)
+    q[i] = rnd();
+  for (int64_t r = 0; r < n_kv * LAYERS; r++) {
+    for (int64_t i = 0; i < row; i++)
+      tmp[i] = rnd();
+    for (int kv = 0; kv < 2; kv++) {
+      char *dst = (kv ? v : k) + (size_t)r * (size_t)row * es;
+      if (f16)
+        kn_f32_to_f16(tmp, (uint16_t *)dst, row);
+      else
+        memcpy(dst, tmp, sizeof(float) * (size_t)row);
+    }
+  }
+  double per = 1e30, cpu_per = 1e30;
+  for (int round = 0; round < 3; round++) {
+    int iters = 0;
+    double t0 = time_now_s(), c0 = cpu_now(), t;
+    do {
+      size_t off = (size_t)(iters % LAYERS) * (size_t)elems * es;
+      if (f16)
+        kn_attention_f16kv(q, 1, H * HD, (const uint16_t *)(k + off), (const uint16_t *)(v + off), n_kv, row, H, KVH,
+                           HD, 1.0f / sqrtf((float)HD), n_kv - 1, o, H * HD);
+      else
+        kn_attention(q, 1, H * HD, (const float *)(k + off), (const float *)(v + off), n_kv, row, H, KVH, HD,
+                     1.0f / sqrtf((float)HD), n_kv - 1, o, H * HD);
+      iters++;
+      t = time_now_s() - t0;
+    } while (t < min_time / 3 || iters < LAYERS);
+    per = t / iters < per ? t / iters : per;
+    cpu_per = (cpu_now() - c0) / iters < cpu_per ? (cpu_now() - c0) / iters : cpu_per;
+  }
+  double bytes = 2.0 * (double)elems * (double)es;
+  printf("kvattn  %s KV  ctx %5lld, 16/8 heads x 128  %8.1f us (cpu %8.1f us) per layer, %6.1f us per token "
+         "(28 layers, cpu %7.1f)  %6.2f GB/s  (%lld bytes per token)\n",
+         f16 ? "f16" : "f32", (long long)n_kv, per * 1e6, cpu_per * 1e6, per * 1e6 * LAYERS, cpu_per * 1e6 * LAYERS,
+         bytes / per / 1e9, (long long)(2 * row * (int64_t)es * LAYERS));
+  free(k);
+  free(v);
+  free(q);
+  free(o);
+  free(tmp);
+}
+
 static bool listed(const char *list, const char *name) {
   if (!list)
     return true;
@@ -214,7 +270,7 @@ int main(int argc, char **argv) {
     }
     else {
       fprintf(stderr, "usage: %s [--isa ref|avx2|avx512] [--threads N] [--types q8_0,...] "
-                      "[--only gemv,gemm,vision,tower,attn] [--time S] [--no-lmhead] "
+                      "[--only gemv,gemm,vision,tower,attn,kvattn] [--time S] [--no-lmhead] "
                       "[--precision exact|fast] [--peaks S]\n", argv[0]);
       return 2;
     }
@@ -272,5 +328,9 @@ int main(int argc, char **argv) {
     bench_attention(3000, 16, 64, false);
     bench_attention(512, 16, 128, true);
   }
+  if (only && listed(only, "kvattn"))
+    for (int c = 0; c < 2; c++)
+      for (int f = 0; f < 2; f++)
+        bench_kv_attention(c ? 4096 : 512, f == 1);
   return 0;
 }

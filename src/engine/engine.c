@@ -20,11 +20,10 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/timing.h"
+#include "engine/gen_seq.h"
 #include "engine/image_cache.h"
 #include "engine/prefix_cache.h"
 #include "text/grammar.h"
-#include "text/logprobs.h"
-#include "text/sampler.h"
 #include "text/stop.h"
 #include "text/token_mask.h"
 
@@ -46,15 +45,12 @@ typedef struct request {
   vlm_prompt_opts popts;
   vlm_prompt p;            /* built at submit with defer_vision: image rows filled by the engine */
   uint64_t *keys;          /* [p.n + max_tokens] prefix-cache content key of every token */
-  int32_t *ids;            /* [max_tokens] generated ids */
-  int64_t need_bytes;      /* memory its sequence takes (KV + work buffers), reserved at admission */
+  int64_t need_bytes;      /* memory its sequence takes (KV + logits), reserved at admission */
   rq_state state;
   bool cancel_seen;        /* the engine thread's copy, taken under e->mu each iteration */
   bool finished;           /* result filled; reaped (on_done + free) at the end of the iteration */
   decoder_seq *seq;
-  sampler *smp;
-  stop_state *stp;
-  float *work;             /* [n_vocab] logits copy the sampler may modify */
+  gen_seq *gs;             /* sampling, constrained decoding, stop, visible text, logprobs */
   vision_job *vjob;        /* the image being encoded (next_image), in slices */
   double vjob_ms;          /* tower time of vjob so far (the vision-encode histogram) */
   float *vds;              /* [n_deepstack][its tokens][n_embd] DeepStack output of vjob */
@@ -62,17 +58,10 @@ typedef struct request {
   int64_t n_prefilled;     /* prompt tokens in the cache (restored + computed) */
   int next_image;
   int64_t n_gen;
-  size_t sent;             /* text bytes streamed */
   grammar *gram;           /* constrained decoding (owned), NULL = free text */
-  grammar_state *gst;      /* the output so far in the grammar */
-  token_mask_walker *walker;
-  uint64_t *mask;          /* [token_mask_words] allowed next tokens */
   bool logprobs;
   int n_top;
   const tokenizer *tok;    /* for the logprobs' token bytes */
-  float *lp;               /* [max_tokens] */
-  int32_t *top_ids;        /* [max_tokens][n_top] */
-  float *top_lp;           /* [max_tokens][n_top] */
   double t_submit, t_queued, t_start, t_first, deadline, prefill_s; /* t_queued: after the prompt was built */
   double setup_s;          /* request_begin */
   engine_result res;
@@ -89,6 +78,8 @@ struct engine {
   request *run[ENGINE_MAX_BATCH];
   int n_run;
   int64_t kv_used, kv_total;
+  decoder_work *work;      /* the work buffers of every model step (step_rows rows), engine thread */
+  int64_t work_bytes;      /* charged to kv_used while any request runs */
   bool stopping, drain;
   uint64_t next_id;
   image_cache *ic;
@@ -132,20 +123,11 @@ static void request_free(request *r) {
     free(r->stop[i]);
   vlm_prompt_free(&r->p);
   free(r->keys);
-  free(r->ids);
   decoder_seq_free(r->seq);
-  sampler_free(r->smp);
-  stop_free(r->stp);
-  free(r->work);
+  gen_seq_free(r->gs);
   vision_job_free(r->vjob);
   free(r->vds);
   grammar_free(r->gram);
-  free(r->gst);
-  token_mask_walker_free(r->walker);
-  free(r->mask);
-  free(r->lp);
-  free(r->top_ids);
-  free(r->top_lp);
   free(r);
 }
 
@@ -210,11 +192,16 @@ static void account_locked(engine *e, request *r, double now) {
 
 /* Calls on_done and frees (engine thread, e->mu not held). */
 static void deliver(request *r) {
+  static const int32_t no_ids[1] = {-1};
   size_t len = 0;
-  const char *text = r->stp ? stop_text(r->stp, &len) : "";
-  r->res.text = text;
+  int64_t n_ids = 0;
+  const float *lp = NULL, *top_lp = NULL;
+  const int32_t *top_ids = NULL;
+  r->res.text = r->gs ? gen_seq_text(r->gs, &len) : "";
   r->res.text_len = len;
-  r->res.ids = r->ids;
+  r->res.ids = r->gs ? gen_seq_ids(r->gs, &n_ids) : no_ids;
+  if (r->gs)
+    gen_seq_logprobs(r->gs, &lp, &top_ids, &top_lp);
   buf lpt = {0};
   uint32_t *lpo = NULL;
   if (r->logprobs) {
@@ -222,7 +209,7 @@ static void deliver(request *r) {
     lpo = malloc(sizeof *lpo * (n + 1));
     for (size_t k = 0; lpo && k < n; k++) {
       int64_t i = (int64_t)(k / per), j = (int64_t)(k % per);
-      int32_t id = j == 0 ? r->ids[i] : r->top_ids[i * r->n_top + j - 1];
+      int32_t id = j == 0 ? r->res.ids[i] : top_ids[i * r->n_top + j - 1];
       size_t tl = 0;
       const char *b = id >= 0 ? tokenizer_token_bytes(r->tok, id, &tl) : NULL;
       lpo[k] = (uint32_t)lpt.len;
@@ -239,9 +226,9 @@ static void deliver(request *r) {
       r->res.status = QVL_ERR_NOMEM;
       snprintf(r->res.error, sizeof r->res.error, "out of memory for logprobs");
     }
-    r->res.logprobs = r->lp;
-    r->res.top_ids = r->top_ids;
-    r->res.top_logprobs = r->top_lp;
+    r->res.logprobs = lp;
+    r->res.top_ids = top_ids;
+    r->res.top_logprobs = top_lp;
     r->res.n_top = r->n_top;
   }
   if (!r->res.finish_reason)
@@ -252,8 +239,8 @@ static void deliver(request *r) {
   request_free(r);
 }
 
-/* Rows of one model step: a decode row per running sequence + a prefill budget. Each sequence's
- * work buffers are sized for it, because the first sequence of a step serves the whole step. */
+/* Rows of one model step: a decode row per running sequence + a prefill budget (the size of the
+ * engine's one decoder_work). */
 static int64_t step_rows(const engine *e) { return (int64_t)e->c.prefill_chunk + e->c.max_batch_size; }
 
 /* ---- submit / cancel / stats ----------------------------------------------------------------- */
@@ -375,18 +362,19 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
   if (s == QVL_OK) {
-    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .n_batch = step_rows(e)};
+    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
     uint64_t need = decoder_seq_bytes(e->m->text, &sp);
+    r->need_bytes = (int64_t)need;
+    /* The step's work buffers are charged with the first running request: alone it needs both. */
+    need = need == 0 ? 0 : need + (uint64_t)e->work_bytes;
     if (need == 0 || need > (uint64_t)e->kv_total)
       s = qvl_errorf(QVL_ERR_TOO_LARGE,
                      "prompt of %lld tokens + %lld to generate needs %.1f MiB of KV cache and work memory; the "
                      "engine has %.1f MiB in all (kv_cache_mb)",
                      (long long)r->p.n, (long long)g->max_tokens, (double)need / 1048576.0,
                      (double)e->kv_total / 1048576.0);
-    r->need_bytes = (int64_t)need;
   }
-  if (s == QVL_OK && (!(r->keys = malloc(sizeof *r->keys * (size_t)(r->p.n + g->max_tokens))) ||
-                      !(r->ids = malloc(sizeof *r->ids * (size_t)g->max_tokens))))
+  if (s == QVL_OK && !(r->keys = malloc(sizeof *r->keys * (size_t)(r->p.n + g->max_tokens))))
     s = qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
   if (s != QVL_OK) {
     request_free(r);
@@ -451,40 +439,19 @@ void engine_get_stats(engine *e, engine_stats *out) {
 
 /* ---- the engine thread ----------------------------------------------------------------------- */
 
-/* Creates the sequence, sampler and stop state and restores the longest cached prefix. */
+/* Creates the sequence and its generation state and restores the longest cached prefix. */
 static qvl_status request_begin(engine *e, request *r) {
   const vlm *m = e->m;
-  int64_t V = m->text->hp.n_vocab;
-  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .n_batch = step_rows(e)};
+  decoder_seq_params sp = {.n_ctx = r->p.n + r->gen.max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
   QVL_TRY(decoder_seq_init(m->text, &sp, &r->seq));
-  QVL_TRY(sampler_init(&r->gen.sampling, V, &r->smp));
-  QVL_TRY(sampler_add_prompt(r->smp, r->p.ids, r->p.n));
-  stop_params stp = {.eos_ids = r->gen.ignore_eos ? NULL : m->eos_ids,
-                     .n_eos = r->gen.ignore_eos ? 0 : m->n_eos,
-                     .strings = r->gen.stop,
-                     .n_strings = r->gen.n_stop,
-                     .max_tokens = r->gen.max_tokens};
-  QVL_TRY(stop_init(&stp, &r->stp));
-  if (!(r->work = malloc(sizeof *r->work * (size_t)V)))
-    return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
-  if (r->gram) {
-    if (!e->tt)
-      QVL_TRY(token_trie_build(m->tok, V, &e->tt));
-    QVL_TRY(token_mask_walker_init(e->tt, &r->walker));
-    r->mask = malloc(sizeof *r->mask * (size_t)token_mask_words(e->tt));
-    r->gst = malloc(sizeof *r->gst);
-    if (!r->mask || !r->gst)
-      return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory for constrained decoding");
-    grammar_start(r->gram, r->gst);
-  }
-  if (r->logprobs) {
-    size_t n = (size_t)r->gen.max_tokens, k = (size_t)(r->n_top > 0 ? r->n_top : 1);
-    r->lp = malloc(sizeof *r->lp * n);
-    r->top_ids = malloc(sizeof *r->top_ids * n * k);
-    r->top_lp = malloc(sizeof *r->top_lp * n * k);
-    if (!r->lp || !r->top_ids || !r->top_lp)
-      return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory for logprobs");
-  }
+  if (r->gram && !e->tt)
+    QVL_TRY(token_trie_build(m->tok, m->text->hp.n_vocab, &e->tt));
+  gen_seq_config gc = gen_seq_config_of(m, &r->gen, r->p.ids, r->p.n);
+  gc.gram = r->gram;
+  gc.trie = e->tt;
+  gc.logprobs = r->logprobs;
+  gc.n_top = r->n_top;
+  QVL_TRY(gen_seq_init(&gc, &r->gs));
   /* At least the last prompt token is computed: its logits start the generation. */
   int64_t max_blocks = (r->p.n - 1) / PREFIX_BLOCK, next_pos = 0;
   int64_t got = max_blocks > 0 ? prefix_cache_restore(e->pc, r->keys, max_blocks, decoder_seq_kv(r->seq), &next_pos)
@@ -564,8 +531,7 @@ static qvl_status vision_step(engine *e, request *r) {
       return QVL_OK;
     vision_job_free(r->vjob);
     r->vjob = NULL;
-    for (int64_t l = 0; l < nds; l++)
-      memcpy(ds + l * p->n_img * d, r->vds + l * im->n_tokens * d, sizeof(float) * (size_t)(im->n_tokens * d));
+    vlm_prompt_put_deepstack(e->m, p, i, r->vds);
     free(r->vds);
     r->vds = NULL;
     image_cache_put(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds, p->n_img * d);
@@ -585,78 +551,31 @@ static qvl_status vision_step(engine *e, request *r) {
   return QVL_OK;
 }
 
-/* Bytes a token contributes to the visible text: control tokens are skipped (as generate()). */
-static const char *visible_bytes(const tokenizer *t, int32_t id, size_t *len) {
-  *len = 0;
-  if (tokenizer_is_special(t, id))
-    return "";
-  const char *b = tokenizer_token_bytes(t, id, len);
-  if (!b) {
-    *len = 0;
-    return "";
+/* Samples the next token of r (gen_seq_next). Returns true when r goes on (the token must be fed),
+ * false when it finished. */
+static bool sample_one(request *r, int32_t *tok) {
+  int32_t id;
+  bool done;
+  qvl_status s = gen_seq_next(r->gs, r->logits, r->on_text, r->user, &id, &done);
+  int64_t n;
+  gen_seq_ids(r->gs, &n);
+  if (n > r->n_gen) { /* a token was recorded */
+    if (r->n_gen == 0)
+      r->t_first = gen_seq_t_first(r->gs);
+    r->keys[r->p.n + r->n_gen] = (uint64_t)(uint32_t)id;
+    r->n_gen = n;
   }
-  return b;
-}
-
-/* Samples the next token of r (generate()'s order: sample, accept, stop check, stream). Returns
- * true when r goes on (the token must be fed), false when it finished. */
-static bool sample_one(engine *e, request *r, int32_t *tok) {
-  int64_t V = e->m->text->hp.n_vocab;
-  memcpy(r->work, r->logits, sizeof *r->work * (size_t)V);
-  if (r->gram) {
-    /* The request's own state only: batch-invariant, and independent of the other requests. */
-    int64_t n_ok = token_mask_compute(r->walker, r->gram, r->gst, e->m->eos_ids, e->m->n_eos, r->mask);
-    if (n_ok == 0) {
-      set_error(r, QVL_ERR_INTERNAL, "error",
-                "constrained decoding: no token can continue the output (the schema nests deeper than the "
-                "grammar's depth cap?)");
-      return false;
-    }
-    token_mask_apply(r->mask, V, r->work);
-  }
-  int32_t id = sampler_sample(r->smp, r->work);
-  if (r->logprobs)
-    logprobs_compute(r->work, V, id, r->n_top, &r->lp[r->n_gen], r->top_ids + r->n_gen * r->n_top,
-                     r->top_lp + r->n_gen * r->n_top);
-  if (r->gram && !(r->mask[id / 64] >> (id % 64) & 1)) {
-    set_error(r, QVL_ERR_INTERNAL, "error", "constrained decoding: the sampler chose a masked token");
+  if (s == QVL_ERR_CANCELLED) {
+    set_error(r, s, "cancelled", "cancelled by the client");
     return false;
   }
-  if (r->gram) {
-    size_t tl = 0;
-    const char *tb = tokenizer_is_special(e->m->tok, id) ? NULL : tokenizer_token_bytes(e->m->tok, id, &tl);
-    if (tb && tl && !grammar_feed(r->gram, r->gst, tb, tl)) {
-      set_error(r, QVL_ERR_INTERNAL, "error", "constrained decoding: the grammar refused an allowed token");
-      return false;
-    }
-  }
-  if (r->n_gen == 0)
-    r->t_first = time_now_s();
-  r->keys[r->p.n + r->n_gen] = (uint64_t)(uint32_t)id;
-  r->ids[r->n_gen++] = id;
-  qvl_status s = sampler_accept(r->smp, id);
   if (s != QVL_OK) {
     set_error(r, s, "error", qvl_last_error());
     return false;
   }
-  size_t nb;
-  const char *bytes = visible_bytes(e->m->tok, id, &nb);
-  stop_reason why = stop_push(r->stp, id, bytes, nb);
-  if ((s = stop_error(r->stp)) != QVL_OK) {
-    set_error(r, s, "error", qvl_last_error());
-    return false;
-  }
-  size_t len, ready = stop_ready(r->stp);
-  const char *text = stop_text(r->stp, &len);
-  if (r->on_text && ready > r->sent && !r->on_text(r->user, text + r->sent, ready - r->sent)) {
-    r->sent = ready;
-    set_error(r, QVL_ERR_CANCELLED, "cancelled", "cancelled by the client");
-    return false;
-  }
-  r->sent = ready;
-  if (why != STOP_NONE) {
+  if (done) {
     r->res.status = QVL_OK;
-    r->res.finish_reason = why == STOP_MAX_TOKENS ? "length" : "stop";
+    r->res.finish_reason = gen_seq_reason(r->gs) == STOP_MAX_TOKENS ? "length" : "stop";
     r->finished = true;
     return false;
   }
@@ -711,6 +630,8 @@ static void reap(engine *e) {
       e->run[k++] = r;
     }
   }
+  if (k == 0 && e->n_run > 0)
+    e->kv_used -= e->work_bytes; /* idle: the step's work buffers are no longer in use */
   e->n_run = k;
   e->st.running = k;
   e->st.kv_used_bytes = e->kv_used;
@@ -753,7 +674,7 @@ static void model_step(engine *e) {
     if (r->finished || r->state != RQ_DECODE)
       continue;
     int32_t tok;
-    if (sample_one(e, r, &tok)) {
+    if (sample_one(r, &tok)) {
       items[nb] = (decoder_batch_item){.seq = r->seq, .token = tok};
       who[nb++] = r;
     }
@@ -774,7 +695,7 @@ static void model_step(engine *e) {
   if (nb == 0)
     return;
   double t0 = time_now_s();
-  qvl_status s = decoder_forward_batch(items, nb, logits);
+  qvl_status s = decoder_forward(e->work, items, nb, logits);
   double t1 = time_now_s();
   for (int i = 0; i < nb; i++) {
     request *r = who[i];
@@ -853,8 +774,10 @@ static void *engine_main(void *arg) {
     }
     /* Admission, in arrival order (no overtaking: a large request is not starved by small ones). */
     while (gather_until == 0 && e->n_run < e->c.max_batch_size && e->q_head &&
-           e->kv_used + e->q_head->need_bytes <= e->kv_total) {
+           e->kv_used + e->q_head->need_bytes + (e->n_run == 0 ? e->work_bytes : 0) <= e->kv_total) {
       request *r = e->q_head;
+      if (e->n_run == 0)
+        e->kv_used += e->work_bytes;
       e->q_head = r->next;
       if (!e->q_head)
         e->q_tail = NULL;
@@ -954,15 +877,20 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   if (!e)
     return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
   e->m = m;
+  cfg.kv_type = kv_type_resolve(cfg.kv_type); /* one type for every sequence and the prefix cache */
   e->c = cfg;
   e->kv_total = cfg.kv_cache_mb * 1024 * 1024;
   e->st.kv_total_bytes = e->kv_total;
   memcpy(e->st.hist_bounds_ms, hist_bounds, sizeof hist_bounds);
   memcpy(e->st.img_tok_bounds, img_tok_bounds, sizeof img_tok_bounds);
   const decoder_hparams *hp = &m->text->hp;
-  qvl_status s = image_cache_init(cfg.image_cache_mb * 1024 * 1024, &e->ic);
+  e->work_bytes = (int64_t)decoder_work_bytes(m->text, step_rows(e));
+  qvl_status s = decoder_work_init(m->text, step_rows(e), &e->work);
   if (s == QVL_OK)
-    s = prefix_cache_init(cfg.prefix_cache_mb * 1024 * 1024, hp->n_layer, hp->n_head_kv * hp->head_dim, &e->pc);
+    s = image_cache_init(cfg.image_cache_mb * 1024 * 1024, &e->ic);
+  if (s == QVL_OK)
+    s = prefix_cache_init_type(cfg.prefix_cache_mb * 1024 * 1024, hp->n_layer, hp->n_head_kv * hp->head_dim,
+                               cfg.kv_type, &e->pc);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -972,6 +900,7 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   if (s == QVL_OK && pthread_create(&e->thread, NULL, engine_main, e) != 0)
     s = qvl_errorf(QVL_ERR_INTERNAL, "engine: cannot start the engine thread");
   if (s != QVL_OK) {
+    decoder_work_free(e->work);
     image_cache_free(e->ic);
     prefix_cache_free(e->pc);
     pthread_mutex_destroy(&e->mu);
@@ -979,9 +908,11 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
     free(e);
     return s;
   }
-  log_info("engine: batch %d, queue %d, context %lld, KV budget %lld MiB, image cache %lld MiB, prefix cache %lld "
-           "MiB, prefill chunk %d",
+  log_info("engine: batch %d, queue %d, context %lld, KV budget %lld MiB (%s, %.1f KiB per token), image cache %lld "
+           "MiB, prefix cache %lld MiB, prefill chunk %d",
            cfg.max_batch_size, cfg.queue_capacity, (long long)cfg.n_ctx, (long long)cfg.kv_cache_mb,
+           kv_type_name(cfg.kv_type),
+           (double)kv_cache_bytes_type(hp->n_layer, 1, hp->n_head_kv * hp->head_dim, cfg.kv_type) / 1024.0,
            (long long)cfg.image_cache_mb, (long long)cfg.prefix_cache_mb, cfg.prefill_chunk);
   *out = e;
   return QVL_OK;
@@ -996,6 +927,7 @@ void engine_stop(engine *e, bool drain) {
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
   pthread_join(e->thread, NULL);
+  decoder_work_free(e->work);
   image_cache_free(e->ic);
   prefix_cache_free(e->pc);
   token_trie_free(e->tt);

@@ -43,6 +43,7 @@ typedef struct engine_config {
   int64_t n_ctx;             /* max tokens per sequence, prompt + output (default 8192) */
   int64_t max_prompt_tokens; /* cap on a request's prompt tokens, images included (0 = n_ctx only) */
   int64_t kv_cache_mb;       /* KV memory shared by all sequences (default: from free RAM, capped) */
+  kv_type kv_type;           /* KV element type of every sequence (default: the process's, f16) */
   int64_t image_cache_mb;    /* image-embedding cache (default 256; 0 = off) */
   int64_t prefix_cache_mb;   /* reusable prefix KV blocks (default 512; 0 = off) */
   int prefill_chunk;         /* prompt tokens per engine step while others decode (default 256) */

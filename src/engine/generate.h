@@ -1,6 +1,6 @@
 /*
- * One request, one sequence: prefill the prompt, then sample until a stop condition, streaming the
- * text. This is the path of `qvl run`; the server's scheduler batches many sequences instead.
+ * One request, one sequence: prefill the prompt, then gen_seq_next / decoder_step until a stop
+ * condition, streaming the text. The engine runs the same gen_seq per request in its batches.
  */
 #ifndef QVL_ENGINE_GENERATE_H
 #define QVL_ENGINE_GENERATE_H
@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/buf.h"
+#include "engine/gen_seq.h"
 #include "engine/vlm.h"
 #include "text/sampler.h"
 #include "text/stop.h"
@@ -33,11 +34,12 @@ typedef struct gen_result {
   double ttft_ms;            /* prefill + the first sampled token */
 } gen_result;
 
-/* Called with each piece of final text; return false to cancel (generate then returns
- * QVL_ERR_CANCELLED with what was generated so far in the result). */
-typedef bool (*gen_stream_fn)(void *user, const char *text, size_t len);
-
 gen_params gen_params_default(void);
+/* The generation state's settings for a request of m with these parameters and prompt ids
+ * (free text, no logprobs; the engine adds its grammar and logprobs). */
+gen_seq_config gen_seq_config_of(const vlm *m, const gen_params *gp, const int32_t *prompt, int64_t n_prompt);
+/* stream (gen_seq.h) is called with each piece of final text; when it returns false generate
+ * returns QVL_ERR_CANCELLED with what was generated so far in the result. */
 qvl_status generate(const vlm *m, const vlm_prompt *p, const gen_params *gp, gen_stream_fn stream,
                     void *user, gen_result *out);
 void gen_result_free(gen_result *r);

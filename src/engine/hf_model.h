@@ -22,7 +22,7 @@
  *   QVL_TRY(hf_model_open("Qwen3-VL-2B-Instruct/", &hf));
  *   wtable *tt;
  *   QVL_TRY(hf_model_text_weights(hf, &tt));                // holds a reference on hf
- *   decoder_source src = {wtable_label(tt), tt, wtable_find, wtable_release};
+ *   tensor_source src = wtable_source(tt);
  *   QVL_TRY(decoder_init(&hf_model_config(hf)->text, &src, &dec));
  *   hf_model_close(hf);                                     // the tables keep the files mapped
  *

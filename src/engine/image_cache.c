@@ -22,7 +22,6 @@ typedef struct ic_entry {
 struct image_cache {
   pthread_mutex_t mu;
   int64_t cap, used;
-  int count;
   lru_list lru; /* head = most recent */
 };
 
@@ -38,7 +37,6 @@ qvl_status image_cache_init(int64_t cap_bytes, image_cache **out) {
 static void drop(image_cache *c, ic_entry *e) {
   lru_unlink(&c->lru, &e->lru);
   c->used -= e->bytes;
-  c->count--;
   free(e->data);
   free(e);
 }
@@ -106,7 +104,6 @@ static void put_locked(image_cache *c, uint64_t hash, int grid_t, int grid_h, in
                   .n_deepstack = n_deepstack, .data = data, .bytes = bytes};
   lru_push_front(&c->lru, &e->lru);
   c->used += bytes;
-  c->count++;
 }
 
 void image_cache_put(image_cache *c, uint64_t hash, int grid_t, int grid_h, int grid_w, int64_t nt, int64_t d,
@@ -153,11 +150,4 @@ int64_t image_cache_bytes(const image_cache *c) {
   int64_t b = c->used;
   pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
   return b;
-}
-
-int image_cache_count(const image_cache *c) {
-  pthread_mutex_lock((pthread_mutex_t *)&c->mu);
-  int n = c->count;
-  pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
-  return n;
 }

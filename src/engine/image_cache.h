@@ -47,6 +47,5 @@ bool image_cache_find_encoded(image_cache *c, uint64_t bytes_key, uint64_t *hash
                               int *grid_w, int64_t *nt);
 
 int64_t image_cache_bytes(const image_cache *c);
-int image_cache_count(const image_cache *c);
 
 #endif

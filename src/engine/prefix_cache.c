@@ -15,12 +15,14 @@ typedef struct pc_entry {
   uint64_t hash, parent;
   uint64_t keys[PREFIX_BLOCK];
   int64_t next_pos;          /* position state after this block */
-  float *k, *v;              /* [n_layer][PREFIX_BLOCK][row] */
+  void *k, *v;               /* [n_layer][PREFIX_BLOCK][row] elements of the cache's type */
   struct pc_entry *chain;    /* bucket list */
 } pc_entry;
 
 struct prefix_cache {
   int64_t cap, used, n_layer, row, block_bytes;
+  kv_type type;      /* element type of every block (that of the sequences' caches) */
+  size_t elem_bytes; /* 4 (f32) or 2 (f16) */
   pc_entry *buckets[PC_BUCKETS];
   lru_list lru; /* head = most recent */
 };
@@ -31,8 +33,14 @@ uint64_t prefix_image_key(uint64_t image_hash, int64_t row) {
 }
 
 qvl_status prefix_cache_init(int64_t cap_bytes, int64_t n_layer, int64_t row, prefix_cache **out) {
+  return prefix_cache_init_type(cap_bytes, n_layer, row, KV_TYPE_F32, out);
+}
+
+qvl_status prefix_cache_init_type(int64_t cap_bytes, int64_t n_layer, int64_t row, kv_type type,
+                                  prefix_cache **out) {
   *out = NULL;
-  uint64_t b = kv_cache_bytes(n_layer, PREFIX_BLOCK, row);
+  type = kv_type_resolve(type);
+  uint64_t b = kv_cache_bytes_type(n_layer, PREFIX_BLOCK, row, type);
   if (b == 0)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "prefix cache: invalid KV shape (%lld layers, row %lld)",
                       (long long)n_layer, (long long)row);
@@ -42,6 +50,8 @@ qvl_status prefix_cache_init(int64_t cap_bytes, int64_t n_layer, int64_t row, pr
   c->cap = cap_bytes > 0 ? cap_bytes : 0;
   c->n_layer = n_layer;
   c->row = row;
+  c->type = type;
+  c->elem_bytes = (size_t)kv_type_elem_bytes(type);
   c->block_bytes = (int64_t)b + (int64_t)sizeof(pc_entry);
   *out = c;
   return QVL_OK;
@@ -74,6 +84,14 @@ static pc_entry *find(prefix_cache *c, uint64_t hash, uint64_t parent, const uin
   return NULL;
 }
 
+/* Row bytes of layer view v from token t on (either element type). */
+static char *view_k(const kv_view *v, int64_t t, size_t eb) {
+  return v->k ? (char *)(v->k + t * v->stride) : (char *)v->kh + (size_t)(t * v->stride) * eb;
+}
+static char *view_v(const kv_view *v, int64_t t, size_t eb) {
+  return v->v ? (char *)(v->v + t * v->stride) : (char *)v->vh + (size_t)(t * v->stride) * eb;
+}
+
 static uint64_t block_hash(const uint64_t *keys, uint64_t parent) {
   return XXH3_64bits_withSeed(keys, sizeof(uint64_t) * PREFIX_BLOCK, parent);
 }
@@ -83,7 +101,9 @@ int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_
   uint64_t parent = PC_ROOT;
   int64_t nb = 0;
   pc_entry *last = NULL;
-  size_t rows = (size_t)PREFIX_BLOCK * (size_t)c->row;
+  size_t rows = (size_t)PREFIX_BLOCK * (size_t)c->row * c->elem_bytes; /* bytes per layer */
+  if (kv->type != c->type) /* blocks of another element type never match */
+    return 0;
   while (nb < max_blocks && (nb + 1) * PREFIX_BLOCK <= kv->n_ctx) {
     const uint64_t *bk = keys + nb * PREFIX_BLOCK;
     uint64_t h = block_hash(bk, parent);
@@ -92,8 +112,8 @@ int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_
       break;
     for (int64_t l = 0; l < c->n_layer; l++) {
       kv_view v = kv_cache_layer(kv, l);
-      memcpy(v.k + nb * PREFIX_BLOCK * v.stride, e->k + (size_t)l * rows, rows * sizeof(float));
-      memcpy(v.v + nb * PREFIX_BLOCK * v.stride, e->v + (size_t)l * rows, rows * sizeof(float));
+      memcpy(view_k(&v, nb * PREFIX_BLOCK, c->elem_bytes), (char *)e->k + (size_t)l * rows, rows);
+      memcpy(view_v(&v, nb * PREFIX_BLOCK, c->elem_bytes), (char *)e->v + (size_t)l * rows, rows);
     }
     /* Chain order in the LRU list: block 0 at the head, later blocks right behind it, so eviction
      * takes a chain's far end first and the shared start of a conversation survives longest. */
@@ -109,10 +129,10 @@ int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_
 
 void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks, const kv_cache *kv,
                         const int64_t *block_next_pos) {
-  if (c->block_bytes > c->cap)
+  if (c->block_bytes > c->cap || kv->type != c->type)
     return;
   uint64_t parent = PC_ROOT;
-  size_t rows = (size_t)PREFIX_BLOCK * (size_t)c->row;
+  size_t rows = (size_t)PREFIX_BLOCK * (size_t)c->row * c->elem_bytes; /* bytes per layer */
   pc_entry *last = NULL;
   for (int64_t j = 0; j < n_blocks && (j + 1) * PREFIX_BLOCK <= kv->n; j++) {
     const uint64_t *bk = keys + j * PREFIX_BLOCK;
@@ -128,8 +148,8 @@ void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks,
       if (c->used + c->block_bytes > c->cap)
         break;
       e = calloc(1, sizeof *e);
-      float *k = malloc(rows * (size_t)c->n_layer * sizeof(float));
-      float *v = malloc(rows * (size_t)c->n_layer * sizeof(float));
+      char *k = malloc(rows * (size_t)c->n_layer);
+      char *v = malloc(rows * (size_t)c->n_layer);
       if (!e || !k || !v) {
         free(e);
         free(k);
@@ -144,8 +164,8 @@ void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks,
       e->v = v;
       for (int64_t l = 0; l < c->n_layer; l++) {
         kv_view src = kv_cache_layer((kv_cache *)kv, l);
-        memcpy(k + (size_t)l * rows, src.k + j * PREFIX_BLOCK * src.stride, rows * sizeof(float));
-        memcpy(v + (size_t)l * rows, src.v + j * PREFIX_BLOCK * src.stride, rows * sizeof(float));
+        memcpy(k + (size_t)l * rows, view_k(&src, j * PREFIX_BLOCK, c->elem_bytes), rows);
+        memcpy(v + (size_t)l * rows, view_v(&src, j * PREFIX_BLOCK, c->elem_bytes), rows);
       }
       pc_entry **b = &c->buckets[h % PC_BUCKETS];
       e->chain = *b;

@@ -14,8 +14,11 @@
  * first; when a chain is used its blocks are touched from last to first, so the older end of a
  * conversation (the start that every later turn shares) is the last to go.
  *
- * Memory: every block owns copies of its rows (float32, 2 * n_layer * PREFIX_BLOCK * row floats);
- * requests copy rows in and out (memcpy, far cheaper than a forward pass).
+ * Memory: every block owns copies of its rows in the KV caches' element type (2 * n_layer *
+ * PREFIX_BLOCK * row elements: 4 bytes each for f32, 2 for f16); requests copy rows in and out
+ * (memcpy, far cheaper than a forward pass). The element type is fixed per prefix cache (the
+ * engine's, from the process-wide KV type), so keys need not carry it: a sequence whose cache has
+ * another type is never restored into nor stored from (checked, not assumed).
  *
  * Thread safety: none; the engine thread owns it.
  */
@@ -34,8 +37,12 @@ typedef struct prefix_cache prefix_cache;
 /* The key of an image token: image content hash + row, disjoint from token ids (< 2^32). */
 uint64_t prefix_image_key(uint64_t image_hash, int64_t row);
 
-/* cap_bytes <= 0: stores nothing. n_layer and row (floats per token and layer) fix the block size. */
+/* cap_bytes <= 0: stores nothing. n_layer and row (elements per token and layer) fix the block size. */
 qvl_status prefix_cache_init(int64_t cap_bytes, int64_t n_layer, int64_t row, prefix_cache **out);
+/* The same for blocks of a KV element type (prefix_cache_init: KV_TYPE_F32; DEFAULT: the process
+ * default). */
+qvl_status prefix_cache_init_type(int64_t cap_bytes, int64_t n_layer, int64_t row, kv_type type,
+                                  prefix_cache **out);
 void prefix_cache_free(prefix_cache *c);
 
 /*
@@ -52,6 +59,8 @@ void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks,
                         const int64_t *block_next_pos);
 
 int64_t prefix_cache_bytes(const prefix_cache *c);
+/* What one cached block costs (its K and V rows in the cache's type + bookkeeping): the unit the
+ * budget is charged in. */
 int64_t prefix_cache_block_bytes(const prefix_cache *c);
 
 #endif

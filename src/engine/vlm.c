@@ -27,7 +27,7 @@ static qvl_status init_text(const decoder_hparams *hp, wtable *t, const qvl_dtyp
     wtable_free(t);
     return s;
   }
-  decoder_source src = {wtable_label(t), t, wtable_find, wtable_release};
+  tensor_source src = wtable_source(t);
   return decoder_init(hp, &src, out);
 }
 
@@ -37,7 +37,7 @@ static qvl_status init_vision(const vision_hparams *hp, wtable *t, const qvl_dty
     wtable_free(t);
     return s;
   }
-  vision_source src = {wtable_label(t), t, wtable_find, wtable_release};
+  tensor_source src = wtable_source(t);
   return vision_init(hp, &src, out);
 }
 
@@ -456,6 +456,12 @@ qvl_status vlm_image_decode_deferred(const vlm_prompt_opts *o, vlm_image *im, in
   return QVL_OK;
 }
 
+void vlm_prompt_put_deepstack(const vlm *m, vlm_prompt *p, int i, const float *levels) {
+  int64_t d = m->text->hp.n_embd, nt = p->images[i].n_tokens, row0 = p->images[i].row0;
+  for (int64_t l = 0; l < p->n_deepstack; l++)
+    memcpy(p->deepstack + (l * p->n_img + row0) * d, levels + l * nt * d, sizeof(float) * (size_t)(nt * d));
+}
+
 qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm_prompt_opts *o) {
   if (i < 0 || i >= p->n_images || !p->img_embd || !p->images[i].patches.pixel_values)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "image %d: nothing to encode (already encoded or not deferred)", i + 1);
@@ -472,9 +478,7 @@ qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm
     free(ds_tmp);
     return qvl_error_prefix(s, "image %d: ", i + 1);
   }
-  /* vision_encode writes [n_deepstack][nt][d] per image; the decoder wants levels over all images. */
-  for (int64_t l = 0; l < p->n_deepstack; l++)
-    memcpy(p->deepstack + (l * p->n_img + row0) * d, ds_tmp + l * nt * d, sizeof(float) * (size_t)(nt * d));
+  vlm_prompt_put_deepstack(m, p, i, ds_tmp);
   free(ds_tmp);
   if (!o->keep_images) {
     free(im->patches.pixel_values);

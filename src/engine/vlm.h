@@ -137,6 +137,9 @@ qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm
 /* Decodes and preprocesses image i of p from its kept encoded bytes (a decode that known_image
  * skipped, now needed after all); checks that it is the image that was announced. */
 qvl_status vlm_image_decode_deferred(const vlm_prompt_opts *o, vlm_image *im, int i);
+/* The vision tower writes image i's DeepStack levels per image ([n_deepstack][its tokens][n_embd]);
+ * this copies them to their rows of p->deepstack, whose levels run over all images of the prompt. */
+void vlm_prompt_put_deepstack(const vlm *m, vlm_prompt *p, int i, const float *levels);
 /* The decoder input for the whole prompt. */
 decoder_input vlm_prompt_input(const vlm_prompt *p);
 

@@ -532,7 +532,7 @@ static void attn_body(void *arg, int64_t i, int thread) {
   int h = (int)(i % units);
   int64_t q0 = (i / units) * j->q_per_task;
   int64_t q1 = q0 + j->q_per_task < j->a.n_q ? q0 + j->q_per_task : j->a.n_q;
-  if (j->a.fast && g_ops.attention_fast)
+  if (j->a.fast && !j->a.k16 && g_ops.attention_fast)
     g_ops.attention_fast(&j->a, h, q0, q1, thread);
   else
     g_ops.attention(&j->a, h, q0, q1, thread);
@@ -545,15 +545,9 @@ void kn_attention(const float *q, int64_t n_q, int64_t q_stride, const float *k,
                     causal_base, out, out_stride, KN_PREC_EXACT);
 }
 
-void kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
-                       int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
-                       float scale, int64_t causal_base, float *out, int64_t out_stride, kn_precision prec) {
-  ops();
-  if (n_q <= 0)
-    return;
-  assert(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
-  attn_job j = {.a = {q, k, v, out, n_q, q_stride, n_kv, kv_stride, out_stride, n_head, n_kv_head,
-                      head_dim, scale, causal_base, prec == KN_PREC_FAST}};
+static void attn_run(attn_job j) {
+  int64_t n_q = j.a.n_q;
+  int n_head = j.a.n_head, n_kv_head = j.a.n_kv_head, head_dim = j.a.head_dim;
   for (int i = 0; i < g_threads; i++)
     if (!kn_scratch(i, (size_t)head_dim * 1024 + 64 * 1024))
       abort();
@@ -566,6 +560,38 @@ void kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const floa
   j.q_per_task = n_q < per ? n_q : per;
   j.n_q_tasks = (n_q + j.q_per_task - 1) / j.q_per_task;
   run_parallel(j.n_q_tasks * units, 1, attn_body, &j);
+}
+
+void kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
+                       int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                       float scale, int64_t causal_base, float *out, int64_t out_stride, kn_precision prec) {
+  ops();
+  if (n_q <= 0)
+    return;
+  assert(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
+  attn_run((attn_job){.a = {.q = q, .k = k, .v = v, .out = out, .n_q = n_q, .q_stride = q_stride, .n_kv = n_kv,
+                            .kv_stride = kv_stride, .out_stride = out_stride, .n_head = n_head,
+                            .n_kv_head = n_kv_head, .head_dim = head_dim, .scale = scale,
+                            .causal_base = causal_base, .fast = prec == KN_PREC_FAST}});
+}
+
+void kn_attention_f16kv(const float *q, int64_t n_q, int64_t q_stride, const uint16_t *k, const uint16_t *v,
+                        int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                        float scale, int64_t causal_base, float *out, int64_t out_stride) {
+  ops();
+  if (n_q <= 0)
+    return;
+  assert(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0 && head_dim > 0);
+  attn_run((attn_job){.a = {.q = q, .k16 = k, .v16 = v, .out = out, .n_q = n_q, .q_stride = q_stride,
+                            .n_kv = n_kv, .kv_stride = kv_stride, .out_stride = out_stride, .n_head = n_head,
+                            .n_kv_head = n_kv_head, .head_dim = head_dim, .scale = scale,
+                            .causal_base = causal_base}});
+}
+
+void kn_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
+  /* One KV row per token and layer (a few thousand values): on the calling thread. */
+  if (n > 0)
+    ops()->to_f16(x, y, n);
 }
 
 /* ---------------------------------------------------------------------------------------------

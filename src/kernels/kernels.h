@@ -96,6 +96,17 @@ void kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const floa
                        int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
                        float scale, int64_t causal_base, float *out, int64_t out_stride, kn_precision prec);
 
+/* kn_attention (exact tier) over keys and values stored as IEEE half (the F16 KV cache): the rows
+ * are widened to fp32 in registers as they are read, so the arithmetic is the f32 path's on the
+ * f16-rounded values (no separate conversion pass, half the bytes streamed per key). */
+void kn_attention_f16kv(const float *q, int64_t n_q, int64_t q_stride, const uint16_t *k, const uint16_t *v,
+                        int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
+                        float scale, int64_t causal_base, float *out, int64_t out_stride);
+
+/* y[i] = x[i] rounded to IEEE half (round to nearest even, as f32_to_fp16; F16C where available):
+ * how rows enter an F16 KV cache. */
+void kn_f32_to_f16(const float *x, uint16_t *y, int64_t n);
+
 /* Runs fn(arg, i) for i in [0, n) on the worker pool, returning when all are done. */
 typedef void (*kn_task_fn)(void *arg, int64_t i);
 void kn_parallel_for(int64_t n, kn_task_fn fn, void *arg);

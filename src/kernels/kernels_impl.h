@@ -56,8 +56,9 @@ typedef struct kn_mm_kernel {
 /* Attention problem (see kn_attention in kernels.h). */
 typedef struct kn_attn {
   const float *q;   /* [n_q][n_head][head_dim], rows q_stride apart */
-  const float *k;   /* [n_kv][n_kv_head][head_dim], rows kv_stride apart */
+  const float *k;   /* [n_kv][n_kv_head][head_dim], rows kv_stride apart (NULL when k16 is set) */
   const float *v;   /* same layout as k */
+  const uint16_t *k16, *v16; /* the same as IEEE half (kn_attention_f16kv), or NULL */
   float *out;       /* [n_q][n_head][head_dim], rows out_stride apart */
   int64_t n_q, q_stride, n_kv, kv_stride, out_stride;
   int n_head, n_kv_head, head_dim;
@@ -82,10 +83,11 @@ typedef struct kn_ops {
   void (*gelu_erf)(float *x, int64_t n);
   void (*silu_mul)(float *gate, const float *up, int64_t n);
   void (*add)(float *y, const float *x, int64_t n);
+  void (*to_f16)(const float *x, uint16_t *y, int64_t n); /* round to nearest even */
   /* Queries [q0, q1) of head h; or, if attn_by_group, of every query head of KV head h (so that
-   * heads sharing K/V read it once). */
+   * heads sharing K/V read it once). Reads k/v, or k16/v16 when those are set. */
   void (*attention)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
-  /* Fast tier (bf16 dot products); NULL = attention. Same tiling as attention. */
+  /* Fast tier (bf16 dot products, f32 K/V only); NULL = attention. Same tiling as attention. */
   void (*attention_fast)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
   bool attn_by_group;
   /* Peak probe: runs `iters` iterations of the kind's register-only loop; returns the operations

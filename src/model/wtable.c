@@ -73,6 +73,10 @@ const tensor *wtable_find(void *user, const char *name) {
 
 void wtable_release(void *user) { wtable_free(user); }
 
+tensor_source wtable_source(wtable *t) {
+  return (tensor_source){.label = wtable_label(t), .user = t, .find = wtable_find, .release = wtable_release};
+}
+
 static qvl_status add(wtable *t, const char *name, const tensor *v, void *owned) {
   if (lookup(t, name))
     return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s' appears twice", t->label, name);

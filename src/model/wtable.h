@@ -1,15 +1,14 @@
 /*
  * A weight table: tensors under their llama.cpp GGUF names ("blk.3.attn_q.weight"), each a view
  * into a mapped file or into memory the table owns. It is what the decoder and the vision tower
- * read through their tensor-source callbacks (decoder_source / vision_source: find = wtable_find,
- * release = wtable_release), whatever the weights came from: a GGUF file (wtable_from_gguf), a
+ * read through a tensor_source (wtable_source), whatever the weights came from: a GGUF file (wtable_from_gguf), a
  * Hugging Face directory (engine/hf_model.h), and optionally re-encoded at load into another dtype
  * (wtable_convert: "quantize on load").
  *
  *   wtable *t;
  *   QVL_TRY(wtable_from_gguf(g, &t));                          // takes g (closed by wtable_free)
  *   QVL_TRY(wtable_convert(t, QVL_DTYPE_Q8_0, WTABLE_TEXT));    // matrices -> Q8_0, norms kept
- *   decoder_source src = {wtable_label(t), t, wtable_find, wtable_release};
+ *   tensor_source src = wtable_source(t);                      // decoder_init / vision_init take it
  *
  * Not thread-safe while being built; immutable afterwards (find may be called from any thread).
  */
@@ -21,6 +20,7 @@
 #include <stdint.h>
 
 #include "model/gguf.h"
+#include "model/tensor_source.h"
 #include "qvl.h"
 #include "tensor/tensor.h"
 
@@ -51,6 +51,8 @@ qvl_status wtable_add_owned(wtable *t, const char *name, qvl_dtype type, int n_d
 /* The tensor-source callbacks: user is the wtable. find returns NULL for an unknown name. */
 const tensor *wtable_find(void *user, const char *name);
 void wtable_release(void *user);
+/* The table as a tensor source (those callbacks, its label); release frees the table. */
+tensor_source wtable_source(wtable *t);
 
 /* Which tensors a conversion re-encodes. */
 typedef enum wtable_kind {

@@ -10,9 +10,19 @@
 typedef struct ollama_state {
   bool generate;    /* /api/generate ("response") rather than /api/chat ("message") */
   char model[160];  /* the name the client used */
+  bool hold_tools;  /* tools may be called: text that may begin a call is held (compat_hold) */
+  compat_hold hold;
+  buf sent;         /* the text streamed so far */
 } ollama_state;
 
-static void state_free(void *p) { free(p); }
+static void state_free(void *p) {
+  ollama_state *st = p;
+  if (!st)
+    return;
+  compat_hold_free(&st->hold);
+  buf_free(&st->sent);
+  free(st);
+}
 
 /* Ollama's timestamps: RFC 3339 with nanoseconds, UTC. */
 static void now_rfc3339(char *out, size_t cap) {
@@ -199,8 +209,50 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   } else if (format && !cJSON_IsNull(format) && !(cJSON_IsString(format) && !format->valuestring[0])) {
     return bad(e, "format", "'format' must be \"json\" or a JSON schema object");
   }
-  compat_copy_field(chat, "tools", root, "tools");
   return translate_options(root, chat, e); /* keep_alive: accepted, the model stays loaded */
+}
+
+/* An assistant message's Ollama tool_calls [{function: {name, arguments: {...}}}] -> the chat's
+ * [{id, type, function: {name, arguments}}] (the arguments stay an object: the template renders them
+ * as it would Ollama's). */
+static bool translate_tool_calls(const cJSON *tc, int msg, cJSON *m, const char *param, api_error *e) {
+  if (!cJSON_IsArray(tc))
+    return bad(e, param, "'tool_calls' must be an array of {\"function\": {\"name\", \"arguments\"}}");
+  cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
+  int i = 0;
+  for (const cJSON *c = tc->child; c; c = c->next, i++) {
+    char what[96];
+    snprintf(what, sizeof what, "tool_calls[%d]", i);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name"), *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+    if (!cJSON_IsObject(c) || !cJSON_IsObject(f) || !cJSON_IsString(name) || !name->valuestring[0]) {
+      api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+                    "%s: %s must be {\"function\": {\"name\": \"...\", \"arguments\": {...}}}", param, what);
+      return false;
+    }
+    if (args && !cJSON_IsNull(args) && !cJSON_IsObject(args)) {
+      api_error_set(e, 400, "invalid_request_error", "invalid_type", param,
+                    "%s: %s.function.arguments must be a JSON object", param, what);
+      return false;
+    }
+    if (id && !cJSON_IsNull(id) && !cJSON_IsString(id)) {
+      api_error_set(e, 400, "invalid_request_error", "invalid_type", param, "%s: %s.id must be a string", param, what);
+      return false;
+    }
+    cJSON *out = cJSON_CreateObject();
+    char gen[48];
+    snprintf(gen, sizeof gen, "call_%d_%d", msg, i); /* Ollama's calls need no id; the chat's do */
+    cJSON_AddStringToObject(out, "id", cJSON_IsString(id) && id->valuestring[0] ? id->valuestring : gen);
+    cJSON_AddStringToObject(out, "type", "function");
+    cJSON *of = cJSON_AddObjectToObject(out, "function");
+    cJSON_AddStringToObject(of, "name", name->valuestring);
+    cJSON_AddItemToObject(of, "arguments", cJSON_IsObject(args) ? cJSON_Duplicate(args, true) : cJSON_CreateObject());
+    cJSON_AddItemToArray(calls, out);
+  }
+  if (!calls->child)
+    cJSON_DeleteItemFromObjectCaseSensitive(m, "tool_calls");
+  return true;
 }
 
 static ollama_state *new_state(compat_request *out, bool generate, api_error *e) {
@@ -228,6 +280,11 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
   bool ok = false;
   if (!translate_common(root, ctx, chat, st, e))
     goto done;
+  compat_copy_field(chat, "tools", root, "tools");
+  compat_copy_field(chat, "tool_choice", root, "tool_choice"); /* a qvl extension: Ollama has none */
+  const cJSON *tools = cJSON_GetObjectItemCaseSensitive(chat, "tools"), *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
+  st->hold_tools = cJSON_IsArray(tools) && tools->child &&
+                   !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")); /* the chat's parse_tools */
   const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
   if (!cJSON_IsArray(msgs) || !msgs->child) {
     api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", "messages",
@@ -248,15 +305,27 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
       bad(e, param, "'content' must be a string");
       goto done;
     }
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
-    if (tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && !tc->child)) {
-      api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
-                    "%s: 'tool_calls' in messages is not mapped to qvl yet", param);
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"),
+                *tool_name = cJSON_GetObjectItemCaseSensitive(m, "tool_name"),
+                *tcid = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+    bool has_calls = tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && !tc->child); /* [] on any role: none */
+    if (has_calls && strcmp(role->valuestring, "assistant")) {
+      bad(e, param, "only assistant messages carry 'tool_calls'");
+      goto done;
+    }
+    if ((tool_name && !cJSON_IsNull(tool_name) && !cJSON_IsString(tool_name)) ||
+        (tcid && !cJSON_IsNull(tcid) && !cJSON_IsString(tcid))) {
+      bad(e, param, "'tool_name' and 'tool_call_id' must be strings");
       goto done;
     }
     if (!add_message(out_msgs, role->valuestring, cJSON_IsString(content) ? content->valuestring : "",
                      cJSON_GetObjectItemCaseSensitive(m, "images"), param, e))
       goto done;
+    cJSON *added = cJSON_GetArrayItem(out_msgs, i);
+    if (has_calls && !translate_tool_calls(tc, i, added, param, e))
+      goto done;
+    if (!strcmp(role->valuestring, "tool") && cJSON_IsString(tcid))
+      cJSON_AddStringToObject(added, "tool_call_id", tcid->valuestring);
   }
   ok = compat_finish_chat(chat, out, e);
 done:
@@ -277,7 +346,8 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
   bool ok = false;
   static const char *const refused[][2] = {{"suffix", "no fill-in-the-middle"},
                                            {"template", "the model's own chat template is used"},
-                                           {"context", "send the conversation to /api/chat instead"}};
+                                           {"context", "send the conversation to /api/chat instead"},
+                                           {"tools", "tool calls are answered by /api/chat"}};
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
     if (!compat_refuse_field(root, refused[i][0], true, refused[i][1], e))
       goto done;
@@ -354,6 +424,29 @@ static cJSON *answer(const ollama_state *st, const char *text, size_t len, bool 
   return o;
 }
 
+/* The chat's tool calls (id, type, function: {name, arguments as a JSON string}) in Ollama's shape
+ * on the answer's message: [{id, function: {index, name, arguments: {...}}}]. */
+static void add_tool_calls(cJSON *o, const cJSON *calls) {
+  cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "message");
+  if (!m || !calls)
+    return;
+  cJSON *out = cJSON_AddArrayToObject(m, "tool_calls");
+  int i = 0;
+  for (const cJSON *c = calls->child; c; c = c->next, i++) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function"), *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name"), *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+    cJSON *oc = cJSON_CreateObject();
+    if (cJSON_IsString(id))
+      cJSON_AddStringToObject(oc, "id", id->valuestring);
+    cJSON *of = cJSON_AddObjectToObject(oc, "function");
+    cJSON_AddNumberToObject(of, "index", i);
+    cJSON_AddStringToObject(of, "name", cJSON_IsString(name) ? name->valuestring : "");
+    cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+    cJSON_AddItemToObject(of, "arguments", parsed ? parsed : cJSON_CreateObject());
+    cJSON_AddItemToArray(out, oc);
+  }
+}
+
 /* The counts and durations (nanoseconds) of the last object. */
 static void add_stats(cJSON *o, const api_result *r) {
   const char *fr = api_finish_reason(r->finish_reason);
@@ -375,8 +468,20 @@ static char *print(cJSON *o) {
 }
 
 static char *result_json(void *state, const api_result *r) {
-  cJSON *o = answer(state, r->text.data, r->text.len, true);
+  ollama_state *st = state;
+  if (!st->hold_tools) {
+    cJSON *o = answer(st, r->text.data, r->text.len, true);
+    add_stats(o, r);
+    return print(o);
+  }
+  /* with tools: the text before the calls as content, the calls as message.tool_calls (Ollama keeps
+   * done_reason "stop" for them) */
+  cJSON *choice = compat_chat_choice(r);
+  const char *text = compat_choice_content(choice);
+  cJSON *o = answer(st, text, strlen(text), true);
+  add_tool_calls(o, compat_choice_tool_calls(choice));
   add_stats(o, r);
+  cJSON_Delete(choice);
   return print(o);
 }
 
@@ -394,17 +499,39 @@ static void append_line(buf *out, char *json) {
 }
 
 static void stream_text(void *state, buf *out, const char *text, size_t len) {
-  append_line(out, print(answer(state, text, len, false)));
+  ollama_state *st = state;
+  if (st->hold_tools) {
+    compat_hold_push(&st->hold, text, len, &text, &len);
+    if (!len)
+      return;
+    buf_append(&st->sent, text, len);
+  }
+  append_line(out, print(answer(st, text, len, false)));
 }
 
 static void stream_end(void *state, buf *out, const api_result *r) {
+  ollama_state *st = state;
   if (r->status != QVL_OK) {
     api_error e;
     api_error_from_status(&e, r->status, r->error);
     append_line(out, error_body(e.message));
     return;
   }
-  cJSON *o = answer(state, "", 0, true);
+  if (st->hold_tools) {
+    /* what the hold kept back, then the calls in a line of their own, as Ollama streams them */
+    cJSON *choice = compat_chat_choice(r);
+    const char *rest = compat_unsent(compat_choice_content(choice), &st->sent);
+    if (*rest)
+      append_line(out, print(answer(st, rest, strlen(rest), false)));
+    const cJSON *calls = compat_choice_tool_calls(choice);
+    if (calls) {
+      cJSON *o = answer(st, "", 0, false);
+      add_tool_calls(o, calls);
+      append_line(out, print(o));
+    }
+    cJSON_Delete(choice);
+  }
+  cJSON *o = answer(st, "", 0, true);
   add_stats(o, r);
   append_line(out, print(o));
 }

@@ -9,9 +9,12 @@
  * repeat_penalty, presence_penalty, frequency_penalty); runtime options (num_ctx, num_thread,
  * num_gpu, ...) are accepted and have no effect; sampling options qvl lacks (mirostat, typical_p,
  * tfs_z, repeat_last_n, ...) answer 400 unless they hold their neutral value. `format` ("json" or a
- * JSON schema) and `tools` are passed on as the chat's response_format / tools. Answers stream as
- * NDJSON by default (one JSON object per line, the last with done=true and the counts and
- * durations), or one object with stream=false. `keep_alive` is accepted (the model stays loaded).
+ * JSON schema) is passed on as the chat's response_format. /api/chat's `tools` (and qvl's
+ * `tool_choice` extension) become the chat's; messages' Ollama `tool_calls` ({function: {name,
+ * arguments: {...}}}) become the chat's assistant tool_calls, role "tool" messages pass; the
+ * answer's calls are message.tool_calls ({id, function: {index, name, arguments: {...}}}), streamed
+ * in a line of their own before the done line. Answers stream as NDJSON by default (one JSON object
+ * per line, the last with done=true and the counts and durations), or one object with stream=false. `keep_alive` is accepted (the model stays loaded).
  * GET /api/tags, /api/ps, /api/version and POST /api/show describe the one loaded model; pull,
  * push, create, copy, delete, embed and blobs answer 501 with a message. Errors are {"error": "..."}.
  */

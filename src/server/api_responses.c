@@ -18,8 +18,12 @@ typedef struct resp_state {
   cJSON *echo;          /* the request settings a response object repeats (instructions, ...) */
   cJSON *conv;          /* the conversation without instructions, stored with the answer; NULL: store false */
   resp_store *store;
+  char hex[48];         /* the random part of the ids; function call items are fc_<hex>_<i> */
   int64_t seq;          /* sequence_number of the next stream event */
   bool started;         /* the opening events are out */
+  bool msg_open;        /* the message item's opening events are out */
+  bool hold_tools;      /* tools may be called: text that may begin a call is held (compat_hold) */
+  compat_hold hold;
   buf text;             /* streamed text so far */
 } resp_state;
 
@@ -29,6 +33,7 @@ static void state_free(void *p) {
     return;
   cJSON_Delete(st->echo);
   cJSON_Delete(st->conv);
+  compat_hold_free(&st->hold);
   buf_free(&st->text);
   free(st);
 }
@@ -40,18 +45,88 @@ static bool bad(api_error *e, const char *param, const char *code, const char *m
   return false;
 }
 
-/* The assistant message a stored response ended with ("msg_<hex>" -> conversation of "resp_<hex>"). */
+/* An output item of a stored response as a chat message: "msg_<hex>" is its message (the text),
+ * "fc_<hex>_<i>" its i-th function call (an assistant message with only that call); NULL when the
+ * response is not stored (any more). */
 static cJSON *referenced_item(const compat_ctx *ctx, const char *id) {
-  if (!ctx->responses || strncmp(id, "msg_", 4) || strlen(id) >= RESP_STORE_ID_CAP - 1)
+  const char *hex = NULL, *end = NULL;
+  long call = -1;
+  if (!strncmp(id, "msg_", 4)) {
+    hex = id + 4;
+    end = hex + strlen(hex);
+  } else if (!strncmp(id, "fc_", 3)) {
+    hex = id + 3;
+    end = strrchr(hex, '_');
+    char *tail = NULL;
+    call = end && end[1] >= '0' && end[1] <= '9' ? strtol(end + 1, &tail, 10) : -1;
+    if (call < 0 || *tail)
+      return NULL;
+  }
+  if (!ctx->responses || !hex || end == hex || end - hex > 40)
     return NULL;
-  char rid[RESP_STORE_ID_CAP + 8];
-  snprintf(rid, sizeof rid, "resp_%.*s", RESP_STORE_ID_CAP - 8, id + 4);
+  char rid[RESP_STORE_ID_CAP];
+  snprintf(rid, sizeof rid, "resp_%.*s", (int)(end - hex), hex);
   char *json = resp_store_get(ctx->responses, rid, time_now_s());
   cJSON *conv = json ? cJSON_Parse(json) : NULL;
   free(json);
   cJSON *last = conv ? cJSON_DetachItemFromArray(conv, cJSON_GetArraySize(conv) - 1) : NULL;
   cJSON_Delete(conv);
-  return last;
+  if (!last)
+    return NULL;
+  cJSON *calls = cJSON_DetachItemFromObjectCaseSensitive(last, "tool_calls");
+  if (call < 0) {
+    cJSON_Delete(calls);
+    if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(last, "content")))
+      cJSON_ReplaceItemInObjectCaseSensitive(last, "content", cJSON_CreateString(""));
+    return last;
+  }
+  cJSON_Delete(last);
+  cJSON *c = cJSON_IsArray(calls) ? cJSON_DetachItemFromArray(calls, (int)call) : NULL;
+  cJSON_Delete(calls);
+  if (!c)
+    return NULL;
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "role", "assistant");
+  cJSON_AddNullToObject(m, "content");
+  cJSON_AddItemToArray(cJSON_AddArrayToObject(m, "tool_calls"), c);
+  return m;
+}
+
+/* Adds m to msgs; an assistant message that only carries tool calls joins the assistant message
+ * right before it (a message item and its function_call items are one turn of the model). */
+static void add_message(cJSON *msgs, cJSON *m) {
+  cJSON *last = msgs->child;
+  while (last && last->next)
+    last = last->next;
+  const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
+  bool calls_only = cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(m, "content")) &&
+                    cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+  if (!calls_only || !cJSON_IsString(role) || strcmp(role->valuestring, "assistant")) {
+    cJSON_AddItemToArray(msgs, m);
+    return;
+  }
+  cJSON *to = cJSON_GetObjectItemCaseSensitive(last, "tool_calls");
+  if (!cJSON_IsArray(to)) {
+    cJSON_DeleteItemFromObjectCaseSensitive(last, "tool_calls");
+    to = cJSON_AddArrayToObject(last, "tool_calls");
+  }
+  cJSON *from = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), *c;
+  while ((c = cJSON_DetachItemFromArray(from, 0)))
+    cJSON_AddItemToArray(to, c);
+  cJSON_Delete(m);
+}
+
+/* Whether an assistant message of msgs made the tool call with this id. */
+static bool has_call(const cJSON *msgs, const char *id) {
+  for (const cJSON *m = msgs ? msgs->child : NULL; m; m = m->next) {
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    for (const cJSON *c = cJSON_IsArray(calls) ? calls->child : NULL; c; c = c->next) {
+      const cJSON *cid = cJSON_GetObjectItemCaseSensitive(c, "id");
+      if (cJSON_IsString(cid) && !strcmp(cid->valuestring, id))
+        return true;
+    }
+  }
+  return false;
 }
 
 /* One content part of a message item -> a chat content part (NULL + e on failure). */
@@ -113,8 +188,33 @@ static cJSON *translate_part(const cJSON *p, const char *param, api_error *e) {
   return o;
 }
 
-/* Appends the chat messages of one input item to msgs. */
-static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, cJSON *msgs, api_error *e) {
+/* The content of a function_call_output: its output string, or a list of input_text / input_image
+ * parts (the tool message's content). NULL + e when malformed. */
+static cJSON *tool_output(const cJSON *output, const char *param, api_error *e) {
+  if (cJSON_IsString(output))
+    return cJSON_CreateString(output->valuestring);
+  if (!cJSON_IsArray(output)) {
+    bad(e, param, "invalid_type", "a function_call_output needs 'output' as a string or an array of content parts");
+    return NULL;
+  }
+  cJSON *parts = cJSON_CreateArray();
+  int pi = 0;
+  for (const cJSON *p = output->child; p; p = p->next, pi++) {
+    char pp[96];
+    snprintf(pp, sizeof pp, "%s.output[%d]", param, pi);
+    cJSON *cp = translate_part(p, pp, e);
+    if (!cp) {
+      cJSON_Delete(parts);
+      return NULL;
+    }
+    cJSON_AddItemToArray(parts, cp);
+  }
+  return parts;
+}
+
+/* Appends the chat messages of one input item to msgs; prior: the stored turns before them. */
+static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, const cJSON *prior, cJSON *msgs,
+                           api_error *e) {
   char param[64];
   snprintf(param, sizeof param, "input[%d]", i);
   if (!cJSON_IsObject(it))
@@ -126,20 +226,27 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, cJSON 
     cJSON *m = cJSON_IsString(id) ? referenced_item(ctx, id->valuestring) : NULL;
     if (!m) {
       api_error_set(e, 404, "invalid_request_error", "not_found", param,
-                    "%s: item '%s' not found (this server keeps only the output messages of stored responses, for "
-                    "%.0f s)",
+                    "%s: item '%s' not found (this server keeps only the output messages and function calls of "
+                    "stored responses, for %.0f s)",
                     param, cJSON_IsString(id) ? id->valuestring : "?", RESPONSES_STORE_TTL_S);
       return false;
     }
-    cJSON_AddItemToArray(msgs, m);
+    add_message(msgs, m);
     return true;
   }
   if (!strcmp(t, "function_call")) { /* an earlier tool call of the model */
     const cJSON *cid = cJSON_GetObjectItemCaseSensitive(it, "call_id"),
                 *name = cJSON_GetObjectItemCaseSensitive(it, "name"),
                 *args = cJSON_GetObjectItemCaseSensitive(it, "arguments");
-    if (!cJSON_IsString(cid) || !cJSON_IsString(name) || !cJSON_IsString(args))
-      return bad(e, param, "invalid_type", "a function_call item needs 'call_id', 'name' and 'arguments' strings");
+    if (!cJSON_IsString(cid) || !cid->valuestring[0] || !cJSON_IsString(name) || !name->valuestring[0] ||
+        !cJSON_IsString(args))
+      return bad(e, param, "invalid_type",
+                 "a function_call item needs 'call_id' and 'name' as non-empty strings and 'arguments' as a string");
+    cJSON *parsed = cJSON_Parse(args->valuestring);
+    bool is_object = cJSON_IsObject(parsed);
+    cJSON_Delete(parsed);
+    if (!is_object)
+      return bad(e, param, "invalid_value", "'arguments' of a function_call must be a JSON object as a string");
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "role", "assistant");
     cJSON_AddNullToObject(m, "content");
@@ -150,18 +257,27 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, cJSON 
     cJSON_AddStringToObject(f, "name", name->valuestring);
     cJSON_AddStringToObject(f, "arguments", args->valuestring);
     cJSON_AddItemToArray(cJSON_AddArrayToObject(m, "tool_calls"), tc);
-    cJSON_AddItemToArray(msgs, m);
+    add_message(msgs, m);
     return true;
   }
   if (!strcmp(t, "function_call_output")) {
-    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(it, "call_id"),
-                *output = cJSON_GetObjectItemCaseSensitive(it, "output");
-    if (!cJSON_IsString(cid) || !cJSON_IsString(output))
-      return bad(e, param, "invalid_type", "a function_call_output item needs 'call_id' and 'output' strings");
+    const cJSON *cid = cJSON_GetObjectItemCaseSensitive(it, "call_id");
+    if (!cJSON_IsString(cid) || !cid->valuestring[0])
+      return bad(e, param, "invalid_type", "a function_call_output item needs 'call_id' as a non-empty string");
+    if (!has_call(prior, cid->valuestring) && !has_call(msgs, cid->valuestring)) {
+      api_error_set(e, 400, "invalid_request_error", "invalid_value", param,
+                    "%s: no function call with call_id '%s' before this output (send the function_call item, an "
+                    "item_reference to it, or previous_response_id of the response that made it)",
+                    param, cid->valuestring);
+      return false;
+    }
+    cJSON *content = tool_output(cJSON_GetObjectItemCaseSensitive(it, "output"), param, e);
+    if (!content)
+      return false;
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "role", "tool");
     cJSON_AddStringToObject(m, "tool_call_id", cid->valuestring);
-    cJSON_AddStringToObject(m, "content", output->valuestring);
+    cJSON_AddItemToObject(m, "content", content);
     cJSON_AddItemToArray(msgs, m);
     return true;
   }
@@ -220,6 +336,19 @@ static bool translate_tools(const cJSON *root, cJSON *chat, api_error *e) {
         api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", param,
                       "%s: built-in tool '%s' is not supported (only function tools)", param, type->valuestring);
         return false;
+      }
+      const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name"), *params = cJSON_GetObjectItemCaseSensitive(t, "parameters");
+      if (!cJSON_IsString(name)) {
+        snprintf(param, sizeof param, "tools[%d].name", i);
+        api_error_set(e, 400, "invalid_request_error", "missing_required_parameter", param,
+                      "%s: a function tool needs 'name' (Responses tools are flat: {\"type\": \"function\", "
+                      "\"name\", \"parameters\"}, not the chat's nested \"function\" object)",
+                      param);
+        return false;
+      }
+      if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
+        snprintf(param, sizeof param, "tools[%d].parameters", i);
+        return bad(e, param, "invalid_type", "'parameters' must be a JSON schema object");
       }
       cJSON *ct = cJSON_CreateObject();
       cJSON_AddStringToObject(ct, "type", "function");
@@ -289,8 +418,6 @@ static const char *const refused[][2] = {
     {"conversation", "use previous_response_id"},
     {"prompt", "no stored prompt templates"},
     {"reasoning", "the model has no reasoning settings"},
-    {"include", "no extra output fields yet"},
-    {"top_logprobs", "logprobs are not mapped to the Responses API yet"},
     {"max_tool_calls", NULL},
     {"prompt_cache_options", "the prefix cache is automatic"},
     {"prompt_cache_retention", "the prefix cache is automatic"},
@@ -298,7 +425,39 @@ static const char *const refused[][2] = {
 
 /* Fields passed to the chat body as they are (sampling, qvl extensions). */
 static const char *const passed[] = {"temperature", "top_p",  "top_k", "min_p", "presence_penalty", "frequency_penalty",
-                                     "repetition_penalty", "seed", "stop", "min_pixels", "max_pixels", "logit_bias"};
+                                     "repetition_penalty", "seed", "stop", "min_pixels", "max_pixels", "logit_bias",
+                                     "parallel_tool_calls"};
+
+/* `include` (only the output text's logprobs exist here) and `top_logprobs` -> the chat's logprobs. */
+static bool translate_logprobs(const cJSON *root, cJSON *chat, api_error *e) {
+  bool want = false;
+  const cJSON *inc = cJSON_GetObjectItemCaseSensitive(root, "include");
+  if (inc && !cJSON_IsNull(inc)) {
+    if (!cJSON_IsArray(inc))
+      return bad(e, "include", "invalid_type", "'include' must be an array of strings");
+    for (const cJSON *x = inc->child; x; x = x->next) {
+      if (!cJSON_IsString(x) || strcmp(x->valuestring, "message.output_text.logprobs")) {
+        api_error_set(e, 400, "invalid_request_error", "unsupported_parameter", "include",
+                      "'include' value '%s' is not supported (only \"message.output_text.logprobs\")",
+                      cJSON_IsString(x) ? x->valuestring : "?");
+        return false;
+      }
+      want = true;
+    }
+  }
+  const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
+  if (top && !cJSON_IsNull(top)) {
+    if (!cJSON_IsNumber(top) || top->valuedouble != (double)(int)top->valuedouble || top->valuedouble < 0 ||
+        top->valuedouble > 20)
+      return bad(e, "top_logprobs", "invalid_value", "'top_logprobs' must be an integer in [0, 20]");
+    want |= top->valuedouble > 0;
+    if (want)
+      compat_copy_field(chat, "top_logprobs", root, "top_logprobs");
+  }
+  if (want)
+    cJSON_AddBoolToObject(chat, "logprobs", true);
+  return true;
+}
 
 bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e) {
   memset(out, 0, sizeof *out);
@@ -313,6 +472,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   api_random_id("", hex, sizeof hex);
   snprintf(st->id, sizeof st->id, "resp_%s", hex);
   snprintf(st->msg_id, sizeof st->msg_id, "msg_%s", hex);
+  snprintf(st->hex, sizeof st->hex, "%s", hex);
   snprintf(out->id, sizeof out->id, "resp_%.40s", hex);
   snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");
   st->created = ctx->created;
@@ -389,7 +549,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   } else if (cJSON_IsArray(input)) {
     int i = 0;
     for (const cJSON *it = input->child; it; it = it->next, i++)
-      if (!translate_item(it, i, ctx, turn, e)) {
+      if (!translate_item(it, i, ctx, conv, turn, e)) {
         cJSON_Delete(turn);
         goto done;
       }
@@ -422,13 +582,17 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   }
   for (size_t i = 0; i < sizeof passed / sizeof passed[0]; i++)
     compat_copy_field(chat, passed[i], root, passed[i]);
-  if (!translate_tools(root, chat, e) || !translate_text(root, chat, e))
+  if (!translate_tools(root, chat, e) || !translate_text(root, chat, e) || !translate_logprobs(root, chat, e))
     goto done;
+  const cJSON *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
+  st->hold_tools = cJSON_GetObjectItemCaseSensitive(chat, "tools") &&
+                   !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")); /* the chat's parse_tools */
 
   /* what the response object repeats of the request */
   st->echo = cJSON_CreateObject();
   static const char *const echoed[] = {"instructions", "max_output_tokens", "previous_response_id", "temperature",
-                                       "top_p", "metadata", "user", "tool_choice", "tools", "text", "parallel_tool_calls"};
+                                       "top_p", "metadata", "user", "tool_choice", "tools", "text", "parallel_tool_calls",
+                                       "top_logprobs"};
   for (size_t i = 0; i < sizeof echoed / sizeof echoed[0]; i++)
     compat_copy_field(st->echo, echoed[i], root, echoed[i]);
   cJSON_AddBoolToObject(st->echo, "store", storing);
@@ -458,16 +622,37 @@ static void add_or_default(cJSON *o, const cJSON *echo, const char *name, cJSON 
   }
 }
 
-static cJSON *text_part(const char *text, size_t n) {
+/* The logprobs of the output text: the chat's entries ({token, logprob, bytes, top_logprobs}, the
+ * shape of OpenAI's output_text.logprobs); with tool calls only those of the tokens that spell the
+ * text before them. [] when the request did not ask. */
+static cJSON *text_logprobs(const cJSON *choice) {
+  cJSON *out = cJSON_CreateArray();
+  const cJSON *lp = compat_choice_logprobs(choice);
+  bool all = !compat_choice_tool_calls(choice);
+  size_t budget = strlen(compat_choice_content(choice)), used = 0;
+  for (const cJSON *t = lp ? lp->child : NULL; t; t = t->next) {
+    size_t n = (size_t)cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(t, "bytes"));
+    if (!all && used + n > budget)
+      break;
+    used += n;
+    cJSON_AddItemToArray(out, cJSON_Duplicate(t, true));
+  }
+  return out;
+}
+
+/* An output_text part; takes logprobs (NULL: []). */
+static cJSON *text_part(const char *text, cJSON *logprobs) {
   cJSON *p = cJSON_CreateObject();
   cJSON_AddStringToObject(p, "type", "output_text");
-  cJSON_AddItemToObject(p, "text", api_text_json(text, n));
+  cJSON_AddStringToObject(p, "text", text);
   cJSON_AddArrayToObject(p, "annotations");
-  cJSON_AddArrayToObject(p, "logprobs");
+  cJSON_AddItemToObject(p, "logprobs", logprobs ? logprobs : cJSON_CreateArray());
   return p;
 }
 
-static cJSON *message_item(const resp_state *st, const char *status, const char *text, size_t n, bool with_part) {
+/* The message item; with a part (text and logprobs, taken) or, while in progress, without. */
+static cJSON *message_item(const resp_state *st, const char *status, const char *text, cJSON *logprobs,
+                           bool with_part) {
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "id", st->msg_id);
   cJSON_AddStringToObject(m, "type", "message");
@@ -475,14 +660,53 @@ static cJSON *message_item(const resp_state *st, const char *status, const char 
   cJSON_AddStringToObject(m, "role", "assistant");
   cJSON *content = cJSON_AddArrayToObject(m, "content");
   if (with_part)
-    cJSON_AddItemToArray(content, text_part(text, n));
+    cJSON_AddItemToArray(content, text_part(text, logprobs));
+  else
+    cJSON_Delete(logprobs);
   return m;
+}
+
+/* The i-th function call of the answer (call: the chat's {id, type, function: {name, arguments}})
+ * as a function_call item; the arguments are left empty while it is in progress. */
+static void call_item_id(const resp_state *st, int i, char *out, size_t cap) {
+  snprintf(out, cap, "fc_%.40s_%d", st->hex, i);
+}
+
+static cJSON *call_item(const resp_state *st, int i, const cJSON *call, const char *status) {
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(call, "function");
+  const cJSON *cid = cJSON_GetObjectItemCaseSensitive(call, "id"), *name = cJSON_GetObjectItemCaseSensitive(f, "name"),
+              *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+  char id[RESP_STORE_ID_CAP];
+  call_item_id(st, i, id, sizeof id);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "id", id);
+  cJSON_AddStringToObject(o, "type", "function_call");
+  cJSON_AddStringToObject(o, "status", status);
+  bool done = !strcmp(status, "completed");
+  cJSON_AddStringToObject(o, "arguments", done && cJSON_IsString(args) ? args->valuestring : "");
+  cJSON_AddStringToObject(o, "call_id", cJSON_IsString(cid) ? cid->valuestring : "");
+  cJSON_AddStringToObject(o, "name", cJSON_IsString(name) ? name->valuestring : "");
+  return o;
 }
 
 static bool cut_short(const api_result *r) { return r && !strcmp(r->finish_reason, "length"); }
 
 /* status: "in_progress", "completed", "incomplete", "failed". r: NULL while in progress. */
-static cJSON *response_object(const resp_state *st, const char *status, const api_result *r, const api_error *err) {
+/* The output items of a finished answer: the message with the text (left out when the model only
+ * called tools), then a function_call item per call. */
+static void add_output(cJSON *output, const resp_state *st, const cJSON *choice, bool cut) {
+  const cJSON *calls = compat_choice_tool_calls(choice);
+  const char *text = compat_choice_content(choice);
+  if (!calls || text[0])
+    cJSON_AddItemToArray(output, message_item(st, cut ? "incomplete" : "completed", text, text_logprobs(choice), true));
+  int i = 0;
+  for (const cJSON *c = calls ? calls->child : NULL; c; c = c->next, i++)
+    cJSON_AddItemToArray(output, call_item(st, i, c, "completed"));
+}
+
+/* choice: the chat's view of the answer (compat_chat_choice); NULL while in progress or failed. */
+static cJSON *response_object(const resp_state *st, const char *status, const api_result *r, const api_error *err,
+                              const cJSON *choice) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "id", st->id);
   cJSON_AddStringToObject(o, "object", "response");
@@ -504,9 +728,8 @@ static cJSON *response_object(const resp_state *st, const char *status, const ap
   add_or_default(o, echo, "max_output_tokens", cJSON_CreateNull());
   cJSON_AddStringToObject(o, "model", st->model);
   cJSON *output = cJSON_AddArrayToObject(o, "output");
-  if (r && !err)
-    cJSON_AddItemToArray(output, message_item(st, cut_short(r) ? "incomplete" : "completed", r->text.data,
-                                              r->text.len, true));
+  if (r && !err && choice)
+    add_output(output, st, choice, cut_short(r));
   add_or_default(o, echo, "parallel_tool_calls", cJSON_CreateTrue());
   add_or_default(o, echo, "previous_response_id", cJSON_CreateNull());
   cJSON *reasoning = cJSON_AddObjectToObject(o, "reasoning");
@@ -537,13 +760,21 @@ static cJSON *response_object(const resp_state *st, const char *status, const ap
   return o;
 }
 
-/* Keeps the conversation with this answer for a later previous_response_id. */
-static void remember(resp_state *st, const api_result *r) {
+/* Keeps the conversation with this answer (its text and tool calls as the chat's assistant message)
+ * for a later previous_response_id. */
+static void remember(resp_state *st, const api_result *r, const cJSON *choice) {
   if (!st->conv || !st->store || r->status != QVL_OK)
     return;
+  const cJSON *calls = compat_choice_tool_calls(choice);
+  const char *text = compat_choice_content(choice);
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "role", "assistant");
-  cJSON_AddItemToObject(m, "content", api_text_json(r->text.data, r->text.len));
+  if (calls && !text[0])
+    cJSON_AddNullToObject(m, "content");
+  else
+    cJSON_AddStringToObject(m, "content", text);
+  if (calls)
+    cJSON_AddItemToObject(m, "tool_calls", cJSON_Duplicate(calls, true));
   cJSON_AddItemToArray(st->conv, m);
   char *json = cJSON_PrintUnformatted(st->conv);
   if (json)
@@ -555,10 +786,12 @@ static void remember(resp_state *st, const api_result *r) {
 
 static char *result_json(void *state, const api_result *r) {
   resp_state *st = state;
-  remember(st, r);
-  cJSON *o = response_object(st, cut_short(r) ? "incomplete" : "completed", r, NULL);
+  cJSON *choice = compat_chat_choice(r);
+  remember(st, r, choice);
+  cJSON *o = response_object(st, cut_short(r) ? "incomplete" : "completed", r, NULL, choice);
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
+  cJSON_Delete(choice);
   return s;
 }
 
@@ -593,33 +826,93 @@ static cJSON *indexed(const resp_state *st, bool with_content) {
   return o;
 }
 
+/* The message item's opening events (once). */
+static void open_message(resp_state *st, buf *out) {
+  if (st->msg_open)
+    return;
+  st->msg_open = true;
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "output_index", 0);
+  cJSON_AddItemToObject(o, "item", message_item(st, "in_progress", NULL, NULL, false));
+  emit(st, out, "response.output_item.added", o);
+  o = indexed(st, true);
+  cJSON_AddItemToObject(o, "part", text_part("", NULL));
+  emit(st, out, "response.content_part.added", o);
+}
+
 static void stream_open(resp_state *st, buf *out) {
   if (st->started)
     return;
   st->started = true;
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddItemToObject(o, "response", response_object(st, "in_progress", NULL, NULL));
+  cJSON_AddItemToObject(o, "response", response_object(st, "in_progress", NULL, NULL, NULL));
   emit(st, out, "response.created", o);
   o = cJSON_CreateObject();
-  cJSON_AddItemToObject(o, "response", response_object(st, "in_progress", NULL, NULL));
+  cJSON_AddItemToObject(o, "response", response_object(st, "in_progress", NULL, NULL, NULL));
   emit(st, out, "response.in_progress", o);
-  o = cJSON_CreateObject();
-  cJSON_AddNumberToObject(o, "output_index", 0);
-  cJSON_AddItemToObject(o, "item", message_item(st, "in_progress", NULL, 0, false));
-  emit(st, out, "response.output_item.added", o);
-  o = indexed(st, true);
-  cJSON_AddItemToObject(o, "part", text_part("", 0));
-  emit(st, out, "response.content_part.added", o);
+  if (!st->hold_tools) /* with tools the message opens with its first text: a call may come first */
+    open_message(st, out);
+}
+
+static void text_delta(resp_state *st, buf *out, const char *text, size_t len) {
+  if (!len)
+    return;
+  open_message(st, out);
+  buf_append(&st->text, text, len);
+  cJSON *o = indexed(st, true);
+  cJSON_AddItemToObject(o, "delta", api_text_json(text, len));
+  cJSON_AddArrayToObject(o, "logprobs"); /* known only at the end: the .done events carry them */
+  emit(st, out, "response.output_text.delta", o);
 }
 
 static void stream_text(void *state, buf *out, const char *text, size_t len) {
   resp_state *st = state;
   stream_open(st, out);
-  buf_append(&st->text, text, len);
-  cJSON *o = indexed(st, true);
-  cJSON_AddItemToObject(o, "delta", api_text_json(text, len));
-  cJSON_AddArrayToObject(o, "logprobs");
-  emit(st, out, "response.output_text.delta", o);
+  if (!st->hold_tools) {
+    text_delta(st, out, text, len);
+    return;
+  }
+  const char *ready;
+  size_t n;
+  compat_hold_push(&st->hold, text, len, &ready, &n);
+  text_delta(st, out, ready, n);
+}
+
+#define ARG_DELTA 32 /* argument bytes per response.function_call_arguments.delta */
+
+/* The events of the i-th function call, at output_index at. */
+static void stream_call(resp_state *st, buf *out, int i, int at, const cJSON *call) {
+  char id[RESP_STORE_ID_CAP];
+  call_item_id(st, i, id, sizeof id);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "output_index", at);
+  cJSON_AddItemToObject(o, "item", call_item(st, i, call, "in_progress"));
+  emit(st, out, "response.output_item.added", o);
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(call, "function");
+  const cJSON *args = cJSON_GetObjectItemCaseSensitive(f, "arguments"), *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+  const char *a = cJSON_IsString(args) ? args->valuestring : "";
+  size_t al = strlen(a);
+  for (size_t pos = 0; pos < al;) { /* fragments cut on UTF-8 character boundaries */
+    size_t take = al - pos < ARG_DELTA ? al - pos : ARG_DELTA;
+    while (pos + take < al && ((unsigned char)a[pos + take] & 0xC0) == 0x80)
+      take++;
+    o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "item_id", id);
+    cJSON_AddNumberToObject(o, "output_index", at);
+    cJSON_AddItemToObject(o, "delta", api_text_json(a + pos, take));
+    emit(st, out, "response.function_call_arguments.delta", o);
+    pos += take;
+  }
+  o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "item_id", id);
+  cJSON_AddNumberToObject(o, "output_index", at);
+  cJSON_AddStringToObject(o, "name", cJSON_IsString(name) ? name->valuestring : "");
+  cJSON_AddStringToObject(o, "arguments", a);
+  emit(st, out, "response.function_call_arguments.done", o);
+  o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "output_index", at);
+  cJSON_AddItemToObject(o, "item", call_item(st, i, call, "completed"));
+  emit(st, out, "response.output_item.done", o);
 }
 
 static void stream_end(void *state, buf *out, const api_result *r) {
@@ -634,26 +927,42 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     cJSON_AddNullToObject(o, "param");
     emit(st, out, "error", o);
     o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "response", response_object(st, "failed", r, &e));
+    cJSON_AddItemToObject(o, "response", response_object(st, "failed", r, &e, NULL));
     emit(st, out, "response.failed", o);
     return;
   }
   bool cut = cut_short(r);
-  cJSON *o = indexed(st, true);
-  cJSON_AddItemToObject(o, "text", api_text_json(r->text.data, r->text.len));
-  cJSON_AddArrayToObject(o, "logprobs");
-  emit(st, out, "response.output_text.done", o);
-  o = indexed(st, true);
-  cJSON_AddItemToObject(o, "part", text_part(r->text.data, r->text.len));
-  emit(st, out, "response.content_part.done", o);
-  o = cJSON_CreateObject();
-  cJSON_AddNumberToObject(o, "output_index", 0);
-  cJSON_AddItemToObject(o, "item", message_item(st, cut ? "incomplete" : "completed", r->text.data, r->text.len, true));
-  emit(st, out, "response.output_item.done", o);
-  remember(st, r);
-  o = cJSON_CreateObject();
-  cJSON_AddItemToObject(o, "response", response_object(st, cut ? "incomplete" : "completed", r, NULL));
+  cJSON *choice = compat_chat_choice(r);
+  const cJSON *calls = compat_choice_tool_calls(choice);
+  const char *text = compat_choice_content(choice);
+  const char *rest = compat_unsent(text, &st->text); /* what the hold kept back */
+  text_delta(st, out, rest, strlen(rest));
+  if (!calls)
+    open_message(st, out); /* an answer without calls always has its message, empty or not */
+  int at = 0;
+  if (st->msg_open) {
+    cJSON *lp = text_logprobs(choice);
+    cJSON *o = indexed(st, true);
+    cJSON_AddStringToObject(o, "text", text);
+    cJSON_AddItemToObject(o, "logprobs", cJSON_Duplicate(lp, true));
+    emit(st, out, "response.output_text.done", o);
+    o = indexed(st, true);
+    cJSON_AddItemToObject(o, "part", text_part(text, cJSON_Duplicate(lp, true)));
+    emit(st, out, "response.content_part.done", o);
+    o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "output_index", 0);
+    cJSON_AddItemToObject(o, "item", message_item(st, cut ? "incomplete" : "completed", text, lp, true));
+    emit(st, out, "response.output_item.done", o);
+    at = 1;
+  }
+  int i = 0;
+  for (const cJSON *c = calls ? calls->child : NULL; c; c = c->next, i++)
+    stream_call(st, out, i, at + i, c);
+  remember(st, r, choice);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddItemToObject(o, "response", response_object(st, cut ? "incomplete" : "completed", r, NULL, choice));
   emit(st, out, cut ? "response.incomplete" : "response.completed", o);
+  cJSON_Delete(choice);
 }
 
 const compat_format responses_format = {

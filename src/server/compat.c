@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/api_agents.h"
+
 void compat_request_free(compat_request *r) {
   if (!r)
     return;
@@ -115,4 +117,56 @@ char *compat_chunk_add_usage(char *json, const char *id, int64_t created, const 
     return json;
   free(json);
   return out;
+}
+
+cJSON *compat_chat_choice(const api_result *r) {
+  cJSON *o = api_completion_object("", 0, "", r);
+  cJSON *choice = o ? cJSON_DetachItemFromArray(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0) : NULL;
+  cJSON_Delete(o);
+  return choice;
+}
+
+const char *compat_choice_content(const cJSON *choice) {
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "message"), "content");
+  return cJSON_IsString(c) ? c->valuestring : "";
+}
+
+const cJSON *compat_choice_tool_calls(const cJSON *choice) {
+  const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "message"), "tool_calls");
+  return cJSON_IsArray(tc) && tc->child ? tc : NULL;
+}
+
+const cJSON *compat_choice_logprobs(const cJSON *choice) {
+  const cJSON *c = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "logprobs"), "content");
+  return cJSON_IsArray(c) ? c : NULL;
+}
+
+void compat_hold_push(compat_hold *h, const char *text, size_t len, const char **ready, size_t *n_ready) {
+  if (h->released) {
+    memmove(h->held.data, h->held.data + h->released, h->held.len - h->released);
+    h->held.len -= h->released;
+    h->released = 0;
+  }
+  *ready = "";
+  *n_ready = 0;
+  if (h->tool_seen || buf_append(&h->held, text, len) != QVL_OK)
+    return; /* out of memory: the rest comes with the final content */
+  size_t safe = api_tool_text_safe(h->held.data, h->held.len, &h->tool_seen);
+  while (safe > 0 && h->held.data[safe - 1] && strchr(" \t\r\n", h->held.data[safe - 1]))
+    safe--;
+  h->released = safe;
+  *ready = h->held.data;
+  *n_ready = safe;
+}
+
+void compat_hold_free(compat_hold *h) {
+  buf_free(&h->held);
+  memset(h, 0, sizeof *h);
+}
+
+const char *compat_unsent(const char *content, const buf *sent) {
+  size_t n = strlen(content);
+  if (sent->len > n || (sent->len && memcmp(content, sent->data, sent->len)))
+    return "";
+  return content + sent->len;
 }

@@ -97,4 +97,32 @@ char *compat_chunk_add_usage(char *json, const char *id, int64_t created, const 
 /* Prints chat into out->chat_body. */
 bool compat_finish_chat(cJSON *chat, compat_request *out, api_error *e);
 
+/* ---- tool calls and logprobs of an answer, as the chat path makes them ---- */
+
+/* The chat.completion's choices[0] for r (api_completion_object): message.content (the text before
+ * the first tool call; null when there is none), message.tool_calls (ids, names, arguments as JSON
+ * strings), logprobs and finish_reason. The other APIs build their tool calls and logprobs from it,
+ * so they are the chat's own. Caller frees; NULL when out of memory. */
+cJSON *compat_chat_choice(const api_result *r);
+/* The choice's content ("" when null) and its tool calls (NULL when none). */
+const char *compat_choice_content(const cJSON *choice);
+const cJSON *compat_choice_tool_calls(const cJSON *choice);
+/* The choice's logprobs.content array (NULL when the request did not ask for logprobs). */
+const cJSON *compat_choice_logprobs(const cJSON *choice);
+
+/* Streaming with tools: what a formatter may send at once. Text from "<tool_call>" on is held (it
+ * becomes tool calls at the end), and so are a tail that may begin one and the whitespace before it
+ * (the chat's content leaves that out), so the pieces sent are always a prefix of the final content. */
+typedef struct compat_hold {
+  buf held;         /* text not yet released */
+  size_t released;  /* bytes at the start of held handed out by the last push */
+  bool tool_seen;
+} compat_hold;
+/* Adds text; *ready / *n_ready: what may go out now (inside h, valid until the next call). */
+void compat_hold_push(compat_hold *h, const char *text, size_t len, const char **ready, size_t *n_ready);
+void compat_hold_free(compat_hold *h);
+/* What of the final content has not been sent yet: content after the prefix sent ("" when sent is
+ * not a prefix of it). */
+const char *compat_unsent(const char *content, const buf *sent);
+
 #endif

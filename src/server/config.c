@@ -50,6 +50,7 @@ static const setting settings[] = {
     S_INT("kv_cache_mb", kv_cache_mb, 0, 1 << 24, "KV cache shared by all sequences (0: from free memory)"),
     S_INT("image_cache_mb", image_cache_mb, 0, 1 << 24, "image-embedding cache (0: off)"),
     S_INT("prefix_cache_mb", prefix_cache_mb, 0, 1 << 24, "prefix KV cache (0: off)"),
+    S_STR("kv_type", kv_type, NULL, "KV cache element type: f16 (half the memory per token) or f32 (exact)"),
     S_INT("timeout_s", timeout_s, 0, 86400 * 7, "request time limit, queue included (0: none)"),
     S_INT("max_body_mb", max_body_mb, 1, 4096, "request body size (413 above)"),
     S_INT("max_images", max_images, 0, 1024, "images per request"),
@@ -103,6 +104,7 @@ void server_config_init(server_config *c) {
   c->ctx = 8192;
   c->image_cache_mb = 256;
   c->prefix_cache_mb = 512;
+  c->kv_type = strdup("f16");
   c->timeout_s = 600;
   c->max_body_mb = 48; /* a 32 MiB image is ~43 MiB of base64 */
   c->max_images = 8;

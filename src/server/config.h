@@ -65,6 +65,7 @@ typedef struct server_config {
   int64_t nice;              /* scheduling priority, -20..19 (lowering it needs CAP_SYS_NICE) */
   char *log_file;            /* append logs here, reopened on SIGHUP (NULL: stderr) */
   char *log_format;          /* "logfmt" | "json" */
+  char *kv_type;             /* "f16" | "f32": KV cache element type */
   bool print_config;         /* --print-config: print the effective settings as YAML and exit */
   char *jobs_db;           /* SQLite file of the job store (NULL: in memory) */
   char *replica_id;        /* the replica's name in job ids (NULL: from the host name and port) */

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "engine/history.h"
+#include "text/kv_cache.h"
 #include "model/wtable.h"
 #include "server/config.h"
 
@@ -341,6 +342,9 @@ qvl_status config_ops_check(server_config *c) {
     return qvl_errorf(QVL_ERR_INVALID_ARG, "history: expected error or trim, got '%s'", c->history);
   if (c->log_format && strcmp(c->log_format, "logfmt") && strcmp(c->log_format, "json"))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "log_format: expected logfmt or json, got '%s'", c->log_format);
+  kv_type kt;
+  if (c->kv_type && kv_type_parse(c->kv_type, &kt) != QVL_OK)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "kv_type: expected f16 or f32, got '%s'", c->kv_type);
   if (c->log_file && !*c->log_file)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "log_file: empty path");
   if (c->cpu_affinity) {

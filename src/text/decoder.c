@@ -200,7 +200,7 @@ static const char *shape_str(char *b, size_t cap, const int64_t *ne, int n_dims)
   return b;
 }
 
-static qvl_status shape_check(const decoder_source *src, const char *name, const tensor *t,
+static qvl_status shape_check(const tensor_source *src, const char *name, const tensor *t,
                               const int64_t *want, int n_want) {
   bool ok = true;
   for (int i = 0; i < TENSOR_MAX_DIMS; i++) {
@@ -216,11 +216,11 @@ static qvl_status shape_check(const decoder_source *src, const char *name, const
                     shape_str(a, sizeof a, want, n_want), shape_str(b, sizeof b, t->ne, nd));
 }
 
-static const tensor *find_tensor(const decoder_source *src, const char *name) {
+static const tensor *find_tensor(const tensor_source *src, const char *name) {
   return src->find(src->user, name);
 }
 
-static qvl_status bind_matrix(const decoder_source *src, const char *name, int64_t n_in, int64_t n_out,
+static qvl_status bind_matrix(const tensor_source *src, const char *name, int64_t n_in, int64_t n_out,
                               kn_weight *w) {
   const tensor *t = find_tensor(src, name);
   if (!t)
@@ -236,7 +236,7 @@ static qvl_status bind_matrix(const decoder_source *src, const char *name, int64
   return QVL_OK;
 }
 
-static qvl_status bind_vector(const decoder_source *src, const char *name, int64_t n, float **out) {
+static qvl_status bind_vector(const tensor_source *src, const char *name, int64_t n, float **out) {
   const tensor *t = find_tensor(src, name);
   if (!t)
     return qvl_errorf(QVL_ERR_FORMAT, "%s: missing tensor '%s'", src->label, name);
@@ -259,7 +259,7 @@ static qvl_status bind_vector(const decoder_source *src, const char *name, int64
 
 /* llama.cpp also accepts one fused attn_qkv matrix {D, qd + 2 kvd}: the q rows, then k, then v
  * (create_tensor_qkv). Rows are contiguous, so the three matrices are views of row ranges. */
-static qvl_status bind_fused_qkv(const decoder_source *src, const char *name, const tensor *t, int64_t D,
+static qvl_status bind_fused_qkv(const tensor_source *src, const char *name, const tensor *t, int64_t D,
                                  int64_t qd, int64_t kvd, decoder_layer *L) {
   int64_t want[2] = {D, qd + 2 * kvd};
   QVL_TRY(shape_check(src, name, t, want, 2));
@@ -287,7 +287,7 @@ static qvl_status bind_fused_qkv(const decoder_source *src, const char *name, co
 
 static qvl_status bind_layer(const decoder_model *m, int64_t il, decoder_layer *L) {
   const decoder_hparams *hp = &m->hp;
-  const decoder_source *src = &m->src;
+  const tensor_source *src = &m->src;
   int64_t D = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
   char n[96];
 #define NAME(s) (snprintf(n, sizeof n, "blk.%lld.%s", (long long)il, s), n)
@@ -338,7 +338,7 @@ static qvl_status check_hparams(const decoder_hparams *hp, const char *label) {
   return QVL_OK;
 }
 
-qvl_status decoder_init(const decoder_hparams *hp, const decoder_source *src, decoder_model **out) {
+qvl_status decoder_init(const decoder_hparams *hp, const tensor_source *src, decoder_model **out) {
   *out = NULL;
   decoder_model *m = calloc(1, sizeof *m);
   if (!m) {
@@ -384,12 +384,6 @@ qvl_status decoder_init(const decoder_hparams *hp, const decoder_source *src, de
   return QVL_OK;
 }
 
-static const tensor *gguf_source_find(void *user, const char *name) {
-  return gguf_find_tensor((const gguf *)user, name);
-}
-
-static void gguf_source_release(void *user) { gguf_close((gguf *)user); }
-
 qvl_status decoder_load_gguf_file(gguf *g, decoder_model **out) {
   *out = NULL;
   decoder_hparams hp;
@@ -398,7 +392,7 @@ qvl_status decoder_load_gguf_file(gguf *g, decoder_model **out) {
     gguf_close(g);
     return st;
   }
-  decoder_source src = {gguf_path(g), g, gguf_source_find, gguf_source_release};
+  tensor_source src = tensor_source_gguf(g);
   return decoder_init(&hp, &src, out);
 }
 
@@ -445,10 +439,12 @@ qvl_status decoder_embed(const decoder_model *m, const int32_t *ids, int64_t n, 
   return QVL_OK;
 }
 
-/* ---- sequences -------------------------------------------------------------------------------- */
+/* ---- work buffers ----------------------------------------------------------------------------- */
 
-/* Per-chunk work buffers, sized for cap tokens. */
-typedef struct scratch {
+/* The work buffers of one forward, sized for cap rows: they are per call, not per sequence, so a
+ * serving loop owns one for all its sequences (decoder_work_init) while a lone sequence owns its own. */
+struct decoder_work {
+  const decoder_model *m; /* the model the rows are sized for */
   int64_t cap;
   float *x;      /* [cap][n_embd] residual stream */
   float *xn;     /* [cap][n_embd] normed input of a sublayer */
@@ -463,86 +459,154 @@ typedef struct scratch {
   float *up;     /* [cap][n_ff] */
   float *cos;    /* [cap][head_dim] */
   float *sin;    /* [cap][head_dim] */
-  int32_t *pos;  /* [3][cap] positions of the chunk */
-  float *logits; /* [logits_cap][n_vocab] head output of a batched step (n > 1) */
+  int32_t *pos;  /* [3][cap] positions of the rows */
+  float *logits; /* [logits_cap][n_vocab] head output of a step with several logit rows (grown on use) */
   int64_t logits_cap;
-} scratch;
-
-struct decoder_seq {
-  const decoder_model *m;
-  kv_cache kv;
-  int64_t next_pos;  /* max position stored + 1 */
-  int64_t n_batch;
-  scratch w;
-  float *logits;     /* [n_vocab] last token */
-  trace_fn trace;
-  void *trace_user;
 };
 
-static void scratch_free(scratch *w) {
-  float **f[] = {&w->x, &w->xn, &w->q0, &w->q, &w->k0, &w->k, &w->v, &w->att, &w->tmp,
-                 &w->gate, &w->up, &w->cos, &w->sin};
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-    free(*f[i]);
-    *f[i] = NULL;
+/* The one table of the per-row buffers: work_alloc allocates from it and decoder_work_bytes sums it. */
+typedef struct work_buf {
+  void **p;
+  size_t row_bytes;
+} work_buf;
+
+#define WORK_BUFS 14
+static void work_table(decoder_work *w, const decoder_hparams *hp, work_buf t[WORK_BUFS]) {
+  size_t f = sizeof(float), D = (size_t)hp->n_embd, qd = (size_t)(hp->n_head * hp->head_dim),
+         kvd = (size_t)(hp->n_head_kv * hp->head_dim), ff = (size_t)hp->n_ff, hd = (size_t)hp->head_dim;
+  work_buf b[WORK_BUFS] = {{(void **)&w->x, D * f},     {(void **)&w->xn, D * f},      {(void **)&w->q0, qd * f},
+                           {(void **)&w->q, qd * f},    {(void **)&w->k0, kvd * f},    {(void **)&w->k, kvd * f},
+                           {(void **)&w->v, kvd * f},   {(void **)&w->att, qd * f},    {(void **)&w->tmp, D * f},
+                           {(void **)&w->gate, ff * f}, {(void **)&w->up, ff * f},     {(void **)&w->cos, hd * f},
+                           {(void **)&w->sin, hd * f},  {(void **)&w->pos, 3 * sizeof(int32_t)}};
+  memcpy(t, b, sizeof b);
+}
+
+static void work_release(decoder_work *w) {
+  work_buf t[WORK_BUFS];
+  work_table(w, &(decoder_hparams){0}, t);
+  for (int i = 0; i < WORK_BUFS; i++) {
+    free(*t[i].p);
+    *t[i].p = NULL;
   }
-  free(w->pos);
-  w->pos = NULL;
   w->cap = 0;
   free(w->logits);
   w->logits = NULL;
   w->logits_cap = 0;
 }
 
-static qvl_status scratch_alloc(scratch *w, const decoder_hparams *hp, int64_t cap) {
-  scratch_free(w);
-  int64_t D = hp->n_embd, qd = hp->n_head * hp->head_dim, kvd = hp->n_head_kv * hp->head_dim;
-  struct {
-    float **p;
-    int64_t cols;
-  } f[] = {{&w->x, D},     {&w->xn, D},    {&w->q0, qd},        {&w->q, qd},         {&w->k0, kvd},
-           {&w->k, kvd},   {&w->v, kvd},   {&w->att, qd},       {&w->tmp, D},        {&w->gate, hp->n_ff},
-           {&w->up, hp->n_ff}, {&w->cos, hp->head_dim}, {&w->sin, hp->head_dim}};
+static qvl_status work_alloc(decoder_work *w, const decoder_hparams *hp, int64_t cap) {
+  work_release(w);
+  work_buf t[WORK_BUFS];
+  work_table(w, hp, t);
   bool ok = true;
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+  for (int i = 0; i < WORK_BUFS; i++) {
     size_t bytes;
-    if (__builtin_mul_overflow((size_t)cap, (size_t)f[i].cols * sizeof(float), &bytes) ||
-        !(*f[i].p = malloc(bytes)))
+    if (__builtin_mul_overflow((size_t)cap, t[i].row_bytes, &bytes) || !(*t[i].p = malloc(bytes)))
       ok = false;
   }
-  w->pos = malloc((size_t)cap * 3 * sizeof(int32_t));
-  if (!ok || !w->pos) {
-    scratch_free(w);
+  if (!ok) {
+    work_release(w);
     return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for work buffers of %lld tokens", (long long)cap);
   }
   w->cap = cap;
   return QVL_OK;
 }
 
+uint64_t decoder_work_bytes(const decoder_model *m, int64_t n_rows) {
+  decoder_work w = {0};
+  work_buf t[WORK_BUFS];
+  work_table(&w, &m->hp, t);
+  uint64_t per_row = 0;
+  for (int i = 0; i < WORK_BUFS; i++)
+    per_row += t[i].row_bytes;
+  uint64_t bytes;
+  if (n_rows < 0 || __builtin_mul_overflow(per_row, (uint64_t)n_rows, &bytes))
+    return 0;
+  return bytes;
+}
+
+qvl_status decoder_work_init(const decoder_model *m, int64_t n_rows, decoder_work **out) {
+  *out = NULL;
+  if (n_rows < 1)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: work buffers for %lld rows", (long long)n_rows);
+  decoder_work *w = calloc(1, sizeof *w);
+  if (!w)
+    return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory");
+  w->m = m;
+  qvl_status st = work_alloc(w, &m->hp, n_rows);
+  if (st != QVL_OK) {
+    free(w);
+    return st;
+  }
+  *out = w;
+  return QVL_OK;
+}
+
+void decoder_work_free(decoder_work *w) {
+  if (!w)
+    return;
+  work_release(w);
+  free(w);
+}
+
+/* Grows w to hold rows rows and, when a step gathers several logit rows, n_logits of them (only
+ * when a larger step than ever before comes). */
+static qvl_status work_reserve(decoder_work *w, const decoder_hparams *hp, int64_t rows, int64_t n_logits) {
+  if (w->cap < rows)
+    QVL_TRY(work_alloc(w, hp, rows));
+  if (n_logits > 1 && w->logits_cap < n_logits) {
+    size_t bytes;
+    float *l = NULL;
+    if (__builtin_mul_overflow((size_t)n_logits, (size_t)hp->n_vocab * sizeof(float), &bytes) ||
+        !(l = malloc(bytes)))
+      return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for the logits of a batch of %lld",
+                        (long long)n_logits);
+    free(w->logits);
+    w->logits = l;
+    w->logits_cap = n_logits;
+  }
+  return QVL_OK;
+}
+
+/* ---- sequences -------------------------------------------------------------------------------- */
+
+struct decoder_seq {
+  const decoder_model *m;
+  kv_cache kv;
+  int64_t next_pos;  /* max position stored + 1 */
+  int64_t n_batch;
+  decoder_work *own; /* its work buffers for decoder_prefill / decoder_step, or NULL (shared_work) */
+  float *logits;     /* [n_vocab] last token */
+  trace_fn trace;
+  void *trace_user;
+};
+
+static int64_t seq_n_ctx(const decoder_hparams *hp, const decoder_seq_params *p) {
+  return p && p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+}
+
+static int64_t seq_n_batch(int64_t n_ctx, const decoder_seq_params *p) {
+  int64_t n_batch = p && p->n_batch > 0 ? p->n_batch : 512;
+  return n_batch > n_ctx ? n_ctx : n_batch;
+}
+
 uint64_t decoder_seq_bytes(const decoder_model *m, const decoder_seq_params *p) {
   const decoder_hparams *hp = &m->hp;
-  int64_t n_ctx = p && p->n_ctx > 0 ? p->n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-  int64_t n_batch = p && p->n_batch > 0 ? p->n_batch : 512;
-  if (n_batch > n_ctx)
-    n_batch = n_ctx;
-  uint64_t kv = kv_cache_bytes(hp->n_layer, n_ctx, hp->n_head_kv * hp->head_dim);
+  int64_t n_ctx = seq_n_ctx(hp, p);
+  uint64_t kv = kv_cache_bytes_type(hp->n_layer, n_ctx, hp->n_head_kv * hp->head_dim, p ? p->kv_type : KV_TYPE_DEFAULT);
   if (kv == 0)
     return 0;
-  /* The scratch struct: x, xn, tmp (D); q0, q, att (qd); k0, k, v (kvd); gate, up; cos, sin; pos. */
-  uint64_t qd = (uint64_t)(hp->n_head * hp->head_dim), kvd = (uint64_t)(hp->n_head_kv * hp->head_dim);
-  uint64_t per_tok = 4 * (3 * (uint64_t)hp->n_embd + 3 * qd + 3 * kvd + 2 * (uint64_t)hp->n_ff +
-                          2 * (uint64_t)hp->head_dim + 3);
-  return kv + per_tok * (uint64_t)n_batch + 4 * (uint64_t)hp->n_vocab;
+  uint64_t work = p && p->shared_work ? 0 : decoder_work_bytes(m, seq_n_batch(n_ctx, p));
+  return kv + work + sizeof(float) * (uint64_t)hp->n_vocab;
 }
 
 qvl_status decoder_seq_init(const decoder_model *m, const decoder_seq_params *p, decoder_seq **out) {
   *out = NULL;
-  int64_t n_ctx = p && p->n_ctx > 0 ? p->n_ctx : (m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
-  int64_t n_batch = p && p->n_batch > 0 ? p->n_batch : 512;
+  int64_t n_ctx = seq_n_ctx(&m->hp, p);
   if (n_ctx > INT32_MAX)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "context of %lld tokens is too large", (long long)n_ctx);
-  if (n_batch > n_ctx)
-    n_batch = n_ctx;
+  int64_t n_batch = seq_n_batch(n_ctx, p);
   if (n_ctx > m->hp.n_ctx_train)
     log_warn("context of %lld tokens exceeds the %lld the model was trained for", (long long)n_ctx,
              (long long)m->hp.n_ctx_train);
@@ -551,9 +615,10 @@ qvl_status decoder_seq_init(const decoder_model *m, const decoder_seq_params *p,
     return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory");
   s->m = m;
   s->n_batch = n_batch;
-  qvl_status st = kv_cache_init(&s->kv, m->hp.n_layer, n_ctx, m->hp.n_head_kv * m->hp.head_dim);
-  if (st == QVL_OK)
-    st = scratch_alloc(&s->w, &m->hp, n_batch);
+  qvl_status st = kv_cache_init_type(&s->kv, m->hp.n_layer, n_ctx, m->hp.n_head_kv * m->hp.head_dim,
+                                     p ? p->kv_type : KV_TYPE_DEFAULT);
+  if (st == QVL_OK && !(p && p->shared_work))
+    st = decoder_work_init(m, n_batch, &s->own);
   if (st == QVL_OK && !(s->logits = malloc((size_t)m->hp.n_vocab * sizeof(float))))
     st = qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for logits");
   if (st != QVL_OK) {
@@ -568,7 +633,7 @@ void decoder_seq_free(decoder_seq *s) {
   if (!s)
     return;
   kv_cache_free(&s->kv);
-  scratch_free(&s->w);
+  decoder_work_free(s->own);
   free(s->logits);
   free(s);
 }
@@ -579,7 +644,6 @@ void decoder_seq_reset(decoder_seq *s) {
 }
 
 int64_t decoder_seq_n_past(const decoder_seq *s) { return s->kv.n; }
-int64_t decoder_seq_n_ctx(const decoder_seq *s) { return s->kv.n_ctx; }
 int64_t decoder_seq_next_pos(const decoder_seq *s) { return s->next_pos; }
 
 void decoder_seq_set_trace(decoder_seq *s, trace_fn fn, void *user) {
@@ -619,7 +683,7 @@ typedef struct kv_seg {
  * attention runs per segment against that segment's own KV.
  */
 static void layer_forward(const decoder_model *m, const decoder_layer *L, float *x, int64_t n,
-                          const float *cos, const float *sin, const kv_seg *segs, int n_segs, scratch *w) {
+                          const float *cos, const float *sin, const kv_seg *segs, int n_segs, decoder_work *w) {
   const decoder_hparams *hp = &m->hp;
   int64_t D = hp->n_embd, H = hp->n_head, KV = hp->n_head_kv, hd = hp->head_dim;
   int64_t qd = H * hd, kvd = KV * hd;
@@ -638,12 +702,14 @@ static void layer_forward(const decoder_model *m, const decoder_layer *L, float 
   for (int sg = 0; sg < n_segs; sg++) {
     kv_view kv = segs[sg].kv;
     int64_t r0 = segs[sg].r0, ns = segs[sg].n;
-    for (int64_t i = 0; i < ns; i++) {
-      memcpy(kv.k + (kv.n_past + i) * kv.stride, w->k + (r0 + i) * kvd, (size_t)kvd * sizeof(float));
-      memcpy(kv.v + (kv.n_past + i) * kv.stride, w->v + (r0 + i) * kvd, (size_t)kvd * sizeof(float));
-    }
-    kn_attention(w->q + r0 * qd, ns, qd, kv.k, kv.v, kv.n_past + ns, kv.stride, (int)H, (int)KV, (int)hd, scale,
-                 kv.n_past, w->att + r0 * qd, qd);
+    kv_view_store(&kv, 0, w->k + r0 * kvd, kvd, ns);
+    kv_view_store(&kv, 1, w->v + r0 * kvd, kvd, ns);
+    if (kv.k)
+      kn_attention(w->q + r0 * qd, ns, qd, kv.k, kv.v, kv.n_past + ns, kv.stride, (int)H, (int)KV, (int)hd, scale,
+                   kv.n_past, w->att + r0 * qd, qd);
+    else
+      kn_attention_f16kv(w->q + r0 * qd, ns, qd, kv.kh, kv.vh, kv.n_past + ns, kv.stride, (int)H, (int)KV, (int)hd,
+                         scale, kv.n_past, w->att + r0 * qd, qd);
   }
   kn_matmul(&L->wo, w->att, n, NULL, w->tmp);
   kn_add(x, w->tmp, n * D);
@@ -695,107 +761,166 @@ static qvl_status check_input(const decoder_seq *s, const decoder_input *in, int
   return QVL_OK;
 }
 
-static void emit(decoder_seq *s, const char *name, const float *data, int64_t rows, int64_t cols) {
-  if (s->trace)
+static void emit(const decoder_seq *s, const char *name, const float *data, int64_t rows, int64_t cols) {
+  if (s && s->trace)
     s->trace(s->trace_user, name, data, rows, cols);
 }
 
-/* Final norm + head for rows x[n] into out[n][n_vocab]. */
-static void head_forward(decoder_seq *s, const float *x, int64_t n, float *out) {
-  const decoder_model *m = s->m;
-  kn_rmsnorm(x, m->output_norm, n, m->hp.n_embd, m->hp.rms_eps, s->w.xn);
-  kn_matmul(m->head, s->w.xn, n, NULL, out);
+/* Final norm + head for rows x[n] into out[n][n_vocab] (w->xn keeps the normed rows). */
+static void head_forward(const decoder_model *m, decoder_work *w, const float *x, int64_t n, float *out) {
+  kn_rmsnorm(x, m->output_norm, n, m->hp.n_embd, m->hp.rms_eps, w->xn);
+  kn_matmul(m->head, w->xn, n, NULL, out);
 }
 
-/* Runs tokens [begin, end) of in (already checked) in chunks of n_batch, appending them to the
- * cache. Chunk boundaries do not change results: matmuls are row-independent and attention is
- * computed per query row (kernels.h), so a prompt prefilled in any pieces gives the same KV. */
+static bool wants_logits(const decoder_batch_item *it) { return !it->in || it->logits; }
+
+/*
+ * The one decoder driver. Items (checked; distinct sequences) own rows r0[i] .. r0[i+1]-1 of one
+ * [r0[n]][n_embd] activation: a decode item one row (its token at next_pos), a prefill item the
+ * tokens [begin, end) of its prompt with their image rows, positions and DeepStack additions.
+ * Projections, MLP and head run once over all rows; attention per item against its own KV; then
+ * every sequence's cache and next position advance. w holds r0[n] rows and n_logits logit rows.
+ * all_logits (one item only): every row's logits [r0[1]][n_vocab] instead of the last row's.
+ * trace: the sequence whose dump hooks see this call's tensors (a single prefill item), or NULL.
+ * Cannot fail: everything is checked and reserved before.
+ */
+static void forward_rows(decoder_work *w, const decoder_batch_item *items, int n, const int64_t *r0,
+                         int64_t n_logits, float *all_logits, const decoder_seq *trace) {
+  const decoder_model *m = items[0].seq->m;
+  const decoder_hparams *hp = &m->hp;
+  int64_t D = hp->n_embd, V = hp->n_vocab, R = r0[n];
+  int64_t j0[DECODER_MAX_BATCH], j1[DECODER_MAX_BATCH];
+  /* Inputs and positions, row by row. */
+  for (int i = 0; i < n; i++) {
+    const decoder_batch_item *it = &items[i];
+    const decoder_input *in = it->in;
+    float *x = w->x + r0[i] * D;
+    if (!in) {
+      kn_weight_row(&m->tok_embd, it->token, x);
+      for (int a = 0; a < 3; a++)
+        w->pos[a * R + r0[i]] = (int32_t)it->seq->next_pos;
+      j0[i] = j1[i] = 0;
+      continue;
+    }
+    int64_t nr = it->end - it->begin, nin = in->n_tokens;
+    if (in->tokens)
+      for (int64_t k = 0; k < nr; k++)
+        kn_weight_row(&m->tok_embd, in->tokens[it->begin + k], x + k * D);
+    else
+      memcpy(x, in->embd + it->begin * D, (size_t)(nr * D) * sizeof(float));
+    int64_t j = 0;
+    while (j < in->n_img && in->img_idx[j] < it->begin)
+      j++;
+    j0[i] = j;
+    while (j < in->n_img && in->img_idx[j] < it->end)
+      j++;
+    j1[i] = j;
+    if (in->img_embd)
+      for (j = j0[i]; j < j1[i]; j++)
+        memcpy(x + (in->img_idx[j] - it->begin) * D, in->img_embd + j * D, (size_t)D * sizeof(float));
+    for (int64_t k = 0; k < nr; k++)
+      for (int a = 0; a < 3; a++)
+        w->pos[a * R + r0[i] + k] =
+            (int32_t)(in->pos ? in->pos[a * nin + it->begin + k] : it->seq->next_pos + k);
+  }
+  emit(trace, "inputs_embeds", w->x, R, D);
+  mrope_tables(&m->rope, w->pos, R, R, w->cos, w->sin);
+  emit(trace, "text_rope_cos", w->cos, R, hp->head_dim);
+  emit(trace, "text_rope_sin", w->sin, R, hp->head_dim);
+  /* Layers, each followed by the DeepStack additions of the image rows it owns. */
+  kv_seg segs[DECODER_MAX_BATCH];
+  char name[64];
+  for (int64_t il = 0; il < hp->n_layer; il++) {
+    for (int i = 0; i < n; i++)
+      segs[i] = (kv_seg){kv_cache_layer(&items[i].seq->kv, il), r0[i], r0[i + 1] - r0[i]};
+    layer_forward(m, &m->layers[il], w->x, R, w->cos, w->sin, segs, n, w);
+    for (int i = 0; i < n; i++) {
+      const decoder_input *in = items[i].in;
+      if (in && il < in->n_deepstack)
+        for (int64_t j = j0[i]; j < j1[i]; j++)
+          kn_add(w->x + (r0[i] + in->img_idx[j] - items[i].begin) * D, in->deepstack + (il * in->n_img + j) * D, D);
+    }
+    if (trace && trace->trace) {
+      snprintf(name, sizeof name, "text_hidden.%lld", (long long)il);
+      emit(trace, name, w->x, R, D);
+    }
+  }
+  /* Output head: every row (all_logits), or the last row of every item that wants logits, gathered
+   * into one matrix. */
+  if (all_logits) {
+    head_forward(m, w, w->x, R, all_logits);
+    emit(trace, "final_norm", w->xn, R, D);
+    if (wants_logits(&items[0]))
+      memcpy(items[0].seq->logits, all_logits + (R - 1) * V, (size_t)V * sizeof(float));
+  } else if (n_logits > 0) {
+    int64_t k = 0;
+    for (int i = 0; i < n; i++)
+      if (wants_logits(&items[i]))
+        memcpy(w->tmp + (k++) * D, w->x + (r0[i + 1] - 1) * D, (size_t)D * sizeof(float));
+    if (n_logits == 1) {
+      for (int i = 0; i < n; i++)
+        if (wants_logits(&items[i]))
+          head_forward(m, w, w->tmp, 1, items[i].seq->logits);
+    } else {
+      head_forward(m, w, w->tmp, n_logits, w->logits);
+      k = 0;
+      for (int i = 0; i < n; i++)
+        if (wants_logits(&items[i]))
+          memcpy(items[i].seq->logits, w->logits + (k++) * V, (size_t)V * sizeof(float));
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    decoder_seq *s = items[i].seq;
+    int64_t next = s->next_pos;
+    for (int64_t rr = r0[i]; rr < r0[i + 1]; rr++)
+      for (int a = 0; a < 3; a++)
+        if (w->pos[a * R + rr] + 1 > next)
+          next = w->pos[a * R + rr] + 1;
+    s->kv.n += r0[i + 1] - r0[i];
+    s->next_pos = next;
+  }
+}
+
+/* The work buffers of a sequence's own calls (decoder_prefill, decoder_step). */
+static qvl_status own_work(const decoder_seq *s, decoder_work **w) {
+  if (!s->own)
+    return qvl_errorf(QVL_ERR_INVALID_ARG,
+                      "decoder: the sequence has no work buffers of its own (shared_work); run it with decoder_forward");
+  *w = s->own;
+  return QVL_OK;
+}
+
+/* Runs tokens [begin, end) of in (already checked) in chunks of n_batch, each one forward_rows of a
+ * single prefill item, appending them to the cache. Chunk boundaries do not change results:
+ * matmuls are row-independent and attention is computed per query row (kernels.h), so a prompt
+ * prefilled in any pieces gives the same KV. */
 static qvl_status prefill_span(decoder_seq *s, const decoder_input *in, int64_t begin, int64_t end,
                                float *logits_all, const float **logits_last) {
-  const decoder_model *m = s->m;
-  const decoder_hparams *hp = &m->hp;
-  int64_t n = in->n_tokens, D = hp->n_embd, V = hp->n_vocab, span = end - begin;
+  const decoder_hparams *hp = &s->m->hp;
+  int64_t V = hp->n_vocab, span = end - begin;
+  decoder_work *w = NULL;
+  QVL_TRY(own_work(s, &w));
+  /* Dumps want whole-prompt tensors: a traced call runs as one chunk. */
+  int64_t chunk = s->trace ? span : s->n_batch;
+  QVL_TRY(work_reserve(w, hp, chunk, 1));
   float *trace_logits = NULL;
-  if (s->trace) {
-    /* Dumps want whole-prompt tensors: run the call as one chunk. */
-    if (s->w.cap < span)
-      QVL_TRY(scratch_alloc(&s->w, hp, span));
-    if (!logits_all) {
-      size_t bytes;
-      if (__builtin_mul_overflow((size_t)span, (size_t)V * sizeof(float), &bytes) ||
-          !(trace_logits = malloc(bytes)))
-        return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for traced logits of %lld tokens",
-                          (long long)span);
-    }
+  if (s->trace && !logits_all) {
+    size_t bytes;
+    if (__builtin_mul_overflow((size_t)span, (size_t)V * sizeof(float), &bytes) || !(trace_logits = malloc(bytes)))
+      return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for traced logits of %lld tokens", (long long)span);
   }
   /* Logits rows of tokens begin .. end-1 (the caller's [n_tokens][n_vocab] from row begin, or the
    * trace's own buffer), or NULL when only the last token's are wanted. */
   float *lg = logits_all ? logits_all + begin * V : trace_logits;
-  scratch *w = &s->w;
-  int64_t chunk = s->trace ? span : (s->n_batch < w->cap ? s->n_batch : w->cap);
-  int64_t base = s->kv.n;          /* cache rows before token begin */
-  int64_t pos0 = s->next_pos;      /* default text positions continue from here */
-  int64_t next_pos = s->next_pos;
-  int64_t j_img = 0; /* first image row not yet placed */
-  while (j_img < in->n_img && in->img_idx[j_img] < begin)
-    j_img++;
-  char name[64];
   for (int64_t c0 = begin; c0 < end; c0 += chunk) {
     int64_t nc = end - c0 < chunk ? end - c0 : chunk;
-    /* Inputs. */
-    if (in->tokens) {
-      for (int64_t i = 0; i < nc; i++)
-        kn_weight_row(&m->tok_embd, in->tokens[c0 + i], w->x + i * D);
-    } else {
-      memcpy(w->x, in->embd + c0 * D, (size_t)(nc * D) * sizeof(float));
-    }
-    int64_t j0 = j_img;
-    while (j_img < in->n_img && in->img_idx[j_img] < c0 + nc)
-      j_img++;
-    if (in->img_embd)
-      for (int64_t j = j0; j < j_img; j++)
-        memcpy(w->x + (in->img_idx[j] - c0) * D, in->img_embd + j * D, (size_t)D * sizeof(float));
-    emit(s, "inputs_embeds", w->x, nc, D);
-    /* Positions and RoPE tables. */
-    for (int64_t i = 0; i < nc; i++) {
-      for (int a = 0; a < 3; a++) {
-        int64_t p = in->pos ? in->pos[a * n + c0 + i] : pos0 + (c0 - begin) + i;
-        w->pos[a * nc + i] = (int32_t)p;
-        if (p + 1 > next_pos)
-          next_pos = p + 1;
-      }
-    }
-    mrope_tables(&m->rope, w->pos, nc, nc, w->cos, w->sin);
-    emit(s, "text_rope_cos", w->cos, nc, hp->head_dim);
-    emit(s, "text_rope_sin", w->sin, nc, hp->head_dim);
-    /* Layers. */
-    for (int64_t il = 0; il < hp->n_layer; il++) {
-      kv_seg one = {kv_cache_layer(&s->kv, il), 0, nc};
-      one.kv.n_past = base + (c0 - begin);
-      layer_forward(m, &m->layers[il], w->x, nc, w->cos, w->sin, &one, 1, w);
-      if (il < in->n_deepstack)
-        for (int64_t j = j0; j < j_img; j++)
-          kn_add(w->x + (in->img_idx[j] - c0) * D, in->deepstack + (il * in->n_img + j) * D, D);
-      if (s->trace) {
-        snprintf(name, sizeof name, "text_hidden.%lld", (long long)il);
-        emit(s, name, w->x, nc, D);
-      }
-    }
-    /* Output. */
-    if (lg) {
-      head_forward(s, w->x, nc, lg + (c0 - begin) * V);
-      emit(s, "final_norm", w->xn, nc, D);
-      if (c0 + nc == end)
-        memcpy(s->logits, lg + (end - 1 - begin) * V, (size_t)V * sizeof(float));
-    } else if (c0 + nc == end) {
-      head_forward(s, w->x + (nc - 1) * D, 1, s->logits);
-    }
+    decoder_batch_item it = {.seq = s, .in = in, .begin = c0, .end = c0 + nc, .logits = c0 + nc == end};
+    int64_t r0[2] = {0, nc};
+    forward_rows(w, &it, 1, r0, it.logits ? 1 : 0, lg ? lg + (c0 - begin) * V : NULL, s->trace ? s : NULL);
   }
   if (lg)
     emit(s, "logits", lg, span, V);
   free(trace_logits);
-  s->kv.n = base + span;
-  s->next_pos = next_pos;
   if (logits_last)
     *logits_last = s->logits;
   return QVL_OK;
@@ -824,27 +949,6 @@ qvl_status decoder_step(decoder_seq *s, int32_t token, const float **logits) {
   return st;
 }
 
-/* Grows the work buffers of w to hold n rows (only when a larger batch than ever before comes). */
-static qvl_status batch_reserve(scratch *w, const decoder_hparams *hp, int64_t n) {
-  if (w->cap < n)
-    QVL_TRY(scratch_alloc(w, hp, n));
-  return QVL_OK;
-}
-
-/* Grows the gathered-logits buffer to n rows (n > 1; one row goes straight to the sequence). */
-static qvl_status batch_reserve_logits(scratch *w, const decoder_hparams *hp, int64_t n) {
-  if (n > 1 && w->logits_cap < n) {
-    size_t bytes;
-    float *l = NULL;
-    if (__builtin_mul_overflow((size_t)n, (size_t)hp->n_vocab * sizeof(float), &bytes) || !(l = malloc(bytes)))
-      return qvl_errorf(QVL_ERR_NOMEM, "decoder: out of memory for the logits of a batch of %lld", (long long)n);
-    free(w->logits);
-    w->logits = l;
-    w->logits_cap = n;
-  }
-  return QVL_OK;
-}
-
 /* Checks one item of a mixed batch; *rows = the rows it adds. */
 static qvl_status check_item(const decoder_model *m, const decoder_batch_item *it, int i, int64_t *rows) {
   const decoder_seq *s = it->seq;
@@ -870,7 +974,8 @@ static qvl_status check_item(const decoder_model *m, const decoder_batch_item *i
   return QVL_OK;
 }
 
-qvl_status decoder_forward_batch(const decoder_batch_item *items, int n, const float **logits) {
+/* decoder_forward with w = NULL: the first sequence's own work buffers. */
+static qvl_status forward(decoder_work *w, const decoder_batch_item *items, int n, const float **logits) {
   if (n <= 0)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: batch of %d sequences", n);
   if (n > DECODER_MAX_BATCH)
@@ -878,8 +983,7 @@ qvl_status decoder_forward_batch(const decoder_batch_item *items, int n, const f
   if (!items[0].seq)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: batch item 0 has no sequence");
   const decoder_model *m = items[0].seq->m;
-  const decoder_hparams *hp = &m->hp;
-  int64_t r0[DECODER_MAX_BATCH + 1], j0[DECODER_MAX_BATCH], j1[DECODER_MAX_BATCH];
+  int64_t r0[DECODER_MAX_BATCH + 1];
   int64_t R = 0, n_logits = 0;
   for (int i = 0; i < n; i++) {
     int64_t rows = 0;
@@ -891,92 +995,30 @@ qvl_status decoder_forward_batch(const decoder_batch_item *items, int n, const f
       return qvl_errorf(QVL_ERR_TOO_LARGE, "decoder: batch of more than %d rows", INT32_MAX);
     r0[i] = R;
     R += rows;
-    if (!items[i].in || items[i].logits)
+    if (wants_logits(&items[i]))
       n_logits++;
   }
   r0[n] = R;
-  /* The first sequence's work buffers serve the whole batch (they are per call, not per sequence). */
-  decoder_seq *s0 = items[0].seq;
-  scratch *w = &s0->w;
-  QVL_TRY(batch_reserve(w, hp, R > n_logits ? R : n_logits));
-  QVL_TRY(batch_reserve_logits(w, hp, n_logits));
-  int64_t D = hp->n_embd, V = hp->n_vocab;
-  /* Inputs and positions, row by row. */
-  for (int i = 0; i < n; i++) {
-    const decoder_batch_item *it = &items[i];
-    const decoder_input *in = it->in;
-    float *x = w->x + r0[i] * D;
-    if (!in) {
-      kn_weight_row(&m->tok_embd, it->token, x);
-      for (int a = 0; a < 3; a++)
-        w->pos[a * R + r0[i]] = (int32_t)it->seq->next_pos;
-      continue;
-    }
-    int64_t nr = it->end - it->begin, nin = in->n_tokens;
-    if (in->tokens)
-      for (int64_t k = 0; k < nr; k++)
-        kn_weight_row(&m->tok_embd, in->tokens[it->begin + k], x + k * D);
-    else
-      memcpy(x, in->embd + it->begin * D, (size_t)(nr * D) * sizeof(float));
-    int64_t j = 0;
-    while (j < in->n_img && in->img_idx[j] < it->begin)
-      j++;
-    j0[i] = j;
-    while (j < in->n_img && in->img_idx[j] < it->end)
-      j++;
-    j1[i] = j;
-    if (in->img_embd)
-      for (j = j0[i]; j < j1[i]; j++)
-        memcpy(x + (in->img_idx[j] - it->begin) * D, in->img_embd + j * D, (size_t)D * sizeof(float));
-    for (int64_t k = 0; k < nr; k++)
-      for (int a = 0; a < 3; a++)
-        w->pos[a * R + r0[i] + k] =
-            (int32_t)(in->pos ? in->pos[a * nin + it->begin + k] : it->seq->next_pos + k);
-  }
-  mrope_tables(&m->rope, w->pos, R, R, w->cos, w->sin);
-  kv_seg segs[DECODER_MAX_BATCH];
-  memset(segs, 0, sizeof(kv_seg) * (size_t)n);
-  for (int64_t il = 0; il < hp->n_layer; il++) {
-    for (int i = 0; i < n; i++) {
-      segs[i] = (kv_seg){kv_cache_layer(&items[i].seq->kv, il), r0[i], r0[i + 1] - r0[i]};
-    }
-    layer_forward(m, &m->layers[il], w->x, R, w->cos, w->sin, segs, n, w);
-    for (int i = 0; i < n; i++) {
-      const decoder_input *in = items[i].in;
-      if (in && il < in->n_deepstack)
-        for (int64_t j = j0[i]; j < j1[i]; j++)
-          kn_add(w->x + (r0[i] + in->img_idx[j] - items[i].begin) * D, in->deepstack + (il * in->n_img + j) * D, D);
-    }
-  }
-  /* Output head on the last row of every item that wants logits, gathered into one matrix. */
-  int64_t k = 0;
-  for (int i = 0; i < n; i++)
-    if (!items[i].in || items[i].logits)
-      memcpy(w->tmp + (k++) * D, w->x + (r0[i + 1] - 1) * D, (size_t)D * sizeof(float));
-  if (n_logits == 1) {
+  if (!w)
+    QVL_TRY(own_work(items[0].seq, &w));
+  else if (w->m != m)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: the work buffers belong to another model");
+  QVL_TRY(work_reserve(w, &m->hp, R > n_logits ? R : n_logits, n_logits));
+  forward_rows(w, items, n, r0, n_logits, NULL, NULL);
+  if (logits)
     for (int i = 0; i < n; i++)
-      if (!items[i].in || items[i].logits)
-        head_forward(s0, w->tmp, 1, items[i].seq->logits);
-  } else if (n_logits > 1) {
-    head_forward(s0, w->tmp, n_logits, w->logits);
-    k = 0;
-    for (int i = 0; i < n; i++)
-      if (!items[i].in || items[i].logits)
-        memcpy(items[i].seq->logits, w->logits + (k++) * V, (size_t)V * sizeof(float));
-  }
-  for (int i = 0; i < n; i++) {
-    decoder_seq *s = items[i].seq;
-    int64_t next = s->next_pos;
-    for (int64_t rr = r0[i]; rr < r0[i + 1]; rr++)
-      for (int a = 0; a < 3; a++)
-        if (w->pos[a * R + rr] + 1 > next)
-          next = w->pos[a * R + rr] + 1;
-    s->kv.n += r0[i + 1] - r0[i];
-    s->next_pos = next;
-    if (logits)
-      logits[i] = !items[i].in || items[i].logits ? s->logits : NULL;
-  }
+      logits[i] = wants_logits(&items[i]) ? items[i].seq->logits : NULL;
   return QVL_OK;
+}
+
+qvl_status decoder_forward(decoder_work *w, const decoder_batch_item *items, int n, const float **logits) {
+  if (!w)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "decoder: no work buffers given");
+  return forward(w, items, n, logits);
+}
+
+qvl_status decoder_forward_batch(const decoder_batch_item *items, int n, const float **logits) {
+  return forward(NULL, items, n, logits);
 }
 
 qvl_status decoder_step_batch(decoder_seq **seqs, const int32_t *tokens, int n, const float **logits) {

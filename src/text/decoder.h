@@ -3,7 +3,7 @@
  * embedding, pre-norm Qwen3 layers (q/k RMSNorm per head before interleaved M-RoPE, GQA causal
  * attention, SwiGLU), DeepStack injection after the first n_deepstack layers, final RMSNorm and the
  * (possibly tied) output matrix. Weights come from a llama.cpp GGUF (general.architecture "qwen3vl")
- * or from any other decoder_source that hands out tensor views under the GGUF names.
+ * or from any other tensor_source that hands out tensor views under the GGUF names.
  *
  * Usage (text only; errors via qvl_last_error()):
  *
@@ -48,6 +48,7 @@
 #include "base/trace.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
+#include "model/tensor_source.h"
 #include "qvl.h"
 #include "tensor/tensor.h"
 #include "text/kv_cache.h"
@@ -68,10 +69,9 @@ typedef struct decoder_hparams {
   int rope_sections[4]; /* qwen3vl.rope.dimension_sections: HF mrope_section + a 4th unused entry */
 } decoder_hparams;
 
-/* Where weights come from. find() returns a view of the tensor stored under a text GGUF name
- * ("blk.3.attn_q.weight"), in ggml ne order, or NULL if there is none; the views must stay valid
- * until release(user) is called (by decoder_free, or by decoder_init when it fails). Matrices are
- * referenced, not copied (kn_weight may add a repacked copy); norm vectors are copied to float.
+/* Where weights come from: a tensor_source (model/tensor_source.h) under the text GGUF names;
+ * release is called by decoder_free, or by decoder_init when it fails. Matrices are referenced, not
+ * copied (kn_weight may add a repacked copy); norm vectors are copied to float.
  *
  * For an HF checkpoint (prefix model.language_model.) a source serves these names; a PyTorch shape
  * [out, in] is ggml ne {in, out}, no permutation (HF and GGUF both use NeoX rotate_half halves):
@@ -87,12 +87,6 @@ typedef struct decoder_hparams {
  * rms_norm_eps, rope_theta (or rope_parameters.rope_theta), rope_scaling.mrope_section (3 values;
  * the 4th section is 0), max_position_embeddings, vocab_size; n_deepstack =
  * len(vision_config.deepstack_visual_indexes). */
-typedef struct decoder_source {
-  const char *label;                                 /* file/directory named in errors */
-  void *user;
-  const tensor *(*find)(void *user, const char *name);
-  void (*release)(void *user);                       /* may be NULL */
-} decoder_source;
 
 typedef struct decoder_layer {
   float *attn_norm;   /* [n_embd] */
@@ -117,7 +111,7 @@ typedef struct decoder_model {
   float *output_norm;     /* [n_embd] */
   decoder_layer *layers;  /* [n_layer] */
   mrope rope;             /* inv_freq and slot -> axis tables */
-  decoder_source src;     /* keeps the weights' storage alive */
+  tensor_source src;     /* keeps the weights' storage alive */
 } decoder_model;
 
 /*
@@ -134,7 +128,7 @@ qvl_status decoder_hparams_from_gguf(const gguf *g, decoder_hparams *hp);
  * and dequantized. A layer may hold one fused blk.N.attn_qkv.weight {n_embd, (n_head + 2 n_head_kv)
  * head_dim} (q rows, then k, then v) instead of attn_q/k/v, as llama.cpp accepts; attention biases
  * are refused. Takes ownership of src: src->release is called on failure too. */
-qvl_status decoder_init(const decoder_hparams *hp, const decoder_source *src, decoder_model **out);
+qvl_status decoder_init(const decoder_hparams *hp, const tensor_source *src, decoder_model **out);
 
 /* Opens a text GGUF and loads it (the file stays mapped until decoder_free). */
 qvl_status decoder_load_gguf(const char *path, decoder_model **out);
@@ -150,22 +144,34 @@ qvl_status decoder_embed(const decoder_model *m, const int32_t *ids, int64_t n, 
 
 typedef struct decoder_seq_params {
   int64_t n_ctx;   /* KV capacity in tokens; <= 0: min(n_ctx_train, 4096) */
-  int64_t n_batch; /* tokens per forward chunk (sizes the scratch buffers); <= 0: 512 */
+  int64_t n_batch; /* tokens per forward chunk (sizes its own work buffers); <= 0: 512 */
+  bool shared_work; /* no work buffers of its own: the caller runs it with decoder_forward and one
+                     * decoder_work for all its sequences (decoder_prefill / decoder_step refuse it) */
+  kv_type kv_type; /* KV cache element type; KV_TYPE_DEFAULT (0): the process default (f16) */
 } decoder_seq_params;
 
-/* One sequence: its KV cache, position state and scratch memory (allocated here, once; the decode
- * loop allocates nothing). */
+/* One sequence: its KV cache, position state, logits and (unless shared_work) the work buffers of
+ * its own calls (allocated here, once; the decode loop allocates nothing). */
 typedef struct decoder_seq decoder_seq;
+
+/* The work buffers of one forward (activations, projections, RoPE tables, positions), sized in
+ * rows. They are per call, not per sequence: a serving loop owns one for all its sequences. */
+typedef struct decoder_work decoder_work;
+
+qvl_status decoder_work_init(const decoder_model *m, int64_t n_rows, decoder_work **out);
+void decoder_work_free(decoder_work *w);
+/* Bytes decoder_work_init allocates for n_rows rows (the same table allocates them; a step with
+ * several logit rows grows a gathered-logits buffer of n_vocab floats a row on top); 0 on overflow. */
+uint64_t decoder_work_bytes(const decoder_model *m, int64_t n_rows);
 
 qvl_status decoder_seq_init(const decoder_model *m, const decoder_seq_params *p, decoder_seq **out);
 void decoder_seq_free(decoder_seq *s);
-/* Bytes decoder_seq_init allocates for these parameters (KV cache + work buffers + logits), for
- * admission control; 0 on overflow. */
+/* Bytes decoder_seq_init allocates for these parameters (KV cache + its own work buffers, as
+ * decoder_work_bytes, unless shared_work + logits), for admission control; 0 on overflow. */
 uint64_t decoder_seq_bytes(const decoder_model *m, const decoder_seq_params *p);
 /* Forgets every cached token (positions restart at 0). */
 void decoder_seq_reset(decoder_seq *s);
 int64_t decoder_seq_n_past(const decoder_seq *s); /* tokens in the cache */
-int64_t decoder_seq_n_ctx(const decoder_seq *s);  /* capacity */
 int64_t decoder_seq_next_pos(const decoder_seq *s); /* position of the next generated token */
 
 /* QVL_ERR_CONTEXT_OVERFLOW, "prompt of N tokens + M to generate exceeds the context of C", if the
@@ -249,7 +255,12 @@ typedef struct decoder_batch_item {
   int32_t token;           /* without in: the token to append */
   bool logits;             /* with in: compute the logits of row end-1 */
 } decoder_batch_item;
+/* With the first sequence's own work buffers (grown once if the step is larger than ever before). */
 qvl_status decoder_forward_batch(const decoder_batch_item *items, int n, const float **logits);
+/* With the caller's work buffers w (of the same model; grown the same way): the form for sequences
+ * made with shared_work. decoder_prefill, decoder_prefill_part, decoder_step and decoder_step_batch
+ * are this same forward with one prefill item per chunk or decode items. */
+qvl_status decoder_forward(decoder_work *w, const decoder_batch_item *items, int n, const float **logits);
 
 /* ---- KV access for a prefix cache ------------------------------------------------------------ */
 

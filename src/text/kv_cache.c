@@ -2,41 +2,84 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/status.h"
+#include "kernels/kernels.h"
 
-uint64_t kv_cache_bytes(int64_t n_layer, int64_t n_ctx, int64_t row) {
+static kv_type g_default = KV_TYPE_F16;
+
+void kv_set_default_type(kv_type t) {
+  if (t == KV_TYPE_F32 || t == KV_TYPE_F16)
+    g_default = t;
+}
+kv_type kv_default_type(void) { return g_default; }
+kv_type kv_type_resolve(kv_type t) { return t == KV_TYPE_DEFAULT ? g_default : t; }
+
+const char *kv_type_name(kv_type t) { return kv_type_resolve(t) == KV_TYPE_F32 ? "f32" : "f16"; }
+
+qvl_status kv_type_parse(const char *s, kv_type *out) {
+  if (s && !strcasecmp(s, "f32")) {
+    *out = KV_TYPE_F32;
+    return QVL_OK;
+  }
+  if (s && !strcasecmp(s, "f16")) {
+    *out = KV_TYPE_F16;
+    return QVL_OK;
+  }
+  return qvl_errorf(QVL_ERR_INVALID_ARG, "unknown KV cache type '%s' (use f16 or f32)", s ? s : "");
+}
+
+int kv_type_elem_bytes(kv_type t) { return kv_type_resolve(t) == KV_TYPE_F32 ? 4 : 2; }
+
+uint64_t kv_cache_bytes_type(int64_t n_layer, int64_t n_ctx, int64_t row, kv_type t) {
   if (n_layer <= 0 || n_ctx <= 0 || row <= 0)
     return 0;
-  uint64_t b = 2 * sizeof(float);
+  uint64_t b = 2 * (uint64_t)kv_type_elem_bytes(t);
   if (__builtin_mul_overflow(b, (uint64_t)n_layer, &b) || __builtin_mul_overflow(b, (uint64_t)n_ctx, &b) ||
       __builtin_mul_overflow(b, (uint64_t)row, &b) || b > (uint64_t)SIZE_MAX)
     return 0;
   return b;
 }
 
-qvl_status kv_cache_init(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t row) {
+uint64_t kv_cache_bytes(int64_t n_layer, int64_t n_ctx, int64_t row) {
+  return kv_cache_bytes_type(n_layer, n_ctx, row, KV_TYPE_F32);
+}
+
+qvl_status kv_cache_init_type(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t row, kv_type t) {
   memset(c, 0, sizeof *c);
-  uint64_t bytes = kv_cache_bytes(n_layer, n_ctx, row);
+  t = kv_type_resolve(t);
+  uint64_t bytes = kv_cache_bytes_type(n_layer, n_ctx, row, t);
   if (bytes == 0)
     return qvl_errorf(QVL_ERR_INVALID_ARG,
-                      "KV cache: invalid size (layers %lld, context %lld, row %lld floats)",
+                      "KV cache: invalid size (layers %lld, context %lld, row %lld elements)",
                       (long long)n_layer, (long long)n_ctx, (long long)row);
   size_t half = (size_t)(bytes / 2);
-  c->k = calloc(1, half);
-  c->v = c->k ? calloc(1, half) : NULL;
-  if (!c->k || !c->v) {
-    free(c->k);
-    c->k = NULL;
+  void *k = calloc(1, half);
+  void *v = k ? calloc(1, half) : NULL;
+  if (!k || !v) {
+    free(k);
     return qvl_errorf(QVL_ERR_NOMEM,
-                      "KV cache: cannot allocate %.1f MiB for a context of %lld tokens (%lld layers); "
+                      "KV cache: cannot allocate %.1f MiB for a context of %lld tokens (%lld layers, %s); "
                       "use a smaller context",
-                      (double)bytes / (1024.0 * 1024.0), (long long)n_ctx, (long long)n_layer);
+                      (double)bytes / (1024.0 * 1024.0), (long long)n_ctx, (long long)n_layer, kv_type_name(t));
   }
+  if (t == KV_TYPE_F32) {
+    c->k = k;
+    c->v = v;
+  } else {
+    c->kh = k;
+    c->vh = v;
+  }
+  c->type = t;
   c->n_layer = n_layer;
   c->n_ctx = n_ctx;
   c->row = row;
   return QVL_OK;
+}
+
+qvl_status kv_cache_init(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t row) {
+  return kv_cache_init_type(c, n_layer, n_ctx, row, KV_TYPE_F32);
 }
 
 void kv_cache_free(kv_cache *c) {
@@ -44,16 +87,33 @@ void kv_cache_free(kv_cache *c) {
     return;
   free(c->k);
   free(c->v);
+  free(c->kh);
+  free(c->vh);
   memset(c, 0, sizeof *c);
 }
 
 kv_view kv_cache_layer(kv_cache *c, int64_t layer) {
-  kv_view v;
+  kv_view v = {0};
   size_t off = (size_t)layer * (size_t)c->n_ctx * (size_t)c->row;
-  v.k = c->k + off;
-  v.v = c->v + off;
+  if (c->type == KV_TYPE_F32) {
+    v.k = c->k + off;
+    v.v = c->v + off;
+  } else {
+    v.kh = c->kh + off;
+    v.vh = c->vh + off;
+  }
   v.stride = c->row;
   v.n_past = c->n;
   v.capacity = c->n_ctx;
   return v;
+}
+
+void kv_view_store(const kv_view *v, int values, const float *src, int64_t src_stride, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    int64_t at = (v->n_past + i) * v->stride;
+    if (v->k)
+      memcpy((values ? v->v : v->k) + at, src + i * src_stride, (size_t)v->stride * sizeof(float));
+    else
+      kn_f32_to_f16(src + i * src_stride, (values ? v->vh : v->kh) + at, v->stride);
+  }
 }

@@ -1,5 +1,11 @@
 /*
- * Key/value cache of one sequence: float32 rows for every layer, allocated once for n_ctx tokens.
+ * Key/value cache of one sequence: rows for every layer, allocated once for n_ctx tokens, stored
+ * as float32 or as IEEE half (F16, the default: half the bytes per token; rows are rounded once
+ * when appended and attention widens them to fp32 in registers, kn_attention_f16kv).
+ *
+ * The element type is one process-wide setting (kv_set_default_type, from `--kv-type` /
+ * QVL_KV_TYPE) unless a caller asks for one explicitly, so the caches of one engine (and the
+ * prefix cache's blocks) all have the same type.
  *
  * The decoder's per-layer code only sees a kv_view (where layer l's rows live, how many are
  * already stored), so a paged cache for batched serving can hand out views of its own without
@@ -12,32 +18,59 @@
 
 #include "qvl.h"
 
+/* Element type of a cache. KV_TYPE_DEFAULT (0) means the process default (kv_default_type()). */
+typedef enum kv_type { KV_TYPE_DEFAULT = 0, KV_TYPE_F32 = 1, KV_TYPE_F16 = 2 } kv_type;
+
+/* The process default, initially KV_TYPE_F16. t must not be KV_TYPE_DEFAULT. Set it before any
+ * cache is made (at start, from the command line). */
+void kv_set_default_type(kv_type t);
+kv_type kv_default_type(void);
+/* KV_TYPE_DEFAULT resolved to the process default. */
+kv_type kv_type_resolve(kv_type t);
+/* "f32" / "f16"; parse (case-insensitive) returns QVL_ERR_INVALID_ARG with a message otherwise. */
+const char *kv_type_name(kv_type t);
+qvl_status kv_type_parse(const char *s, kv_type *out);
+/* Bytes per stored element (4 or 2). */
+int kv_type_elem_bytes(kv_type t);
+
 typedef struct kv_cache {
   int64_t n_layer;
   int64_t n_ctx;  /* token capacity */
-  int64_t row;    /* floats per token and layer: n_head_kv * head_dim */
-  float *k;       /* [n_layer][n_ctx][row], rows after RMSNorm and RoPE */
-  float *v;       /* [n_layer][n_ctx][row] */
+  int64_t row;    /* elements per token and layer: n_head_kv * head_dim */
+  kv_type type;   /* KV_TYPE_F32 or KV_TYPE_F16 (never DEFAULT) */
+  /* [n_layer][n_ctx][row], rows after RMSNorm and RoPE: k/v for F32 (kh/vh NULL), kh/vh for F16
+   * (k/v NULL). */
+  float *k, *v;
+  uint16_t *kh, *vh;
   int64_t n;      /* tokens stored (the same for every layer between forward calls) */
 } kv_cache;
 
-/* One layer of a cache: token i's key is k + i * stride. */
+/* One layer of a cache: token i's key is k + i * stride (or kh + i * stride for F16). */
 typedef struct kv_view {
-  float *k;        /* [capacity][stride] */
-  float *v;        /* [capacity][stride] */
-  int64_t stride;  /* floats between token rows */
+  float *k;        /* [capacity][stride], F32 caches */
+  float *v;
+  uint16_t *kh;    /* [capacity][stride], F16 caches */
+  uint16_t *vh;
+  int64_t stride;  /* elements between token rows */
   int64_t n_past;  /* rows already stored */
   int64_t capacity;
 } kv_view;
 
-/* Allocates (zeroed) storage; QVL_ERR_NOMEM names the bytes asked for, QVL_ERR_INVALID_ARG for
- * non-positive sizes or sizes whose byte count overflows. */
+/* Allocates (zeroed) float32 storage; QVL_ERR_NOMEM names the bytes asked for, QVL_ERR_INVALID_ARG
+ * for non-positive sizes or sizes whose byte count overflows. */
 qvl_status kv_cache_init(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t row);
+/* The same for an element type (KV_TYPE_DEFAULT: the process default). */
+qvl_status kv_cache_init_type(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t row, kv_type t);
 void kv_cache_free(kv_cache *c);
 
-/* Bytes kv_cache_init would allocate (0 on overflow). */
+/* Bytes kv_cache_init would allocate (float32; 0 on overflow), and for an element type. */
 uint64_t kv_cache_bytes(int64_t n_layer, int64_t n_ctx, int64_t row);
+uint64_t kv_cache_bytes_type(int64_t n_layer, int64_t n_ctx, int64_t row, kv_type t);
 
 kv_view kv_cache_layer(kv_cache *c, int64_t layer);
+
+/* Stores n rows src[n][row] (src_stride floats apart) at token n_past.. of layer view v (k or v as
+ * `values` says), converting to the cache's type. */
+void kv_view_store(const kv_view *v, int values, const float *src, int64_t src_stride, int64_t n);
 
 #endif

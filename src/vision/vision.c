@@ -135,16 +135,16 @@ static void shape_str(const tensor *t, char *buf, size_t n) {
     snprintf(buf + off, n - (size_t)off, "}");
 }
 
-static const tensor *find(const vision_source *src, const char *name) {
+static const tensor *find(const tensor_source *src, const char *name) {
   return src->find(src->user, name);
 }
 
-static qvl_status missing(const vision_source *src, const char *name) {
+static qvl_status missing(const tensor_source *src, const char *name) {
   return qvl_errorf(QVL_ERR_FORMAT, "mmproj '%s': tensor '%s' is missing", src->label, name);
 }
 
 /* Checks shape {ne0, ne1, ne2, ne3} (trailing 1s are implied) and that the data covers it. */
-static qvl_status check_tensor(const vision_source *src, const tensor *t, int64_t ne0, int64_t ne1,
+static qvl_status check_tensor(const tensor_source *src, const tensor *t, int64_t ne0, int64_t ne1,
                                int64_t ne2, int64_t ne3, const char *expect) {
   int64_t want[4] = {ne0, ne1, ne2, ne3};
   bool ok = t->n_dims >= 1 && t->n_dims <= TENSOR_MAX_DIMS;
@@ -186,7 +186,7 @@ static qvl_status dequant_alloc(const tensor *t, int64_t ne0, int64_t n_rows, fl
 }
 
 /* A 1-D vector of n floats (norm weights, biases), stored in any dense type. */
-static qvl_status load_vec(const vision_source *src, const char *name, int64_t n, float **out) {
+static qvl_status load_vec(const tensor_source *src, const char *name, int64_t n, float **out) {
   const tensor *t = find(src, name);
   if (!t)
     return missing(src, name);
@@ -213,7 +213,7 @@ kn_precision vision_precision(void) {
 }
 
 /* A matrix W[n_out][n_in] (ggml ne {n_in, n_out}) prepared for kn_matmul. */
-static qvl_status load_mat(const vision_source *src, const char *name, int64_t n_in, int64_t n_out,
+static qvl_status load_mat(const tensor_source *src, const char *name, int64_t n_in, int64_t n_out,
                            kn_weight *w) {
   const tensor *t = find(src, name);
   if (!t)
@@ -227,7 +227,7 @@ static qvl_status load_mat(const vision_source *src, const char *name, int64_t n
   return QVL_OK;
 }
 
-static qvl_status load_linear(const vision_source *src, const char *prefix, int64_t n_in, int64_t n_out,
+static qvl_status load_linear(const tensor_source *src, const char *prefix, int64_t n_in, int64_t n_out,
                               kn_weight *w, float **b) {
   char name[96];
   snprintf(name, sizeof name, "%s.weight", prefix);
@@ -236,7 +236,7 @@ static qvl_status load_linear(const vision_source *src, const char *prefix, int6
   return load_vec(src, name, n_out, b);
 }
 
-static qvl_status load_norm(const vision_source *src, const char *prefix, int64_t n, float **w, float **b) {
+static qvl_status load_norm(const tensor_source *src, const char *prefix, int64_t n, float **w, float **b) {
   char name[96];
   snprintf(name, sizeof name, "%s.weight", prefix);
   QVL_TRY(load_vec(src, name, n, w));
@@ -247,7 +247,7 @@ static qvl_status load_norm(const vision_source *src, const char *prefix, int64_
 /* Combines the two Conv3d temporal slices {P, P, 3, Dv} into one [Dv][3*T*P*P] F32 matrix whose
  * columns follow the pixel_values layout (c, t, py, px): element c*T*P*P + t*P*P + py*P + px. */
 static qvl_status load_patch_embed(vision_model *m) {
-  const vision_source *src = &m->src;
+  const tensor_source *src = &m->src;
   const vision_hparams *hp = &m->hp;
   const int64_t P = hp->patch_size, T = hp->temporal, Dv = hp->n_embd;
   const int64_t PP = P * P, K = 3 * T * PP;
@@ -282,7 +282,7 @@ static qvl_status load_patch_embed(vision_model *m) {
 }
 
 static qvl_status load_pos_embed(vision_model *m) {
-  const vision_source *src = &m->src;
+  const tensor_source *src = &m->src;
   const int64_t Dv = m->hp.n_embd;
   const char *name = "v.position_embd.weight";
   const tensor *t = find(src, name);
@@ -307,7 +307,7 @@ static qvl_status load_pos_embed(vision_model *m) {
   return dequant_alloc(t, Dv, n, &m->pos);
 }
 
-static qvl_status load_merger(const vision_source *src, const vision_hparams *hp, vision_merger *mg,
+static qvl_status load_merger(const tensor_source *src, const vision_hparams *hp, vision_merger *mg,
                               int64_t layer) {
   const int64_t D4 = hp->n_embd * hp->merge * hp->merge;
   char p[64];
@@ -330,7 +330,7 @@ static qvl_status load_merger(const vision_source *src, const vision_hparams *hp
 /* DeepStack mergers are found by tensor presence (as llama.cpp does; clip.vision.is_deepstack_layers
  * is not authoritative). A layer with some but not all of its tensors is an error, reported by
  * load_merger naming the missing one. */
-static bool has_deepstack(const vision_source *src, int64_t layer) {
+static bool has_deepstack(const tensor_source *src, int64_t layer) {
   static const char *const parts[] = {"norm.weight", "norm.bias", "fc1.weight",
                                       "fc1.bias",    "fc2.weight", "fc2.bias"};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
@@ -369,7 +369,7 @@ static qvl_status check_hparams(const vision_hparams *hp, const char *label) {
 }
 
 static qvl_status vision_load(vision_model *m) {
-  const vision_source *src = &m->src;
+  const tensor_source *src = &m->src;
   const vision_hparams *hp = &m->hp;
   QVL_TRY(check_hparams(hp, src->label));
   const int64_t Dv = hp->n_embd;
@@ -409,7 +409,7 @@ static qvl_status vision_load(vision_model *m) {
   return QVL_OK;
 }
 
-qvl_status vision_init(const vision_hparams *hp, const vision_source *src, vision_model **out) {
+qvl_status vision_init(const vision_hparams *hp, const tensor_source *src, vision_model **out) {
   *out = NULL;
   vision_model *m = calloc(1, sizeof *m);
   if (!m) {
@@ -431,12 +431,6 @@ qvl_status vision_init(const vision_hparams *hp, const vision_source *src, visio
   return QVL_OK;
 }
 
-static const tensor *gguf_source_find(void *user, const char *name) {
-  return gguf_find_tensor((const gguf *)user, name);
-}
-
-static void gguf_source_release(void *user) { gguf_close((gguf *)user); }
-
 qvl_status vision_load_gguf_file(gguf *g, vision_model **out) {
   *out = NULL;
   vision_hparams hp;
@@ -445,8 +439,7 @@ qvl_status vision_load_gguf_file(gguf *g, vision_model **out) {
     gguf_close(g);
     return s;
   }
-  vision_source src = {.label = gguf_path(g), .user = g, .find = gguf_source_find,
-                       .release = gguf_source_release};
+  tensor_source src = tensor_source_gguf(g);
   return vision_init(&hp, &src, out);
 }
 

@@ -32,6 +32,7 @@
 #include "base/trace.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
+#include "model/tensor_source.h"
 #include "qvl.h"
 #include "tensor/tensor.h"
 
@@ -51,10 +52,10 @@ typedef struct vision_hparams {
   float image_std[3];
 } vision_hparams;
 
-/* Where weights come from. find() returns a view of the tensor stored under an mmproj GGUF name
- * ("v.blk.3.attn_qkv.weight"), in ggml ne order, or NULL if there is none; the views must stay valid
- * until release(user) is called (by vision_free, or by vision_init when it fails). Matrices are
- * referenced, not copied (kn_weight may add a repacked copy); vectors are copied to float at load.
+/* Where weights come from: a tensor_source (model/tensor_source.h) under the mmproj GGUF names
+ * ("v.blk.3.attn_qkv.weight"); release is called by vision_free, or by vision_init when it fails.
+ * Matrices are referenced, not copied (kn_weight may add a repacked copy); vectors are copied to
+ * float at load.
  *
  * For an HF checkpoint (prefix model.visual.) a source serves these names (shapes in ne order):
  *   v.patch_embd.weight, .weight.1  {P, P, 3, Dv}  patch_embed.proj.weight [Dv,3,2,P,P][:, :, t]
@@ -70,12 +71,6 @@ typedef struct vision_hparams {
  * and vision_hparams comes from config.json's vision_config (hidden_size, num_heads,
  * intermediate_size, depth, out_hidden_size, patch_size, spatial_merge_size, temporal_patch_size;
  * eps 1e-6) and preprocessor_config.json (image_mean, image_std). */
-typedef struct vision_source {
-  const char *label;                                      /* file/directory named in errors */
-  void *user;
-  const tensor *(*find)(void *user, const char *name);
-  void (*release)(void *user);                            /* may be NULL */
-} vision_source;
 
 typedef struct vision_layer {
   float *ln1_w, *ln1_b;   /* [Dv] */
@@ -112,7 +107,7 @@ typedef struct vision_model {
   vision_merger merger;   /* final merger (v.post_ln, mm.0, mm.2) */
   int n_deepstack;
   vision_merger *deepstack; /* [n_deepstack], sorted by tapped layer */
-  vision_source src;      /* keeps the weights' storage alive */
+  tensor_source src;      /* keeps the weights' storage alive */
   kn_precision precision; /* tier the matrices were prepared for (vision_set_precision) */
 } vision_model;
 
@@ -129,7 +124,7 @@ qvl_status vision_hparams_from_gguf(const gguf *g, vision_hparams *hp);
 
 /* Builds a model from hyperparameters and a tensor source, checking every tensor's presence, shape
  * and type. Takes ownership of src: src->release is called on failure too. */
-qvl_status vision_init(const vision_hparams *hp, const vision_source *src, vision_model **out);
+qvl_status vision_init(const vision_hparams *hp, const tensor_source *src, vision_model **out);
 
 /* Opens an mmproj GGUF and loads it (the file stays mapped until vision_free). */
 qvl_status vision_load_gguf(const char *path, vision_model **out);

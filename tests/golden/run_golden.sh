@@ -6,6 +6,10 @@
 # Modes (GOLDEN_ISAS): ref = QVL_ISA=ref; exact = best ISA, --precision exact (today's fp32 vision
 # tower); default = best ISA with the default (fast) vision tier, compared with the "fast" group of
 # tests/golden/compare.c (llama_style; bf16 rounding of an F16 tower gets the README's bf16 hint).
+# KV cache: ref and exact run the f32 cache (QVL_KV_TYPE=f32, so the f32 tolerances keep holding);
+# default runs the product default, the F16 cache, and exact16 the best ISA with the exact vision
+# tier and the F16 cache: both compare with `compare ... kv16` (the groups after text attention get
+# the README's llama_style F16 hint; everything before it keeps its tolerance).
 set -u
 BUILD=${BUILD:-build/rel}
 cd "$(dirname "$0")/../.."
@@ -14,7 +18,7 @@ CMP=$BUILD/tests/golden/compare
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 pass=0 fail=0
-isas=${GOLDEN_ISAS:-"ref exact default"}
+isas=${GOLDEN_ISAS:-"ref exact exact16 default"}
 for case_json in tests/fixtures/cases/*/*/*/case.json; do
   id=${case_json#tests/fixtures/cases/}; id=${id%/case.json}
   wtype=$(sed -n 's/.*"text_weight_type": "\([^"]*\)".*/\1/p' "$case_json" | head -1)
@@ -28,18 +32,20 @@ for case_json in tests/fixtures/cases/*/*/*/case.json; do
     if [ "$isa" = default ] && { [ "$wtype" != F32 ] || { [ -n "$mtype" ] && [ "$mtype" != F32 ]; }; }; then tol=fast; fi
     dump="$out/$(echo "$id" | tr / _)-$isa.safetensors"
     case $isa in
-      default) env_isa=(QVL_PRECISION=fast) ;;
-      exact) env_isa=(QVL_PRECISION=exact) ;;
-      *) env_isa=(QVL_ISA=$isa QVL_PRECISION=exact) ;;
+      default) env_isa=(QVL_PRECISION=fast QVL_KV_TYPE=f16) ;;
+      exact) env_isa=(QVL_PRECISION=exact QVL_KV_TYPE=f32) ;;
+      exact16) env_isa=(QVL_PRECISION=exact QVL_KV_TYPE=f16) ;;
+      *) env_isa=(QVL_ISA=$isa QVL_PRECISION=exact QVL_KV_TYPE=f32) ;;
     esac
+    kv=(); case $isa in default|exact16) kv=(kv16) ;; esac
     if ! env "${env_isa[@]}" "$QVL" dump "$case_json" "$dump" >"$out/log" 2>&1; then
       echo "FAIL $id [$isa]: qvl dump failed"; sed 's/^/    /' "$out/log" | tail -5
       fail=$((fail + 1)); continue
     fi
-    if "$CMP" "$case_json" "$dump" "$tol" >"$out/cmp" 2>&1; then
+    if "$CMP" "$case_json" "$dump" "$tol" "${kv[@]}" >"$out/cmp" 2>&1; then
       pass=$((pass + 1))
     else
-      echo "FAIL $id [$isa, $tol]"; grep -E 'FAIL|error' "$out/cmp" | sed 's/^/    /' | head -12
+      echo "FAIL $id [$isa, $tol${kv:+, f16 KV}]"; grep -E 'FAIL|error' "$out/cmp" | sed 's/^/    /' | head -12
       fail=$((fail + 1))
     fi
   done

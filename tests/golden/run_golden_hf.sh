@@ -5,7 +5,8 @@
 # f32 tolerances apply, for BF16 checkpoints too: the expected values of a BF16 directory are those
 # of its bf16 weights, and exact float32 compute on them meets f32. With the default (SIMD)
 # kernels, non-F32 weights use the llama_style tolerances (the fast kernels round activations like
-# ggml), the rule of run_golden.sh.
+# ggml), the rule of run_golden.sh. KV cache as there: ref with the f32 cache, default with the F16
+# cache (compare ... kv16).
 set -u
 BUILD=${BUILD:-build/rel}
 cd "$(dirname "$0")/../.."
@@ -25,15 +26,16 @@ for case_json in tests/fixtures/cases/*/*/*/case.json; do
     tol=f32
     if [ "$isa" != ref ] && [ "$wtype" != F32 ]; then tol=llama_style; fi
     dump="$out/$(echo "$id" | tr / _)-$isa.safetensors"
-    if [ "$isa" = default ]; then env_isa=(); else env_isa=(QVL_ISA=$isa); fi
+    kv=()
+    if [ "$isa" = default ]; then env_isa=(QVL_KV_TYPE=f16); kv=(kv16); else env_isa=(QVL_ISA=$isa QVL_KV_TYPE=f32); fi
     if ! env "${env_isa[@]}" "$QVL" dump --hf "$case_json" "$dump" >"$out/log" 2>&1; then
       echo "FAIL $id [hf, $isa]: qvl dump --hf failed"; sed 's/^/    /' "$out/log" | tail -5
       fail=$((fail + 1)); continue
     fi
-    if "$CMP" "$case_json" "$dump" "$tol" >"$out/cmp" 2>&1; then
+    if "$CMP" "$case_json" "$dump" "$tol" "${kv[@]}" >"$out/cmp" 2>&1; then
       pass=$((pass + 1))
     else
-      echo "FAIL $id [hf, $isa, $tol]"; grep -E 'FAIL|error' "$out/cmp" | sed 's/^/    /' | head -12
+      echo "FAIL $id [hf, $isa, $tol${kv:+, f16 KV}]"; grep -E 'FAIL|error' "$out/cmp" | sed 's/^/    /' | head -12
       fail=$((fail + 1))
     fi
   done

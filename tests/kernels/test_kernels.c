@@ -280,8 +280,19 @@ static void check_attention(int n_head, int n_kv_head, int head_dim, int64_t n_q
   check_attention_prec(n_head, n_kv_head, head_dim, n_q, n_kv, causal_base, KN_PREC_EXACT);
 }
 
+static void check_attention_kv(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
+                               int64_t causal_base, kn_precision prec, bool kv16);
 static void check_attention_prec(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
                                  int64_t causal_base, kn_precision prec) {
+  check_attention_kv(n_head, n_kv_head, head_dim, n_q, n_kv, causal_base, prec, false);
+}
+
+/* kv16: K/V stored as IEEE half (kn_attention_f16kv, the F16 KV cache). The oracle sees the values
+ * rounded to f16 (that rounding is the cache's, done once when a row is appended), so the f32
+ * tolerance applies; and the kernel must give bit for bit what the f32 path gives on those rounded
+ * values (it only widens in registers). */
+static void check_attention_kv(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
+                               int64_t causal_base, kn_precision prec, bool kv16) {
   int64_t q_stride = (int64_t)n_head * head_dim + 3, kv_stride = (int64_t)n_kv_head * head_dim + 5;
   int64_t out_stride = (int64_t)n_head * head_dim + 1;
   float *q = malloc(sizeof(float) * (size_t)(n_q * q_stride));
@@ -298,8 +309,26 @@ static void check_attention_prec(int n_head, int n_kv_head, int head_dim, int64_
   for (int64_t i = 0; i < n_q * out_stride; i++)
     out[i] = 12345.0f; /* the padding must stay untouched */
   float scale = 1.0f / sqrtf((float)head_dim);
-  kn_attention_prec(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
-                    causal_base, out, out_stride, prec);
+  bool same_as_f32 = true;
+  if (kv16) {
+    uint16_t *kh = malloc(sizeof(uint16_t) * (size_t)(n_kv * kv_stride));
+    uint16_t *vh = malloc(sizeof(uint16_t) * (size_t)(n_kv * kv_stride));
+    float *o32 = malloc(sizeof(float) * (size_t)(n_q * out_stride));
+    for (int64_t i = 0; i < n_kv * kv_stride; i++) {
+      kh[i] = f32_to_fp16(k[i]), vh[i] = f32_to_fp16(v[i]);
+      k[i] = fp16_to_f32(kh[i]), v[i] = fp16_to_f32(vh[i]);
+    }
+    memcpy(o32, out, sizeof(float) * (size_t)(n_q * out_stride));
+    kn_attention_f16kv(q, n_q, q_stride, kh, vh, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale, causal_base,
+                       out, out_stride);
+    kn_attention(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale, causal_base, o32,
+                 out_stride);
+    same_as_f32 = !memcmp(o32, out, sizeof(float) * (size_t)(n_q * out_stride));
+    free(kh), free(vh), free(o32);
+  } else {
+    kn_attention_prec(q, n_q, q_stride, k, v, n_kv, kv_stride, n_head, n_kv_head, head_dim, scale,
+                      causal_base, out, out_stride, prec);
+  }
   const bool fast = attn_fast_now(head_dim, prec);
   int bad = 0, pad_bad = 0;
   int group = n_head / n_kv_head;
@@ -344,11 +373,12 @@ static void check_attention_prec(int n_head, int n_kv_head, int head_dim, int64_
     }
     pad_bad += out[i * out_stride + out_stride - 1] != 12345.0f;
   }
-  CHECK(bad == 0 && pad_bad == 0,
-        "%s %s attention heads %d/%d dim %d n_q %lld n_kv %lld causal %lld: %d values off, %d "
-        "padding writes",
-        isa_now, kn_precision_name(prec), n_head, n_kv_head, head_dim, (long long)n_q, (long long)n_kv,
-        (long long)causal_base, bad, pad_bad);
+  CHECK(bad == 0 && pad_bad == 0 && same_as_f32,
+        "%s %s%s attention heads %d/%d dim %d n_q %lld n_kv %lld causal %lld: %d values off, %d "
+        "padding writes%s",
+        isa_now, kn_precision_name(prec), kv16 ? " f16-KV" : "", n_head, n_kv_head, head_dim, (long long)n_q,
+        (long long)n_kv, (long long)causal_base, bad, pad_bad,
+        same_as_f32 ? "" : ", differs from the f32 path on the f16-rounded K/V");
   free(q);
   free(k);
   free(v);
@@ -382,6 +412,55 @@ static void test_attention_fast(void) {
     CHECK(memcmp(o1, o2, sizeof(float) * (size_t)(n * st)) != 0, "fast attention equals the exact tier");
     free(q), free(k), free(v), free(o1), free(o2);
   }
+}
+
+/* F16 K/V (the KV cache's default type): decode over long caches with partial key blocks, GQA,
+ * causal prefill after a cached prefix, full attention, head_dim 64 / 128 (tile paths) and odd
+ * ones; then proof that the F16 values are what is read (the f32 path on the unrounded values
+ * differs), and the row conversion kn_f32_to_f16 against f32_to_fp16 bit for bit. */
+static void test_attention_f16kv(void) {
+  static const struct { int h, kvh, hd; int64_t nq, nkv, causal; } cs[] = {
+      {4, 2, 16, 1, 1, 0},      {16, 8, 128, 1, 300, 299}, {16, 8, 128, 1, 4097, 4096},
+      {4, 1, 64, 17, 17, 0},    {4, 2, 16, 7, 30, 23},     {3, 3, 16, 64, 64, -1},
+      {16, 16, 64, 70, 70, -1}, {5, 1, 32, 3, 9, 6},       {2, 1, 128, 200, 200, 0},
+      {6, 3, 72, 10, 129, -1},  {16, 8, 128, 33, 95, 62},  {2, 2, 8, 5, 5, 0},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+    check_attention_kv(cs[i].h, cs[i].kvh, cs[i].hd, cs[i].nq, cs[i].nkv, cs[i].causal, KN_PREC_EXACT, true);
+  /* the same problem through both paths: f32 on unrounded K/V vs F16 K/V */
+  int64_t n = 40, st = 2 * 64;
+  float *q = malloc(sizeof(float) * (size_t)(n * st)), *k = malloc(sizeof(float) * (size_t)(n * st));
+  float *v = malloc(sizeof(float) * (size_t)(n * st)), *o1 = malloc(sizeof(float) * (size_t)(n * st));
+  float *o2 = malloc(sizeof(float) * (size_t)(n * st));
+  uint16_t *kh = malloc(sizeof(uint16_t) * (size_t)(n * st)), *vh = malloc(sizeof(uint16_t) * (size_t)(n * st));
+  for (int64_t i = 0; i < n * st; i++) {
+    q[i] = (float)rnd();
+    k[i] = (float)rnd() * 1.001f; /* generic floats: almost none representable in f16 */
+    v[i] = (float)rnd() * 1.001f;
+    kh[i] = f32_to_fp16(k[i]);
+    vh[i] = f32_to_fp16(v[i]);
+  }
+  kn_attention(q, n, st, k, v, n, st, 2, 2, 64, 0.125f, 0, o1, st);
+  kn_attention_f16kv(q, n, st, kh, vh, n, st, 2, 2, 64, 0.125f, 0, o2, st);
+  CHECK(memcmp(o1, o2, sizeof(float) * (size_t)(n * st)) != 0, "%s f16-KV attention equals the f32 path on "
+        "values f16 cannot hold: it does not read the f16 rows", isa_now);
+  /* conversion: every tail length, and values at the edges of f16 (overflow, subnormals, ties, NaN) */
+  float x[53];
+  uint16_t y[53];
+  static const float edge[] = {65504.0f, 65520.0f, 1e9f, -1e9f, 6.1e-5f, 5.96e-8f, 2.98e-8f, 1e-9f,
+                               1.00048828125f, 1.00146484375f, 0.0f, -0.0f, INFINITY, -INFINITY};
+  int bad = 0;
+  for (int len = 0; len <= 53; len++) {
+    for (int i = 0; i < len; i++)
+      x[i] = i < 14 && len % 2 ? edge[i] : (float)(rnd() * 70000.0);
+    if (len == 53)
+      x[52] = NAN;
+    kn_f32_to_f16(x, y, len);
+    for (int i = 0; i < len; i++)
+      bad += (y[i] != f32_to_fp16(x[i])) && !(isnan(x[i]) && (y[i] & 0x7c00) == 0x7c00 && (y[i] & 0x3ff));
+  }
+  CHECK(bad == 0, "%s kn_f32_to_f16: %d values differ from f32_to_fp16", isa_now, bad);
+  free(q), free(k), free(v), free(o1), free(o2), free(kh), free(vh);
 }
 
 static void test_attention(void) {
@@ -535,6 +614,7 @@ int main(void) {
     printf("  %s: fast-tier matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
     test_attention();
     test_attention_fast();
+    test_attention_f16kv();
     test_elementwise();
     test_parallel_for();
     test_thread_invariance(isas[ii]);

@@ -2,7 +2,8 @@
  * The serving engine and its decoder support, on the e2e fixture model (tiny; seconds):
  *  - decoder_step_batch gives each sequence bit-identical logits to decoder_step alone, whatever
  *    else is in the batch; decoder_prefill_part in any pieces equals one decoder_prefill; a mixed
- *    decoder_forward_batch (decode rows + prefill pieces) equals the single-sequence calls;
+ *    decoder_forward_batch (decode rows + prefill pieces) equals the single-sequence calls, and so
+ *    does decoder_forward on a caller's decoder_work with shared_work sequences;
  *  - 8 concurrent engine requests (text and images, greedy and seeded sampling) produce exactly the
  *    tokens of their solo generate() runs (an independent path: one sequence, no engine);
  *  - image cache: a second question about the same image skips the vision tower (vision_ms == 0)
@@ -185,7 +186,9 @@ static void check_same(const char *what, const job *j, const gen_result *ref) {
 
 /* ---- decoder: batched step and prefill pieces ---------------------------------------------------- */
 
-static void test_decoder_batch(const vlm *m) {
+/* For each KV element type: the F16 cache keeps batch and chunk invariance (every row reads its own
+ * K/V back from the cache, so it sees the same rounded values in any batch). */
+static void test_decoder_batch(const vlm *m, kv_type kt) {
   const decoder_model *dm = m->text;
   int64_t V = dm->hp.n_vocab;
   enum { N = 5, STEPS = 6 };
@@ -196,7 +199,7 @@ static void test_decoder_batch(const vlm *m) {
   float *ref = malloc(sizeof(float) * (size_t)(V * N * STEPS));
   /* Different prompt lengths: the sequences sit at different positions in every step. */
   for (int i = 0; i < N; i++) {
-    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 8};
+    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 8, .kv_type = kt};
     CHECK(decoder_seq_init(dm, &sp, &solo_s[i]) == QVL_OK, "seq init");
     CHECK(decoder_seq_init(dm, &sp, &bat_s[i]) == QVL_OK, "seq init");
     decoder_input in = {.n_tokens = 3 + 7 * i, .tokens = prompt + i};
@@ -257,7 +260,7 @@ static void test_decoder_batch(const vlm *m) {
    * forward give what the single-sequence calls give. */
   {
     decoder_seq *a = NULL, *b = NULL, *c = NULL, *a2 = NULL, *b2 = NULL, *c2 = NULL;
-    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 4};
+    decoder_seq_params sp = {.n_ctx = 64, .n_batch = 4, .kv_type = kt};
     decoder_seq_init(dm, &sp, &a), decoder_seq_init(dm, &sp, &b), decoder_seq_init(dm, &sp, &c);
     decoder_seq_init(dm, &sp, &a2), decoder_seq_init(dm, &sp, &b2), decoder_seq_init(dm, &sp, &c2);
     decoder_input pa = {.n_tokens = 7, .tokens = prompt}, pb = {.n_tokens = 11, .tokens = prompt + 3},
@@ -294,6 +297,49 @@ static void test_decoder_batch(const vlm *m) {
     decoder_seq_free(bat_s[i]);
   }
   free(ref);
+}
+
+/* Sequences without work buffers of their own run on a caller's decoder_work and give the logits of
+ * sequences with their own; the memory accounting comes from the table that allocates the buffers. */
+static void test_decoder_work(const vlm *m) {
+  const decoder_model *dm = m->text;
+  int64_t V = dm->hp.n_vocab;
+  int32_t prompt[12];
+  for (int i = 0; i < 12; i++)
+    prompt[i] = 200 + 29 * i;
+  decoder_seq_params own = {.n_ctx = 32, .n_batch = 4}, shared = {.n_ctx = 32, .shared_work = true};
+  uint64_t wb = decoder_work_bytes(dm, 4);
+  CHECK(wb > 0 && decoder_work_bytes(dm, 8) == 2 * wb, "work bytes grow with the rows (%llu)", (unsigned long long)wb);
+  CHECK(decoder_seq_bytes(dm, &own) == decoder_seq_bytes(dm, &shared) + wb,
+        "a sequence's own work buffers are decoder_work_bytes of its n_batch");
+  decoder_seq *ref = NULL, *a = NULL, *b = NULL;
+  decoder_work *w = NULL;
+  CHECK(decoder_seq_init(dm, &own, &ref) == QVL_OK && decoder_seq_init(dm, &shared, &a) == QVL_OK &&
+            decoder_seq_init(dm, &shared, &b) == QVL_OK && decoder_work_init(dm, 3, &w) == QVL_OK,
+        "init: %s", qvl_last_error());
+  if (ref && a && b && w) {
+    decoder_input in = {.n_tokens = 12, .tokens = prompt};
+    const float *lr = NULL, *lo[2] = {NULL, NULL};
+    CHECK(decoder_prefill(ref, &in, NULL, &lr) == QVL_OK, "reference prefill");
+    CHECK(decoder_prefill(a, &in, NULL, NULL) == QVL_ERR_INVALID_ARG, "a shared_work sequence alone is refused");
+    CHECK(decoder_step(a, 5, NULL) == QVL_ERR_INVALID_ARG && decoder_seq_n_past(a) == 0, "and changes nothing");
+    /* 12 prompt rows on a 3-row workspace: it grows to the step */
+    decoder_batch_item it[2] = {{.seq = a, .in = &in, .begin = 0, .end = 12, .logits = true},
+                                {.seq = b, .in = &in, .begin = 0, .end = 5}};
+    CHECK(decoder_forward(w, it, 2, lo) == QVL_OK, "forward on the caller's work: %s", qvl_last_error());
+    CHECK(lo[0] && memcmp(lo[0], lr, sizeof(float) * (size_t)V) == 0 && !lo[1],
+          "the caller's work buffers give the sequence's own logits");
+    const float *ls = NULL;
+    CHECK(decoder_step(ref, 9, &ls) == QVL_OK, "reference step");
+    decoder_batch_item st[2] = {{.seq = b, .in = &in, .begin = 5, .end = 12}, {.seq = a, .token = 9}};
+    CHECK(decoder_forward(w, st, 2, lo) == QVL_OK && lo[1] && memcmp(lo[1], ls, sizeof(float) * (size_t)V) == 0,
+          "decode row on shared work equals decoder_step");
+    CHECK(decoder_forward(NULL, st, 2, lo) == QVL_ERR_INVALID_ARG, "decoder_forward needs work buffers");
+  }
+  decoder_work_free(w);
+  decoder_seq_free(ref);
+  decoder_seq_free(a);
+  decoder_seq_free(b);
 }
 
 /* ---- engine --------------------------------------------------------------------------------------- */
@@ -603,15 +649,28 @@ static void test_backpressure(const vlm *m) {
   for (int i = 0; i < N; i++)
     job_free(&jobs[i]);
 
-  /* A KV budget too small for the request: ERR_TOO_LARGE with the sizes in the message. */
+  /* A KV budget too small for the request: ERR_TOO_LARGE with the sizes in the message (an f32
+   * cache: 3000 tokens of it exceed 1 MiB for this model). */
   c = small_config();
   c.kv_cache_mb = 1;
+  c.kv_type = KV_TYPE_F32;
   CHECK(engine_start(m, &c, &e) == QVL_OK, "engine_start: %s", qvl_last_error());
   gen_params g2 = greedy(3000);
   qvl_status s = submit(e, q, &g2, &x, NULL);
   CHECK(s == QVL_ERR_TOO_LARGE && strstr(qvl_last_error(), "kv_cache_mb"), "too large for the budget: %s (%s)",
         qvl_status_text(s), qvl_last_error());
   engine_stop(e, true);
+  /* The F16 cache charges half the KV bytes: the admission charge (decoder_seq_bytes) of f32 and
+   * f16 differs by exactly the f16 KV size, i.e. half of the f32 KV. */
+  {
+    decoder_seq_params p32 = {.n_ctx = 3000 + 8, .n_batch = 24, .kv_type = KV_TYPE_F32};
+    decoder_seq_params p16 = {.n_ctx = 3000 + 8, .n_batch = 24, .kv_type = KV_TYPE_F16};
+    const decoder_hparams *hp = &m->text->hp;
+    uint64_t kv16 = kv_cache_bytes_type(hp->n_layer, 3008, hp->n_head_kv * hp->head_dim, KV_TYPE_F16);
+    CHECK(decoder_seq_bytes(m->text, &p32) - decoder_seq_bytes(m->text, &p16) == kv16,
+          "f16 admission charge: %llu vs %llu (f16 KV %llu)", (unsigned long long)decoder_seq_bytes(m->text, &p32),
+          (unsigned long long)decoder_seq_bytes(m->text, &p16), (unsigned long long)kv16);
+  }
 
   /* A prompt over max_prompt_tokens: ERR_TOO_LARGE naming the limit. */
   c = small_config();
@@ -754,6 +813,41 @@ static void test_caches_unit(void) {
   CHECK(got == 2 * PREFIX_BLOCK, "bounded: the first two blocks kept (%lld)", (long long)got);
   CHECK(prefix_cache_bytes(pc) <= 2 * (int64_t)(kv_cache_bytes(2, PREFIX_BLOCK, 3) + 512), "within the cap");
   prefix_cache_free(pc);
+  /* F16 caches: blocks hold half the bytes, restore bit for bit, and never mix with f32 caches. */
+  kv_cache h, h2;
+  CHECK(kv_cache_init_type(&h, 2, 4 * PREFIX_BLOCK, 3, KV_TYPE_F16) == QVL_OK && h.kh && !h.k, "f16 kv");
+  CHECK(kv_cache_init_type(&h2, 2, 4 * PREFIX_BLOCK, 3, KV_TYPE_F16) == QVL_OK, "f16 kv");
+  CHECK(kv_cache_bytes_type(2, 4 * PREFIX_BLOCK, 3, KV_TYPE_F16) * 2 == kv_cache_bytes(2, 4 * PREFIX_BLOCK, 3),
+        "f16 halves the bytes");
+  for (int64_t i = 0; i < 2 * 4 * PREFIX_BLOCK * 3; i++)
+    h.kh[i] = (uint16_t)(i * 7), h.vh[i] = (uint16_t)(i * 13 + 1);
+  h.n = 3 * PREFIX_BLOCK;
+  prefix_cache *p16, *p32;
+  CHECK(prefix_cache_init_type(1 << 20, 2, 3, KV_TYPE_F16, &p16) == QVL_OK, "f16 prefix cache");
+  CHECK(prefix_cache_init(1 << 20, 2, 3, &p32) == QVL_OK, "f32 prefix cache");
+  CHECK(prefix_cache_block_bytes(p16) < prefix_cache_block_bytes(p32) &&
+            prefix_cache_block_bytes(p16) - (prefix_cache_block_bytes(p32) - (int64_t)kv_cache_bytes(2, PREFIX_BLOCK, 3)) ==
+                (int64_t)kv_cache_bytes(2, PREFIX_BLOCK, 3) / 2,
+        "f16 block bytes: %lld vs %lld", (long long)prefix_cache_block_bytes(p16),
+        (long long)prefix_cache_block_bytes(p32));
+  prefix_cache_store(p16, keys, 3, &h, np);
+  prefix_cache_store(p32, keys, 3, &h, np); /* another type: not stored */
+  CHECK(prefix_cache_bytes(p32) == 0, "an f16 sequence is not stored in an f32 prefix cache");
+  CHECK(prefix_cache_restore(p16, keys, 4, &kv2, &next) == 0, "f16 blocks are not restored into an f32 cache");
+  got = prefix_cache_restore(p16, keys, 4, &h2, &next);
+  CHECK(got == 3 * PREFIX_BLOCK && next == 48, "f16 restored %lld tokens", (long long)got);
+  same = true;
+  for (int l = 0; l < 2; l++)
+    for (int64_t i = 0; i < 3 * PREFIX_BLOCK * 3; i++) {
+      int64_t o = (int64_t)l * 4 * PREFIX_BLOCK * 3 + i;
+      if (h2.kh[o] != h.kh[o] || h2.vh[o] != h.vh[o])
+        same = false;
+    }
+  CHECK(same, "restored f16 rows equal the stored ones");
+  prefix_cache_free(p16);
+  prefix_cache_free(p32);
+  kv_cache_free(&h);
+  kv_cache_free(&h2);
   kv_cache_free(&kv);
   kv_cache_free(&kv2);
 }
@@ -769,7 +863,9 @@ int main(void) {
   qvl_status s = vlm_load(&paths, &m);
   CHECK(s == QVL_OK, "load: %s", qvl_last_error());
   if (s == QVL_OK) {
-    test_decoder_batch(m);
+    test_decoder_batch(m, KV_TYPE_F32);
+    test_decoder_batch(m, KV_TYPE_F16);
+    test_decoder_work(m);
     test_concurrent_equals_solo(m);
     test_image_cache(m);
     test_known_image(m);

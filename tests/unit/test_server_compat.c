@@ -142,9 +142,13 @@ static void test_responses_translate(void) {
             eq(str_at(chat, "messages.1.content.2.image_url.url"), "data:image/jpeg;base64,BBBB"),
         "input_text / input_image / input_file with image data -> chat parts");
   CHECK(chat && eq(str_at(chat, "messages.2.content.0.text"), "earlier"), "output_text in an assistant turn");
-  CHECK(chat && eq(str_at(chat, "messages.3.tool_calls.0.function.name"), "f") &&
-            eq(str_at(chat, "messages.4.role"), "tool") && eq(str_at(chat, "messages.4.tool_call_id"), "c1"),
-        "function_call / function_call_output -> tool_calls / tool message");
+  /* the function_call after the assistant's message item joins it: one turn of the model, rendered
+   * as the model wrote it (text, then the <tool_call>) */
+  CHECK(chat && eq(str_at(chat, "messages.2.tool_calls.0.function.name"), "f") &&
+            eq(str_at(chat, "messages.2.tool_calls.0.id"), "c1") && eq(str_at(chat, "messages.3.role"), "tool") &&
+            eq(str_at(chat, "messages.3.tool_call_id"), "c1") && cJSON_GetArraySize(cJSON_GetObjectItem(chat, "messages")) == 4,
+        "function_call / function_call_output -> tool_calls (joined to the assistant turn) / tool message: %s",
+        cr.chat_body);
   CHECK(chat && cJSON_IsTrue(cJSON_GetObjectItem(chat, "stream")), "stream passes");
   cJSON_Delete(chat);
   compat_request_free(&cr);
@@ -314,6 +318,342 @@ static void test_responses_format_and_store(void) {
   api_result_free(&r);
   compat_request_free(&cr);
   resp_store_free(st);
+}
+
+/* ---- tool calls and logprobs on the Responses API ---------------------------------------------- */
+
+#define CALL_TEXT "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
+
+/* A result as the engine leaves it for a request with tools (parse_tools on). */
+static api_result tool_result(const char *text) {
+  api_result r = result_of(text, "stop");
+  r.agent.parse_tools = true;
+  return r;
+}
+
+/* Logprobs of two tokens "Hi" and "!" with one alternative each (as api_logprobs_copy leaves them). */
+static void add_logprobs(api_result *r) {
+  api_logprobs *l = &r->lp;
+  l->n = 2;
+  l->n_top = 1;
+  l->lp = malloc(2 * sizeof *l->lp);
+  l->top_ids = malloc(2 * sizeof *l->top_ids);
+  l->top_lp = malloc(2 * sizeof *l->top_lp);
+  l->off = malloc(5 * sizeof *l->off);
+  l->lp[0] = -0.5f;
+  l->lp[1] = -0.25f;
+  l->top_ids[0] = 7;
+  l->top_ids[1] = 8;
+  l->top_lp[0] = -0.5f;
+  l->top_lp[1] = -0.25f;
+  buf_append_str(&l->text, "HiHi!!"); /* token 0, its alternative, token 1, its alternative */
+  const uint32_t off[5] = {0, 2, 4, 5, 6};
+  memcpy(l->off, off, sizeof off);
+  r->agent.logprobs = true;
+  r->agent.top_logprobs = 1;
+}
+
+/* The data objects of an SSE body, in order (a cJSON array). */
+static cJSON *sse_events(const char *sse) {
+  cJSON *arr = cJSON_CreateArray();
+  for (const char *p = sse; p && (p = strstr(p, "data: ")); p += 6) {
+    const char *end = strstr(p, "\n\n");
+    cJSON *j = end ? cJSON_ParseWithLength(p + 6, (size_t)(end - p - 6)) : NULL;
+    if (j)
+      cJSON_AddItemToArray(arr, j);
+  }
+  return arr;
+}
+
+static void test_responses_tools(void) {
+  resp_store *st = NULL;
+  CHECK(resp_store_init(8, 1 << 20, 3600, &st) == QVL_OK, "store");
+  compat_ctx c = ctx_with(st);
+  compat_request cr;
+  const char *tools = "{\"input\":\"weather?\",\"tools\":[{\"type\":\"function\",\"name\":\"get\",\"description\":\"d\","
+                      "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"
+                      "\"required\":[\"city\"],\"additionalProperties\":false},\"strict\":true}],"
+                      "\"tool_choice\":\"required\",\"parallel_tool_calls\":false,"
+                      "\"include\":[\"message.output_text.logprobs\"],\"top_logprobs\":2}";
+  cJSON *chat = translate(responses_translate, tools, &c, &cr);
+  CHECK(chat && eq(str_at(chat, "tools.0.function.name"), "get") && eq(str_at(chat, "tool_choice"), "required") &&
+            cJSON_IsFalse(cJSON_GetObjectItem(chat, "parallel_tool_calls")) &&
+            cJSON_IsTrue(cJSON_GetObjectItem(chat, "logprobs")) && num_at(chat, "top_logprobs") == 2,
+        "tools, tool_choice, parallel_tool_calls, include logprobs, top_logprobs -> the chat's: %s",
+        cr.chat_body ? cr.chat_body : "");
+  cJSON_Delete(chat);
+
+  /* not streamed: the text before the call is the message, the call a function_call item */
+  api_result r = tool_result("Let me check.\n" CALL_TEXT);
+  char *json = run_format(&cr, false, NULL, &r);
+  cJSON *o = json ? cJSON_Parse(json) : NULL;
+  CHECK(o && eq(str_at(o, "status"), "completed") && cJSON_GetArraySize(cJSON_GetObjectItem(o, "output")) == 2 &&
+            eq(str_at(o, "output.0.type"), "message") && eq(str_at(o, "output.0.content.0.text"), "Let me check."),
+        "text before the call -> the message: %s", json);
+  CHECK(o && eq(str_at(o, "output.1.type"), "function_call") && eq(str_at(o, "output.1.name"), "get") &&
+            eq(str_at(o, "output.1.arguments"), "{\"city\": \"Paris\"}") && eq(str_at(o, "output.1.status"), "completed") &&
+            str_at(o, "output.1.call_id") && !strncmp(str_at(o, "output.1.call_id"), "call_", 5) &&
+            str_at(o, "output.1.id") && !strncmp(str_at(o, "output.1.id"), "fc_", 3),
+        "the call -> a function_call item (id fc_, call_id call_, name, arguments): %s", json);
+  char rid[64], call_id[64], fc_id[64], msg_id[64];
+  snprintf(rid, sizeof rid, "%s", o && str_at(o, "id") ? str_at(o, "id") : "");
+  snprintf(call_id, sizeof call_id, "%s", o && str_at(o, "output.1.call_id") ? str_at(o, "output.1.call_id") : "");
+  snprintf(fc_id, sizeof fc_id, "%s", o && str_at(o, "output.1.id") ? str_at(o, "output.1.id") : "");
+  snprintf(msg_id, sizeof msg_id, "%s", o && str_at(o, "output.0.id") ? str_at(o, "output.0.id") : "");
+  cJSON_Delete(o);
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  /* the stored turn holds the call: the tool result continues it */
+  char next[512];
+  snprintf(next, sizeof next,
+           "{\"previous_response_id\":\"%s\",\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"%s\","
+           "\"output\":\"{\\\"temp\\\":21}\"}],\"tools\":[{\"type\":\"function\",\"name\":\"get\"}]}",
+           rid, call_id);
+  chat = translate(responses_translate, next, &c, &cr);
+  CHECK(chat && eq(str_at(chat, "messages.1.role"), "assistant") && eq(str_at(chat, "messages.1.content"), "Let me check.") &&
+            eq(str_at(chat, "messages.1.tool_calls.0.id"), call_id) &&
+            eq(str_at(chat, "messages.1.tool_calls.0.function.arguments"), "{\"city\": \"Paris\"}") &&
+            eq(str_at(chat, "messages.2.role"), "tool") && eq(str_at(chat, "messages.2.tool_call_id"), call_id) &&
+            eq(str_at(chat, "messages.2.content"), "{\"temp\":21}"),
+        "previous_response_id + function_call_output -> assistant tool_calls + tool message: %s",
+        cr.chat_body ? cr.chat_body : "");
+  cJSON_Delete(chat);
+  compat_request_free(&cr);
+  /* item references to the message and the call rebuild the same assistant turn */
+  snprintf(next, sizeof next,
+           "{\"input\":[{\"role\":\"user\",\"content\":\"weather?\"},{\"type\":\"item_reference\",\"id\":\"%s\"},"
+           "{\"type\":\"item_reference\",\"id\":\"%s\"},{\"type\":\"function_call_output\",\"call_id\":\"%s\","
+           "\"output\":[{\"type\":\"input_text\",\"text\":\"21\"}]}]}",
+           msg_id, fc_id, call_id);
+  chat = translate(responses_translate, next, &c, &cr);
+  CHECK(chat && cJSON_GetArraySize(cJSON_GetObjectItem(chat, "messages")) == 3 &&
+            eq(str_at(chat, "messages.1.content"), "Let me check.") && eq(str_at(chat, "messages.1.tool_calls.0.id"), call_id) &&
+            eq(str_at(chat, "messages.2.content.0.text"), "21"),
+        "item_reference msg_ + fc_ -> one assistant turn; output parts -> tool content: %s", cr.chat_body ? cr.chat_body : "");
+  cJSON_Delete(chat);
+  compat_request_free(&cr);
+
+  /* streamed: text until the call as deltas, then the function_call item's events */
+  CHECK(responses_translate(tools, strlen(tools), &c, &cr, &(api_error){0}), "translate");
+  r = tool_result("Let me check.\n" CALL_TEXT);
+  const char *pieces[] = {"Let me", " check.\n", "<tool_", "call>\n{\"name\": \"get\", \"arguments\": {\"city\": ",
+                          "\"Paris\"}}\n</tool_call>", NULL};
+  char *sse = run_format(&cr, true, pieces, &r);
+  cJSON *ev = sse ? sse_events(sse) : NULL;
+  const char *order[] = {"response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
+                         "response.output_text.done", "response.content_part.done", "response.output_item.done",
+                         "response.output_item.added", "response.function_call_arguments.delta",
+                         "response.function_call_arguments.done", "response.output_item.done", "response.completed"};
+  bool seq_ok = ev && cJSON_GetArraySize(ev) == (int)(sizeof order / sizeof order[0]);
+  buf deltas = {0}, args = {0};
+  int k = 0;
+  for (const cJSON *x = ev ? ev->child : NULL; x && seq_ok; x = x->next, k++) {
+    seq_ok = eq(str_at(x, "type"), order[k]) && num_at(x, "sequence_number") == k;
+    if (eq(str_at(x, "type"), "response.output_text.delta"))
+      buf_append_str(&deltas, str_at(x, "delta"));
+    if (eq(str_at(x, "type"), "response.function_call_arguments.delta")) {
+      buf_append_str(&args, str_at(x, "delta"));
+      seq_ok = seq_ok && num_at(x, "output_index") == 1 && eq(str_at(x, "item_id"), str_at(cJSON_GetArrayItem(ev, 9), "item.id"));
+    }
+  }
+  CHECK(seq_ok, "stream events of a message and a call, in order: %s", sse ? sse : "");
+  buf_append(&deltas, "", 1);
+  buf_append(&args, "", 1);
+  CHECK(eq(deltas.data, "Let me check.") && eq(str_at(cJSON_GetArrayItem(ev, 6), "text"), "Let me check."),
+        "deltas hold back the call and the whitespace before it: '%s'", deltas.data);
+  const cJSON *added = cJSON_GetArrayItem(ev, 9), *fin = cJSON_GetArrayItem(ev, 13);
+  CHECK(eq(str_at(added, "item.type"), "function_call") && eq(str_at(added, "item.status"), "in_progress") &&
+            eq(str_at(added, "item.arguments"), "") && eq(str_at(added, "item.name"), "get") &&
+            num_at(added, "output_index") == 1,
+        "output_item.added: the function_call in progress");
+  CHECK(eq(args.data, "{\"city\": \"Paris\"}") &&
+            eq(str_at(cJSON_GetArrayItem(ev, 11), "arguments"), args.data) &&
+            eq(str_at(cJSON_GetArrayItem(ev, 12), "item.arguments"), args.data) &&
+            eq(str_at(cJSON_GetArrayItem(ev, 12), "item.status"), "completed"),
+        "argument deltas add up to the arguments of .done and the finished item: '%s'", args.data);
+  CHECK(eq(str_at(fin, "response.output.1.type"), "function_call") &&
+            eq(str_at(fin, "response.output.1.call_id"), str_at(added, "item.call_id")) &&
+            eq(str_at(fin, "response.output.0.content.0.text"), "Let me check."),
+        "response.completed carries the message and the call");
+  buf_free(&deltas);
+  buf_free(&args);
+  cJSON_Delete(ev);
+  free(sse);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  /* only a call (a forced tool_choice): no message item at all */
+  CHECK(responses_translate(tools, strlen(tools), &c, &cr, &(api_error){0}), "translate");
+  r = tool_result(CALL_TEXT);
+  const char *one[] = {CALL_TEXT, NULL};
+  sse = run_format(&cr, true, one, &r);
+  ev = sse ? sse_events(sse) : NULL;
+  CHECK(ev && cJSON_GetArraySize(ev) == 7 && eq(str_at(cJSON_GetArrayItem(ev, 2), "item.type"), "function_call") &&
+            num_at(cJSON_GetArrayItem(ev, 2), "output_index") == 0 &&
+            cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(ev, 6), "response"), "output")) == 1,
+        "a call alone: its item at output_index 0, no message: %s", sse ? sse : "");
+  cJSON_Delete(ev);
+  free(sse);
+  json = run_format(&cr, false, NULL, &r);
+  o = json ? cJSON_Parse(json) : NULL;
+  CHECK(o && cJSON_GetArraySize(cJSON_GetObjectItem(o, "output")) == 1 && eq(str_at(o, "output.0.type"), "function_call"),
+        "not streamed: the call alone: %s", json);
+  cJSON_Delete(o);
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  /* logprobs: the chat's entries in output_text.logprobs, also in the streamed .done events */
+  const char *lpb = "{\"input\":\"x\",\"include\":[\"message.output_text.logprobs\"],\"top_logprobs\":1}";
+  CHECK(responses_translate(lpb, strlen(lpb), &c, &cr, &(api_error){0}), "translate");
+  r = result_of("Hi!", "stop");
+  add_logprobs(&r);
+  json = run_format(&cr, false, NULL, &r);
+  o = json ? cJSON_Parse(json) : NULL;
+  const cJSON *lp = o ? cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "output"), 0), "content"), 0), "logprobs") : NULL;
+  CHECK(cJSON_GetArraySize(lp) == 2 && eq(str_at(lp, "0.token"), "Hi") && num_at(cJSON_GetArrayItem(lp, 0), "logprob") == -0.5 &&
+            cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(lp, 0), "bytes")) == 2 &&
+            eq(str_at(lp, "1.top_logprobs.0.token"), "!") && num_at(cJSON_GetArrayItem(lp, 1), "logprob") == -0.25,
+        "output_text.logprobs: token, logprob, bytes, top_logprobs: %s", json);
+  cJSON_Delete(o);
+  free(json);
+  const char *hi[] = {"Hi", "!", NULL};
+  sse = run_format(&cr, true, hi, &r);
+  ev = sse ? sse_events(sse) : NULL;
+  const cJSON *done = NULL;
+  for (const cJSON *x = ev ? ev->child : NULL; x; x = x->next)
+    if (eq(str_at(x, "type"), "response.output_text.done"))
+      done = x;
+  CHECK(done && cJSON_GetArraySize(cJSON_GetObjectItem(done, "logprobs")) == 2 && eq(str_at(done, "logprobs.1.token"), "!"),
+        "streamed: output_text.done carries the logprobs: %s", sse ? sse : "");
+  cJSON_Delete(ev);
+  free(sse);
+  api_result_free(&r);
+  compat_request_free(&cr);
+  r = result_of("Hi!", "stop");
+  add_logprobs(&r);
+  r.agent.logprobs = false; /* not asked: [] as before */
+  CHECK(responses_translate("{\"input\":\"x\"}", 13, &c, &cr, &(api_error){0}), "translate");
+  json = run_format(&cr, false, NULL, &r);
+  CHECK(json && strstr(json, "\"logprobs\":[]"), "no logprobs unless asked: %s", json);
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  /* malformed tool input: 400 naming it */
+  expect_refused(responses_translate, "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"call_x\",\"output\":\"1\"}]}",
+                 &c, 400, "input[0]", "call_x");
+  expect_refused(responses_translate, "{\"input\":[{\"type\":\"function_call_output\",\"output\":\"1\"}]}", &c, 400, "input[0]",
+                 "call_id");
+  expect_refused(responses_translate,
+                 "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\",\"arguments\":\"{nope\"}]}", &c, 400,
+                 "input[0]", "JSON object");
+  expect_refused(responses_translate, "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"arguments\":\"{}\"}]}", &c,
+                 400, "input[0]", "name");
+  expect_refused(responses_translate,
+                 "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\",\"arguments\":\"{}\"},"
+                 "{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":5}]}",
+                 &c, 400, "input[1]", "output");
+  expect_refused(responses_translate, "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", &c,
+                 400, "tools[0].name", "flat");
+  expect_refused(responses_translate, "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"parameters\":3}]}", &c,
+                 400, "tools[0].parameters", NULL);
+  expect_refused(responses_translate, "{\"input\":\"x\",\"tool_choice\":{\"type\":\"web_search\"}}", &c, 400, "tool_choice", NULL);
+  expect_refused(responses_translate, "{\"input\":\"x\",\"include\":\"message.output_text.logprobs\"}", &c, 400, "include", NULL);
+  expect_refused(responses_translate, "{\"input\":\"x\",\"top_logprobs\":21}", &c, 400, "top_logprobs", NULL);
+  expect_refused(responses_translate, "{\"input\":[{\"type\":\"item_reference\",\"id\":\"fc_nope_0\"}]}", &c, 404, "input[0]",
+                 "not found");
+  resp_store_free(st);
+}
+
+/* ---- tool calls on the Ollama API ---------------------------------------------------------------- */
+
+static void test_ollama_tools(void) {
+  compat_ctx c = ctx_with(NULL);
+  compat_request cr;
+  const char *body =
+      "{\"model\":\"qvl\",\"stream\":false,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\","
+      "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}],\"tool_choice\":\"required\","
+      "\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"},"
+      "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"get\",\"arguments\":{\"city\":\"Paris\"}}}]},"
+      "{\"role\":\"tool\",\"content\":\"21C\",\"tool_name\":\"get\"}]}";
+  cJSON *chat = translate(ollama_chat_translate, body, &c, &cr);
+  const cJSON *args = chat ? cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(chat, "messages"), 1), "tool_calls"), 0), "function"), "arguments") : NULL;
+  CHECK(chat && eq(str_at(chat, "tools.0.function.name"), "get") && eq(str_at(chat, "tool_choice"), "required") &&
+            eq(str_at(chat, "messages.1.tool_calls.0.function.name"), "get") && eq(str_at(chat, "messages.1.tool_calls.0.type"), "function") &&
+            str_at(chat, "messages.1.tool_calls.0.id") && cJSON_IsObject(args) && eq(str_at(args, "city"), "Paris") &&
+            eq(str_at(chat, "messages.2.role"), "tool") && eq(str_at(chat, "messages.2.content"), "21C"),
+        "tools, tool_calls (arguments an object), tool messages -> the chat's: %s", cr.chat_body ? cr.chat_body : "");
+  cJSON_Delete(chat);
+  api_result r = tool_result("Sure.\n" CALL_TEXT);
+  char *json = run_format(&cr, false, NULL, &r);
+  cJSON *o = json ? cJSON_Parse(json) : NULL;
+  const cJSON *oa = o ? cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "message"), "tool_calls"), 0), "function"), "arguments") : NULL;
+  CHECK(o && eq(str_at(o, "message.content"), "Sure.") && eq(str_at(o, "message.tool_calls.0.function.name"), "get") &&
+            cJSON_IsObject(oa) && eq(str_at(oa, "city"), "Paris") &&
+            num_at(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "message"), "tool_calls"), 0), "function"), "index") == 0 &&
+            eq(str_at(o, "done_reason"), "stop") && cJSON_IsTrue(cJSON_GetObjectItem(o, "done")),
+        "answer: message.tool_calls with the arguments as an object, done_reason stop: %s", json);
+  cJSON_Delete(o);
+  free(json);
+  const char *pieces[] = {"Sure.", "\n<tool_", "call>\n{\"name\": \"get\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", NULL};
+  char *nd = run_format(&cr, true, pieces, &r);
+  int lines = 0, with_calls = 0;
+  bool leak = nd && strstr(nd, "tool_call>");
+  buf content = {0};
+  for (char *p = nd, *q; p && (q = strchr(p, '\n')); p = q + 1, lines++) {
+    cJSON *l = cJSON_ParseWithLength(p, (size_t)(q - p));
+    if (str_at(l, "message.content"))
+      buf_append_str(&content, str_at(l, "message.content"));
+    if (cJSON_GetObjectItem(cJSON_GetObjectItem(l, "message"), "tool_calls")) {
+      with_calls++;
+      CHECK(cJSON_IsFalse(cJSON_GetObjectItem(l, "done")) && eq(str_at(l, "message.tool_calls.0.function.arguments.city"), "Paris"),
+            "the calls' line: done false, arguments an object");
+    }
+    cJSON_Delete(l);
+  }
+  buf_append(&content, "", 1);
+  CHECK(nd && !leak && with_calls == 1 && eq(content.data, "Sure.") && strstr(nd, "\"done\":true,\"done_reason\":\"stop\""),
+        "NDJSON: the text, a line with the calls, the done line (%d lines): %s", lines, nd ? nd : "");
+  buf_free(&content);
+  free(nd);
+  api_result_free(&r);
+  compat_request_free(&cr);
+  /* tools without a call in the output: plain text stays content, no tool_calls */
+  CHECK(ollama_chat_translate(body, strlen(body), &c, &cr, &(api_error){0}), "translate");
+  r = tool_result("no call here");
+  json = run_format(&cr, false, NULL, &r);
+  CHECK(json && strstr(json, "\"content\":\"no call here\"") && !strstr(json, "tool_calls"), "no call: plain content: %s", json);
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  const char *u = "{\"role\":\"user\",\"content\":\"x\"}";
+  char bad_body[512];
+#define OLLAMA_REFUSED(msg, part)                                                                              \
+  snprintf(bad_body, sizeof bad_body, "{\"model\":\"qvl\",\"messages\":[%s,%s]}", u, msg);                    \
+  expect_refused(ollama_chat_translate, bad_body, &c, 400, "messages[1]", part)
+  OLLAMA_REFUSED("{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":{\"function\":{}}}", "array");
+  OLLAMA_REFUSED("{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"arguments\":{}}}]}", "name");
+  OLLAMA_REFUSED("{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"name\":\"f\"}]}", "function");
+  OLLAMA_REFUSED("{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}",
+                 "JSON object");
+  OLLAMA_REFUSED("{\"role\":\"user\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"f\"}}]}", "assistant");
+  OLLAMA_REFUSED("{\"role\":\"tool\",\"content\":\"1\",\"tool_name\":5}", "tool_name");
+  OLLAMA_REFUSED("{\"role\":\"tool\",\"content\":\"1\",\"tool_call_id\":[]}", "tool_call_id");
+#undef OLLAMA_REFUSED
+  cJSON *empty = translate(ollama_chat_translate,
+                           "{\"model\":\"qvl\",\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}", &c, &cr);
+  CHECK(empty && !cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(empty, "messages"), 0), "tool_calls"),
+        "tool_calls [] on a user message: no calls");
+  cJSON_Delete(empty);
+  compat_request_free(&cr);
+  expect_refused(ollama_generate_translate,
+                 "{\"model\":\"qvl\",\"prompt\":\"x\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", &c,
+                 400, "tools", "/api/chat");
 }
 
 static void test_resp_store(void) {
@@ -617,9 +957,11 @@ static void test_sampler_bias(void) {
 int main(void) {
   test_responses_translate();
   test_responses_format_and_store();
+  test_responses_tools();
   test_resp_store();
   test_completions();
   test_ollama();
+  test_ollama_tools();
   test_chat_extras();
   test_sampler_bias();
   return TEST_SUMMARY("server_compat");

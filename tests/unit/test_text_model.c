@@ -815,6 +815,9 @@ static void test_errors(void) {
 }
 
 int main(void) {
+  /* The fixtures' f32 tolerances are for float32 compute: these cases run the f32 KV cache (the F16
+   * cache, the product default, is checked against the fixtures by tests/golden with kv16). */
+  kv_set_default_type(KV_TYPE_F32);
   test_mrope_layout();
   test_positions_example();
 

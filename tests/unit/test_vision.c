@@ -216,7 +216,7 @@ static qvl_status load_hf(const char *dir, vision_model **out) {
   qvl_status s = c->has_vision ? hf_model_vision_weights(hf, &t)
                                : qvl_errorf(QVL_ERR_FORMAT, "%s: no vision_config", dir);
   if (s == QVL_OK) {
-    vision_source src = {wtable_label(t), t, wtable_find, wtable_release};
+    tensor_source src = wtable_source(t);
     s = vision_init(&c->vision, &src, out);
   }
   hf_model_close(hf);
@@ -455,7 +455,7 @@ static qvl_status load_faulty(const char *path, const char *hide, const char *re
     gguf_close(f->g);
     return s;
   }
-  vision_source src = {.label = path, .user = f, .find = faulty_find, .release = faulty_release};
+  tensor_source src = {.label = path, .user = f, .find = faulty_find, .release = faulty_release};
   vision_model *vm = NULL;
   s = vision_init(&hp, &src, &vm);
   vision_free(vm);

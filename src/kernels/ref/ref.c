@@ -127,13 +127,26 @@ static void ref_add(float *y, const float *x, int64_t n) {
     y[i] += x[i];
 }
 
-/* Online softmax (one pass over the keys, running max and sum), so no score matrix exists. */
+static const float *widen(const uint16_t *h, float *f, int n) {
+  for (int d = 0; d < n; d++)
+    f[d] = fp16_to_f32(h[d]);
+  return f;
+}
+
+static void ref_to_f16(const float *x, uint16_t *y, int64_t n) {
+  for (int64_t i = 0; i < n; i++)
+    y[i] = f32_to_fp16(x[i]);
+}
+
+/* Online softmax (one pass over the keys, running max and sum), so no score matrix exists.
+ * F16 keys/values are widened row by row (exactly; the arithmetic is the f32 path's). */
 static void ref_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
   int hd = a->head_dim;
   int group = a->n_head / a->n_kv_head;
   int kvh = h / group;
-  double *acc = kn_scratch(thread, (size_t)hd * sizeof(double));
+  double *acc = kn_scratch(thread, (size_t)hd * (sizeof(double) + 2 * sizeof(float)));
   assert(acc);
+  float *kf = (float *)(acc + hd), *vf = kf + hd; /* one F16 key / value row, widened */
   for (int64_t i = q0; i < q1; i++) {
     const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
     int64_t n_keys = a->n_kv;
@@ -143,8 +156,9 @@ static void ref_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int t
     for (int d = 0; d < hd; d++)
       acc[d] = 0.0;
     for (int64_t j = 0; j < n_keys; j++) {
-      const float *k = a->k + j * a->kv_stride + (int64_t)kvh * hd;
-      const float *v = a->v + j * a->kv_stride + (int64_t)kvh * hd;
+      int64_t off = j * a->kv_stride + (int64_t)kvh * hd;
+      const float *k = a->k16 ? widen(a->k16 + off, kf, hd) : a->k + off;
+      const float *v = a->v16 ? widen(a->v16 + off, vf, hd) : a->v + off;
       double s = 0.0;
       for (int d = 0; d < hd; d++)
         s += (double)q[d] * k[d];
@@ -178,5 +192,6 @@ const kn_ops kn_ops_ref = {
     .gelu_erf = ref_gelu_erf,
     .silu_mul = ref_silu_mul,
     .add = ref_add,
+    .to_f16 = ref_to_f16,
     .attention = ref_attention,
 };

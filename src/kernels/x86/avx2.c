@@ -351,15 +351,21 @@ static void avx2_add(float *y, const float *x, int64_t n) {
 /* ---------------------------------------------------------------------------------------------
  * Attention: online softmax per query row, dot products and updates 8 lanes at a time.
  */
-static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+/* 8 K/V values at element e of a row: fp32, or IEEE half widened in the register (F16C). */
+INLINE __m256 kv_load8(const void *row, int e, bool f16) {
+  return f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + e)))
+             : _mm256_loadu_ps((const float *)row + e);
+}
+INLINE const void *kv_at(const void *base, int64_t e, bool f16) {
+  return f16 ? (const void *)((const uint16_t *)base + e) : (const void *)((const float *)base + e);
+}
+
+INLINE void attention8(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread, bool f16) {
   int hd = a->head_dim;
-  if (hd % 8 != 0) {
-    kn_ops_ref.attention(a, h, q0, q1, thread);
-    return;
-  }
   int nv = hd / 8;
   int kvh = h / (a->n_head / a->n_kv_head);
-  const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
+  const void *kb = f16 ? kv_at(a->k16, (int64_t)kvh * hd, true) : kv_at(a->k, (int64_t)kvh * hd, false);
+  const void *vb = f16 ? kv_at(a->v16, (int64_t)kvh * hd, true) : kv_at(a->v, (int64_t)kvh * hd, false);
   float *acc = kn_scratch(thread, (size_t)hd * sizeof(float) * 2);
   float *qs = acc + hd;
   for (int64_t i = q0; i < q1; i++) {
@@ -373,10 +379,10 @@ static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int 
     }
     float m = -INFINITY, l = 0.0f;
     for (int64_t j = 0; j < n_keys; j++) {
-      const float *k = kb + j * a->kv_stride, *v = vb + j * a->kv_stride;
+      const void *k = kv_at(kb, j * a->kv_stride, f16), *v = kv_at(vb, j * a->kv_stride, f16);
       __m256 dv = _mm256_setzero_ps();
       for (int c = 0; c < nv; c++)
-        dv = _mm256_fmadd_ps(_mm256_loadu_ps(qs + 8 * c), _mm256_loadu_ps(k + 8 * c), dv);
+        dv = _mm256_fmadd_ps(_mm256_loadu_ps(qs + 8 * c), kv_load8(k, 8 * c, f16), dv);
       __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(dv), _mm256_extractf128_ps(dv, 1));
       s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
       s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
@@ -393,7 +399,7 @@ static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int 
       l += p;
       __m256 vp = _mm256_set1_ps(p);
       for (int c = 0; c < nv; c++)
-        _mm256_storeu_ps(acc + 8 * c, _mm256_fmadd_ps(vp, _mm256_loadu_ps(v + 8 * c), _mm256_loadu_ps(acc + 8 * c)));
+        _mm256_storeu_ps(acc + 8 * c, _mm256_fmadd_ps(vp, kv_load8(v, 8 * c, f16), _mm256_loadu_ps(acc + 8 * c)));
     }
     float il = l > 0.0f ? 1.0f / l : 0.0f;
     float *o = a->out + i * a->out_stride + (int64_t)h * hd;
@@ -402,7 +408,26 @@ static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int 
   }
 }
 
+static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+  if (a->head_dim % 8 != 0)
+    kn_ops_ref.attention(a, h, q0, q1, thread);
+  else if (a->k16)
+    attention8(a, h, q0, q1, thread, true);
+  else
+    attention8(a, h, q0, q1, thread, false);
+}
+
+/* Round to nearest even (_MM_FROUND_TO_NEAREST_INT), bit-identical to the reference. */
+static void avx2_to_f16(const float *x, uint16_t *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  if (i < n)
+    kn_ops_ref.to_f16(x + i, y + i, n - i);
+}
+
 void kn_avx2_override(kn_ops *ops) {
+  ops->to_f16 = avx2_to_f16;
   ops->weight_pack = kn_pack_x16;
   ops->mm_select = avx2_mm_select;
   ops->gelu_tanh = avx2_gelu_tanh;
@@ -413,5 +438,24 @@ void kn_avx2_override(kn_ops *ops) {
 
 #else
 #include "kernels/kernels_impl.h"
-void kn_avx2_override(kn_ops *ops) { (void)ops; }
+static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+  if (a->head_dim % 8 != 0)
+    kn_ops_ref.attention(a, h, q0, q1, thread);
+  else if (a->k16)
+    attention8(a, h, q0, q1, thread, true);
+  else
+    attention8(a, h, q0, q1, thread, false);
+}
+
+/* Round to nearest even (_MM_FROUND_TO_NEAREST_INT), bit-identical to the reference. */
+static void avx2_to_f16(const float *x, uint16_t *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  if (i < n)
+    kn_ops_ref.to_f16(x + i, y + i, n - i);
+}
+
+void kn_avx2_override(kn_ops *ops) {
+  ops->to_f16 = avx2_to_f16; (void)ops; }
 #endif

@@ -669,6 +669,25 @@ static void avx512_layernorm(const float *x, const float *w, const float *b, int
  */
 #define ATT_MAXV 16
 
+/* K/V rows are fp32 or IEEE half (the F16 KV cache, kn_attn.k16/v16): element e of a row, and 16
+ * values from it widened to fp32 in the register (vcvtph2ps), masked or not. Every tile function
+ * takes `f16` as a constant, so each path compiles to its own loop. */
+INLINE const void *kv_at(const void *base, int64_t e, bool f16) {
+  return f16 ? (const void *)((const uint16_t *)base + e) : (const void *)((const float *)base + e);
+}
+INLINE __m512 kv_ld(const void *row, int64_t e, bool f16) {
+  return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + e)))
+             : _mm512_loadu_ps((const float *)row + e);
+}
+INLINE __m512 kv_ldm(__mmask16 m, const void *row, int64_t e, bool f16) {
+  return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)row + e))
+             : _mm512_maskz_loadu_ps(m, (const float *)row + e);
+}
+/* Layer base of KV head kvh. */
+INLINE const void *kv_base(const kn_attn *a, bool v, int64_t e, bool f16) {
+  return f16 ? kv_at(v ? a->v16 : a->k16, e, true) : kv_at(v ? a->v : a->k, e, false);
+}
+
 /* r[j] = sum of the 16 lanes of v[j], for 16 vectors at once (transpose-and-add tree: 45 shuffles
  * and adds instead of 16 full horizontal reductions). */
 INLINE __m512 hsum16(const __m512 *v) {
@@ -694,8 +713,8 @@ INLINE __m512 hsum16(const __m512 *v) {
  * accumulator lives in memory (acc[hd]) because the caller walks a tile of queries per key block:
  * that keeps the block's K and V rows in L1 for all the queries of the tile, instead of streaming
  * the whole K/V of the head from L3 once per query. */
-INLINE void attn_block(const float *qs, const float *kb, const float *vb, int64_t kv_stride,
-                       int nb, float *mp, float *lp, float *acc, int nv, __mmask16 lm) {
+INLINE void attn_block(const float *qs, const void *kb, const void *vb, int64_t kv_stride,
+                       int nb, float *mp, float *lp, float *acc, int nv, __mmask16 lm, bool f16) {
   __m512 part[16];
   UNROLL
   for (int jj = 0; jj < 16; jj++) {
@@ -703,12 +722,11 @@ INLINE void attn_block(const float *qs, const float *kb, const float *vb, int64_
       part[jj] = _mm512_setzero_ps();
       continue;
     }
-    const float *k = kb + jj * kv_stride;
-    __m512 d = _mm512_mul_ps(_mm512_loadu_ps(qs), _mm512_maskz_loadu_ps(nv == 1 ? lm : 0xFFFF, k));
+    const void *k = kv_at(kb, jj * kv_stride, f16);
+    __m512 d = _mm512_mul_ps(_mm512_loadu_ps(qs), kv_ldm(nv == 1 ? lm : 0xFFFF, k, 0, f16));
     UNROLL
     for (int c = 1; c < nv; c++)
-      d = _mm512_fmadd_ps(_mm512_loadu_ps(qs + 16 * c),
-                          _mm512_maskz_loadu_ps(c == nv - 1 ? lm : 0xFFFF, k + 16 * c), d);
+      d = _mm512_fmadd_ps(_mm512_loadu_ps(qs + 16 * c), kv_ldm(c == nv - 1 ? lm : 0xFFFF, k, 16 * c, f16), d);
     part[jj] = d;
   }
   __mmask16 km = tail_mask(nb);
@@ -731,11 +749,11 @@ INLINE void attn_block(const float *qs, const float *kb, const float *vb, int64_
   for (int k = 0; k < nv; k++)
     av[k] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * k), vc);
   for (int jj = 0; jj < nb; jj++) {
-    const float *v = vb + jj * kv_stride;
+    const void *v = kv_at(vb, jj * kv_stride, f16);
     __m512 pj = _mm512_set1_ps(ps[jj]);
     UNROLL
     for (int k = 0; k < nv; k++)
-      av[k] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(k == nv - 1 ? lm : 0xFFFF, v + 16 * k), av[k]);
+      av[k] = _mm512_fmadd_ps(pj, kv_ldm(k == nv - 1 ? lm : 0xFFFF, v, 16 * k, f16), av[k]);
   }
   UNROLL
   for (int k = 0; k < nv; k++)
@@ -750,11 +768,11 @@ INLINE void attn_block(const float *qs, const float *kb, const float *vb, int64_
 #define ROW_I(R) ((R) / G)
 #define ROW_H(R) (kvh * G + (int)((R) % G))
 
-INLINE void attn_tile(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr, int nv) {
+INLINE void attn_tile(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr, int nv, bool f16) {
   int hd = a->head_dim, hp = nv * 16; /* padded head dim */
   __mmask16 lm = tail_mask(hd - (nv - 1) * 16);
   const int64_t G = a->n_head / a->n_kv_head;
-  const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
+  const void *kb = kv_base(a, false, (int64_t)kvh * hd, f16), *vb = kv_base(a, true, (int64_t)kvh * hd, f16);
   float *qs = scr, *acc = scr + ATT_QT * hp, *ml = acc + ATT_QT * hp; /* ml: m[QT], l[QT] */
   int nq = (int)(i1 - i0);
   int64_t nk[ATT_QT], kmax = 0;
@@ -776,12 +794,12 @@ INLINE void attn_tile(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *
     ml[ATT_QT + r] = 0.0f;
   }
   for (int64_t j0 = 0; j0 < kmax; j0 += 16) {
-    const float *kj = kb + j0 * a->kv_stride, *vj = vb + j0 * a->kv_stride;
+    const void *kj = kv_at(kb, j0 * a->kv_stride, f16), *vj = kv_at(vb, j0 * a->kv_stride, f16);
     for (int r = 0; r < nq; r++) {
       if (j0 >= nk[r])
         continue;
       int nb = (int)(nk[r] - j0 < 16 ? nk[r] - j0 : 16);
-      attn_block(qs + r * hp, kj, vj, a->kv_stride, nb, &ml[r], &ml[ATT_QT + r], acc + r * hp, nv, lm);
+      attn_block(qs + r * hp, kj, vj, a->kv_stride, nb, &ml[r], &ml[ATT_QT + r], acc + r * hp, nv, lm, f16);
     }
   }
   for (int r = 0; r < nq; r++) {
@@ -831,10 +849,11 @@ INLINE void transpose16(__m512 *r) {
  * are 16-lane FMAs with q[d] broadcast (no horizontal sums), and each V row loaded once serves QB
  * queries. Per query and key: NV FMAs for q.k and NV for p v. Rows of a partial group repeat the
  * last query and are not stored, so a query's result does not depend on its position. */
-INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr, int NV, int QB) {
+INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr, int NV, int QB,
+                        bool f16) {
   const int hd = 16 * NV;
   const int64_t G = a->n_head / a->n_kv_head;
-  const float *kb = a->k + (int64_t)kvh * hd, *vb = a->v + (int64_t)kvh * hd;
+  const void *kb = kv_base(a, false, (int64_t)kvh * hd, f16), *vb = kv_base(a, true, (int64_t)kvh * hd, f16);
   float *qs = scr, *acc = qs + ATT_QT * hd, *ml = acc + ATT_QT * hd, *kt = ml + 2 * ATT_QT;
   float *ps = kt + 32 * hd; /* [QB][32] */
   int nq = (int)(i1 - i0);
@@ -858,13 +877,13 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
   /* Blocks of 32 keys: kt[half][d][16] holds keys j0 + 16 half + 0..15 transposed. */
   for (int64_t j0 = 0; j0 < kmax; j0 += 32) {
     int nb = (int)(kmax - j0 < 32 ? kmax - j0 : 32);
-    const float *kj = kb + j0 * a->kv_stride, *vj = vb + j0 * a->kv_stride;
+    const void *kj = kv_at(kb, j0 * a->kv_stride, f16), *vj = kv_at(vb, j0 * a->kv_stride, f16);
     for (int hh = 0; hh < 2; hh++)
       for (int c = 0; c < NV; c++) {
         __m512 rows[16];
         UNROLL
         for (int jj = 0; jj < 16; jj++)
-          rows[jj] = 16 * hh + jj < nb ? _mm512_loadu_ps(kj + (16 * hh + jj) * a->kv_stride + 16 * c)
+          rows[jj] = 16 * hh + jj < nb ? kv_ld(kj, (16 * hh + jj) * a->kv_stride + 16 * c, f16)
                                        : _mm512_setzero_ps();
         transpose16(rows);
         UNROLL
@@ -929,10 +948,10 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
           av[r][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + rr[r] * hd + 16 * k), vc);
       }
       for (int jj = 0; jj < nb; jj++) {
-        const float *v = vj + jj * a->kv_stride;
+        const void *v = kv_at(vj, jj * a->kv_stride, f16);
         UNROLL
         for (int k = 0; k < NV; k++) {
-          __m512 vv = _mm512_loadu_ps(v + 16 * k);
+          __m512 vv = kv_ld(v, 16 * k, f16);
           UNROLL
           for (int r = 0; r < QB; r++)
             av[r][k] = _mm512_fmadd_ps(_mm512_set1_ps(ps[32 * r + jj]), vv, av[r][k]);
@@ -1113,7 +1132,7 @@ INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, fl
 /* Fast-tier entry: head_dim 64 tiles in bf16; anything else as the exact path. */
 static void avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, int thread);
 static void avx512_attention_fast(const kn_attn *a, int kvh, int64_t q0, int64_t q1, int thread) {
-  if (a->head_dim != ATT_HD_BF) {
+  if (a->head_dim != ATT_HD_BF || a->k16) {
     avx512_attention(a, kvh, q0, q1, thread);
     return;
   }
@@ -1131,7 +1150,7 @@ static void avx512_attention_fast(const kn_attn *a, int kvh, int64_t q0, int64_t
 
 /* Called once per KV head (kn_ops.attn_by_group): queries [q0, q1) of every query head of the
  * group, as rows (query, head) in tiles of ATT_QT rows. */
-static void avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, int thread) {
+INLINE void attention_rows(const kn_attn *a, int kvh, int64_t q0, int64_t q1, int thread, bool f16) {
   int hd = a->head_dim;
   const int64_t G = a->n_head / a->n_kv_head;
   if (hd > 16 * ATT_MAXV) {
@@ -1152,19 +1171,36 @@ static void avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, 
     int64_t r1 = r0 + ATT_QT < R1 ? r0 + ATT_QT : R1;
     /* Several rows share each key block: transposed tile path (64 and 128 only). */
     if (r1 - r0 >= 4 && hd == 64) {
-      attn_tile_t(a, kvh, r0, r1, scr, 4, 4);
+      attn_tile_t(a, kvh, r0, r1, scr, 4, 4, f16);
       continue;
     }
     if (r1 - r0 >= 2 && hd == 128) {
-      attn_tile_t(a, kvh, r0, r1, scr, 8, 2);
+      attn_tile_t(a, kvh, r0, r1, scr, 8, 2, f16);
       continue;
     }
     switch (nv) {
-    case 4: attn_tile(a, kvh, r0, r1, scr, 4); break;
-    case 8: attn_tile(a, kvh, r0, r1, scr, 8); break;
-    default: attn_tile(a, kvh, r0, r1, scr, nv); break;
+    case 4: attn_tile(a, kvh, r0, r1, scr, 4, f16); break;
+    case 8: attn_tile(a, kvh, r0, r1, scr, 8, f16); break;
+    default: attn_tile(a, kvh, r0, r1, scr, nv, f16); break;
     }
   }
+}
+
+static void avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, int thread) {
+  if (a->k16)
+    attention_rows(a, kvh, q0, q1, thread, true);
+  else
+    attention_rows(a, kvh, q0, q1, thread, false);
+}
+
+/* Round to nearest even, bit-identical to the reference (vcvtps2ph). */
+static void avx512_to_f16(const float *x, uint16_t *y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256((__m256i *)(y + i), _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  if (i < n)
+    _mm256_mask_storeu_epi16(y + i, tail_mask(n - i),
+                             _mm512_cvtps_ph(_mm512_maskz_loadu_ps(tail_mask(n - i), x + i), _MM_FROUND_TO_NEAREST_INT));
 }
 
 /* Peak probe: 16 independent accumulators per kind (enough to cover the latency of each
@@ -1215,6 +1251,7 @@ void kn_avx512_override(kn_ops *ops) {
   ops->gelu_tanh = avx512_gelu_tanh;
   ops->silu_mul = avx512_silu_mul;
   ops->add = avx512_add;
+  ops->to_f16 = avx512_to_f16;
   ops->attention = avx512_attention;
   ops->attention_fast = avx512_attention_fast;
   ops->attn_by_group = true;

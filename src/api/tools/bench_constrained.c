@@ -5,7 +5,7 @@
  * totals, an enum and a nullable field). With the mask each sequence computes its own mask from its
  * own automaton state (as the engine does), and starts a new document when one completes.
  */
-#include "bench_constrained.h"
+#include "api/tools/bench_constrained.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * vision_layers_per_step blocks between decode steps (docs/ENGINE.md), so a running stream waits
  * for one slice, not for the whole image; this measures both ways on the real engine.
  */
-#include "bench_gap.h"
+#include "api/tools/bench_gap.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -16,7 +16,7 @@
 #include "base/dataurl.h"
 #include "base/status.h"
 #include "base/timing.h"
-#include "bench_image.h"
+#include "api/tools/bench_image.h"
 #include "engine/engine.h"
 
 typedef struct gap_stream {

@@ -7,7 +7,7 @@
 
 #include <jpeglib.h> /* needs stdio.h and stddef types first */
 
-#include "bench_image.h"
+#include "api/tools/bench_image.h"
 
 int bench_make_jpeg(int width, int height, unsigned char **out, unsigned long *size) {
   unsigned char *rgb = malloc((size_t)width * (size_t)height * 3);

@@ -1,5 +1,5 @@
 /* Process settings of `qvl serve` (serve_ops.h). */
-#include "serve_ops.h"
+#include "api/tools/serve_ops.h"
 
 #include <errno.h>
 #include <sched.h>

@@ -1,5 +1,5 @@
-#ifndef QVL_APPS_BENCH_CONSTRAINED_H
-#define QVL_APPS_BENCH_CONSTRAINED_H
+#ifndef QVL_API_TOOLS_BENCH_CONSTRAINED_H
+#define QVL_API_TOOLS_BENCH_CONSTRAINED_H
 #include <cjson/cJSON.h>
 
 #include "engine/vlm.h"

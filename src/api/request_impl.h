@@ -1,0 +1,30 @@
+/* The inside of a qvl_request (src/api/ only). */
+#ifndef QVL_API_REQUEST_IMPL_H
+#define QVL_API_REQUEST_IMPL_H
+
+#include <cjson/cJSON.h>
+
+#include "engine/engine.h"
+#include "qvl.h"
+#include "text/stop.h"
+
+struct qvl_request {
+  cJSON *msgs;                 /* OpenAI messages array */
+  cJSON *pending;              /* image URLs for the next user message */
+  char *raw;                   /* raw prompt (has_raw) */
+  size_t raw_len;
+  bool has_raw;
+  char *stops[STOP_MAX_STRINGS];
+  int n_stops;
+  gen_params gen;
+  vlm_prompt_opts po;
+  bool trim_history;
+  qvl_on_text_fn on_text;
+  qvl_on_done_fn on_done;
+  void *user;
+};
+
+/* The engine request for r (pointers into r; callbacks and history left for the caller). */
+qvl_status request_to_engine(const qvl_request *r, engine_request *out);
+
+#endif

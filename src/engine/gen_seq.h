@@ -1,0 +1,88 @@
+/*
+ * One generation's token-by-token sequence, the same for `qvl run` (generate.c) and the serving
+ * engine: from a position's logits to the next token and the text a client may see.
+ *
+ *   mask (grammar) -> sample -> logprobs -> grammar feed -> record -> sampler accept -> stop check
+ *   -> stream the newly final visible text
+ *
+ * Visible text is each token's bytes with control tokens (<|im_start|>, ...) skipped, as
+ * transformers' decode(skip_special_tokens=True); text that could still become a stop string, or
+ * that ends inside a UTF-8 sequence, is held back (stop.h), so a stream never shows what is later cut.
+ *
+ *   gen_seq *g;
+ *   QVL_TRY(gen_seq_init(&cfg, &g));
+ *   for (;;) {
+ *     int32_t id; bool done;
+ *     s = gen_seq_next(g, logits, stream, user, &id, &done);   // QVL_ERR_CANCELLED: stream said stop
+ *     if (s != QVL_OK || done) break;
+ *     decoder_step(seq, id, &logits);
+ *   }
+ *   gen_seq_text(g, &len); gen_seq_reason(g); gen_seq_free(g);
+ *
+ * Thread safety: a gen_seq belongs to one thread; the tokenizer, grammar and trie it reads are
+ * shared read-only. Memory is allocated in gen_seq_init (O(n_vocab + max_tokens)); gen_seq_next
+ * allocates only as the text grows.
+ */
+#ifndef QVL_ENGINE_GEN_SEQ_H
+#define QVL_ENGINE_GEN_SEQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qvl.h"
+#include "text/grammar.h"
+#include "text/sampler.h"
+#include "text/stop.h"
+#include "text/token_mask.h"
+#include "text/tokenizer.h"
+
+/* Called with each piece of final text; return false to cancel. */
+typedef bool (*gen_stream_fn)(void *user, const char *text, size_t len);
+
+typedef struct gen_seq_config {
+  const tokenizer *tok;
+  int64_t n_vocab;              /* rows of the logits */
+  const sampler_params *sampling;
+  const int32_t *prompt;        /* [n_prompt] for the repetition penalty */
+  int64_t n_prompt;
+  const int32_t *eos_ids;       /* [n_eos] the model's end ids: stop tokens (unless ignore_eos) and */
+  int n_eos;                    /* the ids a grammar allows where the output may end */
+  bool ignore_eos;              /* EOS does not stop (benchmarks, dumps) */
+  const char *const *stop;      /* [n_stop] stop strings (copied) */
+  int n_stop;
+  int64_t max_tokens;           /* > 0 */
+  const grammar *gram;          /* constrained decoding (not owned; NULL = free text) */
+  const token_trie *trie;       /* with gram: the vocabulary trie of tok */
+  bool logprobs;                /* record log-probabilities (gen_seq_logprobs) */
+  int n_top;                    /* with logprobs: alternatives per token */
+} gen_seq_config;
+
+typedef struct gen_seq gen_seq;
+
+/* Errors: sampling parameters out of range, bad stop strings, ids outside the vocabulary in the
+ * prompt, a grammar without a trie, out of memory. */
+qvl_status gen_seq_init(const gen_seq_config *c, gen_seq **out);
+void gen_seq_free(gen_seq *g);
+
+/*
+ * Chooses the next token from logits[n_vocab] (not modified) and streams the text it makes final.
+ * *id = the token (to feed to the decoder unless *done); *done = a stop condition holds (reason
+ * in gen_seq_reason; the text is then all final and streamed). Errors: QVL_ERR_CANCELLED when
+ * stream returned false (the token is recorded), QVL_ERR_INTERNAL when constrained decoding
+ * cannot go on ("constrained decoding: ..."; no token recorded), QVL_ERR_NOMEM.
+ */
+qvl_status gen_seq_next(gen_seq *g, const float *logits, gen_stream_fn stream, void *user, int32_t *id,
+                        bool *done);
+
+/* The visible text so far (stop string and what follows removed), NUL-terminated. */
+const char *gen_seq_text(const gen_seq *g, size_t *len);
+/* Every generated id, EOS included: [*n]. */
+const int32_t *gen_seq_ids(const gen_seq *g, int64_t *n);
+stop_reason gen_seq_reason(const gen_seq *g);
+/* time_now_s() when the first token was sampled (0 before). */
+double gen_seq_t_first(const gen_seq *g);
+/* With logprobs: [n] chosen log-probs, [n][n_top] alternatives (see text/logprobs.h). */
+void gen_seq_logprobs(const gen_seq *g, const float **lp, const int32_t **top_ids, const float **top_lp);
+
+#endif

@@ -1,0 +1,194 @@
+/* The public API (include/qvl.h): request building (messages JSON, images before the text, stop
+ * strings, raw prompts, bad input), data URLs, the standalone tokenizer, and one request through
+ * an engine on the e2e fixture model: streamed text = result text = detokenized ids, and the finish
+ * reason agrees with the ids. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/request_impl.h"
+#include "qvl.h"
+#include "test.h"
+
+#define E2E "tests/fixtures/models/e2e/gguf/"
+
+static void test_request(void) {
+  qvl_request *r = NULL;
+  CHECK(qvl_request_new(&r) == QVL_OK, "new");
+  CHECK(qvl_request_add_message(r, "system", "Be brief.") == QVL_OK, "system");
+  CHECK(qvl_request_add_image_file(r, "a.png") == QVL_OK, "image file");
+  static const unsigned char jpeg[16] = {0xFF, 0xD8, 0xFF, 0xE0};
+  CHECK(qvl_request_add_image_bytes(r, jpeg, sizeof jpeg) == QVL_OK, "image bytes");
+  CHECK(qvl_request_add_message(r, "user", "What is it?") == QVL_OK, "user");
+  CHECK(qvl_request_add_message(r, "tool", "x") == QVL_ERR_INVALID_ARG, "a role the API does not take");
+  char *js = cJSON_PrintUnformatted(r->msgs);
+  const char *want = "[{\"role\":\"system\",\"content\":\"Be brief.\"},{\"role\":\"user\",\"content\":["
+                     "{\"type\":\"image_url\",\"image_url\":{\"url\":\"a.png\"}},"
+                     "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/jpeg;base64,/9j/4AAAAAAAAAAAAAAAAA==\"}},"
+                     "{\"type\":\"text\",\"text\":\"What is it?\"}]}]";
+  CHECK(js && !strcmp(js, want), "messages %s", js ? js : "(null)");
+  free(js);
+  CHECK(r->po.source.allow_files, "an image file allows local files");
+  for (int i = 0; i < 16; i++)
+    CHECK(qvl_request_add_stop(r, "END") == QVL_OK, "stop %d", i);
+  CHECK(qvl_request_add_stop(r, "END") == QVL_ERR_INVALID_ARG, "a 17th stop string");
+  qvl_sampling s;
+  qvl_request_get_sampling(r, &s);
+  s.temperature = 0.5f, s.top_k = 7, s.seed = 99;
+  qvl_request_set_sampling(r, &s);
+  qvl_request_set_max_tokens(r, 33);
+  engine_request er;
+  CHECK(request_to_engine(r, &er) == QVL_OK, "to engine");
+  CHECK(er.messages == r->msgs && !er.raw_text, "messages passed");
+  CHECK(er.gen.max_tokens == 33 && er.gen.n_stop == 16 && !strcmp(er.gen.stop[15], "END"), "generation settings");
+  CHECK(er.gen.sampling.temperature == 0.5f && er.gen.sampling.top_k == 7 && er.gen.sampling.seed == 99, "sampling");
+  CHECK(qvl_request_add_image_file(r, "b.png") == QVL_OK, "a trailing image");
+  CHECK(request_to_engine(r, &er) == QVL_ERR_INVALID_ARG, "an image with no user message after it is refused");
+  CHECK(qvl_request_set_messages(r, "{\"role\":\"user\"}") == QVL_ERR_FORMAT, "messages must be an array");
+  CHECK(qvl_request_set_messages(r, "[{\"role\":\"user\",\"content\":\"hi\"}]") == QVL_OK, "messages JSON");
+  CHECK(cJSON_GetArraySize(r->msgs) == 1, "replaced");
+  CHECK(qvl_request_set_raw_prompt(r, "abc", 3) == QVL_OK, "raw");
+  qvl_request_free(r);
+  CHECK(qvl_request_new(&r) == QVL_OK, "new");
+  CHECK(qvl_request_add_stop(r, "") == QVL_ERR_INVALID_ARG && r->n_stops == 0, "an empty stop string");
+  CHECK(qvl_request_set_raw_prompt(r, "abc", 3) == QVL_OK, "raw");
+  CHECK(request_to_engine(r, &er) == QVL_OK && er.raw_text && er.raw_len == 3 && !er.messages, "raw prompt");
+  qvl_request_free(r);
+  qvl_request_free(NULL);
+}
+
+static void test_data_url(void) {
+  char *u = NULL;
+  static const unsigned char png[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  CHECK(qvl_image_data_url(png, sizeof png, &u) == QVL_OK && !strcmp(u, "data:image/png;base64,iVBORw0KGgo="),
+        "png %s", u ? u : "");
+  qvl_free(u);
+  static const unsigned char webp[16] = {'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'E', 'B', 'P'};
+  CHECK(qvl_image_data_url(webp, sizeof webp, &u) == QVL_OK && !strncmp(u, "data:image/webp;base64,", 23), "webp");
+  qvl_free(u);
+}
+
+static void test_tokenizer(void) {
+  qvl_tokenizer *t = NULL;
+  CHECK(qvl_tokenizer_load(E2E "e2e-Q8_0.gguf", &t) == QVL_OK, "load: %s", qvl_last_error());
+  if (!t)
+    return;
+  int32_t *ids = NULL;
+  size_t n = 0;
+  CHECK(qvl_tokenize(t, "Hello world", 11, &ids, &n) == QVL_OK && n == 2 && ids[0] == 9707 && ids[1] == 1879,
+        "Hello world -> %zu ids", n);
+  char *text = NULL;
+  CHECK(qvl_detokenize(t, ids, n, true, &text) == QVL_OK && !strcmp(text, "Hello world"), "round trip");
+  CHECK(qvl_n_vocab(t) > 151645, "vocabulary %d", qvl_n_vocab(t));
+  qvl_free(text);
+  qvl_free(ids);
+  qvl_tokenizer_free(t);
+  CHECK(qvl_tokenizer_load("/nonexistent.gguf", &t) != QVL_OK && !t && *qvl_last_error(), "a missing file");
+}
+
+typedef struct run {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  char streamed[4096];
+  size_t n_streamed;
+  char text[4096];
+  int32_t ids[64];
+  int64_t n_ids;
+  qvl_status status;
+  qvl_finish finish;
+  qvl_usage usage;
+} run;
+
+static bool on_text(void *user, const char *text, size_t len) {
+  run *r = user;
+  if (r->n_streamed + len < sizeof r->streamed) {
+    memcpy(r->streamed + r->n_streamed, text, len);
+    r->n_streamed += len;
+  }
+  return true;
+}
+
+static void on_done(void *user, const qvl_result *res) {
+  run *r = user;
+  pthread_mutex_lock(&r->mu);
+  size_t len;
+  const char *t = qvl_result_text(res, &len);
+  snprintf(r->text, sizeof r->text, "%.*s", (int)len, t);
+  int64_t n;
+  const int32_t *ids = qvl_result_ids(res, &n);
+  r->n_ids = n < 64 ? n : 64;
+  if (ids)
+    memcpy(r->ids, ids, (size_t)r->n_ids * sizeof *ids);
+  r->status = qvl_result_status(res);
+  r->finish = qvl_result_finish(res);
+  qvl_result_usage(res, &r->usage);
+  r->done = true;
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+static void test_engine(void) {
+  qvl_model_params mp;
+  qvl_model_params_default(&mp);
+  mp.threads = 2;
+  qvl_model *m = NULL;
+  CHECK(qvl_model_load(E2E "e2e-Q8_0.gguf", NULL, &mp, &m) == QVL_OK, "load: %s", qvl_last_error());
+  if (!m)
+    return;
+  CHECK(!qvl_model_has_vision(m), "text only");
+  qvl_engine *e = NULL;
+  CHECK(qvl_engine_start(m, NULL, &e) == QVL_OK, "start: %s", qvl_last_error());
+  for (int max = 1; e && max <= 24; max += 23) {
+    run r;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    qvl_request *rq = NULL;
+    qvl_request_new(&rq);
+    qvl_request_add_message(rq, "user", "What is the capital of France? Answer in one word.");
+    qvl_request_set_max_tokens(rq, max);
+    qvl_request_set_callbacks(rq, on_text, on_done, &r);
+    uint64_t id = 0;
+    qvl_status s = qvl_engine_submit(e, rq, &id);
+    qvl_request_free(rq); /* copied at submit */
+    CHECK(s == QVL_OK, "submit: %s", qvl_last_error());
+    pthread_mutex_lock(&r.mu);
+    while (s == QVL_OK && !r.done)
+      pthread_cond_wait(&r.cv, &r.mu);
+    pthread_mutex_unlock(&r.mu);
+    CHECK(r.status == QVL_OK, "status %d", r.status);
+    CHECK(r.n_ids >= 1 && r.n_ids <= max && r.usage.completion_tokens == r.n_ids, "%lld ids", (long long)r.n_ids);
+    CHECK(r.n_streamed == strlen(r.text) && !memcmp(r.streamed, r.text, r.n_streamed), "streamed = result text");
+    char *dt = NULL;
+    CHECK(qvl_detokenize(qvl_model_tokenizer(m), r.ids, (size_t)r.n_ids, true, &dt) == QVL_OK && !strcmp(dt, r.text),
+          "text = detokenized ids: '%s' vs '%s'", dt ? dt : "", r.text);
+    qvl_free(dt);
+    bool eos = r.n_ids > 0 && (r.ids[r.n_ids - 1] == 151645 || r.ids[r.n_ids - 1] == 151643);
+    CHECK(r.finish == (eos ? QVL_FINISH_EOS : QVL_FINISH_LENGTH), "finish %s, last id %d", qvl_finish_name(r.finish),
+          r.n_ids ? r.ids[r.n_ids - 1] : -1);
+    CHECK(r.usage.prompt_tokens > 10, "prompt tokens %lld", (long long)r.usage.prompt_tokens);
+    pthread_mutex_destroy(&r.mu);
+    pthread_cond_destroy(&r.cv);
+  }
+  /* prompt errors come back from submit, with a message, and no callback runs */
+  qvl_request *rq = NULL;
+  qvl_request_new(&rq);
+  qvl_request_add_image_file(rq, "tests/fixtures/images/scene_64x128.png");
+  qvl_request_add_message(rq, "user", "hi");
+  qvl_request_set_callbacks(rq, on_text, NULL, NULL);
+  CHECK(e && qvl_engine_submit(e, rq, NULL) != QVL_OK && *qvl_last_error(), "an image without a vision tower");
+  qvl_request_free(rq);
+  qvl_engine_stop(e, true);
+  qvl_model_free(m);
+  CHECK(qvl_model_load("/nonexistent.gguf", NULL, NULL, &m) != QVL_OK && !m, "a missing model");
+  CHECK(strstr(qvl_last_error(), "cannot open") != NULL, "message: %s", qvl_last_error());
+}
+
+int main(void) {
+  test_request();
+  test_data_url();
+  test_tokenizer();
+  test_engine();
+  return TEST_SUMMARY("public_api");
+}
