@@ -52,15 +52,21 @@ int cmd_bench(int argc, char **argv) {
       o.constrained = false;
     else if (arg_flag(argv, i, "--image-stages", NULL))
       o.image_stages = true;
+    else if (arg_flag(argv, i, "--stream-gap", NULL))
+      o.stream_gap = true;
     else if (arg_flag(argv, i, "--help", "-h")) {
       printf("usage: qvl bench -m MODEL.gguf [--mmproj MMPROJ.gguf] [-t N] [--prefill 512] [--decode 128]\n"
              "                 [--batch 1,2,4,8] [--batch-steps 32] [--skip-vision] [--no-constrained] [--json]\n"
              "                 [--precision exact|fast] [--kv-type f16|f32] [--decode-at 512,4096] [--image-stages]\n"
+             "                 [--stream-gap]\n"
              "  --decode-at     also decode --decode tokens after N cached positions (tok/s and CPU ms per token)\n"
              "  the constrained rows decode batch 1 and 8 with and without a nested JSON-schema mask\n"
              "  --image-stages  only the image path, both precision tiers: vision encode of 448x448,\n"
              "                  1024x768 and 1280x1280 split into matmul / attention / rest, and the\n"
-             "                  time to first token of a 1024x768 question stage by stage\n");
+             "                  time to first token of a 1024x768 question stage by stage\n"
+             "  --stream-gap    only the largest gap between two tokens of a stream while another\n"
+             "                  request's 1024x768 image is encoded: sliced (vision_layers_per_step) vs\n"
+             "                  the whole image in one step\n");
       return 0;
     } else {
       fprintf(stderr, "qvl bench: unknown option '%s'\n", argv[i]);

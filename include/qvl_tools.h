@@ -69,6 +69,7 @@ typedef struct qvl_bench_opts {
   int decode_at[8], n_decode_at; /* decode n_decode tokens after each of these context lengths */
   bool constrained;           /* the constrained-decoding rows */
   bool json, skip_vision, image_stages;
+  bool stream_gap;            /* only: a stream's largest token gap while a 1024x768 image is encoded */
 } qvl_bench_opts;
 
 /* prefill 512, decode 128, 32 batch steps, batches 1 2 4 8, constrained rows on. */

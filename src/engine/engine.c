@@ -53,6 +53,7 @@ typedef struct request {
   decoder_seq *seq;
   gen_seq *gs;             /* sampling, constrained decoding, stop, visible text, logprobs */
   vision_job *vjob;        /* the image being encoded (next_image), in slices */
+  double vjob_ms;          /* tower time of vjob so far (the vision-encode histogram) */
   float *vds;              /* [n_deepstack][its tokens][n_embd] DeepStack output of vjob */
   const float *logits;     /* the sequence's next-token logits, when in RQ_DECODE */
   int64_t n_prefilled;     /* prompt tokens in the cache (restored + computed) */
@@ -63,6 +64,7 @@ typedef struct request {
   int n_top;
   const tokenizer *tok;    /* for the logprobs' token bytes */
   double t_submit, t_queued, t_start, t_first, deadline, prefill_s; /* t_queued: after the prompt was built */
+  double setup_s;          /* request_begin */
   engine_result res;
 } request;
 
@@ -92,6 +94,9 @@ struct engine {
 
 static const double hist_bounds[ENGINE_HIST_BUCKETS] = {50,   100,  250,   500,   1000,  2500,
                                                         5000, 10000, 20000, 30000, 60000, 120000};
+/* Image tokens: 448x448 is 196, 1024x768 768, the default 1 MP budget ~1024, 4 MP ~4096. */
+static const double img_tok_bounds[ENGINE_HIST_BUCKETS] = {16,  64,   128,  256,  512,  768,
+                                                           1024, 1536, 2048, 4096, 8192, 16384};
 
 void engine_config_default(engine_config *c) {
   memset(c, 0, sizeof *c);
@@ -134,12 +139,14 @@ static void set_error(request *r, qvl_status s, engine_finish reason, const char
   r->finished = true;
 }
 
-static void hist_add(uint64_t *h, double v) {
+static void hist_add_to(uint64_t *h, const double *bounds, double v) {
   for (int i = 0; i < ENGINE_HIST_BUCKETS; i++)
-    if (v <= hist_bounds[i])
+    if (v <= bounds[i])
       h[i]++;
   h[ENGINE_HIST_BUCKETS]++;
 }
+
+static void hist_add(uint64_t *h, double v) { hist_add_to(h, hist_bounds, v); }
 
 /* Fills the result's counters and timings and updates the stats (e->mu held). */
 static void account_locked(engine *e, request *r, double now) {
@@ -153,6 +160,8 @@ static void account_locked(engine *e, request *r, double now) {
   t->preprocess_ms = r->p.preprocess_ms;
   t->vision_ms = r->p.vision_ms;
   t->prefill_ms = r->prefill_s * 1e3;
+  t->prompt_ms = r->t_queued > 0 ? (r->t_queued - r->t_submit) * 1e3 : 0;
+  t->setup_ms = r->setup_s * 1e3;
   int64_t computed = r->p.n - res->cached_prompt_tokens;
   t->prefill_tok_s = r->prefill_s > 0 ? (double)computed / r->prefill_s : 0;
   if (r->t_first > 0) {
@@ -172,6 +181,11 @@ static void account_locked(engine *e, request *r, double now) {
     hist_add(st->ttft_hist, t->ttft_ms);
     st->ttft_sum_ms += t->ttft_ms;
   }
+  if (r->t_start > 0)
+    for (int i = 0; i < r->p.n_images; i++) {
+      hist_add_to(st->img_tok_hist, img_tok_bounds, (double)r->p.images[i].n_tokens);
+      st->img_tok_sum += (double)r->p.images[i].n_tokens;
+    }
   double lat = (now - r->t_submit) * 1e3;
   hist_add(st->latency_hist, lat);
   st->latency_sum_ms += lat;
@@ -242,6 +256,14 @@ static bool queue_full_locked(const engine *e) {
 
 static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id);
 
+/* vlm_prompt_opts.known_image: a file whose embeddings the image cache holds is not decoded again
+ * (the request threads ask; the engine thread notes the keys after each image). */
+static bool known_image(void *user, uint64_t bytes_key, vlm_known_image *out) {
+  engine *e = user;
+  return image_cache_find_encoded(e->ic, bytes_key, &out->hash, &out->grid_t, &out->grid_h, &out->grid_w,
+                                  &out->n_tokens);
+}
+
 /* The grammar is the engine's from here on, whatever happens. */
 qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
   qvl_status s = submit(e, rq, id);
@@ -302,6 +324,8 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->popts.keep_images = false;
   r->popts.trace = NULL;
   r->popts.trace_user = NULL;
+  r->popts.known_image = known_image;
+  r->popts.known_user = e;
   /* Stop tokenizing as soon as the prompt cannot fit (a 40 MB text costs ctx tokens, not 40 MB).
    * An automatic max_tokens may shrink to one token; trimming must measure the whole conversation,
    * so it runs without the cap (still bounded by the body cap, the deadline and the stop checks). */
@@ -466,13 +490,21 @@ static qvl_status vision_step(engine *e, request *r) {
       if (image_cache_get(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds,
                           p->n_img * d)) {
         r->res.image_cache_hits++;
+        image_cache_note_encoded(e->ic, im->hash, im->bytes_key);
         pthread_mutex_lock(&e->mu);
         e->st.image_cache_hits++;
         pthread_mutex_unlock(&e->mu);
         free(im->patches.pixel_values);
         im->patches.pixel_values = NULL;
+        buf_free(&im->encoded);
         r->next_image++;
         continue;
+      }
+      /* Its decode was skipped for embeddings evicted since: decode it now (rare). */
+      if (!im->patches.pixel_values) {
+        double t0 = time_now_s();
+        QVL_TRY(vlm_image_decode_deferred(&r->popts, im, i));
+        p->preprocess_ms += (time_now_s() - t0) * 1e3;
       }
       /* The tower writes DeepStack levels per image ([nds][nt][d]); the decoder wants them over all
        * images of the prompt, so they land in a buffer first. */
@@ -483,7 +515,8 @@ static qvl_status vision_step(engine *e, request *r) {
       double t0 = time_now_s();
       qvl_status s = vision_job_begin(e->m->vision, im->patches.pixel_values, im->grid_t, im->grid_h, im->grid_w,
                                       embd, r->vds, NULL, NULL, &r->vjob);
-      p->vision_ms += (time_now_s() - t0) * 1e3;
+      r->vjob_ms = (time_now_s() - t0) * 1e3;
+      p->vision_ms += r->vjob_ms;
       if (s != QVL_OK)
         return qvl_error_prefix(s, "image %d: ", i + 1);
       free(im->patches.pixel_values); /* read by begin only */
@@ -493,7 +526,9 @@ static qvl_status vision_step(engine *e, request *r) {
     double t0 = time_now_s();
     bool done;
     qvl_status vs = vision_job_run(r->vjob, e->c.vision_layers_per_step, &done);
-    p->vision_ms += (time_now_s() - t0) * 1e3;
+    double slice_ms = (time_now_s() - t0) * 1e3;
+    p->vision_ms += slice_ms;
+    r->vjob_ms += slice_ms;
     if (vs != QVL_OK)
       return qvl_error_prefix(vs, "image %d: ", i + 1);
     if (!done)
@@ -504,11 +539,14 @@ static qvl_status vision_step(engine *e, request *r) {
     free(r->vds);
     r->vds = NULL;
     image_cache_put(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds, p->n_img * d);
+    image_cache_note_encoded(e->ic, im->hash, im->bytes_key);
     r->res.image_cache_misses++;
     r->next_image++;
     pthread_mutex_lock(&e->mu);
     e->st.image_cache_misses++;
     e->st.image_cache_bytes = image_cache_bytes(e->ic);
+    hist_add(e->st.vision_hist, r->vjob_ms);
+    e->st.vision_sum_ms += r->vjob_ms;
     pthread_mutex_unlock(&e->mu);
     break;
   }
@@ -782,7 +820,9 @@ static void *engine_main(void *arg) {
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
       if (!r->finished && r->state == RQ_NEW) {
+        double t0 = time_now_s();
         qvl_status s = request_begin(e, r);
+        r->setup_s = time_now_s() - t0;
         if (s != QVL_OK)
           set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
       }
@@ -834,6 +874,7 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   e->kv_total = cfg.kv_cache_mb * 1024 * 1024;
   e->st.kv_total_bytes = e->kv_total;
   memcpy(e->st.hist_bounds_ms, hist_bounds, sizeof hist_bounds);
+  memcpy(e->st.img_tok_bounds, img_tok_bounds, sizeof img_tok_bounds);
   const decoder_hparams *hp = &m->text->hp;
   e->work_bytes = (int64_t)decoder_work_bytes(m->text, step_rows(e));
   qvl_status s = decoder_work_init(m->text, step_rows(e), &e->work);

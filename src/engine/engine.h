@@ -63,6 +63,8 @@ typedef struct engine_timings {
   double ttft_ms;            /* submit -> first token */
   double decode_ms;
   double prefill_tok_s, decode_tok_s;
+  double prompt_ms;          /* submit: chat template, tokenizer, image fetch/decode (preprocess_ms is part) */
+  double setup_ms;           /* engine: sequence, sampler, prefix-cache restore before the first step */
 } engine_timings;
 
 typedef struct engine_result {
@@ -148,6 +150,13 @@ typedef struct engine_stats {
   double hist_bounds_ms[ENGINE_HIST_BUCKETS];
   uint64_t ttft_hist[ENGINE_HIST_BUCKETS + 1], latency_hist[ENGINE_HIST_BUCKETS + 1];
   double ttft_sum_ms, latency_sum_ms;
+  /* Per image the tower encoded (image-cache misses): its vision time, same buckets (ms). */
+  uint64_t vision_hist[ENGINE_HIST_BUCKETS + 1];
+  double vision_sum_ms;
+  /* Per image of a finished request (cached or encoded): the LLM tokens it took. */
+  double img_tok_bounds[ENGINE_HIST_BUCKETS];
+  uint64_t img_tok_hist[ENGINE_HIST_BUCKETS + 1];
+  double img_tok_sum;
   double decode_tok_s;       /* recent aggregate decode speed */
 } engine_stats;
 

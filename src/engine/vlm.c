@@ -207,6 +207,7 @@ void vlm_prompt_free(vlm_prompt *p) {
   for (int i = 0; i < p->n_images; i++) {
     image_rgb_free(&p->images[i].decoded);
     image_patches_free(&p->images[i].patches);
+    buf_free(&p->images[i].encoded);
   }
   free(p->images);
   free(p->img_idx);
@@ -256,9 +257,43 @@ static qvl_status image_tokens_of(const chat_image *ci, int i, const image_info 
   return QVL_OK;
 }
 
-/* Decodes and preprocesses image i from its bytes (under a decode slot of the budget). */
-static qvl_status load_image(const chat_image *ci, int i, const buf *bytes, const vlm_prompt_opts *o,
-                             vlm_image *out) {
+/* The content key of the image-embedding cache: decoded pixels + everything that shapes the
+ * preprocessing (the effective min/max pixels; the resize itself is deterministic). */
+static qvl_status pixel_hash(const image_rgb *rgb, const vlm_prompt_opts *o, uint64_t *out) {
+  XXH3_state_t *h = XXH3_createState();
+  if (!h)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  int64_t meta[4] = {rgb->width, rgb->height, o->pre.min_pixels, o->pre.max_pixels};
+  XXH3_64bits_reset(h);
+  XXH3_64bits_update(h, meta, sizeof meta);
+  XXH3_64bits_update(h, rgb->data, (size_t)rgb->width * (size_t)rgb->height * 3);
+  *out = XXH3_64bits_digest(h);
+  XXH3_freeState(h);
+  return QVL_OK;
+}
+
+/* The key of an encoded file with the preprocessing bounds that shape its vision output. */
+static uint64_t bytes_key_of(const buf *bytes, const vlm_prompt_opts *o) {
+  int64_t meta[2] = {o->pre.min_pixels, o->pre.max_pixels};
+  uint64_t k = XXH3_64bits_withSeed(bytes->data, bytes->len, XXH3_64bits(meta, sizeof meta));
+  return k ? k : 1; /* 0 means "no key" to the image cache */
+}
+
+/* Decodes and preprocesses image i from its bytes (under a decode slot of the budget), or, when
+ * the caller already holds that file's embeddings (known_image), keeps the bytes instead. */
+static qvl_status load_image(const chat_image *ci, int i, buf *bytes, const vlm_prompt_opts *o, vlm_image *out) {
+  out->bytes_key = bytes_key_of(bytes, o);
+  vlm_known_image k;
+  if (o->defer_vision && !o->keep_images && o->known_image && o->known_image(o->known_user, out->bytes_key, &k)) {
+    out->hash = k.hash;
+    out->grid_t = k.grid_t;
+    out->grid_h = k.grid_h;
+    out->grid_w = k.grid_w;
+    out->n_tokens = k.n_tokens;
+    out->encoded = *bytes;
+    memset(bytes, 0, sizeof *bytes);
+    return QVL_OK;
+  }
   image_rgb rgb = {0};
   qvl_status s = o->budget ? image_budget_slot_take(o->budget, o->stop, o->stop_user) : QVL_OK;
   if (s != QVL_OK)
@@ -268,21 +303,8 @@ static qvl_status load_image(const chat_image *ci, int i, const buf *bytes, cons
     s = image_preprocess(&rgb, &o->pre, &out->patches);
   if (o->budget)
     image_budget_slot_give(o->budget);
-  if (s == QVL_OK) {
-    /* The content key of the image-embedding cache: decoded pixels + everything that shapes the
-     * preprocessing (the effective min/max pixels; the resize itself is deterministic). */
-    XXH3_state_t *h = XXH3_createState();
-    if (!h) {
-      s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-    } else {
-      int64_t meta[4] = {rgb.width, rgb.height, o->pre.min_pixels, o->pre.max_pixels};
-      XXH3_64bits_reset(h);
-      XXH3_64bits_update(h, meta, sizeof meta);
-      XXH3_64bits_update(h, rgb.data, (size_t)rgb.width * (size_t)rgb.height * 3);
-      out->hash = XXH3_64bits_digest(h);
-      XXH3_freeState(h);
-    }
-  }
+  if (s == QVL_OK)
+    s = pixel_hash(&rgb, o, &out->hash);
   if (s == QVL_OK && o->keep_images)
     out->decoded = rgb;
   else
@@ -413,6 +435,30 @@ static qvl_status alloc_image_rows(const vlm *m, vlm_prompt *p) {
     p->images[i].row0 = row0;
     row0 += p->images[i].n_tokens;
   }
+  return QVL_OK;
+}
+
+qvl_status vlm_image_decode_deferred(const vlm_prompt_opts *o, vlm_image *im, int i) {
+  if (im->patches.pixel_values)
+    return QVL_OK;
+  if (!im->encoded.data)
+    return qvl_errorf(QVL_ERR_INTERNAL, "image %d: neither pixels nor encoded bytes are left", i + 1);
+  image_rgb rgb = {0};
+  uint64_t hash = 0;
+  qvl_status s = image_decode(im->encoded.data, im->encoded.len, &o->limits, &rgb, NULL);
+  if (s == QVL_OK)
+    s = image_preprocess(&rgb, &o->pre, &im->patches);
+  if (s == QVL_OK)
+    s = pixel_hash(&rgb, o, &hash);
+  image_rgb_free(&rgb);
+  if (s == QVL_OK && (hash != im->hash || im->patches.grid_t != im->grid_t || im->patches.grid_h != im->grid_h ||
+                      im->patches.grid_w != im->grid_w || im->patches.n_tokens != im->n_tokens))
+    s = qvl_errorf(QVL_ERR_INTERNAL, "image %d decodes to another image than its key announced", i + 1);
+  if (s != QVL_OK) {
+    image_patches_free(&im->patches);
+    return qvl_error_prefix(s, "image %d: ", i + 1);
+  }
+  buf_free(&im->encoded);
   return QVL_OK;
 }
 

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/trace.h"
 #include "engine/image_source.h"
 #include "image/budget.h"
@@ -57,6 +58,13 @@ qvl_status vlm_load(const vlm_paths *p, vlm **out);
 qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out);
 void vlm_free(vlm *m);
 
+/* An image the caller already holds embeddings for (vlm_prompt_opts.known_image). */
+typedef struct vlm_known_image {
+  uint64_t hash;
+  int grid_t, grid_h, grid_w;
+  int64_t n_tokens;
+} vlm_known_image;
+
 typedef struct vlm_prompt_opts {
   bool add_generation_prompt;
   preprocess_opts pre;     /* min/max pixels for every image of the request */
@@ -78,7 +86,14 @@ typedef struct vlm_prompt_opts {
   void *stop_user;
   const cJSON *tools;      /* OpenAI tools array rendered by the chat template (NULL = none); read
                             * during vlm_prompt_build only */
+  /* With defer_vision: asked with an image's bytes_key before it is decoded; true (with *out
+   * filled) when the caller already holds that image's embeddings, so the decode is skipped and
+   * the bytes are kept instead (vlm_image_decode_deferred decodes them if the embeddings are
+   * gone by the time they are needed). NULL = always decode. */
+  bool (*known_image)(void *user, uint64_t bytes_key, vlm_known_image *out);
+  void *known_user;
 } vlm_prompt_opts;
+
 
 typedef struct vlm_image {
   image_rgb decoded;       /* the decoded image (kept only with keep_images) */
@@ -88,6 +103,9 @@ typedef struct vlm_image {
   int64_t row0;            /* its first row in img_embd / each DeepStack level */
   uint64_t hash;           /* XXH3-64 of the decoded RGB pixels, their size and min/max pixels: two
                             * images with equal hashes give the same vision output */
+  uint64_t bytes_key;      /* XXH3-64 of the encoded bytes and min/max pixels (never 0): the same
+                            * file again, known before decoding it */
+  buf encoded;             /* the encoded bytes, kept only when known_image skipped the decode */
 } vlm_image;
 
 typedef struct vlm_prompt {
@@ -119,6 +137,9 @@ void vlm_prompt_free(vlm_prompt *p);
  * img_embd and deepstack (adds to p->vision_ms; frees its pixel_values unless keep_images). Only
  * one thread may run model code at a time. */
 qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm_prompt_opts *o);
+/* Decodes and preprocesses image i of p from its kept encoded bytes (a decode that known_image
+ * skipped, now needed after all); checks that it is the image that was announced. */
+qvl_status vlm_image_decode_deferred(const vlm_prompt_opts *o, vlm_image *im, int i);
 /* The vision tower writes image i's DeepStack levels per image ([n_deepstack][its tokens][n_embd]);
  * this copies them to their rows of p->deepstack, whose levels run over all images of the prompt. */
 void vlm_prompt_put_deepstack(const vlm *m, vlm_prompt *p, int i, const float *levels);

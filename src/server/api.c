@@ -432,6 +432,23 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   }
   g->stop = out->stops;
 
+  /* The vision tower's precision tier: only the loaded one can be served (one prepared weight copy). */
+  const cJSON *prec = field(root, "precision");
+  if (prec && !cJSON_IsNull(prec)) {
+    if (!cJSON_IsString(prec) || (strcmp(prec->valuestring, "exact") && strcmp(prec->valuestring, "fast"))) {
+      api_error_set(e, 400, "invalid_request_error", "invalid_value", "precision",
+                    "'precision' must be \"exact\" or \"fast\"");
+      goto fail;
+    }
+    if (lim->vision_precision && strcmp(prec->valuestring, lim->vision_precision)) {
+      api_error_set(e, 400, "invalid_request_error", "unsupported_value", "precision",
+                    "precision \"%s\" is not available: this server's vision tower is loaded in the \"%s\" tier "
+                    "(start it with --precision %s to serve that tier)",
+                    prec->valuestring, lim->vision_precision, prec->valuestring);
+      goto fail;
+    }
+  }
+
   out->min_pixels = lim->default_min_pixels;
   out->max_pixels = lim->default_max_pixels;
   if (!get_int(root, "max_pixels", 1024, (double)lim->max_pixels, &out->max_pixels, e) ||
@@ -519,6 +536,8 @@ static void add_usage(cJSON *o, const api_result *r) {
   cJSON_AddBoolToObject(t, "prefix_cache_hit", r->cached_prompt_tokens > 0);
   cJSON_AddNumberToObject(t, "cached_prompt_tokens", (double)r->cached_prompt_tokens);
   cJSON_AddNumberToObject(t, "queue_ms", r->t.queue_ms);
+  cJSON_AddNumberToObject(t, "prompt_ms", r->t.prompt_ms);
+  cJSON_AddNumberToObject(t, "setup_ms", r->t.setup_ms);
   cJSON_AddNumberToObject(t, "preprocess_ms", r->t.preprocess_ms);
   cJSON_AddNumberToObject(t, "vision_ms", r->t.vision_ms);
   cJSON_AddNumberToObject(t, "prefill_ms", r->t.prefill_ms);

@@ -11,15 +11,21 @@ static qvl_status metric(buf *b, const char *name, const char *type, const char 
   return buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
-/* counts[i] are cumulative counts of requests <= bounds_ms[i]; counts[n] is the total (+Inf). */
-static qvl_status histogram(buf *b, const char *name, const char *help, const double *bounds_ms,
-                            const uint64_t *counts, int n, double sum_ms) {
+/* counts[i] are cumulative counts of observations <= bounds[i] / unit; counts[n] is the total (+Inf).
+ * unit converts the engine's values to the series' unit (1e3: milliseconds to seconds). */
+static qvl_status histogram_in(buf *b, const char *name, const char *help, const double *bounds,
+                               const uint64_t *counts, int n, double sum, double unit) {
   QVL_TRY(buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name));
   for (int i = 0; i < n; i++)
-    QVL_TRY(buf_printf(b, "%s_bucket{le=\"%.6g\"} %llu\n", name, bounds_ms[i] / 1e3, (unsigned long long)counts[i]));
+    QVL_TRY(buf_printf(b, "%s_bucket{le=\"%.6g\"} %llu\n", name, bounds[i] / unit, (unsigned long long)counts[i]));
   QVL_TRY(buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)counts[n]));
-  QVL_TRY(buf_printf(b, "%s_sum %.17g\n", name, sum_ms / 1e3));
+  QVL_TRY(buf_printf(b, "%s_sum %.17g\n", name, sum / unit));
   return buf_printf(b, "%s_count %llu\n", name, (unsigned long long)counts[n]);
+}
+
+static qvl_status histogram(buf *b, const char *name, const char *help, const double *bounds_ms,
+                            const uint64_t *counts, int n, double sum_ms) {
+  return histogram_in(b, name, help, bounds_ms, counts, n, sum_ms, 1e3);
 }
 
 qvl_status metrics_format(buf *b, const engine_stats *st, const metrics_server *s) {
@@ -29,6 +35,8 @@ qvl_status metrics_format(buf *b, const engine_stats *st, const metrics_server *
     /* the engine's bucket bounds are unknown before it runs; a plain ladder keeps the series stable */
     static const double bounds[ENGINE_HIST_BUCKETS] = {50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 120000, 300000};
     memcpy(zero.hist_bounds_ms, bounds, sizeof bounds);
+    static const double tok[ENGINE_HIST_BUCKETS] = {16, 64, 128, 256, 512, 768, 1024, 1536, 2048, 4096, 8192, 16384};
+    memcpy(zero.img_tok_bounds, tok, sizeof tok);
     st = &zero;
   }
   QVL_TRY(metric(b, "qvl_model_loaded", "gauge", "1 once the model is loaded and requests are served", s->loaded));
@@ -59,6 +67,10 @@ qvl_status metrics_format(buf *b, const engine_stats *st, const metrics_server *
                     ENGINE_HIST_BUCKETS, st->ttft_sum_ms));
   QVL_TRY(histogram(b, "qvl_request_latency_seconds", "Time from request to last token", st->hist_bounds_ms,
                     st->latency_hist, ENGINE_HIST_BUCKETS, st->latency_sum_ms));
+  QVL_TRY(histogram(b, "qvl_vision_encode_seconds", "Vision-tower time of each image it encoded (cache misses)",
+                    st->hist_bounds_ms, st->vision_hist, ENGINE_HIST_BUCKETS, st->vision_sum_ms));
+  QVL_TRY(histogram_in(b, "qvl_image_tokens", "LLM tokens of each image of a finished request", st->img_tok_bounds,
+                       st->img_tok_hist, ENGINE_HIST_BUCKETS, st->img_tok_sum, 1));
   QVL_TRY(buf_printf(b, "# HELP qvl_http_responses_total HTTP responses by status class\n"
                         "# TYPE qvl_http_responses_total counter\n"));
   for (int c = 1; c <= 5; c++)

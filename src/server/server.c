@@ -572,6 +572,7 @@ static void fill_limits(server *s, api_limits *lim) {
   lim->model_ids = (const char *const *)s->model_ids;
   lim->n_model_ids = s->n_model_ids;
   lim->sampling = s->be.sampling;
+  lim->vision_precision = s->be.vision_precision;
 }
 
 /* The stop check of a request's pre-processing (image fetch/decode, tokenizing, budget waits), on

@@ -36,6 +36,9 @@ typedef struct server_backend {
   void *ctx;
   const sampler_params *sampling; /* the model's recommended sampling (vlm.sampling; must outlive
                                    * the server); NULL: Qwen3-VL's */
+  /* Tier the vision tower was prepared in ("exact" / "fast"), NULL without a tower: a request's
+   * "precision" must name it (the tower keeps one prepared copy of its weights, docs/API.md). */
+  const char *vision_precision;
 } server_backend;
 
 typedef struct server server;

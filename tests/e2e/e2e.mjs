@@ -93,11 +93,21 @@ test("image cache and prefix cache", async () => {
   const m1 = await metrics(A);
   check(m1.qvl_image_cache_misses_total === m0.qvl_image_cache_misses_total + 1, "first sight of an image: a miss", [m0.qvl_image_cache_misses_total, m1.qvl_image_cache_misses_total]);
   check(r1.timings.image_cache_hit === false, "timings: no image cache hit the first time");
+  // the encode lands in the vision-encode histogram, its tokens in the image-token one
+  check(m1.qvl_vision_encode_seconds_count === m0.qvl_vision_encode_seconds_count + 1 &&
+    m1.qvl_vision_encode_seconds_sum > m0.qvl_vision_encode_seconds_sum, "vision-encode histogram moved by one encode",
+    [m0.qvl_vision_encode_seconds_count, m1.qvl_vision_encode_seconds_count, m0.qvl_vision_encode_seconds_sum, m1.qvl_vision_encode_seconds_sum]);
+  check(m1.qvl_image_tokens_count === m0.qvl_image_tokens_count + 1 &&
+    m1.qvl_image_tokens_sum - m0.qvl_image_tokens_sum === r1.timings.image_tokens && r1.timings.image_tokens > 0,
+    "image-token histogram counts the image's tokens", [m0.qvl_image_tokens_sum, m1.qvl_image_tokens_sum, r1.timings.image_tokens]);
   // the same image with another question: the vision tower is skipped
   const r2 = await client(A).chat.completions.create({ model: MODEL_ID, messages: [userMsg("Any people in it?", img)], max_tokens: 8, temperature: 0 });
   const m2 = await metrics(A);
   check(m2.qvl_image_cache_hits_total === m1.qvl_image_cache_hits_total + 1, "same image again: a hit", [m1.qvl_image_cache_hits_total, m2.qvl_image_cache_hits_total]);
   check(r2.timings.image_cache_hit === true, "timings.image_cache_hit", r2.timings);
+  check(m2.qvl_vision_encode_seconds_count === m1.qvl_vision_encode_seconds_count &&
+    m2.qvl_image_tokens_count === m1.qvl_image_tokens_count + 1, "a cached image: no encode, its tokens counted",
+    [m1.qvl_vision_encode_seconds_count, m2.qvl_vision_encode_seconds_count, m1.qvl_image_tokens_count, m2.qvl_image_tokens_count]);
   // a follow-up turn reuses the conversation's KV
   const turn2 = [...turn1, { role: "assistant", content: r1.choices[0].message.content }, { role: "user", content: "And the colors?" }];
   const r3 = await client(A).chat.completions.create({ model: MODEL_ID, messages: turn2, max_tokens: 8, temperature: 0 });
@@ -127,6 +137,14 @@ test("errors (curl)", async () => {
   check(r.status === 400 && errorOf(r)?.code === "too_many_images", "three images over --max-images 2 -> 400", r);
   r = await curl([A.base + "/v1/chat/completions"]);
   check(r.status === 405 && /allow: POST/i.test(r.headers) && errorOf(r)?.type === "invalid_request_error", "GET chat -> 405", r);
+  // precision: the tier the tower was loaded in is served, the other one is refused naming it
+  const tiers = [];
+  for (const p of ["exact", "fast"]) tiers.push(await postJson(A, "/v1/chat/completions", { messages: msgs, max_tokens: 2, precision: p }));
+  const other = tiers.find((t) => t.status === 400);
+  check(tiers.filter((t) => t.status === 200).length === 1 && other && errorOf(other)?.param === "precision" &&
+    /loaded in the "(exact|fast)" tier/.test(errorOf(other)?.message), "precision: loaded tier 200, other 400", tiers.map((t) => [t.status, t.body.slice(0, 200)]));
+  r = await postJson(A, "/v1/chat/completions", { messages: msgs, precision: "turbo" });
+  check(r.status === 400 && errorOf(r)?.param === "precision", "precision turbo -> 400", r);
   r = await curl([A.base + "/v1/unknown"]);
   check(r.status === 404 && errorOf(r), "unknown endpoint -> 404", r);
   // context overflow: a prompt longer than --ctx
@@ -193,7 +211,7 @@ test("metrics", async () => {
   const text = await (await fetch(A.base + "/metrics")).text();
   for (const name of ["qvl_queue_length", "qvl_running_sequences", "qvl_ttft_seconds_bucket", "qvl_request_latency_seconds_count",
     "qvl_decode_tokens_per_second", "qvl_image_cache_hits_total", "qvl_image_cache_misses_total", "qvl_prefix_cache_hits_total",
-    "qvl_prefix_cache_misses_total", "qvl_kv_cache_used_bytes", "qvl_kv_cache_total_bytes", "qvl_process_resident_memory_bytes", "qvl_generated_tokens_total"])
+    "qvl_prefix_cache_misses_total", "qvl_vision_encode_seconds_bucket", "qvl_image_tokens_bucket", "qvl_kv_cache_used_bytes", "qvl_kv_cache_total_bytes", "qvl_process_resident_memory_bytes", "qvl_generated_tokens_total"])
     check(text.includes("\n" + name) || text.startsWith(name), `metric ${name}`);
   const m = await metrics(A);
   check(m.qvl_process_resident_memory_bytes > 1e6, "RSS", m.qvl_process_resident_memory_bytes);

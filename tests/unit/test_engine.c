@@ -466,6 +466,47 @@ static void test_image_cache(const vlm *m) {
   cJSON_Delete(q2);
 }
 
+/* known_image for the test: announces what *user says (a real image's key, or a wrong one). */
+static bool known_as(void *user, uint64_t bytes_key, vlm_known_image *out) {
+  (void)bytes_key;
+  *out = *(const vlm_known_image *)user;
+  return true;
+}
+
+/* A file the caller already holds is not decoded at submit; decoding its kept bytes later gives the
+ * same pixels as the normal path, and bytes that do not match what was announced are refused. */
+static void test_known_image(const vlm *m) {
+  cJSON *q = conv1(IMG("rgb_333x250.png"), "What is in this image?");
+  vlm_prompt_opts o = prompt_opts();
+  o.defer_vision = true;
+  vlm_prompt ref = {0}, p = {0}, bad = {0};
+  CHECK(vlm_prompt_build(m, q, &o, &ref) == QVL_OK && ref.n_images == 1, "normal build: %s", qvl_last_error());
+  vlm_image *ri = &ref.images[0];
+  CHECK(ri->bytes_key != 0 && ri->patches.pixel_values && !ri->encoded.data, "normal build decodes, keeps no bytes");
+  vlm_known_image k = {ri->hash, ri->grid_t, ri->grid_h, ri->grid_w, ri->n_tokens};
+  o.known_image = known_as;
+  o.known_user = &k;
+  CHECK(vlm_prompt_build(m, q, &o, &p) == QVL_OK && p.n_images == 1, "known build: %s", qvl_last_error());
+  vlm_image *pi = &p.images[0];
+  CHECK(!pi->patches.pixel_values && pi->encoded.data && pi->hash == ri->hash && pi->bytes_key == ri->bytes_key &&
+            p.n == ref.n && memcmp(p.ids, ref.ids, sizeof *p.ids * (size_t)p.n) == 0,
+        "known build: no decode, bytes kept, same prompt");
+  CHECK(vlm_image_decode_deferred(&o, pi, 0) == QVL_OK && pi->patches.pixel_values && !pi->encoded.data,
+        "deferred decode: %s", qvl_last_error());
+  size_t n = (size_t)ri->patches.n_patches * IMAGE_PATCH_DIM;
+  CHECK(pi->patches.n_patches == ri->patches.n_patches &&
+            memcmp(pi->patches.pixel_values, ri->patches.pixel_values, n * sizeof(float)) == 0,
+        "deferred decode gives the same pixel values");
+  k.hash ^= 1; /* a key that lies */
+  CHECK(vlm_prompt_build(m, q, &o, &bad) == QVL_OK, "build: %s", qvl_last_error());
+  CHECK(vlm_image_decode_deferred(&o, &bad.images[0], 0) != QVL_OK && !bad.images[0].patches.pixel_values,
+        "bytes of another image than announced: refused");
+  vlm_prompt_free(&ref);
+  vlm_prompt_free(&p);
+  vlm_prompt_free(&bad);
+  cJSON_Delete(q);
+}
+
 static void test_prefix_cache(const vlm *m) {
   engine_config c = small_config();
   engine *e = NULL;
@@ -714,6 +755,20 @@ static void test_caches_unit(void) {
   CHECK(!image_cache_get(ic, 2, 1, 4, 8, nt, d, 1, out, out + 32, 32), "LRU evicted");
   CHECK(image_cache_get(ic, 1, 1, 4, 8, nt, d, 1, out, out + 32, 32), "recently used kept");
   CHECK(image_cache_bytes(ic) <= 2 * (entry - 256) + 200, "within the cap");
+  /* files by their encoded bytes: known once noted for a cached image, forgotten with it */
+  uint64_t fh = 0;
+  int gt = 0, gh = 0, gw = 0;
+  int64_t fnt = 0;
+  CHECK(!image_cache_find_encoded(ic, 77, &fh, &gt, &gh, &gw, &fnt), "unknown file");
+  image_cache_note_encoded(ic, 1, 77);
+  CHECK(image_cache_find_encoded(ic, 77, &fh, &gt, &gh, &gw, &fnt) && fh == 1 && gt == 1 && gh == 4 && gw == 8 &&
+            fnt == nt,
+        "file known after note (hash %llu grid %d %d %d nt %lld)", (unsigned long long)fh, gt, gh, gw, (long long)fnt);
+  image_cache_note_encoded(ic, 2, 78); /* image 2 was evicted: nothing to attach the file to */
+  CHECK(!image_cache_find_encoded(ic, 78, &fh, &gt, &gh, &gw, &fnt), "file of an uncached image unknown");
+  image_cache_put(ic, 4, 1, 4, 8, nt, d, 1, a, a + 32, 32); /* evicts 3 */
+  image_cache_put(ic, 5, 1, 4, 8, nt, d, 1, a, a + 32, 32); /* evicts 1 */
+  CHECK(!image_cache_find_encoded(ic, 77, &fh, &gt, &gh, &gw, &fnt), "an evicted image forgets its files");
   image_cache_free(ic);
 
   prefix_cache *pc;
@@ -813,6 +868,7 @@ int main(void) {
     test_decoder_work(m);
     test_concurrent_equals_solo(m);
     test_image_cache(m);
+    test_known_image(m);
     test_prefix_cache(m);
     test_backpressure(m);
     test_timeout_and_stop(m);

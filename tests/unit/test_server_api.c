@@ -195,7 +195,32 @@ static void test_parse_errors(void) {
   E("\"max_pixels\":100", 400, "max_pixels", NULL);
   E("\"max_pixels\":999999999", 400, "max_pixels", NULL);
   E("\"min_pixels\":500000,\"max_pixels\":100000", 400, "min_pixels", "larger than max_pixels");
+  E("\"precision\":\"turbo\"", 400, "precision", "\"exact\" or \"fast\"");
+  E("\"precision\":1", 400, "precision", "\"exact\" or \"fast\"");
 #undef E
+  /* precision: the loaded tier is served, the other one is refused naming the loaded one */
+  {
+    api_limits pl = limits();
+    pl.vision_precision = "fast";
+    const char *bodies[] = {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"precision\":\"fast\"}",
+                            "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"precision\":\"exact\"}"};
+    api_chat_request pr;
+    api_error pe;
+    bool ok = api_chat_parse(bodies[0], strlen(bodies[0]), &pl, &pr, &pe);
+    CHECK(ok, "precision = the loaded tier accepted: %s", ok ? "" : pe.message);
+    if (ok)
+      api_chat_request_free(&pr);
+    ok = api_chat_parse(bodies[1], strlen(bodies[1]), &pl, &pr, &pe);
+    CHECK(!ok && pe.http == 400 && !strcmp(pe.param, "precision") && strstr(pe.message, "loaded in the \"fast\" tier"),
+          "precision other than the loaded tier: 400 naming it (%s)", ok ? "accepted" : pe.message);
+    if (ok)
+      api_chat_request_free(&pr);
+    pl.vision_precision = NULL; /* no tower: either tier is harmless */
+    ok = api_chat_parse(bodies[1], strlen(bodies[1]), &pl, &pr, &pe);
+    CHECK(ok, "precision without a tower accepted");
+    if (ok)
+      api_chat_request_free(&pr);
+  }
   /* nesting beyond the cap */
   char deep[1024];
   size_t n = 0;
@@ -437,6 +462,15 @@ static void test_metrics(void) {
   }
   st.ttft_hist[ENGINE_HIST_BUCKETS] = 20;
   st.ttft_sum_ms = 1500;
+  for (int i = 0; i < ENGINE_HIST_BUCKETS; i++) {
+    st.img_tok_bounds[i] = 64.0 * (i + 1);
+    st.img_tok_hist[i] = i >= 11 ? 2 : i >= 2 ? 1 : 0; /* one image of 150 tokens, one of 700 */
+    st.vision_hist[i] = i >= 4 ? 1 : 0;                 /* one encode of 500 ms */
+  }
+  st.img_tok_hist[ENGINE_HIST_BUCKETS] = 2;
+  st.img_tok_sum = 850;
+  st.vision_hist[ENGINE_HIST_BUCKETS] = 1;
+  st.vision_sum_ms = 500;
   metrics_server ms;
   memset(&ms, 0, sizeof ms);
   ms.loaded = true;
@@ -451,7 +485,13 @@ static void test_metrics(void) {
                         "qvl_ttft_seconds_bucket{le=\"+Inf\"} 20\n", "qvl_ttft_seconds_sum 1.5\n",
                         "qvl_ttft_seconds_count 20\n", "# TYPE qvl_ttft_seconds histogram\n",
                         "qvl_http_responses_total{code=\"2xx\"} 9\n", "qvl_model_loaded 1\n",
-                        "# TYPE qvl_image_cache_hits_total counter\n", "qvl_process_resident_memory_bytes "};
+                        "# TYPE qvl_image_cache_hits_total counter\n", "qvl_process_resident_memory_bytes ",
+                        "# TYPE qvl_vision_encode_seconds histogram\n", "qvl_vision_encode_seconds_bucket{le=\"0.4\"} 0\n",
+                        "qvl_vision_encode_seconds_bucket{le=\"0.5\"} 1\n", "qvl_vision_encode_seconds_sum 0.5\n",
+                        "qvl_vision_encode_seconds_count 1\n", "# TYPE qvl_image_tokens histogram\n",
+                        "qvl_image_tokens_bucket{le=\"128\"} 0\n", "qvl_image_tokens_bucket{le=\"192\"} 1\n",
+                        "qvl_image_tokens_bucket{le=\"768\"} 2\n", "qvl_image_tokens_bucket{le=\"+Inf\"} 2\n",
+                        "qvl_image_tokens_sum 850\n", "qvl_image_tokens_count 2\n"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
     CHECK(b.data && strstr(b.data, want[i]), "metrics lack '%s'", want[i]);
   /* every non-comment line is "name[{labels}] value" */

@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "base/timing.h"
 #include "api/tools/bench_constrained.h"
+#include "api/tools/bench_gap.h"
 #include "api/tools/bench_image.h"
 #include "engine/generate.h"
 #include "engine/vlm.h"
@@ -442,18 +443,23 @@ qvl_status qvl_bench(const qvl_bench_opts *opts) {
     vlm_free(m);
     return st;
   }
-  st = bench_images(m, &o, out);
-  if (st == QVL_OK && o.n_decode_at > 0)
-    st = bench_decode_at(m, &o, out);
-  if (st == QVL_OK)
-    st = bench_prefill_decode(m, &o, out);
-  if (st == QVL_OK && m->vision && !o.skip_vision)
-    st = bench_ttft(m, out);
-  if (st == QVL_OK)
-    st = bench_batch(m, &o, out);
-  if (st == QVL_OK && o.constrained) {
-    static const int sizes[2] = {1, 8};
-    st = bench_constrained(m, sizes, 2, o.n_batch_steps, out);
+  if (o.stream_gap) { /* only this row: it costs two encodes of the image */
+    st = m->vision ? bench_stream_gap(m, out)
+                   : qvl_errorf(QVL_ERR_INVALID_ARG, "--stream-gap needs a vision tower (--mmproj)");
+  } else {
+    st = bench_images(m, &o, out);
+    if (st == QVL_OK && o.n_decode_at > 0)
+      st = bench_decode_at(m, &o, out);
+    if (st == QVL_OK)
+      st = bench_prefill_decode(m, &o, out);
+    if (st == QVL_OK && m->vision && !o.skip_vision)
+      st = bench_ttft(m, out);
+    if (st == QVL_OK)
+      st = bench_batch(m, &o, out);
+    if (st == QVL_OK && o.constrained) {
+      static const int sizes[2] = {1, 8};
+      st = bench_constrained(m, sizes, 2, o.n_batch_steps, out);
+    }
   }
   cJSON_AddNumberToObject(out, "peak_rss_mb", peak_rss_mb());
   if (o.json) {
