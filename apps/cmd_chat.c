@@ -22,6 +22,7 @@
 
 #include <editline/readline.h>
 
+#include "answer.h"
 #include "args.h"
 #include "gen_args.h"
 #include "commands.h"
@@ -53,20 +54,7 @@ static void chat_usage(FILE *f) {
           (long long)qvl_default_max_pixels());
 }
 
-/* ---- one answer: engine callbacks (engine thread) and the wait for them (main thread) -------- */
-
-typedef struct answer {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool done;
-  char *text;              /* the whole answer (as far as it got) */
-  size_t text_len;
-  qvl_status status;
-  qvl_finish finish;
-  qvl_usage usage;
-  qvl_timings t;
-  char error[512];
-} answer;
+/* ---- Ctrl-C and the streamed text (the answer itself: answer.h) ------------------------------ */
 
 static atomic_bool g_interrupted;
 
@@ -80,50 +68,6 @@ static bool on_text(void *user, const char *text, size_t len) {
   fwrite(text, 1, len, stdout);
   fflush(stdout);
   return true;
-}
-
-static void on_done(void *user, const qvl_result *r) {
-  answer *a = user;
-  pthread_mutex_lock(&a->mu);
-  const char *text = qvl_result_text(r, &a->text_len);
-  if ((a->text = malloc(a->text_len + 1))) {
-    memcpy(a->text, text, a->text_len);
-    a->text[a->text_len] = '\0';
-  } else {
-    a->text_len = 0;
-  }
-  a->status = qvl_result_status(r);
-  a->finish = qvl_result_finish(r);
-  qvl_result_usage(r, &a->usage);
-  qvl_result_timings(r, &a->t);
-  snprintf(a->error, sizeof a->error, "%s", qvl_result_error(r));
-  a->done = true;
-  pthread_cond_signal(&a->cv);
-  pthread_mutex_unlock(&a->mu);
-}
-
-/* Waits for the answer; a Ctrl-C meanwhile cancels it. */
-static void wait_answer(qvl_engine *e, uint64_t id, answer *a) {
-  bool cancelled = false;
-  pthread_mutex_lock(&a->mu);
-  while (!a->done) {
-    if (!cancelled && atomic_exchange(&g_interrupted, false)) {
-      cancelled = true;
-      pthread_mutex_unlock(&a->mu);
-      qvl_engine_cancel(e, id);
-      pthread_mutex_lock(&a->mu);
-      continue;
-    }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 20 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&a->cv, &a->mu, &ts);
-  }
-  pthread_mutex_unlock(&a->mu);
 }
 
 /* ---- the conversation ----------------------------------------------------------------------- */
@@ -233,9 +177,7 @@ static void turn(chat *c, const char *text, bool tty) {
   cJSON_AddItemToArray(c->msgs, u);
 
   answer a;
-  memset(&a, 0, sizeof a);
-  pthread_mutex_init(&a.mu, NULL);
-  pthread_cond_init(&a.cv, NULL);
+  answer_init(&a);
   qvl_request *rq = NULL;
   char *js = cJSON_PrintUnformatted(c->msgs);
   qvl_status s = js ? qvl_request_new(&rq) : QVL_ERR_NOMEM;
@@ -248,7 +190,7 @@ static void turn(chat *c, const char *text, bool tty) {
     qvl_request_allow_files(rq, true); /* the user's own files */
     qvl_request_set_pixels(rq, c->min_px, c->max_px);
     qvl_request_set_trim_history(rq, true);
-    qvl_request_set_callbacks(rq, on_text, on_done, &a);
+    qvl_request_set_callbacks(rq, on_text, answer_on_done, &a);
   }
   uint64_t id = 0;
   if (s == QVL_OK)
@@ -261,7 +203,7 @@ static void turn(chat *c, const char *text, bool tty) {
     for (int i = 0; i < c->n_pending; i++)
       free(c->pending[i]);
     c->n_pending = 0;
-    wait_answer(c->e, id, &a);
+    answer_wait(&a, c->e, id, &g_interrupted);
     bool stopped = a.finish == QVL_FINISH_CANCELLED;
     if (a.status != QVL_OK && !stopped)
       fprintf(stderr, "%sqvl chat: %s\n", a.text_len ? "\n" : "", a.error[0] ? a.error : qvl_status_text(a.status));
@@ -290,9 +232,7 @@ static void turn(chat *c, const char *text, bool tty) {
     c->last_prompt = us->prompt_tokens;
     c->last_cached = us->cached_prompt_tokens;
   }
-  free(a.text);
-  pthread_mutex_destroy(&a.mu);
-  pthread_cond_destroy(&a.cv);
+  answer_free(&a);
 }
 
 /* Handles a line; false to leave. */

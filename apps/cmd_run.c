@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "answer.h"
 #include "args.h"
 #include "gen_args.h"
 #include "commands.h"
@@ -60,52 +61,11 @@ static char *read_stdin(void) {
   return p;
 }
 
-/* What on_done left for the main thread. */
-typedef struct run_answer {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool done, stream;
-  qvl_status status;
-  char error[512];
-  qvl_finish finish;
-  char *text;
-  int32_t *ids;
-  int64_t n_ids;
-  qvl_usage usage;
-  qvl_timings t;
-} run_answer;
-
 static bool on_text(void *user, const char *text, size_t len) {
-  run_answer *a = user;
-  if (a->stream) {
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
-  }
+  (void)user;
+  fwrite(text, 1, len, stdout);
+  fflush(stdout);
   return true;
-}
-
-static void on_done(void *user, const qvl_result *r) {
-  run_answer *a = user;
-  pthread_mutex_lock(&a->mu);
-  a->status = qvl_result_status(r);
-  snprintf(a->error, sizeof a->error, "%s", qvl_result_error(r));
-  a->finish = qvl_result_finish(r);
-  size_t len;
-  const char *text = qvl_result_text(r, &len);
-  if ((a->text = malloc(len + 1))) {
-    memcpy(a->text, text, len);
-    a->text[len] = '\0';
-  }
-  const int32_t *ids = qvl_result_ids(r, &a->n_ids);
-  if (a->n_ids > 0 && (a->ids = malloc((size_t)a->n_ids * sizeof *ids)))
-    memcpy(a->ids, ids, (size_t)a->n_ids * sizeof *ids);
-  else
-    a->n_ids = 0;
-  qvl_result_usage(r, &a->usage);
-  qvl_result_timings(r, &a->t);
-  a->done = true;
-  pthread_cond_signal(&a->cv);
-  pthread_mutex_unlock(&a->mu);
 }
 
 /* The stop reason as `qvl run --json` has always named it. */
@@ -118,7 +78,7 @@ static const char *stop_reason(qvl_finish f) {
   }
 }
 
-static void print_json(const run_answer *a) {
+static void print_json(const answer *a) {
   const qvl_usage *u = &a->usage;
   const qvl_timings *t = &a->t;
   cJSON *o = cJSON_CreateObject();
@@ -186,17 +146,14 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
     qvl_model_free(m);
     return report_error("starting the engine", s);
   }
-  run_answer a;
-  memset(&a, 0, sizeof a);
-  pthread_mutex_init(&a.mu, NULL);
-  pthread_cond_init(&a.cv, NULL);
-  a.stream = !json;
+  answer a;
+  answer_init(&a);
   qvl_request *rq = NULL;
   s = qvl_request_new(&rq);
   if (s == QVL_OK)
     s = build_request(rq, m, raw, system, prompt, images, n_images, g, min_px, max_px);
   if (s == QVL_OK) {
-    qvl_request_set_callbacks(rq, on_text, on_done, &a);
+    qvl_request_set_callbacks(rq, json ? NULL : on_text, answer_on_done, &a);
     s = qvl_engine_submit(e, rq, NULL);
   }
   qvl_request_free(rq);
@@ -204,10 +161,7 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
   if (s != QVL_OK) {
     rc = report_error("building the prompt", s);
   } else {
-    pthread_mutex_lock(&a.mu);
-    while (!a.done)
-      pthread_cond_wait(&a.cv, &a.mu);
-    pthread_mutex_unlock(&a.mu);
+    answer_wait(&a, e, 0, NULL);
     if (json)
       print_json(&a);
     else if (a.status == QVL_OK)
@@ -218,10 +172,7 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
       rc = 1;
     }
   }
-  free(a.text);
-  free(a.ids);
-  pthread_mutex_destroy(&a.mu);
-  pthread_cond_destroy(&a.cv);
+  answer_free(&a);
   qvl_engine_stop(e, false);
   qvl_model_free(m);
   return rc;

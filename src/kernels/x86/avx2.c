@@ -438,24 +438,5 @@ void kn_avx2_override(kn_ops *ops) {
 
 #else
 #include "kernels/kernels_impl.h"
-static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
-  if (a->head_dim % 8 != 0)
-    kn_ops_ref.attention(a, h, q0, q1, thread);
-  else if (a->k16)
-    attention8(a, h, q0, q1, thread, true);
-  else
-    attention8(a, h, q0, q1, thread, false);
-}
-
-/* Round to nearest even (_MM_FROUND_TO_NEAREST_INT), bit-identical to the reference. */
-static void avx2_to_f16(const float *x, uint16_t *y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
-  if (i < n)
-    kn_ops_ref.to_f16(x + i, y + i, n - i);
-}
-
-void kn_avx2_override(kn_ops *ops) {
-  ops->to_f16 = avx2_to_f16; (void)ops; }
+void kn_avx2_override(kn_ops *ops) { (void)ops; }
 #endif

@@ -1461,56 +1461,5 @@ void kn_avx512_override(kn_ops *ops) {
 
 #else
 #include "kernels/kernels_impl.h"
-/* Peak probe: 16 independent accumulators per kind (enough to cover the latency of each
- * instruction at two per cycle); the asm barrier keeps the compiler from folding the loop. */
-static double avx512_peak_loop(kn_peak_kind kind, int64_t iters) {
-  __m512 f[16];
-  __m512i q[16];
-  for (int i = 0; i < 16; i++) {
-    f[i] = _mm512_set1_ps(1e-3f * (float)i);
-    q[i] = _mm512_set1_epi32(i);
-  }
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-7f);
-  const __m512i qa = _mm512_set1_epi8(3), qb = _mm512_set1_epi8(-2);
-  const __m512bh ba = (__m512bh)_mm512_set1_epi16(0x3f80), bb = (__m512bh)_mm512_set1_epi16(0x3380);
-  if (kind == KN_PEAK_F32_FMA)
-    for (int64_t it = 0; it < iters; it++) {
-      UNROLL
-      for (int i = 0; i < 16; i++)
-        f[i] = _mm512_fmadd_ps(f[i], a, b);
-      __asm__ volatile("" : "+v"(f[0]));
-    }
-  else if (kind == KN_PEAK_BF16_DOT)
-    for (int64_t it = 0; it < iters; it++) {
-      UNROLL
-      for (int i = 0; i < 16; i++)
-        f[i] = _mm512_dpbf16_ps(f[i], ba, bb);
-      __asm__ volatile("" : "+v"(f[0]));
-    }
-  else
-    for (int64_t it = 0; it < iters; it++) {
-      UNROLL
-      for (int i = 0; i < 16; i++)
-        q[i] = _mm512_dpbusd_epi32(q[i], qa, qb);
-      __asm__ volatile("" : "+v"(q[0]));
-    }
-  float sf[16];
-  int32_t sq[16];
-  __m512 fs = _mm512_setzero_ps();
-  __m512i qs = _mm512_setzero_si512();
-  for (int i = 0; i < 16; i++) {
-    fs = _mm512_add_ps(fs, f[i]);
-    qs = _mm512_add_epi32(qs, q[i]);
-  }
-  _mm512_storeu_ps(sf, fs);
-  _mm512_storeu_si512(sq, qs);
-  volatile float sink = sf[0] + (float)sq[0];
-  (void)sink;
-  /* per instruction: 16 lanes x (1 FMA | 2 bf16 MACs | 4 int8 MACs), 2 operations per MAC */
-  double per = kind == KN_PEAK_F32_FMA ? 32 : kind == KN_PEAK_BF16_DOT ? 64 : 128;
-  return (double)iters * 16 * per;
-}
-
-void kn_avx512_override(kn_ops *ops) {
-  ops->peak_loop = avx512_peak_loop; (void)ops; }
+void kn_avx512_override(kn_ops *ops) { (void)ops; }
 #endif
