@@ -4,7 +4,7 @@
  * GFLOP/s (or GOP/s) against the machine peaks given on the command line.
  *
  *   build/rel/bench/kernels_bench [--isa ref|avx2|avx512] [--threads N] [--types q8_0,q4_0,...]
- *                                 [--only gemv,gemm,vision,tower,prefill,attn,kvattn] [--time S]
+ *                                 [--only gemv,gemm,short,vision,tower,prefill,attn,kvattn] [--time S]
  *                                 [--no-lmhead] [--precision exact|fast] [--peaks S]
  * (tower and prefill run only when named in --only.)
  *
@@ -272,7 +272,7 @@ int main(int argc, char **argv) {
     }
     else {
       fprintf(stderr, "usage: %s [--isa ref|avx2|avx512] [--threads N] [--types q8_0,...] "
-                      "[--only gemv,gemm,vision,tower,prefill,attn,kvattn] [--time S] [--no-lmhead] "
+                      "[--only gemv,gemm,short,vision,tower,prefill,attn,kvattn] [--time S] [--no-lmhead] "
                       "[--precision exact|fast] [--peaks S]\n", argv[0]);
       return 2;
     }
@@ -310,6 +310,11 @@ int main(int argc, char **argv) {
       if (lmhead && t != QVL_DTYPE_F32)
         bench_matmul("gemv", t, 2048, 151936, 1, true);
     }
+    /* a short prefill (a follow-up turn, the tail of a cached prompt): a few tokens on weights from
+     * DRAM; it should cost about one pass over the weights, like a gemv */
+    if (only && listed(only, "short"))
+      for (int64_t n = 2; n <= 16; n *= 2)
+        bench_matmul("short", t, 2048, 6144, n, true);
     if (listed(only, "gemm")) {
       bench_matmul("gemm", t, 2048, 2048, 512, false);
       bench_matmul("gemm", t, 2048, 6144, 512, false);
