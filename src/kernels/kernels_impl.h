@@ -73,6 +73,11 @@ typedef struct kn_attn {
   size_t kv_prep_block_bytes;
 } kn_attn;
 
+/* The keys query row i sees: all n_kv, or with causal_base >= 0 the first causal_base + i + 1. */
+static inline int64_t kn_attn_keys(const kn_attn *a, int64_t i) {
+  return a->causal_base >= 0 && a->causal_base + i + 1 < a->n_kv ? a->causal_base + i + 1 : a->n_kv;
+}
+
 typedef struct kn_ops {
   const char *name;
   /* May set w->packed / w->layout (owned by w, freed with free()). */

@@ -149,9 +149,7 @@ static void ref_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int t
   float *kf = (float *)(acc + hd), *vf = kf + hd; /* one F16 key / value row, widened */
   for (int64_t i = q0; i < q1; i++) {
     const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
-    int64_t n_keys = a->n_kv;
-    if (a->causal_base >= 0 && a->causal_base + i + 1 < n_keys)
-      n_keys = a->causal_base + i + 1;
+    int64_t n_keys = kn_attn_keys(a, i);
     double m = -INFINITY, l = 0.0;
     for (int d = 0; d < hd; d++)
       acc[d] = 0.0;

@@ -369,9 +369,7 @@ INLINE void attention8(const kn_attn *a, int h, int64_t q0, int64_t q1, int thre
   float *acc = kn_scratch(thread, (size_t)hd * sizeof(float) * 2);
   float *qs = acc + hd;
   for (int64_t i = q0; i < q1; i++) {
-    int64_t n_keys = a->n_kv;
-    if (a->causal_base >= 0 && a->causal_base + i + 1 < n_keys)
-      n_keys = a->causal_base + i + 1;
+    int64_t n_keys = kn_attn_keys(a, i);
     const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
     for (int d = 0; d < hd; d++) {
       qs[d] = q[d] * a->scale;

@@ -907,9 +907,7 @@ INLINE void attn_tile(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *
   for (int r = 0; r < nq; r++) {
     int64_t i = ROW_I(i0 + r);
     int h = ROW_H(i0 + r);
-    nk[r] = a->n_kv;
-    if (a->causal_base >= 0 && a->causal_base + i + 1 < nk[r])
-      nk[r] = a->causal_base + i + 1;
+    nk[r] = kn_attn_keys(a, i);
     kmax = nk[r] > kmax ? nk[r] : kmax;
     const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
     __m512 sc = _mm512_set1_ps(a->scale);
@@ -990,9 +988,7 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
   for (int r = 0; r < nq; r++) {
     int64_t i = ROW_I(i0 + r);
     int h = ROW_H(i0 + r);
-    nk[r] = a->n_kv;
-    if (a->causal_base >= 0 && a->causal_base + i + 1 < nk[r])
-      nk[r] = a->causal_base + i + 1;
+    nk[r] = kn_attn_keys(a, i);
     kmax = nk[r] > kmax ? nk[r] : kmax;
     const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
     for (int c = 0; c < NV; c++) {
@@ -1175,9 +1171,7 @@ INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, fl
   for (int r = 0; r < nq; r++) {
     int64_t i = ROW_I(i0 + r);
     int h = ROW_H(i0 + r);
-    nk[r] = a->n_kv;
-    if (a->causal_base >= 0 && a->causal_base + i + 1 < nk[r])
-      nk[r] = a->causal_base + i + 1;
+    nk[r] = kn_attn_keys(a, i);
     kmax = nk[r] > kmax ? nk[r] : kmax;
     const float *q = a->q + i * a->q_stride + (int64_t)h * HD;
     for (int c = 0; c < NV; c += 2)
