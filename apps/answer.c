@@ -5,6 +5,31 @@
 #include <string.h>
 #include <time.h>
 
+#include "args.h"
+
+int answer_engine_open(const char *model, const char *mmproj, const qvl_model_params *mp, int64_t n_ctx, bool caches,
+                       qvl_model **m, qvl_engine **e) {
+  *e = NULL;
+  qvl_status s = qvl_model_load(model, mmproj, mp, m);
+  if (s != QVL_OK)
+    return report_error("loading the model", s);
+  qvl_engine_params ep;
+  qvl_engine_params_default(&ep);
+  ep.max_batch_size = 1;
+  ep.max_wait_ms = 0;
+  ep.queue_capacity = 1;
+  if (!caches)
+    ep.image_cache_mb = ep.prefix_cache_mb = 0;
+  ep.n_ctx = n_ctx;
+  s = qvl_engine_start(*m, &ep, e);
+  if (s != QVL_OK) {
+    qvl_model_free(*m);
+    *m = NULL;
+    return report_error("starting the engine", s);
+  }
+  return 0;
+}
+
 void answer_init(answer *a) {
   memset(a, 0, sizeof *a);
   pthread_mutex_init(&a->mu, NULL);

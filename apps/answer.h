@@ -1,5 +1,6 @@
-/* One request's answer as the main thread of qvl run / qvl chat sees it: a copy of the result
- * taken on the engine thread (a qvl_result lives only during on_done) and the wait for it. */
+/* One request at a time, as qvl run and qvl chat work: the engine of one they start, and a request's
+ * answer as their main thread sees it (a copy of the result taken on the engine thread: a
+ * qvl_result lives only during on_done) with the wait for it. */
 #ifndef QVL_APPS_ANSWER_H
 #define QVL_APPS_ANSWER_H
 
@@ -23,6 +24,12 @@ typedef struct answer {
   qvl_usage usage;
   qvl_timings t;
 } answer;
+
+/* Loads the model and starts an engine that runs one request at a time with a context of n_ctx
+ * tokens; caches false turns the image and prefix caches off (a single request reuses nothing).
+ * Returns 0, or the exit code after printing what failed. */
+int answer_engine_open(const char *model, const char *mmproj, const qvl_model_params *mp, int64_t n_ctx, bool caches,
+                       qvl_model **m, qvl_engine **e);
 
 void answer_init(answer *a);
 void answer_free(answer *a);

@@ -367,21 +367,10 @@ int cmd_chat(int argc, char **argv) {
     return 2;
   }
   qvl_model *m = NULL;
-  qvl_status s = qvl_model_load(model, mmproj, &mp, &m);
-  if (s != QVL_OK)
-    return report_error("loading the model", s);
-  qvl_engine_params ep;
-  qvl_engine_params_default(&ep);
-  ep.max_batch_size = 1;
-  ep.max_wait_ms = 0;
-  ep.queue_capacity = 1;
-  ep.n_ctx = ctx;
   qvl_engine *e = NULL;
-  s = qvl_engine_start(m, &ep, &e);
-  if (s != QVL_OK) {
-    qvl_model_free(m);
-    return report_error("starting the engine", s);
-  }
+  int rc = answer_engine_open(model, mmproj, &mp, ctx, true, &m, &e);
+  if (rc)
+    return rc;
   chat c;
   memset(&c, 0, sizeof c);
   c.e = e;
@@ -393,7 +382,6 @@ int cmd_chat(int argc, char **argv) {
   c.max_px = max_px;
   c.has_vision = qvl_model_has_vision(m);
   chat_reset(&c);
-  int rc = 0;
   for (int i = 0; i < n_images; i++)
     if (!add_image(&c, images[i], true))
       rc = 2;

@@ -128,28 +128,15 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
                     const char *system, const char *prompt, const char **images, int n_images, const gen_opts *g,
                     int64_t min_px, int64_t max_px, bool json) {
   qvl_model *m = NULL;
-  qvl_status s = qvl_model_load(model, mmproj, mp, &m);
-  if (s != QVL_OK)
-    return report_error("loading the model", s);
-  qvl_engine_params ep;
-  qvl_engine_params_default(&ep);
-  ep.max_batch_size = 1;
-  ep.max_wait_ms = 0;
-  ep.queue_capacity = 1;
-  ep.image_cache_mb = 0;
-  ep.prefix_cache_mb = 0;
-  /* --ctx, else no cap: the request reserves the KV of its prompt + max_tokens, as it always did */
-  ep.n_ctx = ctx > 0 ? ctx : INT32_MAX;
   qvl_engine *e = NULL;
-  s = qvl_engine_start(m, &ep, &e);
-  if (s != QVL_OK) {
-    qvl_model_free(m);
-    return report_error("starting the engine", s);
-  }
+  /* --ctx, else no cap: the request reserves the KV of its prompt + max_tokens, as it always did */
+  int rc = answer_engine_open(model, mmproj, mp, ctx > 0 ? ctx : INT32_MAX, false, &m, &e);
+  if (rc)
+    return rc;
   answer a;
   answer_init(&a);
   qvl_request *rq = NULL;
-  s = qvl_request_new(&rq);
+  qvl_status s = qvl_request_new(&rq);
   if (s == QVL_OK)
     s = build_request(rq, m, raw, system, prompt, images, n_images, g, min_px, max_px);
   if (s == QVL_OK) {
@@ -157,7 +144,6 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
     s = qvl_engine_submit(e, rq, NULL);
   }
   qvl_request_free(rq);
-  int rc;
   if (s != QVL_OK) {
     rc = report_error("building the prompt", s);
   } else {

@@ -10,7 +10,7 @@ import { zodResponseFormat } from "openai/helpers/zod";
 import { ChatOpenAI } from "@langchain/openai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateObject, generateText, tool } from "ai";
-import { MODEL_ID, check, startServer, client, postJson, errorOf, userMsg, test, runSuite } from "./lib.mjs";
+import { MODEL_ID, check, startServer, client, postJson, errorOf, userMsg, test, runServerSuite } from "./lib.mjs";
 
 let A;
 
@@ -337,19 +337,4 @@ test("logprobs: greedy's chosen token is the top one; sampled logprob is the dra
   check(bad.status === 400 && errorOf(bad)?.param === "top_logprobs", "top_logprobs 21: 400", bad.body);
 }, 120000);
 
-runSuite("agents", {
-  async setup() {
-    A = await startServer(["--ctx", "4096"]);
-    return A;
-  },
-  alive(s) {
-    if (!s.exited()) return true;
-    check(false, "server died", s.log().slice(-2000));
-    return false;
-  },
-  async teardown(s) {
-    const ex = await s.stop();
-    check(ex.code === 0, "server exits 0 on SIGTERM", ex);
-    if (process.env.QVL_E2E_LOG) console.error(s.log().slice(-4000));
-  },
-});
+runServerSuite("agents", ["--ctx", "4096"], { started: (s) => (A = s) });

@@ -10,7 +10,7 @@ import { z } from "zod";
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateText, stepCountIs, tool } from "ai";
 import { Ollama } from "ollama";
-import { MODEL_ID, check, startServer, client, postJson, errorOf, test, runSuite } from "./lib.mjs";
+import { MODEL_ID, check, startServer, client, postJson, errorOf, test, runServerSuite } from "./lib.mjs";
 
 let A;
 
@@ -243,19 +243,4 @@ test("ollama client: chat with tools, not streamed and streamed; the tool result
   check(gen.status === 400 && /\/api\/chat/.test(JSON.parse(gen.body).error), "generate with tools -> 400 pointing to /api/chat", gen.body);
 }, 240000);
 
-runSuite("apis_tools", {
-  async setup() {
-    A = await startServer(["--ctx", "4096"]);
-    return A;
-  },
-  alive(s) {
-    if (!s.exited()) return true;
-    check(false, "server died", s.log().slice(-2000));
-    return false;
-  },
-  async teardown(s) {
-    const ex = await s.stop();
-    check(ex.code === 0, "server exits 0 on SIGTERM", ex);
-    if (process.env.QVL_E2E_LOG) console.error(s.log().slice(-4000));
-  },
-});
+runServerSuite("apis_tools", ["--ctx", "4096"], { started: (s) => (A = s) });

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import {
   root, QVL, MODEL, MODEL_ID, check, sleep, dataUrl, startServer, client, curl, postJson, errorOf,
-  metrics, waitMetric, userMsg, withTimeout, test, runSuite,
+  metrics, waitMetric, userMsg, withTimeout, test, runServerSuite
 } from "./lib.mjs";
 
 // ---- tests -------------------------------------------------------------------------------------
@@ -366,19 +366,4 @@ test("config file errors", async () => {
 
 // ---- runner ------------------------------------------------------------------------------------
 
-runSuite("e2e-core", {
-  async setup() {
-    A = await startServer(["--max-body-mb", "1", "--ctx", "4096", "--max-images", "2"]);
-    return A;
-  },
-  alive(s) {
-    if (!s.exited()) return true;
-    check(false, "main server died", s.log().slice(-2000));
-    return false;
-  },
-  async teardown(s) {
-    const ex = await s.stop();
-    check(ex.code === 0, "main server exits 0 on SIGTERM", ex);
-    if (process.env.QVL_E2E_LOG) console.error(s.log().slice(-4000));
-  },
-});
+runServerSuite("e2e-core", ["--max-body-mb", "1", "--ctx", "4096", "--max-images", "2"], { label: "main server", started: (s) => (A = s) });

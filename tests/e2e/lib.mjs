@@ -165,3 +165,27 @@ export async function runSuite(name, { setup = async () => ({}), teardown = asyn
   console.log(`${name}: ${passed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
 }
+
+// runSuite around one shared server started with args: started(server) hands it to the tests,
+// the suite stops at the first test after which it died, and teardown checks that it exits 0 on
+// SIGTERM (then after() cleans up; QVL_E2E_LOG=1 prints the end of its log).
+export function runServerSuite(name, args, { label = "server", started = () => {}, after = () => {} } = {}) {
+  return runSuite(name, {
+    async setup() {
+      const s = await startServer(args);
+      started(s);
+      return s;
+    },
+    alive(s) {
+      if (!s.exited()) return true;
+      check(false, `${label} died`, s.log().slice(-2000));
+      return false;
+    },
+    async teardown(s) {
+      const ex = await s.stop();
+      check(ex.code === 0, `${label} exits 0 on SIGTERM`, ex);
+      after();
+      if (process.env.QVL_E2E_LOG) console.error(s.log().slice(-4000));
+    },
+  });
+}

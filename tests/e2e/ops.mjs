@@ -6,7 +6,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync,
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
-  QVL, MODEL, MMPROJ, here, check, sleep, withTimeout, dataUrl, startServer, postJson, errorOf, test, runSuite,
+  QVL, MODEL, MMPROJ, here, check, sleep, withTimeout, dataUrl, startServer, postJson, errorOf, test, runServerSuite
 } from "./lib.mjs";
 
 let A; // --ctx 4096 --history trim --max-images 16
@@ -285,19 +285,4 @@ test("qvl loadtest: the table, the JSON and the chart from the real server", asy
   check(down.code === 1 && /warm-up request failed/.test(down.stderr), "a server that is not there: exit 1 with the reason", down.stderr);
 }, 180000);
 
-runSuite("e2e-ops", {
-  async setup() {
-    A = await startServer(["--ctx", "4096", "--history", "trim", "--max-images", "16"]);
-    return A;
-  },
-  alive(s) {
-    if (!s.exited()) return true;
-    check(false, "ops server died", s.log().slice(-2000));
-    return false;
-  },
-  async teardown(s) {
-    const ex = await s.stop();
-    check(ex.code === 0, "ops server exits 0 on SIGTERM", ex);
-    rmSync(tmp, { recursive: true, force: true });
-  },
-});
+runServerSuite("e2e-ops", ["--ctx", "4096", "--history", "trim", "--max-images", "16"], { label: "ops server", started: (s) => (A = s), after: () => rmSync(tmp, { recursive: true, force: true }) });
