@@ -22,12 +22,22 @@ const HAPROXY = ["/usr/sbin/haproxy", "/usr/bin/haproxy"].find((p) => existsSync
 const dir = mkdtempSync(join(tmpdir(), "qvl-scale-"));
 chmodSync(dir, 0o755); // nginx's workers may run as another user and need the temp dirs
 
-function freePort() {
+function freePort(port = 0) {
   return new Promise((res, rej) => {
     const s = createServer();
     s.once("error", rej);
-    s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); });
+    s.listen(port, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); });
   });
+}
+
+// Two consecutive free ports (replicas.sh listens on BASE_PORT + i): the port after a free one may
+// belong to a server of this suite that is still running.
+async function freePortPair() {
+  for (let tries = 0; tries < 50; tries++) {
+    const p = await freePort();
+    if (await freePort(p + 1).then(() => true, () => false)) return [p, p + 1];
+  }
+  throw new Error("no two consecutive free ports");
 }
 
 // ---- replicas ---------------------------------------------------------------------------------
@@ -374,8 +384,7 @@ test("jobs belong to their API key; DELETE frees a finished job; GET /v1/jobs li
 }, 90000);
 
 test("deploy/local/replicas.sh: N replicas pinned to disjoint cores, drained together", async () => {
-  const ports = [await freePort(), await freePort()].sort((a, b) => a - b);
-  if (ports[1] !== ports[0] + 1) ports[1] = ports[0] + 1; // BASE_PORT + i: the next port (free in practice)
+  const ports = await freePortPair();
   const ncpu = (await import("node:os")).cpus().length;
   const cores = ncpu >= 2 ? "0-1" : "0";
   const n = ncpu >= 2 ? 2 : 1;
@@ -387,6 +396,8 @@ test("deploy/local/replicas.sh: N replicas pinned to disjoint cores, drained tog
   p.stdout.on("data", (d) => (out += d));
   p.stderr.on("data", (d) => (err += d));
   const exit = new Promise((r) => p.on("exit", (code, sig) => r({ code, sig })));
+  // the replicas' own messages, not their request log lines, say why one is not up or not drained
+  const said = () => err.split("\n").filter((l) => !/msg=request/.test(l)).slice(-20).join("\n");
   try {
     const t0 = Date.now();
     let up = 0;
@@ -395,7 +406,7 @@ test("deploy/local/replicas.sh: N replicas pinned to disjoint cores, drained tog
       for (let i = 0; i < n; i++) try { if ((await fetch(`http://127.0.0.1:${ports[0] + i}/health`)).status === 200) up++; } catch {}
       if (up < n) await sleep(100);
     }
-    check(up === n, `${n} replicas ready`, err.slice(-400));
+    check(up === n, `${n} replicas ready`, said());
     const lines = [...out.matchAll(/^replica (r\d+) pid (\d+) port (\d+) cores (\S+)$/gm)];
     check(lines.length === n, "one line per replica", out);
     const sets = lines.map((m) => readFileSync(`/proc/${m[2]}/status`, "utf8").match(/^Cpus_allowed_list:\s*(\S+)/m)[1]);
@@ -405,7 +416,7 @@ test("deploy/local/replicas.sh: N replicas pinned to disjoint cores, drained tog
   } finally {
     p.kill("SIGTERM");
     const st = await withTimeout(exit, 20000, "replicas.sh stop").catch(() => { p.kill("SIGKILL"); return { code: -1 }; });
-    check(st.code === 0, "SIGTERM drains every replica, the script exits 0", JSON.stringify(st) + err.slice(-300));
+    check(st.code === 0, "SIGTERM drains every replica, the script exits 0", JSON.stringify(st) + "\n" + said());
   }
 }, 60000);
 
