@@ -164,7 +164,7 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 bench: $(BENCH_BIN)
 
 # The command line's argument parser is shared with the benchmarks by linking its object (apps/ is
-# not part of libqvl; the benchmark images are, in src/api/tools/).
+# not part of libqvl; the benchmark images are, in src/commands/).
 BENCH_APP_OBJ := $(BUILD)/apps/args.o
 $(BUILD)/bench/%: bench/%.c $(BENCH_APP_OBJ) $(BUILD)/libqvl.a
 	@mkdir -p $(dir $@)

@@ -18,7 +18,7 @@
 /* apps/ is not part of libqvl: take the command line helpers and the synthetic JPEG encoder of
  * `qvl bench` from there directly. */
 #include "args.h"
-#include "api/tools/bench_image.h"
+#include "commands/bench_image.h"
 #include "base/buf.h"
 #include "base/dataurl.h"
 #include "base/timing.h"

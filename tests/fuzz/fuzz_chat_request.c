@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/api.h"
+#include "server/openai/chat_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const char *const ids[] = {"m", "qvl"};

@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/api.h"
-#include "server/api_completions.h"
-#include "server/api_ollama.h"
-#include "server/api_responses.h"
-#include "server/compat.h"
-#include "server/resp_store.h"
+#include "server/openai/chat_wire.h"
+#include "server/dialects/completions.h"
+#include "server/dialects/ollama.h"
+#include "server/dialects/responses.h"
+#include "server/dialects/dialect.h"
+#include "server/dialects/responses_store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)

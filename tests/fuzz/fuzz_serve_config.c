@@ -3,7 +3,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "server/config.h"
+#include "server/config/settings.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   server_config c;

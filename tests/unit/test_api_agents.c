@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/api.h"
+#include "server/openai/chat_wire.h"
 #include "test.h"
 #include "text/grammar.h"
 

@@ -6,8 +6,8 @@
 
 #include "base/cpulist.h"
 #include "base/logsink.h"
-#include "server/config.h"
-#include "server/config_ops.h"
+#include "server/config/settings.h"
+#include "server/config/config_files.h"
 #include "test.h"
 
 static void test_cpulist(void) {

@@ -10,8 +10,8 @@
 #include "base/status.h"
 #include "base/timing.h"
 #include "image/budget.h"
-#include "server/fetch.h"
-#include "server/url.h"
+#include "server/fetch/fetch.h"
+#include "server/fetch/url.h"
 #include "text/tokenizer.h"
 #include "test.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/request_impl.h"
+#include "capi/request_impl.h"
 #include "qvl.h"
 #include "test.h"
 

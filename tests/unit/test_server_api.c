@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/api.h"
-#include "server/metrics.h"
+#include "server/openai/chat_wire.h"
+#include "server/http/metrics.h"
 #include "test.h"
 
 static const char *const ids[] = {"e2e-Q8_0.gguf", "qvl"};

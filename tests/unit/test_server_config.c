@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/config.h"
+#include "server/config/settings.h"
 #include "test.h"
 
 /* A fake environment: NAME=VALUE pairs. */

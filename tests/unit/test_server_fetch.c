@@ -7,7 +7,7 @@
 
 #include "base/status.h"
 #include "base/timing.h"
-#include "server/fetch.h"
+#include "server/fetch/fetch.h"
 #include "test.h"
 
 static void test_allowed(void) {

@@ -15,8 +15,8 @@
 #include "base/buf.h"
 #include "base/status.h"
 #include "base/timing.h"
-#include "server/server.h"
-#include "server/web_assets.h"
+#include "server/http/server.h"
+#include "server/http/web_assets.h"
 #include "test.h"
 
 /* ---- the fake engine --------------------------------------------------------------------- */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/jobs.h"
+#include "server/jobs/jobs.h"
 #include "test.h"
 
 static const char *status_of(jobs *j, const char *id, double now, cJSON **out) {

@@ -2,7 +2,7 @@
 #include <cjson/cJSON.h>
 #include <string.h>
 
-#include "server/session.h"
+#include "server/http/session.h"
 #include "test.h"
 
 static void key_of(const char *header, const char *body, char out[SESSION_KEY_CAP]) {

@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 
 #include "base/buf.h"
-#include "server/web_assets.h"
+#include "server/http/web_assets.h"
 #include "test.h"
 
 static int n_files_on_disk;

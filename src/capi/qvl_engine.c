@@ -1,0 +1,206 @@
+/* qvl_engine and qvl_result (include/qvl.h) over the serving engine (engine/engine.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "capi/api_impl.h"
+#include "capi/request_impl.h"
+#include "base/status.h"
+
+void qvl_engine_params_default(qvl_engine_params *p) {
+  engine_config c;
+  engine_config_default(&c);
+  memset(p, 0, sizeof *p);
+  p->max_batch_size = c.max_batch_size;
+  p->max_wait_ms = c.max_wait_ms;
+  p->queue_capacity = c.queue_capacity;
+  p->n_ctx = c.n_ctx;
+  p->max_prompt_tokens = c.max_prompt_tokens;
+  p->kv_cache_mb = c.kv_cache_mb;
+  p->image_cache_mb = c.image_cache_mb;
+  p->prefix_cache_mb = c.prefix_cache_mb;
+  p->request_timeout_ms = c.request_timeout_ms;
+}
+
+qvl_status qvl_engine_start(const qvl_model *m, const qvl_engine_params *params, qvl_engine **out) {
+  *out = NULL;
+  engine_config c;
+  engine_config_default(&c); /* the settings the public struct does not carry keep their defaults */
+  if (params) {
+    c.max_batch_size = params->max_batch_size;
+    c.max_wait_ms = params->max_wait_ms;
+    c.queue_capacity = params->queue_capacity;
+    c.n_ctx = params->n_ctx;
+    c.max_prompt_tokens = params->max_prompt_tokens;
+    c.kv_cache_mb = params->kv_cache_mb;
+    c.image_cache_mb = params->image_cache_mb;
+    c.prefix_cache_mb = params->prefix_cache_mb;
+    c.request_timeout_ms = params->request_timeout_ms;
+  }
+  qvl_engine *e = calloc(1, sizeof *e);
+  if (!e)
+    return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+  e->m = m;
+  qvl_status s = engine_start(m->v, &c, &e->e);
+  if (s != QVL_OK) {
+    free(e);
+    return s;
+  }
+  *out = e;
+  return QVL_OK;
+}
+
+void qvl_engine_stop(qvl_engine *e, bool drain) {
+  if (!e)
+    return;
+  engine_stop(e->e, drain);
+  free(e);
+}
+
+void qvl_engine_get_stats(qvl_engine *e, qvl_engine_stats *out) {
+  engine_stats st;
+  engine_get_stats(e->e, &st);
+  memset(out, 0, sizeof *out);
+  out->queued = st.queued;
+  out->running = st.running;
+  out->requests_done = st.requests_done;
+  out->requests_failed = st.requests_failed;
+  out->tokens_generated = st.tokens_generated;
+  out->prompt_tokens = st.prompt_tokens;
+  out->image_cache_hits = st.image_cache_hits;
+  out->image_cache_misses = st.image_cache_misses;
+  out->prefix_cache_hits = st.prefix_cache_hits;
+  out->prefix_cache_misses = st.prefix_cache_misses;
+  out->kv_used_bytes = st.kv_used_bytes;
+  out->kv_total_bytes = st.kv_total_bytes;
+  out->decode_tok_s = st.decode_tok_s;
+}
+
+/* One submitted request's callbacks, alive from submit to the end of on_done. */
+typedef struct submission {
+  qvl_on_text_fn on_text;
+  qvl_on_done_fn on_done;
+  void *user;
+  const qvl_model *m;
+} submission;
+
+static bool sub_text(void *user, const char *text, size_t len) {
+  submission *s = user;
+  return s->on_text ? s->on_text(s->user, text, len) : true;
+}
+
+static void sub_done(void *user, const engine_result *r) {
+  submission *s = user;
+  qvl_result res = {r, s->m};
+  if (s->on_done)
+    s->on_done(s->user, &res);
+  free(s);
+}
+
+qvl_status qvl_engine_submit(qvl_engine *e, const qvl_request *r, uint64_t *id) {
+  submission *sub = calloc(1, sizeof *sub);
+  if (!sub)
+    return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+  sub->on_text = r->on_text;
+  sub->on_done = r->on_done;
+  sub->user = r->user;
+  sub->m = e->m;
+  engine_request rq;
+  qvl_status s = request_to_engine(r, &rq);
+  if (s != QVL_OK) {
+    free(sub);
+    return s;
+  }
+  history_policy hp = history_policy_default();
+  if (r->trim_history) {
+    hp.mode = HISTORY_TRIM;
+    hp.auto_max_tokens = true;
+    rq.history = &hp;
+  }
+  rq.on_text = sub_text;
+  rq.on_done = sub_done;
+  rq.user = sub;
+  uint64_t got = 0;
+  s = engine_submit(e->e, &rq, &got);
+  if (s != QVL_OK)
+    free(sub); /* no callback will come */
+  else if (id)
+    *id = got;
+  return s;
+}
+
+void qvl_engine_cancel(qvl_engine *e, uint64_t id) { engine_cancel(e->e, id); }
+
+/* ---- results ---- */
+
+qvl_status qvl_result_status(const qvl_result *r) { return r->r->status; }
+const char *qvl_result_error(const qvl_result *r) { return r->r->error; }
+
+static bool ends_with_eos(const qvl_result *r) {
+  const vlm *v = r->m->v;
+  if (r->r->completion_tokens <= 0 || !r->r->ids)
+    return false;
+  int32_t last = r->r->ids[r->r->completion_tokens - 1];
+  for (int i = 0; i < v->n_eos; i++)
+    if (v->eos_ids[i] == last)
+      return true;
+  return false;
+}
+
+qvl_finish qvl_result_finish(const qvl_result *r) {
+  switch (r->r->finish_reason) {
+  case ENGINE_FINISH_LENGTH: return QVL_FINISH_LENGTH;
+  case ENGINE_FINISH_CANCELLED: return QVL_FINISH_CANCELLED;
+  case ENGINE_FINISH_STOP:
+    /* the engine says "stop" for both; the last id tells them apart (EOS is kept in the ids) */
+    return ends_with_eos(r) ? QVL_FINISH_EOS : QVL_FINISH_STOP_STRING;
+  case ENGINE_FINISH_ERROR:
+  case ENGINE_FINISH_NONE: break;
+  }
+  return QVL_FINISH_ERROR;
+}
+
+const char *qvl_finish_name(qvl_finish f) {
+  switch (f) {
+  case QVL_FINISH_EOS: return "eos";
+  case QVL_FINISH_STOP_STRING: return "stop_string";
+  case QVL_FINISH_LENGTH: return "length";
+  case QVL_FINISH_CANCELLED: return "cancelled";
+  case QVL_FINISH_ERROR: return "error";
+  }
+  return "error";
+}
+
+const char *qvl_result_text(const qvl_result *r, size_t *len) {
+  if (len)
+    *len = r->r->text ? r->r->text_len : 0;
+  return r->r->text ? r->r->text : "";
+}
+
+const int32_t *qvl_result_ids(const qvl_result *r, int64_t *n) {
+  *n = r->r->ids ? r->r->completion_tokens : 0;
+  return r->r->ids;
+}
+
+void qvl_result_usage(const qvl_result *r, qvl_usage *out) {
+  const engine_result *e = r->r;
+  memset(out, 0, sizeof *out);
+  out->prompt_tokens = e->prompt_tokens;
+  out->completion_tokens = e->completion_tokens;
+  out->image_tokens = e->image_tokens;
+  out->cached_prompt_tokens = e->cached_prompt_tokens;
+  out->image_cache_hits = e->image_cache_hits;
+  out->image_cache_misses = e->image_cache_misses;
+  out->dropped_turns = e->history.dropped_turns;
+}
+
+void qvl_result_timings(const qvl_result *r, qvl_timings *out) {
+  const engine_timings *t = &r->r->t;
+  out->queue_ms = t->queue_ms;
+  out->preprocess_ms = t->preprocess_ms;
+  out->vision_ms = t->vision_ms;
+  out->prefill_ms = t->prefill_ms;
+  out->ttft_ms = t->ttft_ms;
+  out->decode_ms = t->decode_ms;
+  out->prefill_tok_s = t->prefill_tok_s;
+  out->decode_tok_s = t->decode_tok_s;
+}
