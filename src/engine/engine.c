@@ -47,6 +47,8 @@ typedef struct request {
   vlm_prompt p;            /* built at submit with defer_vision: image rows filled by the engine */
   uint64_t *keys;          /* [p.n + max_tokens] prefix-cache content key of every token */
   int64_t need_bytes;      /* memory its sequence takes (KV + logits), reserved at admission */
+  int64_t rows_bytes;      /* its image rows (those a restored prefix does not cover), charged at
+                            * admission with need_bytes */
   rq_state state;
   bool cancel_seen;        /* the engine thread's copy, taken under e->mu each iteration */
   bool finished;           /* result filled; reaped (on_done + free) at the end of the iteration */
@@ -326,6 +328,7 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->popts.trace_user = NULL;
   r->popts.known_image = known_image;
   r->popts.known_user = e;
+  r->popts.defer_rows = true; /* allocated at admission, for the images the prefix cache lacks */
   /* Stop tokenizing as soon as the prompt cannot fit (a 40 MB text costs ctx tokens, not 40 MB).
    * An automatic max_tokens may shrink to one token; trimming must measure the whole conversation,
    * so it runs without the cap (still bounded by the body cap, the deadline and the stop checks). */
@@ -336,13 +339,15 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->popts.max_tokens = rq->history && rq->history->mode == HISTORY_TRIM ? 0 : room > 0 ? room : 1;
   qvl_status s = rq->raw_ids    ? vlm_prompt_from_ids(e->m, rq->raw_ids, rq->n_raw_ids, &r->p)
                  : rq->raw_text ? vlm_prompt_from_text(e->m, rq->raw_text, rq->raw_len, &r->p)
-                 : rq->history  ? history_build_prompt(e->m, rq->messages, &r->popts, rq->history, e->c.n_ctx,
+                 : rq->history  ? history_build_prompt(&e->m->pm, rq->messages, &r->popts, rq->history, e->c.n_ctx,
                                                        e->c.max_prompt_tokens, &r->gen.max_tokens, &r->p,
                                                        &r->res.history)
                                 : vlm_prompt_build(e->m, rq->messages, &r->popts, &r->p);
   r->popts.stop = NULL; /* its user data belongs to the submitting thread */
   r->popts.stop_user = NULL;
   r->popts.budget = NULL;
+  r->popts.resolve_media = NULL; /* read while planning only */
+  r->popts.resolve_user = NULL;
   if (rq->history_out)
     *rq->history_out = r->res.history;
   g = &r->gen; /* the policy may have chosen max_tokens */
@@ -366,11 +371,12 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
     decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
     uint64_t need = decoder_seq_bytes(e->m->text, &sp);
     r->need_bytes = (int64_t)need;
-    /* The step's work buffers are charged with the first running request: alone it needs both. */
-    need = need == 0 ? 0 : need + (uint64_t)e->work_bytes;
+    /* The step's work buffers are charged with the first running request: alone it needs both; and
+     * with nothing cached, the rows of all its images. */
+    need = need == 0 ? 0 : need + (uint64_t)e->work_bytes + (uint64_t)prompt_rows_bytes(&e->m->pm, &r->p, 0);
     if (need == 0 || need > (uint64_t)e->kv_total)
       s = qvl_errorf(QVL_ERR_TOO_LARGE,
-                     "prompt of %lld tokens + %lld to generate needs %.1f MiB of KV cache and work memory; the "
+                     "prompt of %lld tokens + %lld to generate needs %.1f MiB of KV cache, image rows and work memory; the "
                      "engine has %.1f MiB in all (kv_cache_mb)",
                      (long long)r->p.n, (long long)g->max_tokens, (double)need / 1048576.0,
                      (double)e->kv_total / 1048576.0);
@@ -440,6 +446,23 @@ void engine_get_stats(engine *e, engine_stats *out) {
 
 /* ---- the engine thread ----------------------------------------------------------------------- */
 
+/* The first image of p with a row past the first `covered` tokens: the ones before are never read. */
+static int first_uncovered_image(const vlm_prompt *p, int64_t covered) {
+  int i = 0;
+  while (i < p->n_images && p->img_idx[p->images[i].row0 + p->images[i].n_tokens - 1] < covered)
+    i++;
+  return i;
+}
+
+/* The image rows r will allocate when it starts (engine thread): the prefix cache covers the rest. */
+static int64_t rows_needed(engine *e, const request *r) {
+  if (r->p.n_images == 0)
+    return 0;
+  int64_t max_blocks = (r->p.n - 1) / PREFIX_BLOCK;
+  int64_t covered = max_blocks > 0 ? prefix_cache_match(e->pc, r->keys, max_blocks) : 0;
+  return prompt_rows_bytes(&e->m->pm, &r->p, first_uncovered_image(&r->p, covered));
+}
+
 /* Creates the sequence and its generation state and restores the longest cached prefix. */
 static qvl_status request_begin(engine *e, request *r) {
   const vlm *m = e->m;
@@ -461,6 +484,15 @@ static qvl_status request_begin(engine *e, request *r) {
     QVL_TRY(decoder_seq_set_past(r->seq, got, next_pos));
   r->n_prefilled = got;
   r->res.cached_prompt_tokens = got;
+  int first = first_uncovered_image(&r->p, got);
+  int64_t rows = prompt_rows_bytes(&m->pm, &r->p, first);
+  if (rows != r->rows_bytes) { /* the cache changed since admission (it does not; kept honest) */
+    pthread_mutex_lock(&e->mu);
+    e->kv_used += rows - r->rows_bytes;
+    pthread_mutex_unlock(&e->mu);
+    r->rows_bytes = rows;
+  }
+  QVL_TRY(prompt_alloc_rows(&m->pm, &r->p, first));
   pthread_mutex_lock(&e->mu);
   if (got > 0)
     e->st.prefix_cache_hits++;
@@ -480,15 +512,18 @@ static qvl_status vision_step(engine *e, request *r) {
   while (r->next_image < p->n_images) {
     int i = r->next_image;
     vlm_image *im = &p->images[i];
-    float *embd = p->img_embd + im->row0 * d, *ds = p->deepstack + im->row0 * d;
+    if (!r->vjob && p->img_idx[im->row0 + im->n_tokens - 1] < r->n_prefilled) {
+      /* Rows that lie entirely in the restored prefix are never read (nor allocated): no vision. */
+      rcbuf_unref(im->encoded);
+      im->encoded = NULL;
+      r->next_image++;
+      continue;
+    }
+    float *embd = prompt_image_rows(&e->m->pm, p, i), *ds = prompt_image_deepstack(&e->m->pm, p, i);
+    int64_t ds_stride = (p->n_img - p->rows0) * d;
     if (!r->vjob) {
-      /* Rows that lie entirely in the restored prefix are never read: no vision needed. */
-      if (p->img_idx[im->row0 + im->n_tokens - 1] < r->n_prefilled) {
-        r->next_image++;
-        continue;
-      }
       if (image_cache_get(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds,
-                          p->n_img * d)) {
+                          ds_stride)) {
         r->res.image_cache_hits++;
         image_cache_note_encoded(e->ic, im->hash, im->bytes_key);
         pthread_mutex_lock(&e->mu);
@@ -496,14 +531,15 @@ static qvl_status vision_step(engine *e, request *r) {
         pthread_mutex_unlock(&e->mu);
         free(im->patches.pixel_values);
         im->patches.pixel_values = NULL;
-        buf_free(&im->encoded);
+        rcbuf_unref(im->encoded);
+        im->encoded = NULL;
         r->next_image++;
         continue;
       }
       /* Its decode was skipped for embeddings evicted since: decode it now (rare). */
       if (!im->patches.pixel_values) {
         double t0 = time_now_s();
-        QVL_TRY(vlm_image_decode_deferred(&r->popts, im, i));
+        QVL_TRY(prompt_image_decode_deferred(&r->popts, im, i));
         p->preprocess_ms += (time_now_s() - t0) * 1e3;
       }
       /* The tower writes DeepStack levels per image ([nds][nt][d]); the decoder wants them over all
@@ -535,10 +571,10 @@ static qvl_status vision_step(engine *e, request *r) {
       return QVL_OK;
     vision_job_free(r->vjob);
     r->vjob = NULL;
-    vlm_prompt_put_deepstack(e->m, p, i, r->vds);
+    prompt_put_deepstack(&e->m->pm, p, i, r->vds);
     free(r->vds);
     r->vds = NULL;
-    image_cache_put(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds, p->n_img * d);
+    image_cache_put(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds, ds_stride);
     image_cache_note_encoded(e->ic, im->hash, im->bytes_key);
     r->res.image_cache_misses++;
     r->next_image++;
@@ -628,7 +664,7 @@ static void reap(engine *e) {
     request *r = e->run[i];
     if (r->finished) {
       done[nd++] = r;
-      e->kv_used -= r->need_bytes;
+      e->kv_used -= r->need_bytes + r->rows_bytes;
       account_locked(e, r, now);
     } else {
       e->run[k++] = r;
@@ -767,7 +803,9 @@ static void *engine_main(void *arg) {
     }
     /* Admission, in arrival order (no overtaking: a large request is not starved by small ones). */
     while (gather_until == 0 && e->n_run < e->c.max_batch_size && e->q_head &&
-           e->kv_used + e->q_head->need_bytes + (e->n_run == 0 ? e->work_bytes : 0) <= e->kv_total) {
+           e->kv_used + e->q_head->need_bytes + (e->q_head->rows_bytes = rows_needed(e, e->q_head)) +
+                   (e->n_run == 0 ? e->work_bytes : 0) <=
+               e->kv_total) {
       request *r = e->q_head;
       if (e->n_run == 0)
         e->kv_used += e->work_bytes;
@@ -776,7 +814,7 @@ static void *engine_main(void *arg) {
         e->q_tail = NULL;
       r->next = NULL;
       e->n_queued--;
-      e->kv_used += r->need_bytes;
+      e->kv_used += r->need_bytes + r->rows_bytes;
       r->t_start = now;
       r->res.admitted_step = e->loop_iter;
       r->state = RQ_NEW;

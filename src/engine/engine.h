@@ -31,7 +31,7 @@
 
 #include "engine/finish.h"
 #include "engine/generate.h"
-#include "engine/history.h"
+#include "prompt/history.h"
 #include "engine/vlm.h"
 #include "qvl.h"
 
@@ -108,7 +108,7 @@ typedef struct engine_request {
   /* Called exactly once when the request ends (success, error, cancel, timeout). */
   void (*on_done)(void *user, const engine_result *r);
   void *user;
-  /* Context policy (engine/history.h), applied at submit; NULL: the prompt as given and
+  /* Context policy (prompt/history.h), applied at submit; NULL: the prompt as given and
    * gen.max_tokens as given. history_out (may be NULL) receives its report before engine_submit
    * returns, for response headers. */
   const history_policy *history;

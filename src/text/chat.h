@@ -26,6 +26,11 @@ typedef struct chat_prompt {
   buf text;           /* rendered prompt */
   chat_image *images; /* [n_images] in prompt order */
   int n_images;
+  /* [n_msgs + 1]: where message i's rendering begins in text (a system message rendered in the
+   * leading system block, or not at all, has an empty span); msg_off[n_msgs] is where the generation
+   * prompt begins. The prompt layer splits the text here to tokenize per message. */
+  size_t *msg_off;
+  int n_msgs;
 } chat_prompt;
 
 /* Renders messages (a JSON array) and optional tools (JSON array or NULL). Validates the shape of
