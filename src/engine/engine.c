@@ -203,6 +203,8 @@ static void deliver(request *r) {
   r->res.text = r->gs ? gen_seq_text(r->gs, &len) : "";
   r->res.text_len = len;
   r->res.ids = r->gs ? gen_seq_ids(r->gs, &n_ids) : no_ids;
+  r->res.images = r->p.images;
+  r->res.n_images = r->p.n_images;
   if (r->gs)
     gen_seq_logprobs(r->gs, &lp, &top_ids, &top_lp);
   buf lpt = {0};

@@ -80,6 +80,10 @@ typedef struct engine_result {
   size_t text_len;
   const int32_t *ids;        /* [completion_tokens] generated ids, EOS included (valid during the callback) */
   history_report history;    /* what the context policy dropped (engine_request.history) */
+  /* The prompt's images as processed (hash, grid, tokens; their encoded bytes with
+   * prompt.keep_sources), valid during the callback: what a stored conversation keeps. */
+  const prompt_image *images;
+  int n_images;
   uint64_t admitted_step;    /* the engine-loop iteration that admitted it: requests that start in the
                               * same step share it (dynamic batching, max_wait_ms); 0 = never ran */
   /* With engine_request.logprobs (else NULL / 0), valid during the callback: */

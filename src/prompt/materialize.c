@@ -26,6 +26,7 @@ void prompt_free(prompt_built *p) {
     image_rgb_free(&p->images[i].decoded);
     image_patches_free(&p->images[i].patches);
     rcbuf_unref(p->images[i].encoded);
+    rcbuf_unref(p->images[i].source);
   }
   free(p->images);
   free(p->img_idx);
@@ -81,6 +82,10 @@ static bool known_media(const prompt_media *md, const prompt_opts *o, prompt_kno
 static qvl_status load_image(const prompt_media *md, const prompt_opts *o, prompt_image *out) {
   out->bytes_key = md->bytes_key;
   out->media_index = md->index;
+  out->pixels = md->pixels;
+  out->resized_pixels = md->resized_pixels;
+  if (o->keep_sources)
+    out->source = rcbuf_ref(md->bytes);
   prompt_known_image k;
   if (known_media(md, o, &k)) {
     out->hash = k.hash;

@@ -75,6 +75,8 @@ typedef struct prompt_opts {
                             * are kept until then. With defer_rows the rows are not even allocated
                             * (prompt_alloc_rows). */
   bool defer_rows;
+  bool keep_sources;       /* every image keeps a reference to its encoded bytes (prompt_image.source),
+                            * for a caller that stores the processed conversation */
   trace_fn trace;          /* vision stages (NULL = off) */
   void *trace_user;
   /* Guards for untrusted requests (all optional, zero = off). Every image's header is read and
@@ -113,6 +115,8 @@ typedef struct prompt_image {
                             * file again, known before decoding it */
   rcbuf *encoded;          /* the encoded bytes, kept only when known_image skipped the decode */
   int media_index;         /* its index among the request's media (before any was dropped) */
+  int64_t pixels, resized_pixels; /* from its header */
+  rcbuf *source;           /* its encoded bytes, with keep_sources (else NULL) */
 } prompt_image;
 
 typedef struct prompt_built {

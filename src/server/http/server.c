@@ -677,6 +677,11 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   er.history = &k->hpol;
   er.history_out = &k->hist;
   er.prompt.tools = req.tools;
+  if (cr) { /* a stored conversation's images are resolved, not fetched (dialects/responses_store.h) */
+    er.prompt.resolve_media = cr->resolve_media;
+    er.prompt.resolve_user = cr->resolve_user;
+    er.prompt.keep_sources = cr->keep_media;
+  }
   er.grammar = req.grammar; /* the engine's from here on */
   req.grammar = NULL;
   er.logprobs = req.agent.logprobs;

@@ -76,6 +76,13 @@ typedef struct api_chat_request {
 bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_chat_request *out, api_error *err);
 void api_chat_request_free(api_chat_request *r);
 
+/* One image of a finished request as processed: what a stored conversation keeps instead of its
+ * data URL (ref.bytes is a reference, with engine_request.prompt.keep_sources). */
+typedef struct api_media {
+  int index;             /* among the request's images, in prompt order */
+  prompt_media_ref ref;
+} api_media;
+
 /* A finished request as the server keeps it (copied out of engine_result, which lives only during
  * the callback). */
 typedef struct api_result {
@@ -89,6 +96,8 @@ typedef struct api_result {
   history_report history;
   api_agent_opts agent;        /* set by the caller: how to render tool calls and logprobs */
   api_logprobs lp;
+  api_media *media;            /* [n_media] the images kept in the prompt */
+  int n_media;
 } api_result;
 
 /* Copies r (the text too); false when out of memory. */
