@@ -276,30 +276,8 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
   return s;
 }
 
-static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
-  if (id)
-    *id = 0;
-  if (!rq || !(rq->messages || rq->raw_text || rq->raw_ids) || !rq->on_done)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "engine: a request needs messages and an on_done callback");
-  const gen_params *g = &rq->gen;
-  if (g->max_tokens <= 0)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "max_tokens must be positive, found %lld", (long long)g->max_tokens);
-  if (g->n_stop < 0 || g->n_stop > STOP_MAX_STRINGS)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "%d stop strings; at most %d are allowed", g->n_stop, STOP_MAX_STRINGS);
-  for (int i = 0; i < g->n_stop; i++) {
-    size_t n = g->stop[i] ? strlen(g->stop[i]) : 0;
-    if (n == 0 || n > STOP_MAX_STRING_BYTES)
-      return qvl_errorf(QVL_ERR_INVALID_ARG, "stop string %d: expected 1..%d bytes, found %zu", i,
-                        STOP_MAX_STRING_BYTES, n);
-  }
-  QVL_TRY(sampler_check_params(&g->sampling));
-  if (rq->logprobs && (rq->top_logprobs < 0 || rq->top_logprobs > ENGINE_MAX_TOP_LOGPROBS))
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "top_logprobs %d: expected 0..%d", rq->top_logprobs,
-                      ENGINE_MAX_TOP_LOGPROBS);
-  if (g->max_tokens > e->c.n_ctx)
-    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "max_tokens %lld exceeds the context of %lld tokens",
-                      (long long)g->max_tokens, (long long)e->c.n_ctx);
-  /* Refuse early, before the expensive part, when the answer is already known. */
+/* Refuses at once, before the expensive part, when the answer is already known. */
+static qvl_status refuse_early(engine *e) {
   pthread_mutex_lock(&e->mu);
   bool stopping = e->stopping, full = queue_full_locked(e);
   int queued = e->n_queued;
@@ -308,7 +286,11 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
     return qvl_errorf(QVL_ERR_BUSY, "the server is shutting down");
   if (full)
     return qvl_errorf(QVL_ERR_BUSY, "the queue is full (%d requests waiting); retry later", queued);
+  return QVL_OK;
+}
 
+/* A new request with its own copies of rq's callbacks, settings and stop strings. */
+static qvl_status request_new(engine *e, const engine_request *rq, request **out) {
   request *r = calloc(1, sizeof *r);
   if (!r)
     return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
@@ -316,9 +298,9 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->on_text = rq->on_text;
   r->on_done = rq->on_done;
   r->user = rq->user;
-  r->gen = *g;
-  for (int i = 0; i < g->n_stop; i++)
-    if (!(r->stop[i] = strdup(g->stop[i]))) {
+  r->gen = rq->gen;
+  for (int i = 0; i < rq->gen.n_stop; i++)
+    if (!(r->stop[i] = strdup(rq->gen.stop[i]))) {
       request_free(r);
       return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
     }
@@ -331,11 +313,17 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->popts.known_image = known_image;
   r->popts.known_user = e;
   r->popts.defer_rows = true; /* allocated at admission, for the images the prefix cache lacks */
+  *out = r;
+  return QVL_OK;
+}
+
+/* The prompt (the prompt layer, under the context policy), and whether it fits the context. */
+static qvl_status request_prompt(engine *e, const engine_request *rq, request *r) {
   /* Stop tokenizing as soon as the prompt cannot fit (a 40 MB text costs ctx tokens, not 40 MB).
    * An automatic max_tokens may shrink to one token; trimming must measure the whole conversation,
    * so it runs without the cap (still bounded by the body cap, the deadline and the stop checks). */
   bool auto_max = rq->history && rq->history->auto_max_tokens;
-  int64_t room = e->c.n_ctx - (auto_max ? 1 : g->max_tokens);
+  int64_t room = e->c.n_ctx - (auto_max ? 1 : rq->gen.max_tokens);
   if (e->c.max_prompt_tokens > 0 && e->c.max_prompt_tokens < room)
     room = e->c.max_prompt_tokens + 1; /* one more, so the exact count check below still reports it */
   r->popts.max_tokens = rq->history && rq->history->mode == HISTORY_TRIM ? 0 : room > 0 ? room : 1;
@@ -352,7 +340,7 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->popts.resolve_user = NULL;
   if (rq->history_out)
     *rq->history_out = r->res.history;
-  g = &r->gen; /* the policy may have chosen max_tokens */
+  const gen_params *g = &r->gen; /* the policy may have chosen max_tokens */
   if (s == QVL_ERR_CONTEXT_OVERFLOW && e->c.max_prompt_tokens > 0 && e->c.max_prompt_tokens < e->c.n_ctx - g->max_tokens)
     s = qvl_errorf(QVL_ERR_TOO_LARGE, "the prompt has more than %lld tokens (images included); this server accepts at most %lld",
                    (long long)e->c.max_prompt_tokens, (long long)e->c.max_prompt_tokens);
@@ -369,26 +357,27 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
     s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
-  if (s == QVL_OK) {
-    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
-    uint64_t need = decoder_seq_bytes(e->m->text, &sp);
-    r->need_bytes = (int64_t)need;
-    /* The step's work buffers are charged with the first running request: alone it needs both; and
-     * with nothing cached, the rows of all its images. */
-    need = need == 0 ? 0 : need + (uint64_t)e->work_bytes + (uint64_t)prompt_rows_bytes(&e->m->pm, &r->p, 0);
-    if (need == 0 || need > (uint64_t)e->kv_total)
-      s = qvl_errorf(QVL_ERR_TOO_LARGE,
-                     "prompt of %lld tokens + %lld to generate needs %.1f MiB of KV cache, image rows and work memory; the "
-                     "engine has %.1f MiB in all (kv_cache_mb)",
-                     (long long)r->p.n, (long long)g->max_tokens, (double)need / 1048576.0,
-                     (double)e->kv_total / 1048576.0);
-  }
-  if (s == QVL_OK && !(r->keys = malloc(sizeof *r->keys * (size_t)(r->p.n + g->max_tokens))))
-    s = qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
-  if (s != QVL_OK) {
-    request_free(r);
-    return s;
-  }
+  return s;
+}
+
+/* Whether its memory can ever fit the budget (the admission itself waits in the engine loop), and
+ * the prefix-cache keys of its tokens. */
+static qvl_status request_admissible(engine *e, request *r) {
+  const gen_params *g = &r->gen;
+  decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
+  uint64_t need = decoder_seq_bytes(e->m->text, &sp);
+  r->need_bytes = (int64_t)need;
+  /* The step's work buffers are charged with the first running request: alone it needs both; and
+   * with nothing cached, the rows of all its images. */
+  need = need == 0 ? 0 : need + (uint64_t)e->work_bytes + (uint64_t)prompt_rows_bytes(&e->m->pm, &r->p, 0);
+  if (need == 0 || need > (uint64_t)e->kv_total)
+    return qvl_errorf(QVL_ERR_TOO_LARGE,
+                      "prompt of %lld tokens + %lld to generate needs %.1f MiB of KV cache, image rows and work memory; "
+                      "the engine has %.1f MiB in all (kv_cache_mb)",
+                      (long long)r->p.n, (long long)g->max_tokens, (double)need / 1048576.0,
+                      (double)e->kv_total / 1048576.0);
+  if (!(r->keys = malloc(sizeof *r->keys * (size_t)(r->p.n + g->max_tokens))))
+    return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
   for (int64_t i = 0; i < r->p.n; i++)
     r->keys[i] = (uint64_t)(uint32_t)r->p.ids[i];
   for (int i = 0; i < r->p.n_images; i++) {
@@ -398,7 +387,11 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   }
   if (e->c.request_timeout_ms > 0)
     r->deadline = r->t_submit + (double)e->c.request_timeout_ms / 1e3;
+  return QVL_OK;
+}
 
+/* Queues r (taken, freed when refused) with rq's grammar and logprob settings. */
+static qvl_status enqueue(engine *e, const engine_request *rq, request *r, uint64_t *id) {
   pthread_mutex_lock(&e->mu);
   if (e->stopping || queue_full_locked(e)) {
     bool st = e->stopping;
@@ -426,6 +419,24 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
   return QVL_OK;
+}
+
+/* check -> prompt -> admit -> enqueue. */
+static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
+  if (id)
+    *id = 0;
+  QVL_TRY(engine_request_check(rq, e->c.n_ctx));
+  QVL_TRY(refuse_early(e));
+  request *r = NULL;
+  QVL_TRY(request_new(e, rq, &r));
+  qvl_status s = request_prompt(e, rq, r);
+  if (s == QVL_OK)
+    s = request_admissible(e, r);
+  if (s != QVL_OK) {
+    request_free(r);
+    return s;
+  }
+  return enqueue(e, rq, r, id);
 }
 
 void engine_cancel(engine *e, uint64_t id) {

@@ -479,8 +479,11 @@ static bool translate_logprobs(const cJSON *root, cJSON *chat, api_error *e) {
   const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
   if (top && !cJSON_IsNull(top)) {
     if (!cJSON_IsNumber(top) || top->valuedouble != (double)(int)top->valuedouble || top->valuedouble < 0 ||
-        top->valuedouble > 20)
-      return bad(e, "top_logprobs", "invalid_value", "'top_logprobs' must be an integer in [0, 20]");
+        top->valuedouble > ENGINE_MAX_TOP_LOGPROBS) {
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "top_logprobs",
+                       "top_logprobs: 'top_logprobs' must be an integer in [0, %d]", ENGINE_MAX_TOP_LOGPROBS);
+      return false;
+    }
     want |= top->valuedouble > 0;
     if (want)
       compat_copy_field(chat, "top_logprobs", root, "top_logprobs");

@@ -211,7 +211,7 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   }
 
   engine_request er;
-  memset(&er, 0, sizeof er);
+  engine_request_init(&er);
   er.messages = req.messages;
   if (cr && cr->raw) { /* legacy completions: the prompt as given, no template */
     er.raw_text = cr->raw_text;
@@ -219,7 +219,6 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
     er.raw_ids = cr->raw_ids;
     er.n_raw_ids = cr->n_raw_ids;
   }
-  vlm_prompt_opts_default(&er.prompt);
   er.prompt.pre.min_pixels = req.min_pixels;
   er.prompt.pre.max_pixels = req.max_pixels;
   er.prompt.limits.max_bytes = (size_t)s->cfg->max_image_mb << 20;
