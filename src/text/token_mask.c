@@ -239,7 +239,7 @@ uint64_t token_mask_last_budget(const token_mask_walker *w) { return w->budget; 
 static qvl_status walk(token_mask_walker *w, const trie *t, const grammar *g, const grammar_state *st,
                        uint64_t *mask) {
   grammar_state_copy(&w->st[0], st);
-  uint32_t i = 0, n = t->n, polls = 0;
+  uint32_t i = 0, n = t->n, polls = TOKEN_MASK_POLL_NODES - 1; /* the first node polls */
   while (i < n) {
     if (w->work > w->budget)
       return qvl_errorf(QVL_ERR_UNSUPPORTED, "constrained decoding: one token's mask took more than %llu automaton "
