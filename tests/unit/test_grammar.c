@@ -519,6 +519,11 @@ static bool token_ok(const tokenizer *tk, const grammar *g, const grammar_state 
   return grammar_feed(g, &tmp, b, len);
 }
 
+static bool stop_after_one(void *user) {
+  ++*(int *)user;
+  return true;
+}
+
 static void test_mask(void) {
   tokenizer *tk = NULL;
   if (tokenizer_init_hf("tests/fixtures/tokenizer/tokenizer.json", &tk) != QVL_OK) {
@@ -572,6 +577,20 @@ static void test_mask(void) {
   token_mask_compute(w, g, &st, eos, 2, mask);
   CHECK((mask[qc / 64] >> (qc % 64) & 1) && !(mask[qb / 64] >> (qb % 64) & 1),
         "'\",' allowed (more keys to come), '\"}' not (price and qty are required)");
+
+  /* The poll stops a mask midway (the engine's cancellation, deadline and shutdown). */
+  int polls = 0;
+  token_mask_walker_set_poll(w, stop_after_one, &polls);
+  grammar_start(g, &st);
+  int64_t n_ok = -1;
+  qvl_status ps = token_mask_fill(w, g, &st, eos, 2, mask, &n_ok);
+  CHECK(ps == QVL_ERR_CANCELLED && polls == 1 && n_ok == 0 && mask[0] == 0, "a poll saying stop cancels the mask (%d, %d polls)",
+        (int)ps, polls);
+  token_mask_walker_set_poll(w, NULL, NULL);
+  CHECK(token_mask_fill(w, g, &st, eos, 2, mask, &n_ok) == QVL_OK && n_ok > 0 &&
+            token_mask_last_work(w) <= token_mask_last_budget(w),
+        "without the poll the same mask is filled, within its budget (%llu of %llu steps)",
+        (unsigned long long)token_mask_last_work(w), (unsigned long long)token_mask_last_budget(w));
 
   /* Random token-level generation: always parses and validates. */
   cJSON *doc = NULL;
