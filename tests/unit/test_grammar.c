@@ -293,6 +293,9 @@ static void test_schema_accepts(void) {
   CHECK(accepts(g, "{\"age\":-0,\"name\":\"\"}"), "any order");
   CHECK(!accepts(g, "{\"name\": \"Ann\"}"), "required missing");
   CHECK(!accepts(g, "{\"name\": \"Ann\", \"age\": 3.5}"), "integer");
+  CHECK(!accepts(g, "{\"name\": \"Ann\", \"age\": 1.0}") && !accepts(g, "{\"name\": \"Ann\", \"age\": 1e3}") &&
+            !accepts(g, "{\"name\": \"Ann\", \"age\": 1E+3}") && accepts(g, "{\"name\": \"Ann\", \"age\": -120}"),
+        "integer: integer literals only (no fraction, no exponent)");
   CHECK(!accepts(g, "{\"name\": \"Ann\", \"age\": 3, \"x\": 1}"), "additional property");
   CHECK(!accepts(g, "{\"name\": \"Ann\", \"name\": \"Bob\", \"age\": 3}"), "duplicate key");
   CHECK(!accepts(g, "{\"nam\": \"Ann\", \"age\": 3}"), "key prefix only");
