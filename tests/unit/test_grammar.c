@@ -371,7 +371,7 @@ static void test_hostile(void) {
           "no finite JSON value");
   refused("{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"minItems\":1}", "no finite JSON value");
   /* Every value nests deeper than the cap. */
-  char deep[4096] = "", tail[512] = "";
+  char deep[4096] = "", tail[1024] = "";
   for (int i = 0; i < 40; i++) {
     strcat(deep, "{\"type\":\"object\",\"properties\":{\"a\":");
     strcat(tail, "},\"required\":[\"a\"]}");
