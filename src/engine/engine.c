@@ -362,6 +362,19 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
     s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
+  if (s == QVL_OK && rq->count_only) { /* the prompt is built and checked: that is the answer */
+    r->res.status = QVL_OK;
+    r->res.finish_reason = ENGINE_FINISH_STOP;
+    r->res.prompt_tokens = r->p.n;
+    r->res.image_tokens = r->p.n_img;
+    r->res.text = "";
+    r->res.t.prompt_ms = (time_now_s() - r->t_submit) * 1e3;
+    r->res.t.preprocess_ms = r->p.preprocess_ms;
+    rq->on_done(rq->user, &r->res);
+    r->gram = rq->grammar; /* owned from submit on: freed with the request */
+    request_free(r);
+    return QVL_OK;
+  }
   if (s == QVL_OK) {
     decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
     uint64_t need = decoder_seq_bytes(e->m->text, &sp);
@@ -580,6 +593,7 @@ static bool sample_one(request *r, int32_t *tok) {
   if (done) {
     r->res.status = QVL_OK;
     r->res.finish_reason = gen_seq_reason(r->gs) == STOP_MAX_TOKENS ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
+    r->res.stop_match = gen_seq_stop_matched(r->gs);
     r->finished = true;
     return false;
   }

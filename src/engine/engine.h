@@ -71,6 +71,7 @@ typedef struct engine_result {
   qvl_status status;         /* QVL_OK, or why it failed (message in error) */
   char error[512];
   engine_finish finish_reason; /* why it ended (engine/finish.h) */
+  int stop_match;            /* 1 + the index in gen.stop of the stop string that ended it; 0: none */
   int64_t prompt_tokens, completion_tokens, image_tokens;
   int64_t cached_prompt_tokens; /* prompt tokens whose KV came from the prefix cache */
   int image_cache_hits, image_cache_misses; /* images inside the reused prefix need no vision and
@@ -119,6 +120,10 @@ typedef struct engine_request {
   struct grammar *grammar;
   bool logprobs;             /* report log-probabilities (engine_result.logprobs) */
   int top_logprobs;          /* 0..ENGINE_MAX_TOP_LOGPROBS alternatives per token */
+  /* Only count: the prompt is built and checked as for generation (template, images, limits), then
+   * on_done reports its prompt_tokens / image_tokens, called from engine_submit itself, and nothing
+   * is queued (*id is 0). */
+  bool count_only;
 } engine_request;
 
 #define ENGINE_MAX_TOP_LOGPROBS 20

@@ -42,6 +42,7 @@
 #include "server/dialects/ollama.h"
 #include "server/dialects/responses.h"
 #include "server/dialects/dialect.h"
+#include "server/dialects/messages.h"
 #include "server/http/cors.h"
 #include "server/openai/history_field.h"
 #include "server/http/conn_guard.h"
@@ -524,16 +525,26 @@ static void stream_free(void *cls) {
 
 /* ---- chat completions and jobs ----------------------------------------------------------- */
 
+/* The caller's API key: "Authorization: Bearer KEY" (OpenAI) or "x-api-key: KEY" (Anthropic);
+ * NULL when neither is there. */
+static const char *caller_key(struct MHD_Connection *c) {
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (h && !strncasecmp(h, "Bearer ", 7)) {
+    h += 7;
+    while (*h == ' ')
+      h++;
+    return h;
+  }
+  return MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+}
+
 static bool auth_ok(server *s, struct MHD_Connection *c) {
   const server_config *cfg = s->cfg;
   if (cfg->n_api_keys == 0)
     return true;
-  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-  if (!h || strncasecmp(h, "Bearer ", 7))
+  const char *h = caller_key(c);
+  if (!h)
     return false;
-  h += 7;
-  while (*h == ' ')
-    h++;
   size_t n = strlen(h);
   bool ok = false;
   for (int i = 0; i < cfg->n_api_keys; i++) {
@@ -552,12 +563,9 @@ static bool auth_ok(server *s, struct MHD_Connection *c) {
  * Called after auth_ok, so the token is one of the configured keys. */
 static void caller_owner(server *s, struct MHD_Connection *c, char out[JOBS_OWNER_CAP]) {
   out[0] = '\0';
-  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-  if (s->cfg->n_api_keys == 0 || !h || strncasecmp(h, "Bearer ", 7))
+  const char *h = caller_key(c);
+  if (s->cfg->n_api_keys == 0 || !h)
     return;
-  h += 7;
-  while (*h == ' ')
-    h++;
   jobs_owner_of(h, out);
 }
 
@@ -681,6 +689,7 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   req.grammar = NULL;
   er.logprobs = req.agent.logprobs;
   er.top_logprobs = req.agent.top_logprobs;
+  er.count_only = cr && cr->count_only;
   k->agent = req.agent;
   k->refs++; /* the engine's reference, dropped in on_done */
   qvl_status st = s->be.submit(s->be.ctx, &er, &k->engine_id);
@@ -837,7 +846,8 @@ static enum MHD_Result reply_error_as(struct MHD_Connection *c, server *s, conn_
   if (!fmt || !fmt->error_json)
     return reply_error(c, s, r, e, NULL);
   static const char *const retry[] = {"Retry-After", "2", NULL}, *const bearer[] = {"WWW-Authenticate", "Bearer", NULL};
-  return reply_json(c, s, r, e->http, fmt->error_json(state, e), e->http == qvl_status_http(QVL_ERR_BUSY) ? retry : e->http == 401 ? bearer : NULL);
+  int http = fmt->error_http ? fmt->error_http(e->http) : e->http;
+  return reply_json(c, s, r, http, fmt->error_json(state, e), e->http == qvl_status_http(QVL_ERR_BUSY) ? retry : e->http == 401 ? bearer : NULL);
 }
 
 static void fill_compat_ctx(server *s, compat_ctx *x) {
@@ -1086,11 +1096,14 @@ static enum MHD_Result method_not_allowed(struct MHD_Connection *c, server *s, c
 
 static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, const char *url, const char *method) {
   bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+  bool anthropic = !strcmp(url, "/v1/messages") || !strncmp(url, "/v1/messages/", 13); /* its error shape */
   if (r->too_large) {
     api_error e;
     api_error_status(&e, QVL_ERR_TOO_LARGE, "request_too_large", NULL,
                   "the request body is larger than %lld MiB (max_body_mb)", (long long)s->cfg->max_body_mb);
     static const char *const close_hdr[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
+    if (anthropic)
+      return reply_json(c, s, r, e.http, messages_format.error_json(NULL, &e), close_hdr);
     return reply_error(c, s, r, &e, close_hdr);
   }
   if (r->close_after && strcmp(url, "/health") && strcmp(url, "/metrics"))
@@ -1111,8 +1124,24 @@ static enum MHD_Result route(struct MHD_Connection *c, server *s, conn_req *r, c
     if (!auth_ok(s, c)) {
       api_error e;
       api_error_set(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
-                    "Incorrect or missing API key: send 'Authorization: Bearer KEY'");
+                    "Incorrect or missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+      if (anthropic)
+        return reply_error_as(c, s, r, &e, &messages_format, NULL);
       return reply_error(c, s, r, &e, NULL);
+    }
+    if (anthropic) {
+      compat_translate_fn fn = !strcmp(url, "/v1/messages")                ? messages_translate
+                               : !strcmp(url, "/v1/messages/count_tokens") ? messages_count_translate
+                                                                           : NULL;
+      api_error e;
+      if (fn && post)
+        return handle_compat(c, s, r, fn);
+      if (fn)
+        api_error_set(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s %s: method not allowed (allowed: POST)",
+                      r->log.method, r->log.path);
+      else
+        api_error_status(&e, QVL_ERR_NOT_FOUND, "not_found", NULL, "no such endpoint: %s", r->log.path);
+      return reply_error_as(c, s, r, &e, &messages_format, NULL);
     }
     if (!strcmp(url, "/v1/chat/completions"))
       return post ? handle_chat(c, s, r, false, NULL) : method_not_allowed(c, s, r, "POST");

@@ -486,6 +486,7 @@ bool api_result_copy(api_result *d, const engine_result *r) {
   d->status = r->status;
   snprintf(d->error, sizeof d->error, "%s", r->error);
   d->finish_reason = r->finish_reason;
+  d->stop_match = r->stop_match;
   d->prompt_tokens = r->prompt_tokens;
   d->completion_tokens = r->completion_tokens;
   d->image_tokens = r->image_tokens;
