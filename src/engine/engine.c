@@ -34,6 +34,7 @@ typedef enum rq_state { RQ_NEW, RQ_VISION, RQ_PREFILL, RQ_DECODE } rq_state;
 
 typedef struct request {
   uint64_t id;
+  engine_image *imgs;      /* [p.n_images] what res.images points at */
   struct request *next;    /* queue link */
   /* Set under e->mu by engine_cancel / engine_stop. Kept apart from the fields the engine thread
    * reads without the lock (a widened load of neighbours would race with this write). */
@@ -123,6 +124,7 @@ static void request_free(request *r) {
   for (int i = 0; i < STOP_MAX_STRINGS; i++)
     free(r->stop[i]);
   vlm_prompt_free(&r->p);
+  free(r->imgs);
   free(r->keys);
   decoder_seq_free(r->seq);
   gen_seq_free(r->gs);
@@ -362,6 +364,14 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
     s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
+  if (s == QVL_OK && r->p.n_images > 0) { /* the images' sizes outlive the prompt's pixels */
+    if (!(r->imgs = calloc((size_t)r->p.n_images, sizeof *r->imgs)))
+      s = qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+    for (int i = 0; s == QVL_OK && i < r->p.n_images; i++)
+      r->imgs[i] = (engine_image){r->p.images[i].width, r->p.images[i].height, r->p.images[i].message_index};
+    r->res.images = r->imgs;
+    r->res.n_images = r->imgs ? r->p.n_images : 0;
+  }
   if (s == QVL_OK && rq->count_only) { /* the prompt is built and checked: that is the answer */
     r->res.status = QVL_OK;
     r->res.finish_reason = ENGINE_FINISH_STOP;

@@ -67,6 +67,12 @@ typedef struct engine_timings {
   double setup_ms;           /* engine: sequence, sampler, prefix-cache restore before the first step */
 } engine_timings;
 
+/* An image of a request's prompt, for answers that point into it (boxes). */
+typedef struct engine_image {
+  int width, height;         /* as displayed (EXIF orientation applied) */
+  int message_index;         /* the message that holds it */
+} engine_image;
+
 typedef struct engine_result {
   qvl_status status;         /* QVL_OK, or why it failed (message in error) */
   char error[512];
@@ -81,6 +87,8 @@ typedef struct engine_result {
   size_t text_len;
   const int32_t *ids;        /* [completion_tokens] generated ids, EOS included (valid during the callback) */
   history_report history;    /* what the context policy dropped (engine_request.history) */
+  int n_images;
+  const engine_image *images; /* [n_images] the prompt's images in order (valid during the callback) */
   uint64_t admitted_step;    /* the engine-loop iteration that admitted it: requests that start in the
                               * same step share it (dynamic batching, max_wait_ms); 0 = never ran */
   /* With engine_request.logprobs (else NULL / 0), valid during the callback: */

@@ -547,7 +547,7 @@ static const char *const refused[][2] = {
 
 /* Fields passed to the chat body as they are (sampling, qvl extensions). */
 static const char *const passed[] = {"temperature", "top_p", "top_k", "min_p", "seed", "min_pixels", "max_pixels",
-                                     "repetition_penalty", "presence_penalty", "frequency_penalty"};
+                                     "repetition_penalty", "presence_penalty", "frequency_penalty", "boxes"};
 
 static msgs_state *new_state(const compat_ctx *ctx, compat_request *out, api_error *e) {
   memset(out, 0, sizeof *out);
@@ -766,6 +766,9 @@ static cJSON *message_object(const msgs_state *st, const api_result *r, const cJ
     cJSON_AddNullToObject(o, "stop_sequence");
   }
   cJSON_AddItemToObject(o, "usage", usage(r));
+  const cJSON *boxes = get(get(choice, "message"), "boxes");
+  if (boxes) /* qvl's extension (boxes.h) */
+    cJSON_AddItemToObject(o, "boxes", cJSON_Duplicate(boxes, true));
   return o;
 }
 
@@ -931,6 +934,9 @@ static void stream_end(void *state, buf *out, const api_result *r) {
   else
     cJSON_AddNullToObject(d, "stop_sequence");
   cJSON_AddItemToObject(o, "usage", usage(r));
+  const cJSON *boxes = get(get(choice, "message"), "boxes");
+  if (boxes)
+    cJSON_AddItemToObject(o, "boxes", cJSON_Duplicate(boxes, true));
   emit(out, "message_delta", o);
   emit(out, "message_stop", NULL);
   cJSON_Delete(choice);

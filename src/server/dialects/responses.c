@@ -439,7 +439,7 @@ static const char *const refused[][2] = {
 /* Fields passed to the chat body as they are (sampling, qvl extensions). */
 static const char *const passed[] = {"temperature", "top_p",  "top_k", "min_p", "presence_penalty", "frequency_penalty",
                                      "repetition_penalty", "seed", "stop", "min_pixels", "max_pixels", "logit_bias",
-                                     "parallel_tool_calls"};
+                                     "parallel_tool_calls", "boxes"};
 
 /* `include` (only the output text's logprobs exist here) and `top_logprobs` -> the chat's logprobs. */
 static bool translate_logprobs(const cJSON *root, cJSON *chat, api_error *e) {
@@ -779,6 +779,9 @@ static cJSON *response_object(const resp_state *st, const char *status, const ap
   cJSON *output = cJSON_AddArrayToObject(o, "output");
   if (r && !err && choice)
     add_output(output, st, choice, cut_short(r));
+  const cJSON *boxes = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "message"), "boxes");
+  if (r && !err && boxes) /* qvl's extension (boxes.h) */
+    cJSON_AddItemToObject(o, "boxes", cJSON_Duplicate(boxes, true));
   add_or_default(o, echo, "parallel_tool_calls", cJSON_CreateTrue());
   add_or_default(o, echo, "previous_response_id", cJSON_CreateNull());
   cJSON *reasoning = cJSON_AddObjectToObject(o, "reasoning");

@@ -581,6 +581,7 @@ static void fill_limits(server *s, api_limits *lim) {
   lim->n_model_ids = s->n_model_ids;
   lim->sampling = s->be.sampling;
   lim->vision_precision = s->be.vision_precision;
+  lim->boxes = cfg->boxes;
 }
 
 /* The stop check of a request's pre-processing (image fetch/decode, tokenizing, budget waits), on

@@ -367,6 +367,9 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   /* tools, tool_choice, functions, response_format, logprobs (api_agents.c) */
   if (!api_agents_parse(root, &out->agent, &out->tools, &out->grammar, e))
     goto fail;
+  out->agent.boxes = lim->boxes; /* "boxes": grounding answers in pixels (boxes.h) */
+  if (!get_bool(root, "boxes", &out->agent.boxes, e))
+    goto fail;
 
   /* Sampling: absent fields take the model's recommended settings (engine/model_sampling.h). */
   gen_params *g = &out->gen;
@@ -499,6 +502,12 @@ bool api_result_copy(api_result *d, const engine_result *r) {
     return false;
   if (!api_logprobs_copy(&d->lp, r))
     return false;
+  if (r->n_images > 0 && r->images) {
+    if (!(d->images = malloc(sizeof *d->images * (size_t)r->n_images)))
+      return false;
+    memcpy(d->images, r->images, sizeof *d->images * (size_t)r->n_images);
+    d->n_images = r->n_images;
+  }
   return true;
 }
 
@@ -507,6 +516,9 @@ void api_result_free(api_result *r) {
     return;
   buf_free(&r->text);
   api_logprobs_free(&r->lp);
+  free(r->images);
+  r->images = NULL;
+  r->n_images = 0;
 }
 
 const char *api_finish_reason(engine_finish f) {

@@ -55,6 +55,7 @@ typedef struct api_limits {
   const sampler_params *sampling; /* what absent sampling fields take: the model's recommendation
                                    * (vlm.sampling); NULL: Qwen3-VL's (model_sampling_qwen3vl) */
   const char *vision_precision; /* the tower's loaded tier; NULL: no tower (any valid tier accepted) */
+  bool boxes;                  /* "boxes" when the request does not say (--boxes) */
 } api_limits;
 
 typedef struct api_chat_request {
@@ -88,8 +89,10 @@ typedef struct api_result {
   engine_timings t;
   buf text;
   history_report history;
-  api_agent_opts agent;        /* set by the caller: how to render tool calls and logprobs */
+  api_agent_opts agent;        /* set by the caller: how to render tool calls, logprobs and boxes */
   api_logprobs lp;
+  int n_images;
+  engine_image *images;        /* [n_images] the prompt's images (engine_result.images; boxes) */
 } api_result;
 
 /* Copies r (the text too); false when out of memory. */
