@@ -3,14 +3,15 @@
 // answer checked against the chat completion of the same conversation, the SDK's stream helpers
 // (text events, finalMessage) against the non-streamed answer, the raw event sequence, stop_sequences,
 // a forced tool call validated against its schema and sent back as a tool_result, count_tokens
-// against the usage of an answer, x-api-key and Bearer auth, and the SDK's error classes.
+// against the usage of an answer, x-api-key and Bearer auth, and the SDK's error classes (529 from a
+// full server included).
 // Prints "messages: N passed, N failed".
 import { createServer } from "node:http";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
 import { z } from "zod";
-import { MODEL_ID, check, client, dataUrl, postJson, root, test, runServerSuite } from "./lib.mjs";
+import { MODEL_ID, check, client, dataUrl, postJson, root, startServer, test, runServerSuite } from "./lib.mjs";
 
 const KEY = "k-anthropic";
 let A;
@@ -195,6 +196,31 @@ test("auth and errors: x-api-key or Bearer, and the SDK's error classes", async 
   const thinking = await ant().messages.create({ model: MODEL_ID, max_tokens: 64, thinking: { type: "enabled", budget_tokens: 16 },
     messages: [{ role: "user", content: "hi" }] });
   check(thinking.content.every((b) => b.type === "text"), "thinking is accepted (the model does not reason: no thinking blocks)", thinking.content);
+});
+
+test("a full server: 529 overloaded_error (the SDK's InternalServerError) with Retry-After", async () => {
+  const B = await startServer(["--max-batch-size", "1", "--queue", "0", "--ctx", "8192", "--max-tokens", "6000"]);
+  try {
+    const sdk = new Anthropic({ baseURL: B.base, apiKey: "none", maxRetries: 0, timeout: 120000 });
+    const long = sdk.messages.stream({ model: MODEL_ID, max_tokens: 6000, temperature: 1, messages: [{ role: "user", content: "Go on." }] });
+    long.on("error", () => {}).on("abort", () => {});
+    const ended = long.done().catch(() => {}); // aborted below: that rejection is expected
+    await new Promise((res) => long.once("text", res)); // running: the one slot is taken
+    const r = await postJson(B, "/v1/messages", { model: MODEL_ID, max_tokens: 4, messages: [{ role: "user", content: "hi" }] });
+    check(r.status === 529 && JSON.parse(r.body).error?.type === "overloaded_error" && /Retry-After: 2/i.test(r.headers),
+      "529 overloaded_error + Retry-After", r);
+    try {
+      await sdk.messages.create({ model: MODEL_ID, max_tokens: 4, messages: [{ role: "user", content: "hi" }] });
+      check(false, "refused while full");
+    } catch (e) {
+      check(e instanceof Anthropic.InternalServerError && e.status === 529 && e.error?.error?.type === "overloaded_error",
+        "the SDK raises InternalServerError 529", [e.constructor.name, e.status]);
+    }
+    long.abort();
+    await ended;
+  } finally {
+    await B.stop();
+  }
 });
 
 runServerSuite("messages", ["--api-key", KEY, "--allow-image-url", `${HOST}/`, "--max-body-mb", "2"], {
