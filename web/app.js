@@ -394,7 +394,7 @@ function groundingFigure(msg, allMarks) {
   const fig = el('figure', { class: 'ground' }, stage, caption);
   const draw = () => {
     const img = imgs[which];
-    marks = own(which).length ? own(which) : own(first >= 0 ? first : which).length ? own(first) : allMarks;
+    marks = own(which).length ? own(which) : first >= 0 && own(first).length ? own(first) : allMarks;
     const pic = el('img', { class: 'ground-img', src: img.dataUrl, alt: `${img.name} with ${marks.length} marked regions` });
     pic.addEventListener('load', () => stickToBottom());
     const nodes = [pic];

@@ -786,6 +786,7 @@ test('accessibility audit (axe-core): empty, conversation, error, settings, phon
       answer: 'Found:\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```json\n[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}, {"point_2d": [875, 180], "label": "sun"}]\n```',
     },
   };
+  init.arg.boxes = boxesOf(init.arg.answer, 800, 500);
   for (const [vp, scheme] of [[DESKTOP, 'light'], [PHONE, 'light'], [DESKTOP, 'dark']]) {
     const page = await newPage(vp, { bypassCSP: true, colorScheme: scheme });
     const tag = `${vp === PHONE ? 'phone' : 'desktop'} ${scheme}`;
@@ -834,7 +835,8 @@ test('phone width: full conversation with overlay', async () => {
 });
 
 test('dark theme renders', async () => {
-  const page = await newPage(DESKTOP, { colorScheme: 'dark', init: { fn: seedGrounding, arg: { dataUrl: 'data:image/png;base64,' + sceneBuf.toString('base64'), answer: 'A **dark** test.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```json\n[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]\n```' } } });
+  const answer = 'A **dark** test.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```json\n[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]\n```';
+  const page = await newPage(DESKTOP, { colorScheme: 'dark', init: { fn: seedGrounding, arg: { dataUrl: 'data:image/png;base64,' + sceneBuf.toString('base64'), answer, boxes: boxesOf(answer, 800, 500) } } });
   await page.click('.conv-open');
   await page.locator('.gbox').first().waitFor();
   const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
