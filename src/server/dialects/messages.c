@@ -1,6 +1,8 @@
 /* Anthropic's Messages API translated to and from the chat path (see messages.h). */
 #include "server/dialects/messages.h"
 
+#include "server/openai/json_raw.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -669,24 +671,12 @@ bool messages_count_translate(const char *body, size_t len, const compat_ctx *ct
 
 /* ---- the message object ---------------------------------------------------------------------- */
 
-/* The arguments text of a call as the tool_use input: embedded as it is (raw JSON, so the model's
- * numbers are never re-printed) when it is a JSON object, else {} — the chat path only makes calls
- * whose arguments parse. Whitespace at the ends is trimmed. */
+/* The arguments text of a call as the tool_use input: the model's JSON as written, embedded raw
+ * (json_raw.h: no number goes through a double; whitespace between tokens dropped), or {} when it
+ * is not an object (the chat path only makes calls whose arguments parse). */
 static cJSON *tool_input(const char *args) {
-  size_t a = 0, n = strlen(args);
-  while (a < n && strchr(" \t\r\n", args[a]))
-    a++;
-  while (n > a && strchr(" \t\r\n", args[n - 1]))
-    n--;
-  cJSON *parsed = cJSON_ParseWithLength(args + a, n - a);
-  bool object = cJSON_IsObject(parsed);
-  cJSON_Delete(parsed);
-  if (!object)
-    return cJSON_CreateObject();
-  char *raw = strndup(args + a, n - a);
-  cJSON *o = raw ? cJSON_CreateRaw(raw) : cJSON_CreateObject();
-  free(raw);
-  return o;
+  cJSON *raw = json_raw_value(args, strlen(args), true);
+  return raw ? raw : cJSON_CreateObject();
 }
 
 static void tool_use_id(const msgs_state *st, int i, char *out, size_t cap) {
@@ -879,14 +869,9 @@ static void stream_text(void *state, buf *out, const char *text, size_t len) {
 static void stream_call(msgs_state *st, buf *out, int i, const cJSON *call) {
   block_start(st, out, BLOCK_TOOL, tool_block(st, i, call, false));
   const cJSON *args = get(get(call, "function"), "arguments");
-  const char *a = cJSON_IsString(args) ? args->valuestring : "{}";
+  cJSON *input = tool_input(cJSON_IsString(args) ? args->valuestring : "{}"); /* what the message's input is */
+  const char *a = cJSON_IsRaw(input) ? input->valuestring : "{}";
   size_t al = strlen(a);
-  while (al && strchr(" \t\r\n", a[al - 1]))
-    al--;
-  while (al && strchr(" \t\r\n", *a)) {
-    a++;
-    al--;
-  }
   for (size_t pos = 0; pos < al;) { /* fragments cut on UTF-8 character boundaries */
     size_t take = al - pos < ARG_DELTA ? al - pos : ARG_DELTA;
     while (pos + take < al && ((unsigned char)a[pos + take] & 0xC0) == 0x80)
@@ -897,6 +882,7 @@ static void stream_call(msgs_state *st, buf *out, int i, const cJSON *call) {
     block_delta(st, out, d);
     pos += take;
   }
+  cJSON_Delete(input);
   block_stop(st, out);
 }
 
