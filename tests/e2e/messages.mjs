@@ -152,6 +152,23 @@ test("tools: a forced tool_use validates, streams the same, and its tool_result 
   }
 }, 240000);
 
+test("tool_use.input is the model's JSON as written: an integer beyond 2^53 and a long decimal, streamed and not", async () => {
+  // logit_bias (a qvl extension here) forces the digits: "3" is token 18, "0" 15, "." 13 in the Qwen vocabulary
+  const call = (schema, bias, stream = false) => postJson(A, "/v1/messages", { model: MODEL_ID, max_tokens: 80, temperature: 0, stream,
+    logit_bias: bias, tools: [{ name: "f", input_schema: schema }], tool_choice: { type: "tool", name: "f" },
+    messages: [{ role: "user", content: "x" }] }, ["-H", `x-api-key: ${KEY}`]);
+  const days = { type: "object", properties: { days: { type: "integer" } }, required: ["days"], additionalProperties: false };
+  const x = { type: "object", properties: { x: { type: "number" } }, required: ["x"], additionalProperties: false };
+  for (const [schema, bias, re, what] of [[days, { 18: 100 }, /"input":\{"days":-?3{23,24}\}/, "integer"], [x, { 15: 100, 13: 90 }, /"input":\{"x":-?0\.0{20,22}\}/, "decimal"]]) {
+    const r = await call(schema, bias);
+    check(r.status === 200 && re.test(r.body), `${what}: input as generated`, r.body.slice(0, 400));
+    const s = await call(schema, bias, true);
+    const partial = [...s.body.matchAll(/^data: (.*)$/gm)].map((m) => JSON.parse(m[1])).filter((e) => e.delta?.type === "input_json_delta")
+      .map((e) => e.delta.partial_json).join("");
+    check(re.test(`"input":${partial}`), `${what}: the stream's partial_json pieces spell the same`, partial);
+  }
+});
+
 test("count_tokens: the prompt's tokens, images included, as an answer's usage counts them", async () => {
   const messages = [{ role: "user", content: [{ type: "image", source: { type: "base64", media_type: "image/png",
     data: b64("rgb_128x64.png") } }, { type: "text", text: "Describe." }] }];

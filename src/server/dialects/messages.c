@@ -549,7 +549,7 @@ static const char *const refused[][2] = {
 
 /* Fields passed to the chat body as they are (sampling, qvl extensions). */
 static const char *const passed[] = {"temperature", "top_p", "top_k", "min_p", "seed", "min_pixels", "max_pixels",
-                                     "repetition_penalty", "presence_penalty", "frequency_penalty", "boxes"};
+                                     "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "boxes"};
 
 static msgs_state *new_state(const compat_ctx *ctx, compat_request *out, api_error *e) {
   memset(out, 0, sizeof *out);
