@@ -52,6 +52,10 @@ typedef struct engine_request {
   struct grammar *grammar;
   bool logprobs;             /* report log-probabilities (engine_result.logprobs) */
   int top_logprobs;          /* 0..ENGINE_MAX_TOP_LOGPROBS alternatives per token */
+  /* Only count: the prompt is built and checked as for generation (template, images, limits), then
+   * on_done reports its prompt_tokens / image_tokens, called from engine_submit itself, and nothing
+   * is queued (*id is 0). */
+  bool count_only;
 } engine_request;
 
 #define ENGINE_MAX_TOP_LOGPROBS 20

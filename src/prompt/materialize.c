@@ -84,6 +84,9 @@ static qvl_status load_image(const prompt_media *md, const prompt_opts *o, promp
   out->media_index = md->index;
   out->pixels = md->pixels;
   out->resized_pixels = md->resized_pixels;
+  out->width = md->width;
+  out->height = md->height;
+  out->message_index = md->message_index;
   if (o->keep_sources)
     out->source = rcbuf_ref(md->bytes);
   prompt_known_image k;

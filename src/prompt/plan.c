@@ -61,6 +61,8 @@ static bool resolve_stored(const char *url, const prompt_opts *o, prompt_media *
   md->n_tokens = ref.n_tokens;
   md->pixels = ref.pixels;
   md->resized_pixels = ref.resized_pixels;
+  md->width = ref.width;
+  md->height = ref.height;
   *s = QVL_OK;
   return true;
 }
@@ -99,6 +101,8 @@ static qvl_status size_from_header(const prompt_opts *o, prompt_media *md) {
   int h = swap ? info.width : info.height, w = swap ? info.height : info.width, rh = 0, rw = 0;
   QVL_TRY(image_smart_resize(h, w, o->pre.min_pixels, o->pre.max_pixels, IMAGE_FACTOR, &rh, &rw));
   md->pixels = (int64_t)info.width * info.height;
+  md->width = w;
+  md->height = h;
   md->resized_pixels = (int64_t)rh * rw;
   md->n_tokens = (int64_t)(rh / IMAGE_FACTOR) * (rw / IMAGE_FACTOR);
   md->grid_t = 1;

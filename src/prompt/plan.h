@@ -35,6 +35,7 @@ typedef struct prompt_media {
   int64_t n_tokens;        /* LLM tokens it takes (from its header) */
   int64_t pixels;          /* source pixels (header) */
   int64_t resized_pixels;  /* after smart_resize */
+  int width, height;       /* as displayed (EXIF orientation applied) */
   int grid_t, grid_h, grid_w;
   rcbuf *bytes;            /* encoded bytes, fetched once; released when its span is dropped */
   uint64_t bytes_key;      /* prompt_image.bytes_key */

@@ -58,6 +58,7 @@ typedef struct prompt_media_ref {
   uint64_t hash;          /* pixel hash when known, else 0 */
   int grid_t, grid_h, grid_w;
   int64_t n_tokens, pixels, resized_pixels;
+  int width, height;      /* as displayed (EXIF orientation applied) */
   rcbuf *bytes;           /* borrowed: the planner takes its own reference */
 } prompt_media_ref;
 
@@ -116,6 +117,9 @@ typedef struct prompt_image {
   rcbuf *encoded;          /* the encoded bytes, kept only when known_image skipped the decode */
   int media_index;         /* its index among the request's media (before any was dropped) */
   int64_t pixels, resized_pixels; /* from its header */
+  int width, height;       /* the source image as displayed (EXIF orientation applied): what the
+                            * model's relative coordinates refer to */
+  int message_index;       /* the message that holds it */
   rcbuf *source;           /* its encoded bytes, with keep_sources (else NULL) */
 } prompt_image;
 

@@ -10,6 +10,7 @@ bool api_result_copy(api_result *d, const engine_result *r) {
   d->status = r->status;
   snprintf(d->error, sizeof d->error, "%s", r->error);
   d->finish_reason = r->finish_reason;
+  d->stop_match = r->stop_match;
   d->prompt_tokens = r->prompt_tokens;
   d->completion_tokens = r->completion_tokens;
   d->image_tokens = r->image_tokens;
@@ -22,17 +23,24 @@ bool api_result_copy(api_result *d, const engine_result *r) {
     return false;
   if (!api_logprobs_copy(&d->lp, r))
     return false;
-  if (r->n_images > 0 && !(d->media = calloc((size_t)r->n_images, sizeof *d->media)))
+  if (r->n_images > 0 && r->images) {
+    if (!(d->images = malloc(sizeof *d->images * (size_t)r->n_images)))
+      return false;
+    memcpy(d->images, r->images, sizeof *d->images * (size_t)r->n_images);
+    d->n_images = r->n_images;
+  }
+  if (r->n_media > 0 && !(d->media = calloc((size_t)r->n_media, sizeof *d->media)))
     return false;
-  for (int i = 0; i < r->n_images; i++) {
-    const prompt_image *im = &r->images[i];
+  for (int i = 0; i < r->n_media; i++) {
+    const prompt_image *im = &r->media[i];
     d->media[i] = (api_media){.index = im->media_index,
                               .ref = {.bytes_key = im->bytes_key, .hash = im->hash, .grid_t = im->grid_t,
                                       .grid_h = im->grid_h, .grid_w = im->grid_w, .n_tokens = im->n_tokens,
                                       .pixels = im->pixels, .resized_pixels = im->resized_pixels,
+                                      .width = im->width, .height = im->height,
                                       .bytes = rcbuf_ref(im->source)}};
   }
-  d->n_media = r->n_images;
+  d->n_media = r->n_media;
   return true;
 }
 
@@ -41,6 +49,9 @@ void api_result_free(api_result *r) {
     return;
   buf_free(&r->text);
   api_logprobs_free(&r->lp);
+  free(r->images);
+  r->images = NULL;
+  r->n_images = 0;
   for (int i = 0; i < r->n_media; i++)
     rcbuf_unref(r->media[i].ref.bytes);
   free(r->media);
