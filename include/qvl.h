@@ -129,12 +129,8 @@ QVL_API int64_t qvl_model_n_ctx_train(const qvl_model *m);
 /* Whether path is a Hugging Face model directory (a directory with a config.json). Any thread. */
 QVL_API bool qvl_path_is_hf_dir(const char *path);
 
-/* Finds the files of a Hugging Face repository spec "REPO[:QUANT]" in the download cache, or
- * downloads them there first (not with offline). GGUF repositories: *model is the text GGUF and
- * *mmproj the projector (NULL if the repository has none); safetensors repositories: *model is
- * the snapshot directory (load it with mmproj NULL) and *mmproj NULL. Both free with qvl_free.
- * QVL_ERR_NOT_FOUND, ERR_IO (network, named). One call at a time. */
-QVL_API qvl_status qvl_hf_resolve(const char *spec, bool offline, char **model, char **mmproj);
+/* Downloads from the Hugging Face hub (qvl_hf_resolve) are in qvl_tools.h: they need libcurl,
+ * which libqvl does not link. */
 
 /* An encoded image (PNG, JPEG or WebP, told by its first bytes) as a data: URL for a message's
  * image_url, NUL-terminated (free with qvl_free). QVL_ERR_NOMEM. Any thread. */

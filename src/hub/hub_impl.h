@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "base/status.h"
-#include "model/hub.h"
+#include "hub/hub.h"
 
 /* The largest JSON document the hub may send us (a listing page) or that we read back. */
 #define HUB_MAX_JSON_BYTES (64u << 20)
