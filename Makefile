@@ -108,8 +108,14 @@ $(BUILD)/gen/web_files.list: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(WEB_FILES)' | cmp -s - $@ || echo '$(WEB_FILES)' > $@
 
-$(BUILD)/gen/web_assets.c: $(BUILD)/tools/embed $(BUILD)/gen/web_files.list $(WEB_FILES)
-	$(BUILD)/tools/embed $@ web $(WEB_FILES)
+# The page's third-party scripts come from Debian's packages, listed in tools/web_vendor.txt.
+WEB_VENDOR := $(shell awk '!/^\#/ && NF == 3 {print $$2 "@" $$1}' tools/web_vendor.txt)
+WEB_VENDOR_FILES := $(foreach v,$(WEB_VENDOR),$(firstword $(subst @, ,$(v))))
+$(WEB_VENDOR_FILES):
+	@echo "error: $@ is missing: install Debian's $$(awk -v f='$@' '$$2 == f {print $$3}' tools/web_vendor.txt) (tools/install-deps.sh)" >&2; exit 1
+
+$(BUILD)/gen/web_assets.c: $(BUILD)/tools/embed $(BUILD)/gen/web_files.list $(WEB_FILES) $(WEB_VENDOR_FILES) tools/web_vendor.txt
+	$(BUILD)/tools/embed $@ web $(WEB_FILES) $(WEB_VENDOR)
 
 $(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
