@@ -71,5 +71,9 @@ qvl_status vlm_prompt_from_text(const vlm *m, const char *text, size_t len, vlm_
 qvl_status vlm_prompt_from_ids(const vlm *m, const int32_t *ids, int64_t n, vlm_prompt *out);
 void vlm_prompt_free(vlm_prompt *p);
 decoder_input vlm_prompt_input(const vlm_prompt *p);
+/* Runs the vision tower on image i of a prompt built with defer_vision, filling its rows of
+ * img_embd and deepstack (adds to p->vision_ms; frees its pixel_values unless keep_images). Only
+ * one thread may run model code at a time. */
+qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm_prompt_opts *o);
 
 #endif

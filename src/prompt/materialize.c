@@ -231,7 +231,7 @@ static qvl_status expand_pads(const prompt_model *m, const int32_t *ids, size_t 
 
 /* The image token indices and every image's first row. */
 static qvl_status index_images(const prompt_model *m, prompt_built *p) {
-  p->n_deepstack = m->vision->n_deepstack;
+  p->n_deepstack = m->n_deepstack;
   p->img_idx = malloc(sizeof *p->img_idx * (size_t)(p->n_img ? p->n_img : 1));
   if (!p->img_idx)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory for %lld image tokens", (long long)p->n_img);
@@ -251,7 +251,7 @@ int64_t prompt_rows_bytes(const prompt_model *m, const prompt_built *p, int firs
   if (first >= p->n_images || !m->vision)
     return 0;
   int64_t rows = p->n_img - p->images[first].row0;
-  return rows * m->n_embd * (int64_t)sizeof(float) * (1 + m->vision->n_deepstack);
+  return rows * m->n_embd * (int64_t)sizeof(float) * (1 + m->n_deepstack);
 }
 
 qvl_status prompt_alloc_rows(const prompt_model *m, prompt_built *p, int first) {
@@ -308,32 +308,6 @@ void prompt_put_deepstack(const prompt_model *m, prompt_built *p, int i, const f
   int64_t d = m->n_embd, nt = p->images[i].n_tokens, row = p->images[i].row0 - p->rows0, stride = p->n_img - p->rows0;
   for (int64_t l = 0; l < p->n_deepstack; l++)
     memcpy(p->deepstack + (l * stride + row) * d, levels + l * nt * d, sizeof(float) * (size_t)(nt * d));
-}
-
-qvl_status prompt_encode_image(const prompt_model *m, prompt_built *p, int i, const prompt_opts *o) {
-  if (i < 0 || i >= p->n_images || !p->img_embd || p->images[i].row0 < p->rows0 || !p->images[i].patches.pixel_values)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "image %d: nothing to encode (already encoded or not deferred)", i + 1);
-  int64_t d = m->n_embd;
-  prompt_image *im = &p->images[i];
-  int64_t nt = im->n_tokens;
-  double t0 = time_now_s();
-  float *ds_tmp = malloc(sizeof *ds_tmp * (size_t)(nt * d * (p->n_deepstack ? p->n_deepstack : 1)));
-  if (!ds_tmp)
-    return qvl_errorf(QVL_ERR_NOMEM, "out of memory for image %d's DeepStack features", i + 1);
-  qvl_status s = vision_encode(m->vision, im->patches.pixel_values, im->grid_t, im->grid_h, im->grid_w,
-                               prompt_image_rows(m, p, i), ds_tmp, o->trace, o->trace_user);
-  if (s != QVL_OK) {
-    free(ds_tmp);
-    return qvl_error_prefix(s, "image %d: ", i + 1);
-  }
-  prompt_put_deepstack(m, p, i, ds_tmp);
-  free(ds_tmp);
-  if (!o->keep_images) {
-    free(im->patches.pixel_values);
-    im->patches.pixel_values = NULL;
-  }
-  p->vision_ms += (time_now_s() - t0) * 1e3;
-  return QVL_OK;
 }
 
 /* Decodes the kept media: the pixels of those that need a decode are reserved first. */
@@ -402,12 +376,7 @@ static qvl_status materialize(const prompt_model *m, const prompt_plan *plan, co
   QVL_TRY(index_images(m, p));
   if (o->defer_rows)
     return QVL_OK;
-  QVL_TRY(prompt_alloc_rows(m, p, 0));
-  if (o->defer_vision)
-    return QVL_OK;
-  for (int i = 0; i < p->n_images; i++)
-    QVL_TRY(prompt_encode_image(m, p, i, o));
-  return QVL_OK;
+  return prompt_alloc_rows(m, p, 0);
 }
 
 qvl_status prompt_materialize(const prompt_model *m, const prompt_plan *plan, const cJSON *messages, int drop,

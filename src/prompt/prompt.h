@@ -7,13 +7,13 @@
  *   materialize  (this file) decode only the kept media, once each, expand their placeholders,
  *                compute the M-RoPE positions and (unless deferred) run the vision tower.
  *
- * prompt_build does all three with nothing dropped. The layer sits above text/, image/ and vision/
- * and below engine/: it sees the model through a prompt_model (the tokenizer, the vision tower and
- * the special ids), which engine/vlm.c fills at load.
+ * prompt_build does all three with nothing dropped. The layer sits above text/ and image/ and below
+ * engine/: it sees the model through a prompt_model (the tokenizer, the special ids, the shape of
+ * the image rows), which engine/vlm.c fills at load. It never runs the vision tower: the image rows
+ * are left for the engine (vlm_prompt_encode_image, or the engine's image cache), which is why
+ * every prompt here is built as with defer_vision.
  *
- * Thread safety: a plan and a prompt belong to one thread. Materializing without defer_vision and
- * prompt_encode_image run model code, so like every kernels.h user only one thread at a time may
- * call them.
+ * Thread safety: a plan and a prompt belong to one thread; no function here runs model code.
  */
 #ifndef QVL_PROMPT_PROMPT_H
 #define QVL_PROMPT_PROMPT_H
@@ -33,12 +33,12 @@
 #include "qvl.h"
 #include "text/decoder.h"
 #include "text/tokenizer.h"
-#include "vision/vision.h"
 
 /* What the prompt layer needs of a loaded model. */
 typedef struct prompt_model {
   const tokenizer *tok;
-  const vision_model *vision; /* NULL: text only */
+  bool vision;                /* a vision tower is loaded (else images are refused) */
+  int64_t n_deepstack;        /* its DeepStack levels: rows per image token besides the merger's */
   int64_t n_embd;             /* decoder rows the vision tower writes */
   int32_t image_pad_id, vision_start_id, vision_end_id;
 } prompt_model;
@@ -155,9 +155,6 @@ int64_t prompt_rows_bytes(const prompt_model *m, const prompt_built *p, int firs
 /* Allocates the image rows of images first.. (the earlier ones are never read); p->rows0 is the
  * row of image first. For prompts materialized with defer_rows. */
 qvl_status prompt_alloc_rows(const prompt_model *m, prompt_built *p, int first);
-/* Runs the vision tower on image i of a prompt materialized with defer_vision, filling its rows of
- * img_embd and deepstack (adds to p->vision_ms; frees its pixel_values unless keep_images). */
-qvl_status prompt_encode_image(const prompt_model *m, prompt_built *p, int i, const prompt_opts *o);
 /* Decodes and preprocesses image i of p from its kept encoded bytes (a decode that known_image
  * skipped, now needed after all); checks that it is the image that was announced. */
 qvl_status prompt_image_decode_deferred(const prompt_opts *o, prompt_image *im, int i);
