@@ -26,7 +26,9 @@ LIBS := $(PKG_LIBS) -lm
 
 # Each ISA file is compiled with only its own -m flags (see src/kernels/kernels.h).
 ISA_FLAGS_avx2 := -mavx2 -mfma -mf16c
-ISA_FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
+ISA_FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+ISA_FLAGS_avx512_bf16 := $(ISA_FLAGS_avx512) -mavx512bf16
+ISA_FLAGS_amx := $(ISA_FLAGS_avx512_bf16) -mamx-tile -mamx-int8 -mamx-bf16
 
 LIB_SRC := $(shell find src -name '*.c' | sort)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
