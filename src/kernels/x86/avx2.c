@@ -232,8 +232,10 @@ INLINE void panel_store(const kn_mm *m, int64_t p, int64_t t, int TT, __m256 acc
 DEFINE_RUN(run_f_6, 6, FLOAT_BODY(6))
 DEFINE_RUN(run_f_3, 3, FLOAT_BODY(3))
 DEFINE_RUN(run_f_1, 1, FLOAT_BODY(1))
+DEFINE_RUN(run_q8_4, 4, Q80_BODY(4, false))
 DEFINE_RUN(run_q8_2, 2, Q80_BODY(2, false))
 DEFINE_RUN(run_q8_1, 1, Q80_BODY(1, false))
+DEFINE_RUN(run_q4_4, 4, Q80_BODY(4, true))
 DEFINE_RUN(run_q4_2, 2, Q80_BODY(2, true))
 DEFINE_RUN(run_q4_1, 1, Q80_BODY(1, true))
 DEFINE_RUN(run_q4k_1, 1, Q4K_BODY(1))
@@ -261,8 +263,8 @@ static void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int
 /* 16 rows x 6 tokens: 12 accumulators + 2 weight vectors + 1 broadcast of the 16 ymm registers
  * (4 tokens left the FMA units half idle behind the loads and conversions). */
 DEFINE_TILE(tile_float, 6, run_f_6, run_f_3, run_f_1)
-DEFINE_TILE(tile_q8_0, 2, run_q8_2, run_q8_1)
-DEFINE_TILE(tile_q4_0, 2, run_q4_2, run_q4_1)
+DEFINE_TILE(tile_q8_0, 4, run_q8_4, run_q8_2, run_q8_1)
+DEFINE_TILE(tile_q4_0, 4, run_q4_4, run_q4_2, run_q4_1)
 DEFINE_TILE(tile_q4_K, 1, run_q4k_1)
 DEFINE_TILE(tile_q6_K, 1, run_q6k_1)
 
