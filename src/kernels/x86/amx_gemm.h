@@ -52,11 +52,11 @@ static void amx_cfg(kn_tilecfg *c, int a_colsb, int b_rows) {
 /* Activation rows of tokens [t, t + 16): the rows themselves when all 16 exist, else a copy of
  * the ones that do, zero-padded to 16 rows, in pad (16 x xq_stride bytes). */
 static const uint8_t *amx_rows(const kn_mm *m, int64_t t, int64_t t1, uint8_t *pad) {
-  const uint8_t *x = (const uint8_t *)m->xq + (size_t)t * m->xq_stride;
   if (t1 - t >= 16)
-    return x;
+    return (const uint8_t *)m->xq + (size_t)t * m->xq_stride;
   int64_t n = t1 - t > 0 ? t1 - t : 0;
-  memcpy(pad, x, (size_t)n * m->xq_stride);
+  if (n > 0) /* (no pointer past the rows when none is left) */
+    memcpy(pad, (const uint8_t *)m->xq + (size_t)t * m->xq_stride, (size_t)n * m->xq_stride);
   memset(pad + (size_t)n * m->xq_stride, 0, (size_t)(16 - n) * m->xq_stride);
   return pad;
 }
