@@ -29,6 +29,7 @@ typedef struct call {
   bool done, cancelled, any_text;
   api_result result;
   buf pending;              /* text from on_text not yet sent */
+  buf pending_reasoning;    /* reasoning from on_reasoning not yet sent (it precedes all text) */
   /* response */
   char id[48];
   char model[128];
