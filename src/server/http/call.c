@@ -147,7 +147,7 @@ bool call_client_gone(int fd) {
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-static void fill_limits(server *s, api_limits *lim) {
+void call_fill_limits(server *s, api_limits *lim) {
   const server_config *cfg = s->cfg;
   memset(lim, 0, sizeof *lim);
   lim->max_tokens = cfg->max_tokens;
@@ -182,7 +182,7 @@ static qvl_status prep_stop(void *user) {
 /* Parses and submits (be_lock read-held by the caller). On failure fills e and returns NULL. */
 call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_error *e) {
   api_limits lim;
-  fill_limits(s, &lim);
+  call_fill_limits(s, &lim);
   api_chat_request req;
   lim.max_images = -1; /* checked by chat_history_parse: trimming may drop images */
   if (cr ? !api_chat_parse(cr->chat_body, cr->chat_len, &lim, &req, e)
