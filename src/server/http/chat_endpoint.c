@@ -40,7 +40,7 @@ static enum MHD_Result reply_result(struct MHD_Connection *c, server *s, conn_re
 enum MHD_Result chat_endpoint_serve(struct MHD_Connection *c, server *s, conn_req *r, bool job, compat_request *cr) {
   api_error e;
   /* Admission, linearised with server_drain: once draining is set no request is admitted, and the
-   * drain waits for every admitted one until its response has been sent (on_completed). */
+   * drain waits for every admitted one until its response has been sent (request_on_completed). */
   pthread_mutex_lock(&s->mu);
   bool admitted = !atomic_load(&s->draining);
   if (admitted) {

@@ -19,7 +19,7 @@ typedef struct conn_req {
   bool too_large, responded, log_owned_by_stream;
   char owner[JOBS_OWNER_CAP];      /* jobs: hash of the caller's API key */
   const char *session_hdr;         /* X-Session-Id, valid while the request is handled */
-  bool accepted;            /* counted in server.accepted until on_completed */
+  bool accepted;            /* counted in server.accepted until request_on_completed */
   bool close_after;         /* answer with Connection: close (reserve connections) */
   int fd;                   /* the client's socket (hang-up checks during pre-processing) */
 } conn_req;
