@@ -251,9 +251,10 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, const 
     add_message(msgs, m);
     return true;
   }
-  /* An earlier answer's reasoning item, sent back as clients replay output items: accepted and left
-   * out, as the Thinking template leaves earlier turns' reasoning out of the prompt. */
-  if (!strcmp(t, "reasoning"))
+  /* An earlier answer's reasoning item, sent back as clients replay output items: with a reasoning
+   * model accepted and left out, as the Thinking template leaves earlier turns' reasoning out of the
+   * prompt (a model that does not reason made none: refused below). */
+  if (!strcmp(t, "reasoning") && ctx->reasoning_model)
     return true;
   if (!strcmp(t, "function_call")) { /* an earlier tool call of the model */
     const cJSON *cid = cJSON_GetObjectItemCaseSensitive(it, "call_id"),
@@ -305,7 +306,7 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, const 
   if (strcmp(t, "message")) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                   "%s: input items of type '%s' are not supported (supported: message, item_reference, function_call, "
-                  "function_call_output, reasoning)",
+                  "function_call_output; reasoning with a reasoning model)",
                   param, t);
     return false;
   }
