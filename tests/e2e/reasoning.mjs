@@ -135,6 +135,27 @@ test("ollama client: think and message.thinking, streamed and not", async () => 
   check(bad.status === 400, "think 3 -> 400", bad.body);
 });
 
+test("structured output and tool calls apply to the answer only", async () => {
+  const c = client(S);
+  const schema = { type: "object", properties: { ok: { type: "boolean" } }, required: ["ok"], additionalProperties: false };
+  const r = await c.chat.completions.create({ model: ID, messages: [{ role: "user", content: "Answer in JSON." }],
+    max_tokens: 60, temperature: 0, max_reasoning_tokens: 5, logit_bias: bias,
+    response_format: { type: "json_schema", json_schema: { name: "a", strict: true, schema } } });
+  const m = r.choices[0].message;
+  check(m.reasoning_content === WORD.repeat(5), "the reasoning is free text (the bias shows through)", m);
+  let parsed = null;
+  try { parsed = JSON.parse(m.content); } catch {}
+  check(parsed && typeof parsed.ok === "boolean" && Object.keys(parsed).length === 1, "the answer follows the schema", m.content);
+  const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+  const t = await c.chat.completions.create({ model: ID, messages: [{ role: "user", content: "Weather in Paris?" }],
+    max_tokens: 60, temperature: 0, max_reasoning_tokens: 3, tools, tool_choice: "required" });
+  // tool_choice required constrains the answer to a call; random weights may still run out of tokens
+  // inside it (then the text stays content), so the check is where the constraint applied
+  const tm = t.choices[0].message, tc = tm.tool_calls?.[0];
+  check(tm.reasoning_content?.length > 0 && !tm.reasoning_content.includes("<tool_call>"), "the reasoning is free text", tm);
+  check(tc ? tc.function.name === "get_weather" : tm.content.startsWith("<tool_call>\n{"), "the answer is the call", tm);
+});
+
 test("/tokenize, /detokenize", async () => {
   const t = await postJson(S, "/tokenize", { content: "Hello <|im_start|> world", with_pieces: true });
   const toks = JSON.parse(t.body).tokens;
