@@ -34,6 +34,7 @@ typedef enum rq_state { RQ_NEW, RQ_VISION, RQ_PREFILL, RQ_DECODE } rq_state;
 
 typedef struct request {
   uint64_t id;
+  engine_image *imgs;      /* [p.n_images] what res.images points at */
   struct request *next;    /* queue link */
   /* Set under e->mu by engine_cancel / engine_stop, with an atomic store: a grammar mask polls it
    * without the lock (mask_poll). Kept apart from the fields the engine thread reads without the
@@ -126,6 +127,7 @@ static void request_free(request *r) {
   for (int i = 0; i < STOP_MAX_STRINGS; i++)
     free(r->stop[i]);
   vlm_prompt_free(&r->p);
+  free(r->imgs);
   free(r->keys);
   decoder_seq_free(r->seq);
   gen_seq_free(r->gs);
@@ -373,6 +375,27 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
     s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
+  if (s == QVL_OK && r->p.n_images > 0) { /* the images' sizes outlive the prompt's pixels */
+    if (!(r->imgs = calloc((size_t)r->p.n_images, sizeof *r->imgs)))
+      s = qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+    for (int i = 0; s == QVL_OK && i < r->p.n_images; i++)
+      r->imgs[i] = (engine_image){r->p.images[i].width, r->p.images[i].height, r->p.images[i].message_index};
+    r->res.images = r->imgs;
+    r->res.n_images = r->imgs ? r->p.n_images : 0;
+  }
+  if (s == QVL_OK && rq->count_only) { /* the prompt is built and checked: that is the answer */
+    r->res.status = QVL_OK;
+    r->res.finish_reason = ENGINE_FINISH_STOP;
+    r->res.prompt_tokens = r->p.n;
+    r->res.image_tokens = r->p.n_img;
+    r->res.text = "";
+    r->res.t.prompt_ms = (time_now_s() - r->t_submit) * 1e3;
+    r->res.t.preprocess_ms = r->p.preprocess_ms;
+    rq->on_done(rq->user, &r->res);
+    r->gram = rq->grammar; /* owned from submit on: freed with the request */
+    request_free(r);
+    return QVL_OK;
+  }
   if (s == QVL_OK) {
     decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
     uint64_t need = decoder_seq_bytes(e->m->text, &sp);
@@ -611,6 +634,7 @@ static bool sample_one(request *r, int32_t *tok) {
   if (done) {
     r->res.status = QVL_OK;
     r->res.finish_reason = gen_seq_reason(r->gs) == STOP_MAX_TOKENS ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
+    r->res.stop_match = gen_seq_stop_matched(r->gs);
     r->finished = true;
     return false;
   }

@@ -312,6 +312,8 @@ const int32_t *gen_seq_ids(const gen_seq *g, int64_t *n) {
 
 stop_reason gen_seq_reason(const gen_seq *g) { return stop_reason_of(g->stp); }
 
+int gen_seq_stop_matched(const gen_seq *g) { return stop_matched(g->stp); }
+
 double gen_seq_t_first(const gen_seq *g) { return g->t_first; }
 
 void gen_seq_logprobs(const gen_seq *g, const float **lp, const int32_t **top_ids, const float **top_lp) {

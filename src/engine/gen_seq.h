@@ -103,6 +103,8 @@ int64_t gen_seq_reasoning_tokens(const gen_seq *g);
 /* Every generated id, EOS included: [*n]. */
 const int32_t *gen_seq_ids(const gen_seq *g, int64_t *n);
 stop_reason gen_seq_reason(const gen_seq *g);
+/* 1 + the index of the stop string that ended it (stop_matched); 0: none did. */
+int gen_seq_stop_matched(const gen_seq *g);
 /* time_now_s() when the first token was sampled (0 before). */
 double gen_seq_t_first(const gen_seq *g);
 /* With logprobs: [n] chosen log-probs, [n][n_top] alternatives (see text/logprobs.h). */

@@ -161,6 +161,7 @@ void call_fill_limits(server *s, api_limits *lim) {
   lim->vision_precision = s->be.vision_precision;
   lim->reasoning_model = s->be.model && s->be.model->thinking;
   lim->reasoning_budget = cfg->reasoning_budget;
+  lim->boxes = s->cfg->boxes;
 }
 
 /* The stop check of a request's pre-processing (image fetch/decode, tokenizing, budget waits), on
@@ -270,6 +271,7 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   req.grammar = NULL;
   er.logprobs = req.agent.logprobs;
   er.top_logprobs = req.agent.top_logprobs;
+  er.count_only = cr && cr->count_only;
   k->agent = req.agent;
   k->refs++; /* the engine's reference, dropped in on_done */
   qvl_status st = s->be.submit(s->be.ctx, &er, &k->engine_id);

@@ -1,6 +1,8 @@
 /* Tools, response_format and logprobs on chat completions (see api_agents.h). */
 #include "server/openai/agents.h"
 
+#include "server/openai/boxes.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -397,6 +399,8 @@ void api_agents_decorate(cJSON *choice, const api_result *r) {
   }
   if (r->agent.logprobs && r->lp.off)
     cJSON_ReplaceItemInObjectCaseSensitive(choice, "logprobs", logprobs_object(&r->lp));
+  if (r->agent.boxes && m)
+    cJSON_AddItemToObject(m, "boxes", boxes_from_text(r->text.data, r->text.len, r->images, r->n_images));
 }
 
 const char *api_agents_finish_reason(const api_result *r) {
@@ -502,6 +506,14 @@ void api_agents_stream_tail(buf *out, const char *id, int64_t created, const cha
     cJSON *choice, *o = chunk_base(id, created, model, &choice);
     cJSON_AddObjectToObject(choice, "delta");
     cJSON_AddItemToObject(choice, "logprobs", logprobs_object(&r->lp));
+    cJSON_AddNullToObject(choice, "finish_reason");
+    emit_chunk(out, o);
+  }
+  if (r->agent.boxes) { /* known at the end: one chunk with delta.boxes */
+    cJSON *choice, *o = chunk_base(id, created, model, &choice);
+    cJSON *d = cJSON_AddObjectToObject(choice, "delta");
+    cJSON_AddItemToObject(d, "boxes", boxes_from_text(r->text.data, r->text.len, r->images, r->n_images));
+    cJSON_AddNullToObject(choice, "logprobs");
     cJSON_AddNullToObject(choice, "finish_reason");
     emit_chunk(out, o);
   }

@@ -38,6 +38,7 @@ typedef struct api_limits {
   const char *vision_precision; /* the tower's loaded tier; NULL: no tower (any valid tier accepted) */
   bool reasoning_model;        /* the model reasons: reasoning fields are honoured (else refused) */
   int64_t reasoning_budget;    /* the server's default budget (--reasoning-budget; -1 unbounded) */
+  bool boxes;                  /* "boxes" when the request does not say (--boxes) */
 } api_limits;
 
 typedef struct api_chat_request {
