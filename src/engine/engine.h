@@ -82,8 +82,12 @@ typedef struct engine_result {
   int image_cache_hits, image_cache_misses; /* images inside the reused prefix need no vision and
                                              * count as neither */
   engine_timings t;
-  const char *text;          /* full generated text (valid during the callback) */
+  const char *text;          /* full generated text (valid during the callback); with reasoning, the
+                              * answer after the think block */
   size_t text_len;
+  const char *reasoning;     /* a thinking model's reasoning ("" otherwise; valid during the callback) */
+  size_t reasoning_len;
+  int64_t reasoning_tokens;  /* of completion_tokens, those inside the think block */
   const int32_t *ids;        /* [completion_tokens] generated ids, EOS included (valid during the callback) */
   history_report history;    /* what the context policy dropped (engine_request.history) */
   int n_images;
@@ -113,6 +117,10 @@ typedef struct engine_request {
   gen_params gen;            /* sampling, max tokens, stop strings (copied at submit) */
   /* Streaming: called with each piece of final text. Return false to cancel the request. */
   bool (*on_text)(void *user, const char *text, size_t len);
+  /* A thinking model's reasoning pieces (before any answer text; NULL: only in the result). The
+   * budget is gen.reasoning_budget: < 0 unbounded, 0 no reasoning (the prompt closes an empty think
+   * block), N: the engine closes the block after N tokens. Raw prompts have no think block. */
+  bool (*on_reasoning)(void *user, const char *text, size_t len);
   /* Called exactly once when the request ends (success, error, cancel, timeout). */
   void (*on_done)(void *user, const engine_result *r);
   void *user;

@@ -133,8 +133,10 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
   m->sampling = model_sampling_qwen3vl();
   if (hf) {
     s = load_hf(hf_dir, dt, m);
-    if (s == QVL_OK)
+    if (s == QVL_OK) {
       model_sampling_from_hf(hf_model_config(m->hf), &m->sampling);
+      m->thinking = chat_template_is_thinking(hf_model_chat_template(m->hf));
+    }
   } else {
     /* A file whose size differs from what a download recorded is damaged: say so instead of failing
      * later with a parse error (or, worse, loading garbage). */
@@ -147,6 +149,12 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
       s = tokenizer_init_gguf(g, &m->tok);
     if (s == QVL_OK)
       s = model_sampling_from_gguf(g, &m->sampling);
+    if (s == QVL_OK && gguf_find_key(g, "tokenizer.chat_template") >= 0) {
+      const char *tmpl = NULL;
+      if (gguf_get_str(g, "tokenizer.chat_template", &tmpl) == QVL_OK)
+        m->thinking = chat_template_is_thinking(tmpl);
+      qvl_error_clear();
+    }
     if (s == QVL_OK) {
       s = load_text_gguf(g, dt, &m->text); /* takes ownership of g */
       g = NULL;
@@ -172,6 +180,15 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
       m->eos_ids[m->n_eos++] = eot;
     if (m->n_eos == 0 && tokenizer_eos_id(m->tok) >= 0)
       m->eos_ids[m->n_eos++] = tokenizer_eos_id(m->tok);
+    int32_t *close = NULL;
+    size_t n_close = 0;
+    if (s == QVL_OK && tokenizer_encode(m->tok, "\n</think>\n\n", 11, &close, &n_close) == QVL_OK &&
+        n_close <= sizeof m->think_close / sizeof m->think_close[0]) {
+      memcpy(m->think_close, close, sizeof *close * n_close);
+      m->n_think_close = (int)n_close;
+    }
+    free(close);
+    qvl_error_clear();
     if (s == QVL_OK && tokenizer_vocab_size(m->tok) > m->text->hp.n_vocab)
       s = qvl_errorf(QVL_ERR_MISMATCH, "%s: tokenizer has %d tokens but the embedding only %lld rows", label,
                      tokenizer_vocab_size(m->tok), (long long)m->text->hp.n_vocab);
@@ -516,7 +533,9 @@ static qvl_status encode_images(const vlm *m, const vlm_prompt_opts *o, vlm_prom
 
 static qvl_status build(const vlm *m, const cJSON *messages, const vlm_prompt_opts *o, vlm_prompt *p) {
   chat_prompt cp;
-  QVL_TRY(chat_render(messages, o->tools, o->add_generation_prompt, &cp));
+  chat_render_opts ro = {.tools = o->tools, .add_generation_prompt = o->add_generation_prompt,
+                         .thinking = m->thinking, .skip_thinking = o->skip_thinking};
+  QVL_TRY(chat_render_with(messages, &ro, &cp));
   qvl_status s = QVL_OK;
   if (cp.n_images > 0 && !m->vision)
     s = qvl_errorf(QVL_ERR_INVALID_ARG, "the request has %d image(s) but no vision projector is loaded (--mmproj)",

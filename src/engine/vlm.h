@@ -50,6 +50,11 @@ typedef struct vlm {
   int n_eos;
   sampler_params sampling; /* the model's recommended sampling, for requests that do not say
                             * (engine/model_sampling.h) */
+  bool thinking;           /* a reasoning model: its chat template (GGUF tokenizer.chat_template or
+                            * the HF directory's) opens <think> in the generation prompt
+                            * (chat_template_is_thinking); prompts use the Thinking template */
+  int32_t think_close[8];  /* "\n</think>\n\n" tokenized: what a reasoning budget forces */
+  int n_think_close;       /* 0 when the vocabulary cannot say it in 8 tokens */
 } vlm;
 
 /* Loads GGUF files, or an HF directory given as p->model (a directory with a config.json). */
@@ -67,6 +72,8 @@ typedef struct vlm_known_image {
 
 typedef struct vlm_prompt_opts {
   bool add_generation_prompt;
+  bool skip_thinking;      /* a thinking model: the generation prompt closes an empty think block
+                            * (reasoning budget 0) */
   preprocess_opts pre;     /* min/max pixels for every image of the request */
   image_limits limits;     /* decode caps */
   image_source_opts source;

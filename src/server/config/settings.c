@@ -59,6 +59,8 @@ static const setting settings[] = {
     S_INT("default_max_pixels", default_max_pixels, 1024, IMAGE_HF_MAX_PIXELS,
           "resize target when a request gives no max_pixels (at most --max-pixels)"),
     S_INT("max_tokens", max_tokens, 1, 1 << 24, "generated tokens: cap and default"),
+    S_INT("reasoning_budget", reasoning_budget, -1, 1 << 24,
+          "a reasoning model's thinking tokens when a request does not say (-1: unbounded, 0: no thinking)"),
     S_INT("max_prompt_tokens", max_prompt_tokens, 0, 1 << 24, "prompt tokens per request, images included (0: ctx only)"),
     S_LIST("api_key", api_keys, "accepted API key (repeatable); none: no authentication"),
     S_STR("api_key_file", api_key_file, NULL, "file with one API key per line"),
@@ -113,6 +115,7 @@ void server_config_init(server_config *c) {
   c->max_pixels = 4 << 20;
   c->default_max_pixels = IMAGE_CPU_DEFAULT_MAX_PIXELS;
   c->max_tokens = 2048;
+  c->reasoning_budget = -1;
   c->image_fetch_timeout_s = 10;
   c->job_ttl_s = 3600;
   c->max_jobs = 1024;

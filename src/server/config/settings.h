@@ -46,6 +46,7 @@ typedef struct server_config {
   int64_t default_max_pixels; /* resize target when a request does not say (<= max_pixels) */
   int64_t max_tokens;      /* cap on generated tokens; also the default when a request gives none */
   int64_t max_prompt_tokens; /* cap on prompt tokens, images included; 0 = only ctx limits it */
+  int64_t reasoning_budget;  /* a reasoning model's default budget (-1 unbounded, 0 no thinking) */
   /* access */
   char **api_keys;         /* [n_api_keys]; none = no authentication */
   int n_api_keys;

@@ -214,11 +214,21 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   if (stream && !cJSON_IsNull(stream) && !cJSON_IsBool(stream))
     return bad(e, "stream", "'stream' must be a boolean");
   cJSON_AddBoolToObject(chat, "stream", !cJSON_IsFalse(stream)); /* Ollama streams unless told not to */
+  /* think: false -> no reasoning (budget 0), true -> the default, "low" / "medium" / "high" -> the
+   * chat's reasoning_effort. A model that does not reason refuses anything but false. */
   const cJSON *think = cJSON_GetObjectItemCaseSensitive(root, "think");
-  if (think && !cJSON_IsNull(think) && !cJSON_IsFalse(think)) {
+  if (think && !cJSON_IsNull(think) && !cJSON_IsFalse(think) && !ctx->reasoning_model) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "think",
                   "'think' is not supported: the model does not think aloud");
     return false;
+  }
+  if (ctx->reasoning_model && think && !cJSON_IsNull(think)) {
+    if (cJSON_IsFalse(think))
+      cJSON_AddNumberToObject(chat, "max_reasoning_tokens", 0);
+    else if (cJSON_IsString(think))
+      cJSON_AddStringToObject(chat, "reasoning_effort", think->valuestring);
+    else if (!cJSON_IsTrue(think))
+      return bad(e, "think", "'think' must be a boolean or one of \"low\", \"medium\", \"high\"");
   }
   const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
   if (cJSON_IsString(format) && !strcmp(format->valuestring, "json")) {
@@ -345,6 +355,9 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
                      cJSON_GetObjectItemCaseSensitive(m, "images"), param, e))
       goto done;
     cJSON *added = cJSON_GetArrayItem(out_msgs, i);
+    const cJSON *thinking = cJSON_GetObjectItemCaseSensitive(m, "thinking");
+    if (cJSON_IsString(thinking) && !strcmp(role->valuestring, "assistant")) /* an earlier answer's reasoning */
+      cJSON_AddStringToObject(added, "reasoning_content", thinking->valuestring);
     if (has_calls && !translate_tool_calls(tc, i, added, param, e))
       goto done;
     if (!strcmp(role->valuestring, "tool") && cJSON_IsString(tcid))
@@ -430,7 +443,17 @@ done:
 
 /* ---- answers --------------------------------------------------------------------------------- */
 
+/* An answer line; thinking (may be NULL) is the reasoning, on message.thinking (chat) or thinking
+ * (generate) as Ollama puts it. */
+static cJSON *answer_with(const ollama_state *st, const char *text, size_t len, const char *thinking, size_t n_thinking,
+                          bool done);
+
 static cJSON *answer(const ollama_state *st, const char *text, size_t len, bool done) {
+  return answer_with(st, text, len, NULL, 0, done);
+}
+
+static cJSON *answer_with(const ollama_state *st, const char *text, size_t len, const char *thinking, size_t n_thinking,
+                          bool done) {
   char ts[48];
   now_rfc3339(ts, sizeof ts);
   cJSON *o = cJSON_CreateObject();
@@ -438,10 +461,14 @@ static cJSON *answer(const ollama_state *st, const char *text, size_t len, bool 
   cJSON_AddStringToObject(o, "created_at", ts);
   if (st->generate) {
     cJSON_AddItemToObject(o, "response", api_text_json(text, len));
+    if (thinking)
+      cJSON_AddItemToObject(o, "thinking", api_text_json(thinking, n_thinking));
   } else {
     cJSON *m = cJSON_AddObjectToObject(o, "message");
     cJSON_AddStringToObject(m, "role", "assistant");
     cJSON_AddItemToObject(m, "content", api_text_json(text, len));
+    if (thinking)
+      cJSON_AddItemToObject(m, "thinking", api_text_json(thinking, n_thinking));
   }
   cJSON_AddBoolToObject(o, "done", done);
   return o;
@@ -514,8 +541,9 @@ static void add_logprobs(cJSON *o, const ollama_state *st, const cJSON *choice) 
 
 static char *result_json(void *state, const api_result *r) {
   ollama_state *st = state;
+  const char *th = r->reasoning.len ? r->reasoning.data : NULL;
   if (!st->hold_tools) {
-    cJSON *o = answer(st, r->text.data, r->text.len, true);
+    cJSON *o = answer_with(st, r->text.data, r->text.len, th, r->reasoning.len, true);
     if (st->logprobs) {
       cJSON *choice = compat_chat_choice(r);
       add_logprobs(o, st, choice);
@@ -528,7 +556,7 @@ static char *result_json(void *state, const api_result *r) {
    * done_reason "stop" for them) */
   cJSON *choice = compat_chat_choice(r);
   const char *text = compat_choice_content(choice);
-  cJSON *o = answer(st, text, strlen(text), true);
+  cJSON *o = answer_with(st, text, strlen(text), th, r->reasoning.len, true);
   add_tool_calls(o, compat_choice_tool_calls(choice));
   add_logprobs(o, st, choice);
   add_stats(o, r);
@@ -558,6 +586,11 @@ static void stream_text(void *state, buf *out, const char *text, size_t len) {
     buf_append(&st->sent, text, len);
   }
   append_line(out, print(answer(st, text, len, false)));
+}
+
+static void stream_thinking(void *state, buf *out, const char *text, size_t len) {
+  ollama_state *st = state;
+  append_line(out, print(answer_with(st, "", 0, text, len, false)));
 }
 
 static void stream_end(void *state, buf *out, const api_result *r) {
@@ -597,6 +630,7 @@ const compat_format ollama_format = {
     .result_json = result_json,
     .error_json = error_json,
     .stream_text = stream_text,
+    .stream_reasoning = stream_thinking,
     .stream_end = stream_end,
     .free_state = state_free,
 };
@@ -709,6 +743,8 @@ char *ollama_info(const char *path, const char *method, const char *body, size_t
     cJSON *caps = cJSON_AddArrayToObject(o, "capabilities");
     cJSON_AddItemToArray(caps, cJSON_CreateString("completion"));
     cJSON_AddItemToArray(caps, cJSON_CreateString("vision"));
+    if (ctx->reasoning_model)
+      cJSON_AddItemToArray(caps, cJSON_CreateString("thinking"));
     char ts[48];
     unix_rfc3339(ctx->started, ts, sizeof ts);
     cJSON_AddStringToObject(o, "modified_at", ts);

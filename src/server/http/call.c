@@ -53,6 +53,7 @@ void call_unref(call *k) {
   if (k->fmt && k->fmt->free_state)
     k->fmt->free_state(k->fmt_state);
   buf_free(&k->pending);
+  buf_free(&k->pending_reasoning);
   buf_free(&k->held);
   buf_free(&k->out);
   pthread_mutex_destroy(&k->mu);
@@ -89,6 +90,23 @@ static bool on_text(void *user, const char *text, size_t len) {
   return keep;
 }
 
+
+static bool on_reasoning(void *user, const char *text, size_t len) {
+  call *k = user;
+  pthread_mutex_lock(&k->mu);
+  bool keep = !k->cancelled;
+  if (keep) {
+    if (buf_append(&k->pending_reasoning, text, len) != QVL_OK)
+      keep = false;
+    bool first = !k->any_text;
+    k->any_text = true;
+    pthread_cond_broadcast(&k->cv);
+    if (first && k->is_job)
+      jobs_set_running(k->srv->jobs, k->job_id);
+  }
+  pthread_mutex_unlock(&k->mu);
+  return keep;
+}
 
 static void on_done(void *user, const engine_result *r) {
   call *k = user;
@@ -129,7 +147,7 @@ bool call_client_gone(int fd) {
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-static void fill_limits(server *s, api_limits *lim) {
+void call_fill_limits(server *s, api_limits *lim) {
   const server_config *cfg = s->cfg;
   memset(lim, 0, sizeof *lim);
   lim->max_tokens = cfg->max_tokens;
@@ -141,6 +159,8 @@ static void fill_limits(server *s, api_limits *lim) {
   lim->n_model_ids = s->n_model_ids;
   lim->sampling = s->be.sampling;
   lim->vision_precision = s->be.vision_precision;
+  lim->reasoning_model = s->be.model && s->be.model->thinking;
+  lim->reasoning_budget = cfg->reasoning_budget;
   lim->boxes = s->cfg->boxes;
 }
 
@@ -163,7 +183,7 @@ static qvl_status prep_stop(void *user) {
 /* Parses and submits (be_lock read-held by the caller). On failure fills e and returns NULL. */
 call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_error *e) {
   api_limits lim;
-  fill_limits(s, &lim);
+  call_fill_limits(s, &lim);
   api_chat_request req;
   lim.max_images = -1; /* checked by chat_history_parse: trimming may drop images */
   if (cr ? !api_chat_parse(cr->chat_body, cr->chat_len, &lim, &req, e)
@@ -240,6 +260,7 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   er.gen = req.gen;
   er.gen.n_ctx = s->cfg->ctx;
   er.on_text = on_text;
+  er.on_reasoning = on_reasoning;
   er.on_done = on_done;
   er.user = k;
   k->hpol = hpol;

@@ -29,6 +29,7 @@ typedef struct call {
   bool done, cancelled, any_text;
   api_result result;
   buf pending;              /* text from on_text not yet sent */
+  buf pending_reasoning;    /* reasoning from on_reasoning not yet sent (it precedes all text) */
   /* response */
   char id[48];
   char model[128];
@@ -63,6 +64,8 @@ void call_unref(call *k);
  * (be_lock read-held by the caller). job: stored as an async job. Returns the call with the
  * caller's reference, or NULL with e filled. */
 call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_error *e);
+/* The request limits of this server's chat requests (settings, model ids, the model's defaults). */
+void call_fill_limits(server *s, api_limits *lim);
 /* Whether the client on fd has hung up (POLLRDHUP; false for fd < 0). */
 bool call_client_gone(int fd);
 

@@ -23,6 +23,21 @@
 
 /* Formats what is due into k->out (mutex held). */
 static void stream_format(call *k) {
+  if (k->pending_reasoning.len) { /* reasoning comes before any answer text */
+    if (k->fmt && k->fmt->stream_reasoning) {
+      k->fmt->stream_reasoning(k->fmt_state, &k->out, k->pending_reasoning.data, k->pending_reasoning.len);
+    } else if (!k->fmt) {
+      char *j = api_reasoning_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending_reasoning.data,
+                                         k->pending_reasoning.len);
+      if (j)
+        sse_append(&k->out, j);
+      free(j);
+      k->sent_role = true;
+    }
+    k->pending_reasoning.len = 0;
+    k->pending_reasoning.data[0] = '\0';
+    return;
+  }
   if (k->fmt) { /* another API's stream shape (dialects/dialect.h) */
     if (k->pending.len) {
       k->fmt->stream_text(k->fmt_state, &k->out, k->pending.data, k->pending.len);
@@ -123,12 +138,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max) {
       pthread_mutex_unlock(&k->mu);
       return MHD_CONTENT_READER_END_OF_STREAM;
     }
-    if (k->pending.len || k->done) {
+    if (k->pending.len || k->pending_reasoning.len || k->done) {
       stream_format(k);
       continue;
     }
     cond_wait_ms(&k->cv, &k->mu, WAIT_SLICE_MS);
-    if (!k->pending.len && !k->done && call_client_gone(k->fd)) {
+    if (!k->pending.len && !k->pending_reasoning.len && !k->done && call_client_gone(k->fd)) {
       pthread_mutex_unlock(&k->mu);
       return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free cancels the request */
     }
