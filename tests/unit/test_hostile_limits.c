@@ -12,6 +12,7 @@
 #include "image/budget.h"
 #include "server/fetch/fetch.h"
 #include "server/fetch/url.h"
+#include "server/http/cors.h"
 #include "text/tokenizer.h"
 #include "test.h"
 
@@ -213,7 +214,37 @@ static void test_capped_tokenizer(void) {
   tokenizer_free(t);
 }
 
+/* Issue 24 item 6: a preflight echoes only RFC 7230 token characters of the asked headers. */
+static void test_cors_filter(void) {
+  struct {
+    const char *in, *out;
+  } cases[] = {
+      {"authorization, content-type, x-stainless-os", "authorization, content-type, x-stainless-os"},
+      {"  Authorization ,Content-Type,,  ", "Authorization, Content-Type"},
+      {"x-ok, x-bad\x01, x-\xff\xfe, x-also-ok", "x-ok, x-also-ok"},
+      {"x-a\r\nSet-Cookie: a=b", ""},
+      {"x-a, two words, \"quoted\", x-b", "x-a, x-b"},
+      {"", ""},
+      {"\t", ""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char out[CORS_ALLOW_HEADERS_CAP];
+    size_t n = cors_filter_headers(cases[i].in, out, sizeof out);
+    CHECK(n == strlen(out) && !strcmp(out, cases[i].out), "cors filter case %zu: '%s'", i, out);
+  }
+  /* a long value is cut at an element boundary within the cap */
+  char big[8192], out[CORS_ALLOW_HEADERS_CAP];
+  size_t k = 0;
+  for (int i = 0; i < 600; i++)
+    k += (size_t)snprintf(big + k, sizeof big - k, "x-h%d,", i);
+  size_t n = cors_filter_headers(big, out, sizeof out);
+  CHECK(n > 0 && n < sizeof out && out[n - 1] != ',' && out[n - 1] != ' ', "capped at %zu bytes", n);
+  for (size_t i = 0; i < n; i++)
+    CHECK(out[i] >= 0x20 && out[i] < 0x7f, "printable ASCII only");
+}
+
 int main(void) {
+  test_cors_filter();
   test_capped_tokenizer();
   test_url();
   test_allow_list_normal_forms();

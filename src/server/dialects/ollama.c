@@ -187,12 +187,11 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   } else {
     snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");
   }
-  const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
-  if (stream && !cJSON_IsNull(stream) && !cJSON_IsBool(stream))
-    return bad(e, "stream", "'stream' must be a boolean");
-  cJSON_AddBoolToObject(chat, "stream", !cJSON_IsFalse(stream)); /* Ollama streams unless told not to */
-  const cJSON *think = cJSON_GetObjectItemCaseSensitive(root, "think");
-  if (think && !cJSON_IsNull(think) && !cJSON_IsFalse(think)) {
+  bool stream = true, think = false; /* Ollama streams unless told not to */
+  if (!api_get_bool(root, "stream", NULL, &stream, e) || !api_get_bool(root, "think", NULL, &think, e))
+    return false;
+  cJSON_AddBoolToObject(chat, "stream", stream);
+  if (think) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "think",
                   "'think' is not supported: the model does not think aloud");
     return false;
@@ -355,8 +354,10 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
     goto done;
   const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt"),
               *system = cJSON_GetObjectItemCaseSensitive(root, "system"),
-              *images = cJSON_GetObjectItemCaseSensitive(root, "images"),
-              *raw = cJSON_GetObjectItemCaseSensitive(root, "raw");
+              *images = cJSON_GetObjectItemCaseSensitive(root, "images");
+  bool raw = false;
+  if (!api_get_bool(root, "raw", NULL, &raw, e))
+    goto done;
   if ((prompt && !cJSON_IsNull(prompt) && !cJSON_IsString(prompt)) ||
       (system && !cJSON_IsNull(system) && !cJSON_IsString(system))) {
     bad(e, "prompt", "'prompt' and 'system' must be strings");
@@ -380,7 +381,7 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
     ok = out->reply_body != NULL;
     goto done;
   }
-  if (cJSON_IsTrue(raw)) {
+  if (raw) {
     if (has_images) {
       api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "raw",
                     "raw prompts cannot carry images (the template places them)");

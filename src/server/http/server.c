@@ -897,7 +897,8 @@ static enum MHD_Result handle_ollama(struct MHD_Connection *c, server *s, conn_r
 /* A CORS preflight from an allowed origin (cors.h): 204 with what the browser asked to send. */
 static enum MHD_Result handle_preflight(struct MHD_Connection *c, server *s, conn_req *r) {
   const char *hdr[CORS_PREFLIGHT_HEADERS * 2 + 1];
-  cors_preflight_headers(s->cfg, c, hdr);
+  char allow[CORS_ALLOW_HEADERS_CAP];
+  cors_preflight_headers(s->cfg, c, hdr, allow);
   return reply(c, s, r, 204, NULL, NULL, 0, hdr);
 }
 

@@ -155,14 +155,47 @@ static bool get_int(const cJSON *root, const char *name, double lo, double hi, i
   return true;
 }
 
-static bool get_bool(const cJSON *root, const char *name, bool *out, api_error *e) {
-  const cJSON *j = field(root, name);
+bool api_get_bool(const cJSON *obj, const char *name, const char *param, bool *out, api_error *e) {
+  const cJSON *j = field(obj, name);
   if (!j)
     return true;
   if (!cJSON_IsBool(j))
-    return bad_type(e, name, "a boolean", j);
+    return bad_type(e, param ? param : name, "a boolean", j);
   *out = cJSON_IsTrue(j);
   return true;
+}
+
+static bool get_bool(const cJSON *root, const char *name, bool *out, api_error *e) {
+  return api_get_bool(root, name, NULL, out, e);
+}
+
+char *api_json_nul_escapes(const char *body, size_t len, bool *nomem) {
+  *nomem = false;
+  char *copy = NULL;
+  size_t run = 0; /* backslashes just before i */
+  for (size_t i = 0; i < len; i++) {
+    if (body[i] != '\\') {
+      run = 0;
+      continue;
+    }
+    /* an escaping backslash is one preceded by an even run of backslashes */
+    if (run % 2 == 0 && len - i >= 6 && !memcmp(body + i + 1, "u0000", 5)) {
+      if (!copy) {
+        if (!(copy = malloc(len + 1))) {
+          *nomem = true;
+          return NULL;
+        }
+        memcpy(copy, body, len);
+        copy[len] = '\0';
+      }
+      memcpy(copy + i + 1, "ufffd", 5);
+      i += 5;
+      run = 0;
+      continue;
+    }
+    run++;
+  }
+  return copy;
 }
 
 static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images, api_error *e) {
@@ -285,7 +318,20 @@ static uint64_t random_u64(void) {
 bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_chat_request *out, api_error *e) {
   memset(out, 0, sizeof *out);
   const char *end = NULL;
+  bool nomem = false;
+  char *nul_free = api_json_nul_escapes(body, len, &nomem);
+  if (nomem) {
+    api_error_status(e, QVL_ERR_NOMEM, NULL, NULL, "out of memory");
+    return false;
+  }
+  const char *orig = body;
+  if (nul_free)
+    body = nul_free;
   cJSON *root = len ? cJSON_ParseWithLengthOpts(body, len, &end, false) : NULL;
+  if (nul_free && end)
+    end = orig + (end - body); /* the position in the caller's bytes */
+  free(nul_free);
+  body = orig;
   if (!root) {
     size_t at = end ? (size_t)(end - body) : (cJSON_GetErrorPtr() ? (size_t)(cJSON_GetErrorPtr() - body) : 0);
     if (at > len)
