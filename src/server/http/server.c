@@ -665,6 +665,7 @@ static call *submit_chat(server *s, conn_req *r, bool job, compat_request *cr, a
   er.prompt.max_images = (int)s->cfg->max_images;
   er.prompt.limits.max_pixels = s->cfg->max_image_pixels;
   er.prompt.max_request_pixels = s->cfg->max_request_pixels;
+  er.prompt.content_special_tokens = s->cfg->content_special_tokens;
   er.prompt.budget = s->budget;
   er.prompt.stop = prep_stop;
   er.prompt.stop_user = k;
