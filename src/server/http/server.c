@@ -52,6 +52,7 @@
 #include "server/dialects/responses_store.h"
 #include "server/http/session.h"
 #include "server/http/web_assets.h"
+#include "server/http/write_watch.h"
 #include "text/unicode.h"
 
 #define WAIT_SLICE_MS 100 /* how often a waiting thread looks for a client hang-up */
@@ -86,7 +87,7 @@ struct server {
   conn_guard *guard;
   image_budget *budget;
 
-  _Atomic uint64_t http_class[6], rejected_busy, disconnects, seq;
+  _Atomic uint64_t http_class[6], rejected_busy, disconnects, slow_readers, seq;
 };
 
 /* ---- per-request state ------------------------------------------------------------------- */
@@ -148,6 +149,8 @@ typedef struct call {
   api_agent_opts agent;     /* tool calls / logprobs in the response */
   bool tool_seen;           /* stream: a <tool_call> began; no more content deltas */
   buf held;                 /* stream: text that may begin a <tool_call>, not sent yet */
+  write_watch watch;        /* stream: is the client reading? (--write-timeout-s) */
+  bool slow;                /* stream: cancelled because its client stopped reading */
 } call;
 
 static double now_ms(double t0) { return (time_now_s() - t0) * 1e3; }
@@ -245,6 +248,15 @@ static bool on_text(void *user, const char *text, size_t len) {
   call *k = user;
   pthread_mutex_lock(&k->mu);
   bool keep = !k->cancelled;
+  if (keep && write_watch_stalled(&k->watch, k->fd, time_now_s(), (double)k->srv->cfg->write_timeout_s)) {
+    /* the client has not read for --write-timeout-s: free the batch slot (false cancels) and end
+     * the connection, whose writes could only wait */
+    k->cancelled = k->slow = true;
+    keep = false;
+    atomic_fetch_add(&k->srv->slow_readers, 1);
+    if (k->fd >= 0)
+      shutdown(k->fd, SHUT_RDWR);
+  }
   if (keep) {
     if (buf_append(&k->pending, text, len) != QVL_OK)
       keep = false;
@@ -480,6 +492,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max) {
         n = max;
       memcpy(dst, k->out.data + k->out_off, n);
       k->out_off += n;
+      write_watch_progress(&k->watch, time_now_s());
       pthread_mutex_unlock(&k->mu);
       return (ssize_t)n;
     }
@@ -488,6 +501,10 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max) {
     if (k->finished) {
       pthread_mutex_unlock(&k->mu);
       return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    if (k->slow) {
+      pthread_mutex_unlock(&k->mu);
+      return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     if (k->pending.len || k->done) {
       stream_format(k);
@@ -822,6 +839,9 @@ static enum MHD_Result handle_chat(struct MHD_Connection *c, server *s, conn_req
   MHD_add_response_header(resp, "X-Qvl-Session", k->session);
   add_common_headers(resp);
   cors_add_headers(s->cfg, c, resp);
+  pthread_mutex_lock(&k->mu);
+  write_watch_start(&k->watch, k->fd, time_now_s()); /* from here on the client is to read */
+  pthread_mutex_unlock(&k->mu);
   enum MHD_Result ret = MHD_queue_response(c, 200, resp);
   MHD_destroy_response(resp); /* the stream's reference to k is released in stream_free */
   r->responded = true;
@@ -1033,6 +1053,7 @@ static enum MHD_Result handle_metrics(struct MHD_Connection *c, server *s, conn_
     ms.http_responses[i] = atomic_load(&s->http_class[i]);
   ms.rejected_busy = atomic_load(&s->rejected_busy);
   ms.disconnects = atomic_load(&s->disconnects);
+  ms.slow_readers = atomic_load(&s->slow_readers);
   jobs_counts(s->jobs, time_now_s(), &ms.jobs_stored, &ms.jobs_pending);
   ms.rss_bytes = metrics_rss_bytes();
   ms.rss_peak_bytes = metrics_rss_peak_bytes();
