@@ -148,6 +148,9 @@ static void stream_free(void *cls) {
   bool cancel = !k->done && !k->cancelled;
   if (cancel)
     k->cancelled = true;
+  /* libmicrohttpd closes the socket after this: its number may soon be another connection's, so
+   * nothing (the slow-reader shutdown in on_text) may use it any more */
+  k->fd = -1;
   bool complete = k->finished && k->out_off >= k->out.len;
   /* 499 (nginx's code, QVL_ERR_CANCELLED's): the client closed the connection */
   k->log.status = complete ? 200 : qvl_status_http(QVL_ERR_CANCELLED);
