@@ -28,9 +28,11 @@ void write_watch_progress(write_watch *w, double now) { w->last_progress = now; 
 bool write_watch_stalled(write_watch *w, int fd, double now, double timeout_s) {
   if (!w->armed || timeout_s <= 0 || now - w->last_progress < timeout_s)
     return false;
-  /* libmicrohttpd has not asked for bytes for a while: did the client read anything meanwhile? */
+  /* libmicrohttpd has not asked for bytes for a while: did the client read anything meanwhile? An
+   * empty queue means all was delivered (the pause was the engine's, e.g. a long prefill of another
+   * request), a shorter one that the client read some of it. */
   long q = outq(fd);
-  if (q >= 0 && (w->last_outq < 0 || q < w->last_outq)) {
+  if (q == 0 || (q > 0 && (w->last_outq < 0 || q < w->last_outq))) {
     w->last_outq = q;
     w->last_progress = now;
     return false;

@@ -30,7 +30,8 @@ typedef struct write_watch {
 void write_watch_start(write_watch *w, int fd, double now);
 /* The server handed the socket new bytes. */
 void write_watch_progress(write_watch *w, double now);
-/* True when the stream has pending output and no progress for timeout_s (0: never). */
+/* True when the stream made no progress for timeout_s (0: never) and its socket still holds unsent
+ * bytes that the client has not taken since the last look (asked at each new token). */
 bool write_watch_stalled(write_watch *w, int fd, double now, double timeout_s);
 
 #endif
