@@ -34,10 +34,13 @@ typedef enum rq_state { RQ_NEW, RQ_VISION, RQ_PREFILL, RQ_DECODE } rq_state;
 
 typedef struct request {
   uint64_t id;
+  engine_image *imgs;      /* [p.n_images] what res.images points at */
   struct request *next;    /* queue link */
-  /* Set under e->mu by engine_cancel / engine_stop. Kept apart from the fields the engine thread
-   * reads without the lock (a widened load of neighbours would race with this write). */
+  /* Set under e->mu by engine_cancel / engine_stop, with an atomic store: a grammar mask polls it
+   * without the lock (mask_poll). Kept apart from the fields the engine thread reads without the
+   * lock (a widened load of neighbours would race with this write). */
   bool cancel;
+  struct engine *eng;      /* for mask_poll */
   bool (*on_text)(void *user, const char *text, size_t len);
   void (*on_done)(void *user, const engine_result *r);
   void *user;
@@ -123,6 +126,7 @@ static void request_free(request *r) {
   for (int i = 0; i < STOP_MAX_STRINGS; i++)
     free(r->stop[i]);
   vlm_prompt_free(&r->p);
+  free(r->imgs);
   free(r->keys);
   decoder_seq_free(r->seq);
   gen_seq_free(r->gs);
@@ -362,6 +366,27 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
     s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
+  if (s == QVL_OK && r->p.n_images > 0) { /* the images' sizes outlive the prompt's pixels */
+    if (!(r->imgs = calloc((size_t)r->p.n_images, sizeof *r->imgs)))
+      s = qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+    for (int i = 0; s == QVL_OK && i < r->p.n_images; i++)
+      r->imgs[i] = (engine_image){r->p.images[i].width, r->p.images[i].height, r->p.images[i].message_index};
+    r->res.images = r->imgs;
+    r->res.n_images = r->imgs ? r->p.n_images : 0;
+  }
+  if (s == QVL_OK && rq->count_only) { /* the prompt is built and checked: that is the answer */
+    r->res.status = QVL_OK;
+    r->res.finish_reason = ENGINE_FINISH_STOP;
+    r->res.prompt_tokens = r->p.n;
+    r->res.image_tokens = r->p.n_img;
+    r->res.text = "";
+    r->res.t.prompt_ms = (time_now_s() - r->t_submit) * 1e3;
+    r->res.t.preprocess_ms = r->p.preprocess_ms;
+    rq->on_done(rq->user, &r->res);
+    r->gram = rq->grammar; /* owned from submit on: freed with the request */
+    request_free(r);
+    return QVL_OK;
+  }
   if (s == QVL_OK) {
     decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
     uint64_t need = decoder_seq_bytes(e->m->text, &sp);
@@ -424,10 +449,10 @@ void engine_cancel(engine *e, uint64_t id) {
   pthread_mutex_lock(&e->mu);
   for (request *r = e->q_head; r; r = r->next)
     if (r->id == id)
-      r->cancel = true;
+      __atomic_store_n(&r->cancel, true, __ATOMIC_RELAXED);
   for (int i = 0; i < e->n_run; i++)
     if (e->run[i]->id == id)
-      e->run[i]->cancel = true;
+      __atomic_store_n(&e->run[i]->cancel, true, __ATOMIC_RELAXED);
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
 }
@@ -440,6 +465,18 @@ void engine_get_stats(engine *e, engine_stats *out) {
 
 /* ---- the engine thread ----------------------------------------------------------------------- */
 
+/* Asked by a grammar mask every few thousand trie nodes (engine thread, without the lock): a mask
+ * stops midway when its request is cancelled (client gone, drain timed out), past its deadline, or
+ * when the engine stops without draining, so one request's mask never holds the others up. */
+static bool mask_poll(void *user) {
+  const request *r = user;
+  if (__atomic_load_n(&r->cancel, __ATOMIC_RELAXED))
+    return true;
+  if (r->deadline > 0 && time_now_s() >= r->deadline)
+    return true;
+  return __atomic_load_n(&r->eng->stopping, __ATOMIC_RELAXED) && !__atomic_load_n(&r->eng->drain, __ATOMIC_RELAXED);
+}
+
 /* Creates the sequence and its generation state and restores the longest cached prefix. */
 static qvl_status request_begin(engine *e, request *r) {
   const vlm *m = e->m;
@@ -450,6 +487,9 @@ static qvl_status request_begin(engine *e, request *r) {
   gen_seq_config gc = gen_seq_config_of(m, &r->gen, r->p.ids, r->p.n);
   gc.gram = r->gram;
   gc.trie = e->tt;
+  r->eng = e;
+  gc.poll = mask_poll;
+  gc.poll_user = r;
   gc.logprobs = r->logprobs;
   gc.n_top = r->n_top;
   QVL_TRY(gen_seq_init(&gc, &r->gs));
@@ -570,7 +610,11 @@ static bool sample_one(request *r, int32_t *tok) {
     r->n_gen = n;
   }
   if (s == QVL_ERR_CANCELLED) {
-    set_error(r, s, ENGINE_FINISH_CANCELLED, "cancelled by the client");
+    /* A mask stopped by mask_poll says why here; the stream's refusal is the client's. */
+    if (r->deadline > 0 && time_now_s() >= r->deadline && !__atomic_load_n(&r->cancel, __ATOMIC_RELAXED))
+      set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out");
+    else
+      set_error(r, s, ENGINE_FINISH_CANCELLED, "cancelled by the client");
     return false;
   }
   if (s != QVL_OK) {
@@ -580,6 +624,7 @@ static bool sample_one(request *r, int32_t *tok) {
   if (done) {
     r->res.status = QVL_OK;
     r->res.finish_reason = gen_seq_reason(r->gs) == STOP_MAX_TOKENS ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
+    r->res.stop_match = gen_seq_stop_matched(r->gs);
     r->finished = true;
     return false;
   }
@@ -753,7 +798,7 @@ static void *engine_main(void *arg) {
     }
     for (int i = 0; i < e->n_run; i++) {
       if (abort_all)
-        e->run[i]->cancel = true;
+        __atomic_store_n(&e->run[i]->cancel, true, __ATOMIC_RELAXED);
       e->run[i]->cancel_seen = e->run[i]->cancel;
     }
     /* Dynamic batching: an idle engine waits up to max_wait_ms for companions of a first request,
@@ -910,8 +955,9 @@ void engine_stop(engine *e, bool drain) {
   if (!e)
     return;
   pthread_mutex_lock(&e->mu);
-  e->stopping = true;
-  e->drain = drain;
+  /* Atomic stores: mask_poll reads them without the lock. */
+  __atomic_store_n(&e->drain, drain, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->stopping, true, __ATOMIC_RELAXED);
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
   pthread_join(e->thread, NULL);

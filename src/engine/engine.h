@@ -67,10 +67,17 @@ typedef struct engine_timings {
   double setup_ms;           /* engine: sequence, sampler, prefix-cache restore before the first step */
 } engine_timings;
 
+/* An image of a request's prompt, for answers that point into it (boxes). */
+typedef struct engine_image {
+  int width, height;         /* as displayed (EXIF orientation applied) */
+  int message_index;         /* the message that holds it */
+} engine_image;
+
 typedef struct engine_result {
   qvl_status status;         /* QVL_OK, or why it failed (message in error) */
   char error[512];
   engine_finish finish_reason; /* why it ended (engine/finish.h) */
+  int stop_match;            /* 1 + the index in gen.stop of the stop string that ended it; 0: none */
   int64_t prompt_tokens, completion_tokens, image_tokens;
   int64_t cached_prompt_tokens; /* prompt tokens whose KV came from the prefix cache */
   int image_cache_hits, image_cache_misses; /* images inside the reused prefix need no vision and
@@ -80,6 +87,8 @@ typedef struct engine_result {
   size_t text_len;
   const int32_t *ids;        /* [completion_tokens] generated ids, EOS included (valid during the callback) */
   history_report history;    /* what the context policy dropped (engine_request.history) */
+  int n_images;
+  const engine_image *images; /* [n_images] the prompt's images in order (valid during the callback) */
   uint64_t admitted_step;    /* the engine-loop iteration that admitted it: requests that start in the
                               * same step share it (dynamic batching, max_wait_ms); 0 = never ran */
   /* With engine_request.logprobs (else NULL / 0), valid during the callback: */
@@ -119,6 +128,10 @@ typedef struct engine_request {
   struct grammar *grammar;
   bool logprobs;             /* report log-probabilities (engine_result.logprobs) */
   int top_logprobs;          /* 0..ENGINE_MAX_TOP_LOGPROBS alternatives per token */
+  /* Only count: the prompt is built and checked as for generation (template, images, limits), then
+   * on_done reports its prompt_tokens / image_tokens, called from engine_submit itself, and nothing
+   * is queued (*id is 0). */
+  bool count_only;
 } engine_request;
 
 #define ENGINE_MAX_TOP_LOGPROBS 20

@@ -324,8 +324,12 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
                                        int32_t **ids, size_t *n_ids) {
   int n = cp->n_images;
   buf *bytes = n ? calloc((size_t)n, sizeof *bytes) : NULL;
-  if (n && !bytes)
+  int *shown = n ? calloc((size_t)n * 2, sizeof *shown) : NULL; /* [n][2] width, height as displayed */
+  if (n && (!bytes || !shown)) {
+    free(bytes);
+    free(shown);
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  }
   qvl_status s = QVL_OK;
   int64_t pixels = 0, img_tokens = 0, resized = 0;
   for (int i = 0; s == QVL_OK && i < n; i++) {
@@ -336,6 +340,9 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
       s = fetch_image(&cp->images[i], i, o, &bytes[i], &info);
     if (s == QVL_OK)
       s = image_tokens_of(&cp->images[i], i, &info, o, &nt, &rpx);
+    bool swap = info.orientation >= 5 && info.orientation <= 8;
+    shown[2 * i] = swap ? info.height : info.width;
+    shown[2 * i + 1] = swap ? info.width : info.height;
     pixels += (int64_t)info.width * info.height;
     img_tokens += nt;
     resized += rpx;
@@ -369,6 +376,9 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
     s = qvl_stop_poll(o->stop, o->stop_user);
     if (s == QVL_OK)
       s = load_image(&cp->images[i], i, &bytes[i], o, &p->images[i]);
+    p->images[i].width = shown[2 * i];
+    p->images[i].height = shown[2 * i + 1];
+    p->images[i].message_index = cp->images[i].message_index;
     p->n_images = i + 1;
     buf_free(&bytes[i]);
   }
@@ -378,6 +388,7 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
   for (int i = 0; i < n; i++)
     buf_free(&bytes[i]);
   free(bytes);
+  free(shown);
   return s;
 }
 

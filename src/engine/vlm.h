@@ -110,6 +110,9 @@ typedef struct vlm_image {
   uint64_t bytes_key;      /* XXH3-64 of the encoded bytes and min/max pixels (never 0): the same
                             * file again, known before decoding it */
   buf encoded;             /* the encoded bytes, kept only when known_image skipped the decode */
+  int width, height;       /* the source image as displayed (EXIF orientation applied): what the
+                            * model's relative coordinates refer to */
+  int message_index;       /* the message that holds it */
 } vlm_image;
 
 typedef struct vlm_prompt {

@@ -18,6 +18,7 @@ struct stop_state {
   buf text;
   int64_t n_tokens;
   stop_reason reason;
+  int matched; /* 1 + index of the stop string that matched; 0: none */
   qvl_status error;
 };
 
@@ -88,6 +89,7 @@ void stop_reset(stop_state *s) {
     s->text.data[0] = 0;
   s->n_tokens = 0;
   s->reason = STOP_NONE;
+  s->matched = 0;
   s->error = QVL_OK;
 }
 
@@ -108,6 +110,7 @@ stop_reason stop_push(stop_state *s, int32_t id, const char *bytes, size_t n) {
   }
   /* Only matches that end in the new bytes are new; the earliest start wins. */
   size_t best = SIZE_MAX;
+  int which = 0;
   for (int i = 0; i < s->n_strings; i++) {
     size_t L = s->lens[i];
     if (L > s->text.len)
@@ -116,12 +119,14 @@ stop_reason stop_push(stop_state *s, int32_t id, const char *bytes, size_t n) {
     for (size_t p = from; p + L <= s->text.len && p < best; p++)
       if (memcmp(s->text.data + p, s->strings[i], L) == 0) {
         best = p;
+        which = i + 1;
         break;
       }
   }
   if (best != SIZE_MAX) {
     s->text.len = best;
     s->text.data[best] = 0;
+    s->matched = which;
     return s->reason = STOP_STRING;
   }
   if (s->max_tokens > 0 && s->n_tokens >= s->max_tokens)
@@ -157,5 +162,7 @@ size_t stop_ready(const stop_state *s) {
 }
 
 int64_t stop_n_tokens(const stop_state *s) { return s->n_tokens; }
+
 stop_reason stop_reason_of(const stop_state *s) { return s->reason; }
+int stop_matched(const stop_state *s) { return s->matched; }
 qvl_status stop_error(const stop_state *s) { return s->error; }

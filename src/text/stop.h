@@ -69,6 +69,8 @@ size_t stop_ready(const stop_state *s);
 /* Tokens pushed so far. */
 int64_t stop_n_tokens(const stop_state *s);
 stop_reason stop_reason_of(const stop_state *s);
+/* After STOP_STRING: 1 + the index (in stop_params.strings) of the string that matched; else 0. */
+int stop_matched(const stop_state *s);
 /* QVL_OK, or the status of a failed allocation in stop_push (the generation should be aborted). */
 qvl_status stop_error(const stop_state *s);
 

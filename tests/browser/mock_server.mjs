@@ -117,6 +117,33 @@ function serveStatic(req, res) {
   });
 }
 
+// What qvl's "boxes" extension returns for an answer: its bbox_2d / point_2d objects in pixels of the
+// last image (the size from a PNG data URL's header), as the server attributes a single list.
+function pngSize(url) {
+  const m = /^data:image\/png;base64,(.{0,64})/.exec(url ?? '');
+  if (!m) return null;
+  const b = Buffer.from(m[1], 'base64');
+  return b.length >= 24 ? [b.readUInt32BE(16), b.readUInt32BE(20)] : null;
+}
+
+export function mockBoxes(text, messages) {
+  const urls = [];
+  for (const m of messages) if (Array.isArray(m.content)) for (const c of m.content) if (c.type === 'image_url') urls.push(c.image_url?.url);
+  const size = urls.length ? pngSize(urls[urls.length - 1]) : null;
+  if (!size) return [];
+  const [w, h] = size;
+  const r = (v) => Math.round(v * 10) / 10;
+  const out = [];
+  for (const s of text.match(/\{[^{}]*\}/g) ?? []) {
+    let o;
+    try { o = JSON.parse(s); } catch { continue; }
+    const image = urls.length - 1;
+    if (Array.isArray(o.bbox_2d)) out.push({ image, label: o.label ?? '', box: o.bbox_2d.map((v, i) => r((v / 1000) * (i % 2 ? h : w))) });
+    else if (Array.isArray(o.point_2d)) out.push({ image, label: o.label ?? '', point: o.point_2d.map((v, i) => r((v / 1000) * (i % 2 ? h : w))) });
+  }
+  return out;
+}
+
 function countImages(messages) {
   let n = 0;
   for (const m of messages) if (Array.isArray(m.content)) for (const c of m.content) if (c.type === 'image_url') n++;
@@ -163,7 +190,7 @@ async function completions(req, res) {
   if (body.stream !== true) {
     return sendJSON(res, 200, {
       id, object: 'chat.completion', created, model: MODEL,
-      choices: [{ index: 0, message: { role: 'assistant', content: toks.slice(0, n).join('') }, finish_reason: n < toks.length ? 'length' : 'stop' }],
+      choices: [{ index: 0, message: { role: 'assistant', content: toks.slice(0, n).join(''), ...(body.boxes === true ? { boxes: mockBoxes(toks.slice(0, n).join(''), body.messages) } : {}) }, finish_reason: n < toks.length ? 'length' : 'stop' }],
       usage: { prompt_tokens: Math.round(promptTokens), completion_tokens: n, total_tokens: Math.round(promptTokens) + n },
     });
   }
@@ -197,6 +224,7 @@ async function completions(req, res) {
     write(chunk({ tool_calls: [{ index, function: { arguments: a.slice(0, 5) } }] }));
     write(chunk({ tool_calls: [{ index, function: { arguments: a.slice(5) } }] }));
   }
+  if (body.boxes === true) write(chunk({ boxes: mockBoxes(toks.slice(0, n).join(''), body.messages) }));
   const tEnd = Date.now();
   const prompt = Math.round(promptTokens);
   write(

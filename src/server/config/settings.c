@@ -66,6 +66,7 @@ static const setting settings[] = {
     S_INT("image_fetch_timeout_s", image_fetch_timeout_s, 1, 3600, "time limit of one image download"),
     S_LIST("cors_origin", cors_origin, "origin a browser page may call from, e.g. https://app.example.com or * (repeatable)"),
     S_BOOL("stream_usage", stream_usage, "usage on the last chunk of every chat stream, even without include_usage"),
+    S_BOOL("boxes", boxes, "grounding boxes/points of every answer in image pixels (message.boxes) unless a request says \"boxes\": false"),
     S_INT("job_ttl_s", job_ttl_s, 1, 86400 * 30, "how long finished jobs are kept"),
     S_INT("max_jobs", max_jobs, 1, 1000000, "stored jobs, finished or not"),
     /* operations (issue 13) */

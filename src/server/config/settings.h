@@ -56,6 +56,7 @@ typedef struct server_config {
   char **cors_origin;      /* [n_cors_origin] origins browsers may call from ("*": any); none: no CORS */
   int n_cors_origin;
   bool stream_usage;       /* usage on the last chunk of every chat stream, asked for or not (default true) */
+  bool boxes;              /* "boxes" of requests that do not say (boxes.h; default false) */
   /* jobs */
   int64_t job_ttl_s, max_jobs;
   /* operations (issue 13): context policy, CPU placement, logging */

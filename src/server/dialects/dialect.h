@@ -50,6 +50,8 @@ typedef struct compat_format {
   char *(*result_json)(void *state, const api_result *r);
   /* An error body in this API's shape (malloc'd JSON); e->http is the status. */
   char *(*error_json)(void *state, const api_error *e);
+  /* The HTTP status this API answers for an error of ours (NULL: e->http as it is). */
+  int (*error_http)(int http);
   /* Streaming: appends what one piece of generated text becomes (the first call may also write
    * the stream's opening events). */
   void (*stream_text)(void *state, buf *out, const char *text, size_t len);
@@ -68,6 +70,7 @@ typedef struct compat_request {
   int32_t *raw_ids;       /* [n_raw_ids] malloc'd */
   int64_t n_raw_ids;
   bool raw;               /* the prompt is raw_text / raw_ids; the chat body carries only settings */
+  bool count_only;        /* count the prompt's tokens, generate nothing (engine_request.count_only) */
   char *reply_body;       /* set: answer this JSON with reply_status instead of generating (malloc'd) */
   int reply_status;
   char id[48];            /* the answer's id (resp_..., cmpl-...), also the request's id in the log */

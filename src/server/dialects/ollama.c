@@ -7,12 +7,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/openai/json_raw.h"
+
 typedef struct ollama_state {
   bool generate;    /* /api/generate ("response") rather than /api/chat ("message") */
   char model[160];  /* the name the client used */
   bool hold_tools;  /* tools may be called: text that may begin a call is held (compat_hold) */
   compat_hold hold;
   buf sent;         /* the text streamed so far */
+  bool logprobs;    /* "logprobs": true: the answer carries them (on the last line of a stream) */
 } ollama_state;
 
 static void state_free(void *p) {
@@ -171,6 +174,25 @@ static bool translate_options(const cJSON *root, cJSON *chat, api_error *e) {
 }
 
 /* What /api/chat and /api/generate share: model, stream, options, format, keep_alive, think. */
+/* "logprobs": true and "top_logprobs": 0..20 (alternatives per token; only with logprobs, as Ollama
+ * has it) -> the chat's logprobs / top_logprobs. */
+static bool translate_logprobs(const cJSON *root, cJSON *chat, ollama_state *st, api_error *e) {
+  const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs"),
+              *top = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
+  if (lp && !cJSON_IsNull(lp) && !cJSON_IsBool(lp))
+    return bad(e, "logprobs", "'logprobs' must be a boolean");
+  if (top && !cJSON_IsNull(top) &&
+      (!cJSON_IsNumber(top) || top->valuedouble != floor(top->valuedouble) || top->valuedouble < 0 || top->valuedouble > 20))
+    return bad(e, "top_logprobs", "'top_logprobs' must be an integer from 0 to 20");
+  if (!cJSON_IsTrue(lp))
+    return true;
+  st->logprobs = true;
+  cJSON_AddBoolToObject(chat, "logprobs", true);
+  if (cJSON_IsNumber(top) && top->valuedouble > 0)
+    cJSON_AddNumberToObject(chat, "top_logprobs", top->valuedouble);
+  return true;
+}
+
 static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *chat, ollama_state *st, api_error *e) {
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   if (cJSON_IsString(model)) {
@@ -208,7 +230,7 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   } else if (format && !cJSON_IsNull(format) && !(cJSON_IsString(format) && !format->valuestring[0])) {
     return bad(e, "format", "'format' must be \"json\" or a JSON schema object");
   }
-  return translate_options(root, chat, e); /* keep_alive: accepted, the model stays loaded */
+  return translate_logprobs(root, chat, st, e) && translate_options(root, chat, e); /* keep_alive: accepted */
 }
 
 /* An assistant message's Ollama tool_calls [{function: {name, arguments: {...}}}] -> the chat's
@@ -442,8 +464,9 @@ static void add_tool_calls(cJSON *o, const cJSON *calls) {
     cJSON *of = cJSON_AddObjectToObject(oc, "function");
     cJSON_AddNumberToObject(of, "index", i);
     cJSON_AddStringToObject(of, "name", cJSON_IsString(name) ? name->valuestring : "");
-    cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
-    cJSON_AddItemToObject(of, "arguments", parsed ? parsed : cJSON_CreateObject());
+    /* The model's JSON as written: no number goes through a double (issue 22). */
+    cJSON *raw = cJSON_IsString(args) ? json_raw_value(args->valuestring, strlen(args->valuestring), true) : NULL;
+    cJSON_AddItemToObject(of, "arguments", raw ? raw : cJSON_CreateObject());
     cJSON_AddItemToArray(out, oc);
   }
 }
@@ -470,10 +493,31 @@ static char *print(cJSON *o) {
   return s;
 }
 
+/* The chat's logprobs entries ({token, logprob, bytes, top_logprobs}) are Ollama's Logprob shape;
+ * top_logprobs is left out when none were asked for, as Ollama omits it. */
+static void add_logprobs(cJSON *o, const ollama_state *st, const cJSON *choice) {
+  const cJSON *lp = st->logprobs ? compat_choice_logprobs(choice) : NULL;
+  if (!lp)
+    return;
+  cJSON *out = cJSON_AddArrayToObject(o, "logprobs");
+  for (const cJSON *t = lp->child; t; t = t->next) {
+    cJSON *d = cJSON_Duplicate(t, true);
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(d, "top_logprobs");
+    if (!cJSON_IsArray(top) || !top->child)
+      cJSON_DeleteItemFromObjectCaseSensitive(d, "top_logprobs");
+    cJSON_AddItemToArray(out, d);
+  }
+}
+
 static char *result_json(void *state, const api_result *r) {
   ollama_state *st = state;
   if (!st->hold_tools) {
     cJSON *o = answer(st, r->text.data, r->text.len, true);
+    if (st->logprobs) {
+      cJSON *choice = compat_chat_choice(r);
+      add_logprobs(o, st, choice);
+      cJSON_Delete(choice);
+    }
     add_stats(o, r);
     return print(o);
   }
@@ -483,6 +527,7 @@ static char *result_json(void *state, const api_result *r) {
   const char *text = compat_choice_content(choice);
   cJSON *o = answer(st, text, strlen(text), true);
   add_tool_calls(o, compat_choice_tool_calls(choice));
+  add_logprobs(o, st, choice);
   add_stats(o, r);
   cJSON_Delete(choice);
   return print(o);
@@ -535,6 +580,11 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     cJSON_Delete(choice);
   }
   cJSON *o = answer(st, "", 0, true);
+  if (st->logprobs) { /* known at the end: all of them on the last line */
+    cJSON *choice = compat_chat_choice(r);
+    add_logprobs(o, st, choice);
+    cJSON_Delete(choice);
+  }
   add_stats(o, r);
   append_line(out, print(o));
 }

@@ -27,6 +27,7 @@ typedef struct resp_state {
   compat_hold hold;
   buf text;             /* streamed text so far */
   float temperature, top_p; /* what a request without them samples with (the model's defaults) */
+  int64_t max_tool_calls; /* at most this many function_call items (-1: no cap) */
 } resp_state;
 
 /* The shortest decimal that reads back as f, as a double ("0.7" for 0.7f, not 0.699999988). */
@@ -431,7 +432,6 @@ static const char *const refused[][2] = {
     {"conversation", "use previous_response_id"},
     {"prompt", "no stored prompt templates"},
     {"reasoning", "the model has no reasoning settings"},
-    {"max_tool_calls", NULL},
     {"prompt_cache_options", "the prefix cache is automatic"},
     {"prompt_cache_retention", "the prefix cache is automatic"},
 };
@@ -439,7 +439,7 @@ static const char *const refused[][2] = {
 /* Fields passed to the chat body as they are (sampling, qvl extensions). */
 static const char *const passed[] = {"temperature", "top_p",  "top_k", "min_p", "presence_penalty", "frequency_penalty",
                                      "repetition_penalty", "seed", "stop", "min_pixels", "max_pixels", "logit_bias",
-                                     "parallel_tool_calls"};
+                                     "parallel_tool_calls", "boxes"};
 
 /* `include` (only the output text's logprobs exist here) and `top_logprobs` -> the chat's logprobs. */
 static bool translate_logprobs(const cJSON *root, cJSON *chat, api_error *e) {
@@ -593,13 +593,32 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
     compat_copy_field(chat, passed[i], root, passed[i]);
   if (!translate_tools(root, chat, e) || !translate_text(root, chat, e) || !translate_logprobs(root, chat, e))
     goto done;
+  /* max_tool_calls: 0 means no calls (tool_choice none), 1 one call (parallel_tool_calls false), N
+   * the first N of the model's calls (answer_choice) */
+  st->max_tool_calls = -1;
+  const cJSON *mtc = cJSON_GetObjectItemCaseSensitive(root, "max_tool_calls");
+  if (mtc && !cJSON_IsNull(mtc)) {
+    if (!cJSON_IsNumber(mtc) || mtc->valuedouble < 0 || mtc->valuedouble > 1e9 ||
+        mtc->valuedouble != (double)(int64_t)mtc->valuedouble) {
+      bad(e, "max_tool_calls", "invalid_value", "'max_tool_calls' must be an integer >= 0");
+      goto done;
+    }
+    st->max_tool_calls = (int64_t)mtc->valuedouble;
+    if (st->max_tool_calls == 0 && cJSON_GetObjectItemCaseSensitive(chat, "tools")) {
+      cJSON_DeleteItemFromObjectCaseSensitive(chat, "tool_choice");
+      cJSON_AddStringToObject(chat, "tool_choice", "none");
+    } else if (st->max_tool_calls == 1) {
+      cJSON_DeleteItemFromObjectCaseSensitive(chat, "parallel_tool_calls");
+      cJSON_AddBoolToObject(chat, "parallel_tool_calls", false);
+    }
+  }
   const cJSON *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
   st->hold_tools = cJSON_GetObjectItemCaseSensitive(chat, "tools") &&
                    !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")); /* the chat's parse_tools */
 
   /* what the response object repeats of the request */
   st->echo = cJSON_CreateObject();
-  static const char *const echoed[] = {"instructions", "max_output_tokens", "previous_response_id", "temperature",
+  static const char *const echoed[] = {"instructions", "max_output_tokens", "max_tool_calls", "previous_response_id", "temperature",
                                        "top_p", "metadata", "user", "tool_choice", "tools", "text", "parallel_tool_calls",
                                        "top_logprobs"};
   for (size_t i = 0; i < sizeof echoed / sizeof echoed[0]; i++)
@@ -715,7 +734,18 @@ static void add_output(cJSON *output, const resp_state *st, const cJSON *choice,
     cJSON_AddItemToArray(output, call_item(st, i, c, "completed"));
 }
 
-/* choice: the chat's view of the answer (compat_chat_choice); NULL while in progress or failed. */
+/* The chat's view of the answer (compat_chat_choice) with at most max_tool_calls calls. */
+static cJSON *answer_choice(const resp_state *st, const api_result *r) {
+  cJSON *choice = compat_chat_choice(r);
+  cJSON *calls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "message"), "tool_calls");
+  while (st->max_tool_calls >= 0 && cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > st->max_tool_calls)
+    cJSON_DeleteItemFromArray(calls, cJSON_GetArraySize(calls) - 1);
+  if (cJSON_IsArray(calls) && !calls->child) /* none left: content as the chat says it without calls */
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "message"), "tool_calls");
+  return choice;
+}
+
+/* choice: the chat's view of the answer (answer_choice); NULL while in progress or failed. */
 static cJSON *response_object(const resp_state *st, const char *status, const api_result *r, const api_error *err,
                               const cJSON *choice) {
   cJSON *o = cJSON_CreateObject();
@@ -737,10 +767,14 @@ static cJSON *response_object(const resp_state *st, const char *status, const ap
   const cJSON *echo = st->echo;
   add_or_default(o, echo, "instructions", cJSON_CreateNull());
   add_or_default(o, echo, "max_output_tokens", cJSON_CreateNull());
+  add_or_default(o, echo, "max_tool_calls", cJSON_CreateNull());
   cJSON_AddStringToObject(o, "model", st->model);
   cJSON *output = cJSON_AddArrayToObject(o, "output");
   if (r && !err && choice)
     add_output(output, st, choice, cut_short(r));
+  const cJSON *boxes = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "message"), "boxes");
+  if (r && !err && boxes) /* qvl's extension (boxes.h) */
+    cJSON_AddItemToObject(o, "boxes", cJSON_Duplicate(boxes, true));
   add_or_default(o, echo, "parallel_tool_calls", cJSON_CreateTrue());
   add_or_default(o, echo, "previous_response_id", cJSON_CreateNull());
   cJSON *reasoning = cJSON_AddObjectToObject(o, "reasoning");
@@ -797,7 +831,7 @@ static void remember(resp_state *st, const api_result *r, const cJSON *choice) {
 
 static char *result_json(void *state, const api_result *r) {
   resp_state *st = state;
-  cJSON *choice = compat_chat_choice(r);
+  cJSON *choice = answer_choice(st, r);
   remember(st, r, choice);
   cJSON *o = response_object(st, cut_short(r) ? "incomplete" : "completed", r, NULL, choice);
   char *s = cJSON_PrintUnformatted(o);
@@ -943,7 +977,7 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     return;
   }
   bool cut = cut_short(r);
-  cJSON *choice = compat_chat_choice(r);
+  cJSON *choice = answer_choice(st, r);
   const cJSON *calls = compat_choice_tool_calls(choice);
   const char *text = compat_choice_content(choice);
   const char *rest = compat_unsent(text, &st->text); /* what the hold kept back */

@@ -151,6 +151,7 @@ static void fill_limits(server *s, api_limits *lim) {
   lim->n_model_ids = s->n_model_ids;
   lim->sampling = s->be.sampling;
   lim->vision_precision = s->be.vision_precision;
+  lim->boxes = s->cfg->boxes;
 }
 
 /* The stop check of a request's pre-processing (image fetch/decode, tokenizing, budget waits), on
@@ -260,6 +261,7 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   req.grammar = NULL;
   er.logprobs = req.agent.logprobs;
   er.top_logprobs = req.agent.top_logprobs;
+  er.count_only = cr && cr->count_only;
   k->agent = req.agent;
   k->refs++; /* the engine's reference, dropped in on_done */
   qvl_status st = s->be.submit(s->be.ctx, &er, &k->engine_id);

@@ -1,6 +1,8 @@
 /* Tools, response_format and logprobs on chat completions (see api_agents.h). */
 #include "server/openai/agents.h"
 
+#include "server/openai/boxes.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,7 @@
 #include "server/openai/api_error.h"
 #include "server/openai/json_field.h"
 #include "server/openai/finish_reason.h"
+#include "server/openai/json_raw.h"
 #include "server/openai/result.h"
 #include "server/openai/sse.h"
 #include "text/chat.h"
@@ -330,10 +333,12 @@ static int parse_calls(const char *text, size_t len, parsed_call *calls, int cap
       if (cJSON_IsString(args)) {
         calls[n].arguments = strdup(args->valuestring);
       } else if (args) {
-        buf b = {0};
-        chat_tojson(args, &b);
-        calls[n].arguments = strdup(b.data ? b.data : "{}");
-        buf_free(&b);
+        /* The model's own bytes (never a reprint of parsed numbers: issue 22), ends trimmed. */
+        size_t off, vlen;
+        if (json_raw_member(body, (size_t)(stop - body), "arguments", &off, &vlen))
+          calls[n].arguments = strndup(body + off, vlen);
+        else
+          calls[n].arguments = strdup("{}");
       } else {
         calls[n].arguments = strdup("{}");
       }
@@ -391,6 +396,8 @@ void api_agents_decorate(cJSON *choice, const api_result *r) {
   }
   if (r->agent.logprobs && r->lp.off)
     cJSON_ReplaceItemInObjectCaseSensitive(choice, "logprobs", logprobs_object(&r->lp));
+  if (r->agent.boxes && m)
+    cJSON_AddItemToObject(m, "boxes", boxes_from_text(r->text.data, r->text.len, r->images, r->n_images));
 }
 
 const char *api_agents_finish_reason(const api_result *r) {
@@ -496,6 +503,14 @@ void api_agents_stream_tail(buf *out, const char *id, int64_t created, const cha
     cJSON *choice, *o = chunk_base(id, created, model, &choice);
     cJSON_AddObjectToObject(choice, "delta");
     cJSON_AddItemToObject(choice, "logprobs", logprobs_object(&r->lp));
+    cJSON_AddNullToObject(choice, "finish_reason");
+    emit_chunk(out, o);
+  }
+  if (r->agent.boxes) { /* known at the end: one chunk with delta.boxes */
+    cJSON *choice, *o = chunk_base(id, created, model, &choice);
+    cJSON *d = cJSON_AddObjectToObject(choice, "delta");
+    cJSON_AddItemToObject(d, "boxes", boxes_from_text(r->text.data, r->text.len, r->images, r->n_images));
+    cJSON_AddNullToObject(choice, "logprobs");
     cJSON_AddNullToObject(choice, "finish_reason");
     emit_chunk(out, o);
   }

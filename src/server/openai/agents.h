@@ -28,6 +28,7 @@ typedef struct api_agent_opts {
   bool logprobs;
   int top_logprobs;   /* 0..20 */
   bool parse_tools;   /* tools given and tool_choice not "none": <tool_call> output becomes tool_calls */
+  bool boxes;         /* "boxes": the answer's bbox_2d / point_2d in pixels as message.boxes (boxes.h) */
 } api_agent_opts;
 
 /* What the engine reports for logprobs, copied out of engine_result. */
@@ -51,7 +52,7 @@ bool api_agents_parse(cJSON *root, api_agent_opts *o, const cJSON **tools, gramm
 bool api_logprobs_copy(api_logprobs *d, const engine_result *r);
 void api_logprobs_free(api_logprobs *l);
 
-/* Fills the choice (message content / tool_calls, finish_reason, logprobs) of a finished
+/* Fills the choice (message content / tool_calls, finish_reason, logprobs, boxes) of a finished
  * chat.completion built by api_completion_object. */
 void api_agents_decorate(cJSON *choice, const api_result *r);
 

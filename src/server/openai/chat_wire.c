@@ -311,6 +311,9 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   /* tools, tool_choice, functions, response_format, logprobs (api_agents.c) */
   if (!api_agents_parse(root, &out->agent, &out->tools, &out->grammar, e))
     goto fail;
+  out->agent.boxes = lim->boxes; /* "boxes": grounding answers in pixels (boxes.h) */
+  if (!get_bool(root, "boxes", &out->agent.boxes, e))
+    goto fail;
 
   /* Sampling: absent fields take the model's recommended settings (engine/model_sampling.h). */
   gen_params *g = &out->gen;

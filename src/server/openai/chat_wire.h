@@ -37,6 +37,7 @@ typedef struct api_limits {
   const sampler_params *sampling; /* what absent sampling fields take: the model's recommendation
                                    * (vlm.sampling); NULL: Qwen3-VL's (model_sampling_qwen3vl) */
   const char *vision_precision; /* the tower's loaded tier; NULL: no tower (any valid tier accepted) */
+  bool boxes;                  /* "boxes" when the request does not say (--boxes) */
 } api_limits;
 
 typedef struct api_chat_request {

@@ -2,6 +2,7 @@
 #include "server/openai/result.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool api_result_copy(api_result *d, const engine_result *r) {
@@ -9,6 +10,7 @@ bool api_result_copy(api_result *d, const engine_result *r) {
   d->status = r->status;
   snprintf(d->error, sizeof d->error, "%s", r->error);
   d->finish_reason = r->finish_reason;
+  d->stop_match = r->stop_match;
   d->prompt_tokens = r->prompt_tokens;
   d->completion_tokens = r->completion_tokens;
   d->image_tokens = r->image_tokens;
@@ -21,6 +23,12 @@ bool api_result_copy(api_result *d, const engine_result *r) {
     return false;
   if (!api_logprobs_copy(&d->lp, r))
     return false;
+  if (r->n_images > 0 && r->images) {
+    if (!(d->images = malloc(sizeof *d->images * (size_t)r->n_images)))
+      return false;
+    memcpy(d->images, r->images, sizeof *d->images * (size_t)r->n_images);
+    d->n_images = r->n_images;
+  }
   return true;
 }
 
@@ -29,4 +37,7 @@ void api_result_free(api_result *r) {
     return;
   buf_free(&r->text);
   api_logprobs_free(&r->lp);
+  free(r->images);
+  r->images = NULL;
+  r->n_images = 0;
 }

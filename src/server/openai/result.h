@@ -19,13 +19,16 @@ typedef struct api_result {
   qvl_status status;
   char error[512];
   engine_finish finish_reason;
+  int stop_match;              /* engine_result.stop_match */
   int64_t prompt_tokens, completion_tokens, image_tokens, cached_prompt_tokens;
   int image_cache_hits, image_cache_misses;
   engine_timings t;
   buf text;
   history_report history;
-  api_agent_opts agent;        /* set by the caller: how to render tool calls and logprobs */
+  api_agent_opts agent;        /* set by the caller: how to render tool calls, logprobs and boxes */
   api_logprobs lp;
+  int n_images;
+  engine_image *images;        /* [n_images] the prompt's images (engine_result.images; boxes) */
 } api_result;
 
 /* Copies r (the text too); false when out of memory. */
