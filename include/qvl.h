@@ -129,12 +129,8 @@ QVL_API int64_t qvl_model_n_ctx_train(const qvl_model *m);
 /* Whether path is a Hugging Face model directory (a directory with a config.json). Any thread. */
 QVL_API bool qvl_path_is_hf_dir(const char *path);
 
-/* Finds the files of a Hugging Face repository spec "REPO[:QUANT]" in the download cache, or
- * downloads them there first (not with offline). GGUF repositories: *model is the text GGUF and
- * *mmproj the projector (NULL if the repository has none); safetensors repositories: *model is
- * the snapshot directory (load it with mmproj NULL) and *mmproj NULL. Both free with qvl_free.
- * QVL_ERR_NOT_FOUND, ERR_IO (network, named). One call at a time. */
-QVL_API qvl_status qvl_hf_resolve(const char *spec, bool offline, char **model, char **mmproj);
+/* Downloads from the Hugging Face hub (qvl_hf_resolve) are in qvl_tools.h: they need libcurl,
+ * which libqvl does not link. */
 
 /* An encoded image (PNG, JPEG or WebP, told by its first bytes) as a data: URL for a message's
  * image_url, NUL-terminated (free with qvl_free). QVL_ERR_NOMEM. Any thread. */
@@ -280,12 +276,27 @@ QVL_API void qvl_engine_cancel(qvl_engine *e, uint64_t id);
 
 /* ---- result (inside on_done) ------------------------------------------------------------------ */
 
+/* Why a request ended: one list from the generation sequence (src/engine/gen_seq.c) up to every
+ * wire format, so no layer guesses a reason back. Per reason: the value (stable: EOS..ERROR are 0..4
+ * as in 0.1.0; NONE, "not finished", was added as -1 so none of them moved), qvl_finish_name's word,
+ * OpenAI's finish_reason, Ollama's done_reason, the Responses API's status and Anthropic's stop_reason
+ * (NULL: that API has no word for it). "tool_calls" / "tool_use" are not finishes: the formatters
+ * write them when the answer parsed into tool calls. Cancelled and failed requests carry their status
+ * in the error body; the words here are what a formatter writes if it reports them at all. */
+#define QVL_FINISH_LIST(X)                                                                            \
+  X(NONE, -1, "none", NULL, NULL, NULL, NULL)               /* still running, or never started */    \
+  X(EOS, 0, "eos", "stop", "stop", "completed", "end_turn") /* the model ended its answer */          \
+  X(STOP_STRING, 1, "stop_string", "stop", "stop", "completed", "stop_sequence") /* a stop string */ \
+  X(LENGTH, 2, "length", "length", "length", "incomplete", "max_tokens") /* max_tokens or context */ \
+  X(CANCELLED, 3, "cancelled", "stop", "stop", "completed", "end_turn") /* see below */               \
+  X(ERROR, 4, "error", "stop", "stop", "failed", "end_turn") /* qvl_result_status says why */
+
+/* CANCELLED: qvl_engine_cancel, on_text returned false, or a stop without drain. ERROR: see
+ * qvl_result_status / qvl_result_error (a timeout, too). */
 typedef enum qvl_finish {
-  QVL_FINISH_EOS,            /* the model ended its answer */
-  QVL_FINISH_STOP_STRING,    /* a stop string was generated */
-  QVL_FINISH_LENGTH,         /* max_tokens reached */
-  QVL_FINISH_CANCELLED,      /* qvl_engine_cancel, on_text returned false, or a stop without drain */
-  QVL_FINISH_ERROR           /* see qvl_result_status / qvl_result_error (a timeout, too) */
+#define QVL_X_ENUM(id, value, name, openai, ollama, responses, anthropic) QVL_FINISH_##id = value,
+  QVL_FINISH_LIST(QVL_X_ENUM)
+#undef QVL_X_ENUM
 } qvl_finish;
 
 typedef struct qvl_usage {
@@ -304,7 +315,8 @@ QVL_API qvl_status qvl_result_status(const qvl_result *r);
 /* "" on success. */
 QVL_API const char *qvl_result_error(const qvl_result *r);
 QVL_API qvl_finish qvl_result_finish(const qvl_result *r);
-/* "eos", "stop_string", "length", "cancelled", "error". */
+/* The name column of QVL_FINISH_LIST ("eos", "stop_string", "length", "cancelled", "error", "none");
+ * "error" for a value not in the list. Any thread. */
 QVL_API const char *qvl_finish_name(qvl_finish f);
 /* The whole generated text (not NUL-terminated; *len may be NULL). */
 QVL_API const char *qvl_result_text(const qvl_result *r, size_t *len);

@@ -135,39 +135,9 @@ void qvl_engine_cancel(qvl_engine *e, uint64_t id) { engine_cancel(e->e, id); }
 qvl_status qvl_result_status(const qvl_result *r) { return r->r->status; }
 const char *qvl_result_error(const qvl_result *r) { return r->r->error; }
 
-static bool ends_with_eos(const qvl_result *r) {
-  const vlm *v = r->m->v;
-  if (r->r->completion_tokens <= 0 || !r->r->ids)
-    return false;
-  int32_t last = r->r->ids[r->r->completion_tokens - 1];
-  for (int i = 0; i < v->n_eos; i++)
-    if (v->eos_ids[i] == last)
-      return true;
-  return false;
-}
-
 qvl_finish qvl_result_finish(const qvl_result *r) {
-  switch (r->r->finish_reason) {
-  case ENGINE_FINISH_LENGTH: return QVL_FINISH_LENGTH;
-  case ENGINE_FINISH_CANCELLED: return QVL_FINISH_CANCELLED;
-  case ENGINE_FINISH_STOP:
-    /* the engine says "stop" for both; the last id tells them apart (EOS is kept in the ids) */
-    return ends_with_eos(r) ? QVL_FINISH_EOS : QVL_FINISH_STOP_STRING;
-  case ENGINE_FINISH_ERROR:
-  case ENGINE_FINISH_NONE: break;
-  }
-  return QVL_FINISH_ERROR;
-}
-
-const char *qvl_finish_name(qvl_finish f) {
-  switch (f) {
-  case QVL_FINISH_EOS: return "eos";
-  case QVL_FINISH_STOP_STRING: return "stop_string";
-  case QVL_FINISH_LENGTH: return "length";
-  case QVL_FINISH_CANCELLED: return "cancelled";
-  case QVL_FINISH_ERROR: return "error";
-  }
-  return "error";
+  /* the engine reports the reason gen_seq saw; NONE never reaches on_done (errors say ERROR) */
+  return r->r->finish_reason == QVL_FINISH_NONE ? QVL_FINISH_ERROR : r->r->finish_reason;
 }
 
 const char *qvl_result_text(const qvl_result *r, size_t *len) {

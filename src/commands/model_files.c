@@ -6,7 +6,7 @@
 #include "engine/hf_convert.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
-#include "model/hub.h"
+#include "hub/hub.h"
 #include "model/random_model.h"
 #include "model/verify.h"
 #include "model/wtable.h"

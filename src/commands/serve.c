@@ -41,22 +41,6 @@ static int report(const char *what, qvl_status s) {
   return 1;
 }
 
-/* --hf REPO[:QUANT] into the model files; 0, or an exit code after a message. */
-static int resolve_hf(const char *spec, bool offline, const char **model, const char **mmproj, char **own_model,
-                      char **own_mmproj) {
-  qvl_status s = qvl_hf_resolve(spec, offline, own_model, own_mmproj);
-  if (s != QVL_OK)
-    return report("--hf", s);
-  if (hf_model_is_dir(*own_model) && *mmproj) {
-    fprintf(stderr, "qvl: --hf %s is a Hugging Face checkpoint (vision tower included); it takes no --mmproj\n", spec);
-    return 2;
-  }
-  *model = *own_model;
-  if (!*mmproj)
-    *mmproj = *own_mmproj;
-  return 0;
-}
-
 int qvl_serve(int argc, char **argv, int first) {
   for (int i = first; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -88,7 +72,7 @@ int qvl_serve(int argc, char **argv, int first) {
   const char *model = cfg.model, *mmproj = cfg.mmproj;
   char *got_model = NULL, *got_mmproj = NULL; /* what --hf resolved to, freed at the end */
   if (cfg.hf) {
-    int rc = resolve_hf(cfg.hf, cfg.offline, &model, &mmproj, &got_model, &got_mmproj);
+    int rc = qvl_hf_files(cfg.hf, cfg.offline, &model, &mmproj, &got_model, &got_mmproj);
     if (rc) {
       free(got_model);
       free(got_mmproj);

@@ -136,7 +136,7 @@ static void request_free(request *r) {
   free(r);
 }
 
-static void set_error(request *r, qvl_status s, engine_finish reason, const char *msg) {
+static void set_error(request *r, qvl_status s, qvl_finish reason, const char *msg) {
   r->res.status = s;
   r->res.finish_reason = reason;
   snprintf(r->res.error, sizeof r->res.error, "%s", msg ? msg : "");
@@ -236,8 +236,8 @@ static void deliver(request *r) {
     r->res.top_logprobs = top_lp;
     r->res.n_top = r->n_top;
   }
-  if (r->res.finish_reason == ENGINE_FINISH_NONE)
-    r->res.finish_reason = r->res.status == QVL_OK ? ENGINE_FINISH_STOP : ENGINE_FINISH_ERROR;
+  if (r->res.finish_reason == QVL_FINISH_NONE && r->res.status != QVL_OK)
+    r->res.finish_reason = QVL_FINISH_ERROR;
   r->on_done(r->user, &r->res);
   buf_free(&lpt);
   free(lpo);
@@ -312,6 +312,7 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   request *r = calloc(1, sizeof *r);
   if (!r)
     return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+  r->res.finish_reason = QVL_FINISH_NONE; /* -1: calloc's zero is QVL_FINISH_EOS */
   r->t_submit = time_now_s();
   r->on_text = rq->on_text;
   r->on_done = rq->on_done;
@@ -376,7 +377,7 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   }
   if (s == QVL_OK && rq->count_only) { /* the prompt is built and checked: that is the answer */
     r->res.status = QVL_OK;
-    r->res.finish_reason = ENGINE_FINISH_STOP;
+    r->res.finish_reason = QVL_FINISH_EOS;
     r->res.prompt_tokens = r->p.n;
     r->res.image_tokens = r->p.n_img;
     r->res.text = "";
@@ -612,18 +613,18 @@ static bool sample_one(request *r, int32_t *tok) {
   if (s == QVL_ERR_CANCELLED) {
     /* A mask stopped by mask_poll says why here; the stream's refusal is the client's. */
     if (r->deadline > 0 && time_now_s() >= r->deadline && !__atomic_load_n(&r->cancel, __ATOMIC_RELAXED))
-      set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out");
+      set_error(r, QVL_ERR_TIMEOUT, QVL_FINISH_ERROR, "the request timed out");
     else
-      set_error(r, s, ENGINE_FINISH_CANCELLED, "cancelled by the client");
+      set_error(r, s, QVL_FINISH_CANCELLED, "cancelled by the client");
     return false;
   }
   if (s != QVL_OK) {
-    set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
+    set_error(r, s, QVL_FINISH_ERROR, qvl_last_error());
     return false;
   }
   if (done) {
     r->res.status = QVL_OK;
-    r->res.finish_reason = gen_seq_reason(r->gs) == STOP_MAX_TOKENS ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
+    r->res.finish_reason = gen_seq_reason(r->gs);
     r->res.stop_match = gen_seq_stop_matched(r->gs);
     r->finished = true;
     return false;
@@ -738,7 +739,7 @@ static void model_step(engine *e) {
   for (int i = 0; i < nb; i++) {
     request *r = who[i];
     if (s != QVL_OK) {
-      set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
+      set_error(r, s, QVL_FINISH_ERROR, qvl_last_error());
       continue;
     }
     if (i < n_decode) {
@@ -785,9 +786,9 @@ static void *engine_main(void *arg) {
         *pp = r->next;
         e->n_queued--;
         if (late && !r->cancel && !abort_all)
-          set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out while queued");
+          set_error(r, QVL_ERR_TIMEOUT, QVL_FINISH_ERROR, "the request timed out while queued");
         else
-          set_error(r, QVL_ERR_CANCELLED, ENGINE_FINISH_CANCELLED, "cancelled before it started");
+          set_error(r, QVL_ERR_CANCELLED, QVL_FINISH_CANCELLED, "cancelled before it started");
         account_locked(e, r, now);
         r->next = gone;
         gone = r;
@@ -858,9 +859,9 @@ static void *engine_main(void *arg) {
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
       if (r->cancel_seen)
-        set_error(r, QVL_ERR_CANCELLED, ENGINE_FINISH_CANCELLED, "cancelled");
+        set_error(r, QVL_ERR_CANCELLED, QVL_FINISH_CANCELLED, "cancelled");
       else if (r->deadline > 0 && now >= r->deadline)
-        set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out");
+        set_error(r, QVL_ERR_TIMEOUT, QVL_FINISH_ERROR, "the request timed out");
     }
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
@@ -869,7 +870,7 @@ static void *engine_main(void *arg) {
         qvl_status s = request_begin(e, r);
         r->setup_s = time_now_s() - t0;
         if (s != QVL_OK)
-          set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
+          set_error(r, s, QVL_FINISH_ERROR, qvl_last_error());
       }
     }
     /* One vision slice per iteration, then one forward: decode rows + prefill pieces. */
@@ -878,7 +879,7 @@ static void *engine_main(void *arg) {
       if (!r->finished && r->state == RQ_VISION) {
         qvl_status s = vision_step(e, r);
         if (s != QVL_OK)
-          set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
+          set_error(r, s, QVL_FINISH_ERROR, qvl_last_error());
         break;
       }
     }

@@ -29,7 +29,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/finish.h"
 #include "engine/generate.h"
 #include "engine/history.h"
 #include "engine/vlm.h"
@@ -76,7 +75,7 @@ typedef struct engine_image {
 typedef struct engine_result {
   qvl_status status;         /* QVL_OK, or why it failed (message in error) */
   char error[512];
-  engine_finish finish_reason; /* why it ended (engine/finish.h) */
+  qvl_finish finish_reason;    /* why it ended (QVL_FINISH_LIST in qvl.h, from gen_seq up) */
   int stop_match;            /* 1 + the index in gen.stop of the stop string that ended it; 0: none */
   int64_t prompt_tokens, completion_tokens, image_tokens;
   int64_t cached_prompt_tokens; /* prompt tokens whose KV came from the prefix cache */
@@ -149,7 +148,7 @@ qvl_status engine_submit(engine *e, const engine_request *r, uint64_t *id);
 /* Cancels a queued or running request (its on_done reports "cancelled", status QVL_ERR_CANCELLED,
  * at the next step boundary, with the slot and memory freed before the callback); unknown ids are
  * ignored. Returning false from on_text does the same. A request that exceeds request_timeout_ms
- * ends with status QVL_ERR_TIMEOUT and finish_reason ENGINE_FINISH_ERROR (text so far included). */
+ * ends with status QVL_ERR_TIMEOUT and finish_reason QVL_FINISH_ERROR (text so far included). */
 void engine_cancel(engine *e, uint64_t id);
 
 typedef struct engine_stats {

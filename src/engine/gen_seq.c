@@ -123,7 +123,7 @@ qvl_status gen_seq_next(gen_seq *g, const float *logits, gen_stream_fn stream, v
                         bool *done) {
   *done = false;
   *id_out = -1;
-  if (g->n >= g->max_tokens || stop_reason_of(g->stp) != STOP_NONE) {
+  if (g->n >= g->max_tokens || stop_reason_of(g->stp) != QVL_FINISH_NONE) {
     *done = true; /* already stopped */
     return QVL_OK;
   }
@@ -156,7 +156,7 @@ qvl_status gen_seq_next(gen_seq *g, const float *logits, gen_stream_fn stream, v
   g->ids[g->n++] = id;
   *id_out = id;
   QVL_TRY(sampler_accept(g->smp, id));
-  stop_reason why = stop_push(g->stp, id, bytes, nb);
+  qvl_finish why = stop_push(g->stp, id, bytes, nb);
   QVL_TRY(stop_error(g->stp));
   size_t len, ready = stop_ready(g->stp);
   const char *text = stop_text(g->stp, &len);
@@ -165,7 +165,7 @@ qvl_status gen_seq_next(gen_seq *g, const float *logits, gen_stream_fn stream, v
     return qvl_errorf(QVL_ERR_CANCELLED, "generation cancelled");
   }
   g->sent = ready;
-  *done = why != STOP_NONE;
+  *done = why != QVL_FINISH_NONE;
   return QVL_OK;
 }
 
@@ -176,7 +176,7 @@ const int32_t *gen_seq_ids(const gen_seq *g, int64_t *n) {
   return g->ids;
 }
 
-stop_reason gen_seq_reason(const gen_seq *g) { return stop_reason_of(g->stp); }
+qvl_finish gen_seq_reason(const gen_seq *g) { return stop_reason_of(g->stp); }
 
 int gen_seq_stop_matched(const gen_seq *g) { return stop_matched(g->stp); }
 

@@ -82,7 +82,7 @@ qvl_status gen_seq_next(gen_seq *g, const float *logits, gen_stream_fn stream, v
 const char *gen_seq_text(const gen_seq *g, size_t *len);
 /* Every generated id, EOS included: [*n]. */
 const int32_t *gen_seq_ids(const gen_seq *g, int64_t *n);
-stop_reason gen_seq_reason(const gen_seq *g);
+qvl_finish gen_seq_reason(const gen_seq *g);
 /* 1 + the index of the stop string that ended it (stop_matched); 0: none did. */
 int gen_seq_stop_matched(const gen_seq *g);
 /* time_now_s() when the first token was sampled (0 before). */

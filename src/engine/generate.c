@@ -73,7 +73,7 @@ qvl_status generate(const vlm *m, const vlm_prompt *p, const gen_params *gp, gen
       out->ttft_ms = (t_first - t0) * 1e3;
       out->decode_ms = (time_now_s() - t_first) * 1e3;
     }
-    out->reason = s == QVL_OK ? gen_seq_reason(g) : STOP_NONE;
+    out->reason = s == QVL_OK ? gen_seq_reason(g) : QVL_FINISH_NONE;
     size_t len;
     const char *text = gen_seq_text(g, &len);
     const int32_t *ids = gen_seq_ids(g, &out->n_ids);

@@ -28,7 +28,7 @@ typedef struct gen_result {
   int32_t *ids;              /* [n_ids] every generated id, EOS included */
   int64_t n_ids;
   int64_t n_prompt;
-  stop_reason reason;
+  qvl_finish reason;
   double prefill_ms;         /* prompt through the decoder (vision not included) */
   double decode_ms;          /* after the first token */
   double ttft_ms;            /* prefill + the first sampled token */

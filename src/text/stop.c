@@ -17,20 +17,10 @@ struct stop_state {
   int64_t max_tokens;
   buf text;
   int64_t n_tokens;
-  stop_reason reason;
+  qvl_finish reason;
   int matched; /* 1 + index of the stop string that matched; 0: none */
   qvl_status error;
 };
-
-const char *stop_reason_name(stop_reason r) {
-  switch (r) {
-  case STOP_NONE: return "none";
-  case STOP_EOS: return "eos";
-  case STOP_STRING: return "stop_string";
-  case STOP_MAX_TOKENS: return "max_tokens";
-  }
-  return "unknown";
-}
 
 qvl_status stop_init(const stop_params *p, stop_state **out) {
   *out = NULL;
@@ -51,6 +41,7 @@ qvl_status stop_init(const stop_params *p, stop_state **out) {
   stop_state *s = calloc(1, sizeof *s);
   if (!s)
     return qvl_errorf(QVL_ERR_NOMEM, "stop conditions: out of memory");
+  s->reason = QVL_FINISH_NONE; /* -1: calloc's zero is QVL_FINISH_EOS */
   for (int i = 0; i < p->n_eos; i++)
     s->eos[i] = p->eos_ids[i];
   s->n_eos = p->n_eos;
@@ -88,24 +79,24 @@ void stop_reset(stop_state *s) {
   if (s->text.data)
     s->text.data[0] = 0;
   s->n_tokens = 0;
-  s->reason = STOP_NONE;
+  s->reason = QVL_FINISH_NONE;
   s->matched = 0;
   s->error = QVL_OK;
 }
 
-stop_reason stop_push(stop_state *s, int32_t id, const char *bytes, size_t n) {
-  if (s->reason != STOP_NONE || s->error != QVL_OK)
+qvl_finish stop_push(stop_state *s, int32_t id, const char *bytes, size_t n) {
+  if (s->reason != QVL_FINISH_NONE || s->error != QVL_OK)
     return s->reason;
   s->n_tokens++;
   for (int i = 0; i < s->n_eos; i++)
     if (id == s->eos[i])
-      return s->reason = STOP_EOS;
+      return s->reason = QVL_FINISH_EOS;
   size_t old = s->text.len;
   if (n > 0) {
     qvl_status st = buf_append(&s->text, bytes, n);
     if (st != QVL_OK) {
       s->error = st;
-      return STOP_NONE;
+      return QVL_FINISH_NONE;
     }
   }
   /* Only matches that end in the new bytes are new; the earliest start wins. */
@@ -127,11 +118,11 @@ stop_reason stop_push(stop_state *s, int32_t id, const char *bytes, size_t n) {
     s->text.len = best;
     s->text.data[best] = 0;
     s->matched = which;
-    return s->reason = STOP_STRING;
+    return s->reason = QVL_FINISH_STOP_STRING;
   }
   if (s->max_tokens > 0 && s->n_tokens >= s->max_tokens)
-    return s->reason = STOP_MAX_TOKENS;
-  return STOP_NONE;
+    return s->reason = QVL_FINISH_LENGTH;
+  return QVL_FINISH_NONE;
 }
 
 const char *stop_text(const stop_state *s, size_t *len) {
@@ -142,7 +133,7 @@ const char *stop_text(const stop_state *s, size_t *len) {
 
 size_t stop_ready(const stop_state *s) {
   size_t len = s->text.len;
-  if (s->reason != STOP_NONE)
+  if (s->reason != QVL_FINISH_NONE)
     return len;
   size_t hold = 0;
   const char *t = s->text.data;
@@ -163,6 +154,6 @@ size_t stop_ready(const stop_state *s) {
 
 int64_t stop_n_tokens(const stop_state *s) { return s->n_tokens; }
 
-stop_reason stop_reason_of(const stop_state *s) { return s->reason; }
+qvl_finish stop_reason_of(const stop_state *s) { return s->reason; }
 int stop_matched(const stop_state *s) { return s->matched; }
 qvl_status stop_error(const stop_state *s) { return s->error; }

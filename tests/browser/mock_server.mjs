@@ -99,11 +99,22 @@ function readBody(req) {
   });
 }
 
+// The page's third-party scripts, which the build embeds from Debian's packages: URL path -> file.
+const VENDOR = new Map(
+  fs
+    .readFileSync(path.resolve(here, '../../tools/web_vendor.txt'), 'utf8')
+    .split('\n')
+    .filter((l) => l.trim() && !l.startsWith('#'))
+    .map((l) => l.trim().split(/\s+/))
+    .filter((f) => f.length === 3)
+    .map(([url, file]) => [url, file]),
+);
+
 function serveStatic(req, res) {
   let p = decodeURIComponent(new URL(req.url, 'http://x').pathname);
   if (p === '/') p = '/index.html';
-  const file = path.resolve(WEB, '.' + p);
-  if (!file.startsWith(WEB + path.sep)) return sendError(res, 404, 'not found', 'not_found', 'not_found');
+  const file = VENDOR.get(p) ?? path.resolve(WEB, '.' + p);
+  if (!VENDOR.has(p) && !file.startsWith(WEB + path.sep)) return sendError(res, 404, 'not found', 'not_found', 'not_found');
   fs.readFile(file, (err, data) => {
     if (err) return sendError(res, 404, `no file ${p}`, 'not_found', 'not_found');
     const ext = path.extname(file) || path.basename(file);

@@ -64,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort();
     api_result res;
     memset(&res, 0, sizeof res);
-    res.finish_reason = mode & 2 ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
+    res.finish_reason = mode & 2 ? QVL_FINISH_LENGTH : QVL_FINISH_EOS;
     res.stop_match = (mode >> 2) & 7; /* may name a stop sequence the request does not have */
     res.status = mode >> 5 == 7 ? QVL_ERR_BUSY : QVL_OK;
     res.prompt_tokens = (int64_t)size;

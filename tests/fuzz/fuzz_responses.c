@@ -77,7 +77,7 @@ static void one(const char *body, size_t len, resp_store *st, const char *text, 
     compat_request_free(&cr);
     return;
   }
-  res.finish_reason = seed & 2 ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
+  res.finish_reason = seed & 2 ? QVL_FINISH_LENGTH : QVL_FINISH_EOS;
   res.prompt_tokens = 3;
   res.completion_tokens = (int64_t)text_len;
   buf_append(&res.text, text, text_len);

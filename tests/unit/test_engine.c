@@ -684,9 +684,9 @@ static void test_backpressure(const vlm *m) {
   double t0 = time_now_s();
   engine_cancel(e, ids[0]);
   CHECK(wait_done(&jobs[0], 10), "cancelled request finished");
-  CHECK(jobs[0].res.status == QVL_ERR_CANCELLED && jobs[0].res.finish_reason == ENGINE_FINISH_CANCELLED &&
+  CHECK(jobs[0].res.status == QVL_ERR_CANCELLED && jobs[0].res.finish_reason == QVL_FINISH_CANCELLED &&
             jobs[0].res.completion_tokens < g.max_tokens,
-        "cancel: status %s, reason %s, %lld tokens", qvl_status_text(jobs[0].res.status), engine_finish_name(jobs[0].res.finish_reason),
+        "cancel: status %s, reason %s, %lld tokens", qvl_status_text(jobs[0].res.status), qvl_finish_name(jobs[0].res.finish_reason),
         (long long)jobs[0].res.completion_tokens);
   CHECK(time_now_s() - t0 < 2.0, "cancel took effect within a step (%.0f ms)", (time_now_s() - t0) * 1e3);
   while (pieces_of(&jobs[1]) == 0 && !jobs[1].done) {

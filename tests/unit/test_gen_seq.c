@@ -5,7 +5,7 @@
  *  - a partial stop string is held back, released when the next token rules it out, and a full
  *    match ends the generation with the stop string and what follows removed;
  *  - control tokens add no visible text; EOS stops (or not, with ignore_eos);
- *  - max_tokens stops with STOP_MAX_TOKENS; a stream that says stop cancels with the token recorded;
+ *  - max_tokens stops with QVL_FINISH_LENGTH; a stream that says stop cancels with the token recorded;
  *  - logprobs of a one-hot distribution: the chosen token ~ 0, its first alternative far below.
  */
 #include <math.h>
@@ -123,7 +123,7 @@ static void test_stop_strings(const vlm *m, float *lg, int64_t V) {
   push(g, lg, V, N, &c, &done);
   CHECK(!done && strcmp(c.text, "aEx") == 0, "'EN' held back (streamed '%s')", c.text);
   CHECK(push(g, lg, V, D, &c, &done) == QVL_OK && done, "'END' stops");
-  CHECK(gen_seq_reason(g) == STOP_STRING, "reason stop_string (%s)", stop_reason_name(gen_seq_reason(g)));
+  CHECK(gen_seq_reason(g) == QVL_FINISH_STOP_STRING, "reason stop_string (%s)", qvl_finish_name(gen_seq_reason(g)));
   size_t len;
   CHECK(strcmp(gen_seq_text(g, &len), "aEx") == 0 && strcmp(c.text, "aEx") == 0,
         "the stop string is not in the text or the stream ('%s')", c.text);
@@ -149,7 +149,7 @@ static void test_special_eos_limits(const vlm *m, float *lg, int64_t V) {
     push(g, lg, V, x, &c, &done);
     push(g, lg, V, im_start, &c, &done);
     CHECK(!done && strcmp(c.text, "x") == 0, "a control token is not visible (streamed '%s')", c.text);
-    CHECK(push(g, lg, V, m->eos_ids[0], &c, &done) == QVL_OK && done && gen_seq_reason(g) == STOP_EOS, "EOS stops");
+    CHECK(push(g, lg, V, m->eos_ids[0], &c, &done) == QVL_OK && done && gen_seq_reason(g) == QVL_FINISH_EOS, "EOS stops");
     size_t len;
     CHECK(strcmp(gen_seq_text(g, &len), "x") == 0, "EOS adds no text");
     gen_seq_free(g);
@@ -163,8 +163,8 @@ static void test_special_eos_limits(const vlm *m, float *lg, int64_t V) {
     CHECK(push(g, lg, V, m->eos_ids[0], &c, &done) == QVL_OK && !done, "ignore_eos: EOS does not stop");
     push(g, lg, V, x, &c, &done);
     CHECK(!done, "2 of 3");
-    CHECK(push(g, lg, V, x, &c, &done) == QVL_OK && done && gen_seq_reason(g) == STOP_MAX_TOKENS,
-          "max_tokens stops (%s)", stop_reason_name(gen_seq_reason(g)));
+    CHECK(push(g, lg, V, x, &c, &done) == QVL_OK && done && gen_seq_reason(g) == QVL_FINISH_LENGTH,
+          "max_tokens stops (%s)", qvl_finish_name(gen_seq_reason(g)));
     gen_seq_free(g);
   }
   /* a stream that says stop: cancelled, the token recorded */

@@ -128,6 +128,54 @@ static void on_done(void *user, const qvl_result *res) {
   pthread_mutex_unlock(&r->mu);
 }
 
+/* Submits rq (freed here) and waits for on_done into *r. */
+static qvl_status run_one(qvl_engine *e, qvl_request *rq, run *r) {
+  memset(r, 0, sizeof *r);
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  qvl_request_set_callbacks(rq, on_text, on_done, r);
+  qvl_status s = qvl_engine_submit(e, rq, NULL);
+  qvl_request_free(rq);
+  pthread_mutex_lock(&r->mu);
+  while (s == QVL_OK && !r->done)
+    pthread_cond_wait(&r->cv, &r->mu);
+  pthread_mutex_unlock(&r->mu);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+  return s;
+}
+
+/* The engine reports which condition ended a request (the finish list, from gen_seq up): a stop
+ * string found in the greedy answer ends the same request as QVL_FINISH_STOP_STRING, the text cut
+ * before it; the answer without it ends as EOS or LENGTH. */
+static void test_finish_stop_string(qvl_engine *e) {
+  static const char *q = "Count from one to ten in words, separated by spaces.";
+  run a, b;
+  qvl_request *rq = NULL;
+  qvl_request_new(&rq);
+  qvl_request_add_message(rq, "user", q);
+  qvl_request_set_max_tokens(rq, 16);
+  CHECK(run_one(e, rq, &a) == QVL_OK && a.status == QVL_OK, "first run: %s", qvl_last_error());
+  CHECK(a.finish == QVL_FINISH_EOS || a.finish == QVL_FINISH_LENGTH, "no stop string: %s", qvl_finish_name(a.finish));
+  size_t n = strlen(a.text);
+  if (n < 3) {
+    CHECK(false, "the greedy answer is too short to cut: '%s'", a.text);
+    return;
+  }
+  char stop[8];
+  snprintf(stop, sizeof stop, "%.2s", a.text + n / 2); /* first occurrence at or before n / 2 */
+  const char *at = strstr(a.text, stop);
+  qvl_request_new(&rq);
+  qvl_request_add_message(rq, "user", q);
+  qvl_request_set_max_tokens(rq, 16);
+  qvl_request_add_stop(rq, stop);
+  CHECK(run_one(e, rq, &b) == QVL_OK && b.status == QVL_OK, "second run: %s", qvl_last_error());
+  CHECK(b.finish == QVL_FINISH_STOP_STRING, "finish %s, want stop_string (stop '%s' in '%s')", qvl_finish_name(b.finish),
+        stop, a.text);
+  CHECK(strlen(b.text) == (size_t)(at - a.text) && !strncmp(b.text, a.text, strlen(b.text)), "text cut at the stop: '%s'",
+        b.text);
+}
+
 static void test_engine(void) {
   qvl_model_params mp;
   qvl_model_params_default(&mp);
@@ -171,6 +219,8 @@ static void test_engine(void) {
     pthread_mutex_destroy(&r.mu);
     pthread_cond_destroy(&r.cv);
   }
+  if (e)
+    test_finish_stop_string(e);
   /* prompt errors come back from submit, with a message, and no callback runs */
   qvl_request *rq = NULL;
   qvl_request_new(&rq);

@@ -151,7 +151,7 @@ static void test_chat(void) {
   engine_image ims[1] = {{640, 480, 0}};
   engine_result er;
   memset(&er, 0, sizeof er);
-  er.finish_reason = ENGINE_FINISH_STOP;
+  er.finish_reason = QVL_FINISH_EOS;
   er.text = "[{\"bbox_2d\": [100, 200, 500, 800], \"label\": \"cat\"}]";
   er.text_len = strlen(er.text);
   er.images = ims;

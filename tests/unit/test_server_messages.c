@@ -227,7 +227,7 @@ static void test_refusals(void) {
 }
 
 /* A result with text t; tools: whether the request had tools (the chat's parse_tools). */
-static void result_of(api_result *r, const char *t, engine_finish f, bool tools) {
+static void result_of(api_result *r, const char *t, qvl_finish f, bool tools) {
   memset(r, 0, sizeof *r);
   r->status = QVL_OK;
   r->finish_reason = f;
@@ -246,7 +246,7 @@ static void test_answer(void) {
                           &cr);
   cJSON_Delete(chat);
   api_result r;
-  result_of(&r, "Hello", ENGINE_FINISH_STOP, false);
+  result_of(&r, "Hello", QVL_FINISH_EOS, false);
   char *j = cr.fmt->result_json(cr.state, &r);
   cJSON *o = cJSON_Parse(j);
   CHECK(str_is(o, "type", "message") && str_is(o, "role", "assistant") && str_is(o, "model", "qvl") &&
@@ -268,7 +268,7 @@ static void test_answer(void) {
   CHECK(str_is(o, "stop_reason", "stop_sequence") && str_is(o, "stop_sequence", "B"), "stop_sequence: %s", j);
   cJSON_Delete(o);
   free(j);
-  r.finish_reason = ENGINE_FINISH_LENGTH;
+  r.finish_reason = QVL_FINISH_LENGTH;
   j = cr.fmt->result_json(cr.state, &r);
   o = cJSON_Parse(j);
   CHECK(str_is(o, "stop_reason", "max_tokens"), "max_tokens: %s", j);
@@ -287,7 +287,7 @@ static void test_tool_answer(void) {
   result_of(&r,
             "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": "
             "333333333333333333333333, \"t\": 0.1000000000000000055511151231257827}}\n</tool_call>",
-            ENGINE_FINISH_STOP, true);
+            QVL_FINISH_EOS, true);
   cJSON *choice = compat_chat_choice(&r);
   const char *args = str_at(choice, "message.tool_calls.0.function.arguments");
   CHECK(args != NULL, "the chat found the call");
@@ -362,7 +362,7 @@ static void test_stream_error_and_empty(void) {
                           &cr);
   cJSON_Delete(chat);
   api_result r;
-  result_of(&r, "", ENGINE_FINISH_STOP, false);
+  result_of(&r, "", QVL_FINISH_EOS, false);
   buf out = {0};
   cr.fmt->stream_end(cr.state, &out, &r);
   CHECK(out.data && strstr(out.data, "\"content_block\":{\"type\":\"text\",\"text\":\"\"}") &&
@@ -376,7 +376,7 @@ static void test_stream_error_and_empty(void) {
                    "{\"model\":\"qvl\",\"max_tokens\":9,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
                    &cr);
   cJSON_Delete(chat);
-  result_of(&r, "part", ENGINE_FINISH_ERROR, false);
+  result_of(&r, "part", QVL_FINISH_ERROR, false);
   r.status = QVL_ERR_BUSY;
   snprintf(r.error, sizeof r.error, "shutting down");
   cr.fmt->stream_text(cr.state, &out, "part", 4);
@@ -399,7 +399,7 @@ static void test_count(void) {
         "counts generate nothing and do not stream");
   cJSON_Delete(chat);
   api_result r;
-  result_of(&r, "", ENGINE_FINISH_STOP, false);
+  result_of(&r, "", QVL_FINISH_EOS, false);
   char *j = cr.fmt->result_json(cr.state, &r);
   CHECK(j && !strcmp(j, "{\"input_tokens\":20}"), "count answer: %s", j ? j : "");
   free(j);
@@ -415,7 +415,7 @@ static void test_stop_matched(void) {
   CHECK(stop_init(&sp, &s) == QVL_OK, "stop_init");
   stop_push(s, 1, "hello a", 7);
   CHECK(stop_matched(s) == 0, "no match yet");
-  CHECK(stop_push(s, 2, "bc", 2) == STOP_STRING, "stopped");
+  CHECK(stop_push(s, 2, "bc", 2) == QVL_FINISH_STOP_STRING, "stopped");
   CHECK(stop_matched(s) == 3, "'ab' starts first: %d", stop_matched(s));
   stop_reset(s);
   CHECK(stop_matched(s) == 0, "reset");

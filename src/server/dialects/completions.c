@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/finish.h"
+
 typedef struct cmpl_state {
   char id[48];
   char model[128];
@@ -200,7 +202,7 @@ static char *result_json(void *state, const api_result *r) {
   if (st->echo)
     buf_append(&b, st->echo, st->echo_len);
   buf_append(&b, r->text.data ? r->text.data : "", r->text.len);
-  const char *fr = api_finish_reason(r->finish_reason);
+  const char *fr = finish_openai(r->finish_reason);
   add_choice(o, api_text_json(b.data, b.len), fr ? fr : "stop");
   buf_free(&b);
   add_usage(o, r);
@@ -248,7 +250,7 @@ static void stream_end(void *state, buf *out, const api_result *r) {
   if (st->echo)
     stream_text(state, out, "", 0);
   cJSON *o = base(st);
-  const char *fr = api_finish_reason(r->finish_reason);
+  const char *fr = finish_openai(r->finish_reason);
   add_choice(o, cJSON_CreateString(""), fr ? fr : "stop");
   if (!st->include_usage && st->stream_usage)
     add_usage(o, r);

@@ -708,7 +708,7 @@ static cJSON *text_block(const char *text, size_t len) {
 /* stop_reason and (for stop_sequence) the sequence. */
 static const char *why_stopped(const msgs_state *st, const api_result *r, const cJSON *choice, const char **seq) {
   *seq = NULL;
-  if (r->finish_reason == ENGINE_FINISH_LENGTH)
+  if (r->finish_reason == QVL_FINISH_LENGTH)
     return "max_tokens";
   if (compat_choice_tool_calls(choice))
     return "tool_use";

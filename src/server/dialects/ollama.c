@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/finish.h"
 #include "server/openai/json_raw.h"
 
 typedef struct ollama_state {
@@ -473,7 +474,10 @@ static void add_tool_calls(cJSON *o, const cJSON *calls) {
 
 /* The counts and durations (nanoseconds) of the last object. */
 /* Ollama's done_reason: "length" at num_predict, else "stop" (as Ollama says for a finished turn). */
-static const char *done_reason(engine_finish f) { return f == ENGINE_FINISH_LENGTH ? "length" : "stop"; }
+static const char *done_reason(qvl_finish f) {
+  const char *w = finish_ollama(f);
+  return w ? w : "stop";
+}
 
 static void add_stats(cJSON *o, const api_result *r) {
   cJSON_AddStringToObject(o, "done_reason", done_reason(r->finish_reason));

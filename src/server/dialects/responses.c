@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/finish.h"
 #include "base/timing.h"
 #include "engine/model_sampling.h"
 #include "server/dialects/responses_store.h"
@@ -719,7 +720,10 @@ static cJSON *call_item(const resp_state *st, int i, const cJSON *call, const ch
 
 /* The Responses API's words for a finish: "incomplete" (reason max_output_tokens) at the length
  * limit, else "completed" (failures have their own status, "failed"). */
-static bool cut_short(const api_result *r) { return r && r->finish_reason == ENGINE_FINISH_LENGTH; }
+static bool cut_short(const api_result *r) {
+  const char *status = r ? finish_responses(r->finish_reason) : NULL;
+  return status && !strcmp(status, "incomplete");
+}
 
 /* status: "in_progress", "completed", "incomplete", "failed". r: NULL while in progress. */
 /* The output items of a finished answer: the message with the text (left out when the model only

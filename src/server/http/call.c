@@ -108,7 +108,7 @@ static void on_done(void *user, const engine_result *r) {
     snprintf(k->result.error, sizeof k->result.error, "out of memory copying the result");
   }
   k->result.agent = k->agent;
-  if (k->result.status == QVL_OK && r->finish_reason == ENGINE_FINISH_CANCELLED) {
+  if (k->result.status == QVL_OK && r->finish_reason == QVL_FINISH_CANCELLED) {
     k->result.status = QVL_ERR_CANCELLED;
     snprintf(k->result.error, sizeof k->result.error, "the request was cancelled");
   }

@@ -12,7 +12,7 @@
 #include "base/status.h"
 #include "server/openai/api_error.h"
 #include "server/openai/json_field.h"
-#include "server/openai/finish_reason.h"
+#include "base/finish.h"
 #include "server/openai/json_raw.h"
 #include "server/openai/result.h"
 #include "server/openai/sse.h"
@@ -389,7 +389,8 @@ void api_agents_decorate(cJSON *choice, const api_result *r) {
         cJSON_AddStringToObject(f, "arguments", calls[i].arguments ? calls[i].arguments : "{}");
         cJSON_AddItemToArray(tc, c);
       }
-      if (r->finish_reason == ENGINE_FINISH_STOP || r->finish_reason == ENGINE_FINISH_NONE)
+      if (r->finish_reason == QVL_FINISH_EOS || r->finish_reason == QVL_FINISH_STOP_STRING ||
+          r->finish_reason == QVL_FINISH_NONE)
         cJSON_ReplaceItemInObjectCaseSensitive(choice, "finish_reason", cJSON_CreateString("tool_calls"));
       free_calls(calls, n);
     }
@@ -401,7 +402,7 @@ void api_agents_decorate(cJSON *choice, const api_result *r) {
 }
 
 const char *api_agents_finish_reason(const api_result *r) {
-  const char *fr = api_finish_reason(r->finish_reason);
+  const char *fr = finish_openai(r->finish_reason);
   if (r->agent.parse_tools && (!fr || !strcmp(fr, "stop"))) {
     parsed_call calls[API_MAX_TOOLS];
     size_t clen;

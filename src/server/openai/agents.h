@@ -63,7 +63,7 @@ size_t api_tool_text_safe(const char *text, size_t len, bool *tool_seen);
 /* The chunks a stream sends after the content, before the finish chunk: the tool calls (index,
  * id, type, name, then the arguments in fragments) and the logprobs. Appends SSE events to out. */
 void api_agents_stream_tail(buf *out, const char *id, int64_t created, const char *model, const api_result *r);
-/* finish_reason for r: "tool_calls" when the output held tool calls, else as api_finish_reason. */
+/* finish_reason for r: "tool_calls" when the output held tool calls, else as finish_openai. */
 const char *api_agents_finish_reason(const api_result *r);
 
 #endif

@@ -488,7 +488,7 @@ cJSON *api_completion_object(const char *id, int64_t created, const char *model,
   cJSON_AddItemToObject(m, "content", string_n(r->text.data ? r->text.data : "", r->text.len));
   cJSON_AddNullToObject(m, "refusal");
   cJSON_AddNullToObject(c, "logprobs");
-  const char *fr = api_finish_reason(r->finish_reason);
+  const char *fr = finish_openai(r->finish_reason);
   cJSON_AddStringToObject(c, "finish_reason", fr ? fr : "stop");
   api_agents_decorate(c, r);
   cJSON_AddItemToArray(choices, c);

@@ -18,7 +18,7 @@
 #include "server/openai/agents.h"
 #include "server/openai/json_field.h"
 #include "server/openai/api_error.h"
-#include "server/openai/finish_reason.h"
+#include "base/finish.h"
 #include "server/openai/result.h"
 #include "server/openai/sse.h"
 

@@ -18,7 +18,7 @@
 typedef struct api_result {
   qvl_status status;
   char error[512];
-  engine_finish finish_reason;
+  qvl_finish finish_reason;
   int stop_match;              /* engine_result.stop_match */
   int64_t prompt_tokens, completion_tokens, image_tokens, cached_prompt_tokens;
   int image_cache_hits, image_cache_misses;

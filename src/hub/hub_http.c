@@ -1,6 +1,6 @@
 /* libcurl GETs against the hub: bounded retries with backoff, errors a user can act on, a progress
  * bar, and downloads into a .part file that resume where an earlier run stopped. */
-#include "model/hub_impl.h"
+#include "hub/hub_impl.h"
 
 #include <ctype.h>
 #include <fcntl.h>

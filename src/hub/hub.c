@@ -1,6 +1,6 @@
 /* The download cache: model specs, the cache root, one snapshot directory per repo and revision
  * (locked while filled), the manifest of checked files, and hub_resolve, which ties it together. */
-#include "model/hub_impl.h"
+#include "hub/hub_impl.h"
 
 #include <ctype.h>
 #include <fcntl.h>

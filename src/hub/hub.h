@@ -21,8 +21,8 @@
  * Thread safety: hub_resolve may run on several threads (each uses its own curl handle); two
  * processes downloading the same file are kept apart by a lock on the .part file.
  */
-#ifndef QVL_MODEL_HUB_H
-#define QVL_MODEL_HUB_H
+#ifndef QVL_HUB_HUB_H
+#define QVL_HUB_HUB_H
 
 #include <stddef.h>
 #include <stdint.h>

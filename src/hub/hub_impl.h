@@ -1,5 +1,5 @@
 /*
- * Internal to src/model/hub*.c: the hub client in three parts, each with one concern.
+ * Internal to src/hub/hub*.c: the hub client in three parts, each with one concern.
  *   hub_listing.c  the repo's file listing (parse, check) and which files a model needs: pure
  *   hub_http.c     libcurl GETs with bounded retries, readable errors, progress, resumable downloads
  *   hub.c          the cache: spec and cache root, snapshot directory, lock, manifest, hub_resolve
@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "base/status.h"
-#include "model/hub.h"
+#include "hub/hub.h"
 
 /* The largest JSON document the hub may send us (a listing page) or that we read back. */
 #define HUB_MAX_JSON_BYTES (64u << 20)

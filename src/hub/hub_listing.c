@@ -1,5 +1,5 @@
 /* The hub's file listing: parse and check it, and pick the files a model needs (no I/O). */
-#include "model/hub_impl.h"
+#include "hub/hub_impl.h"
 
 #include <ctype.h>
 #include <string.h>
