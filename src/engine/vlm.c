@@ -375,7 +375,8 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
   if (s == QVL_OK) {
     /* the text holds one <|image_pad|> per image, counted in img_tokens */
     size_t cap = o->max_tokens > 0 ? (size_t)(o->max_tokens - img_tokens + n) : 0;
-    s = tokenizer_encode_capped(m->tok, cp->text.data, cp->text.len, 0, cap, o->stop, o->stop_user, ids, n_ids);
+    s = tokenizer_encode_spans(m->tok, cp->text.data, cp->text.len, o->content_special_tokens ? NULL : cp->plain,
+                               o->content_special_tokens ? 0 : cp->n_plain, cap, o->stop, o->stop_user, ids, n_ids);
     if (s == QVL_ERR_CONTEXT_OVERFLOW)
       s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "the prompt has more than %lld tokens (images included)",
                      (long long)o->max_tokens);

@@ -91,6 +91,10 @@ typedef struct vlm_prompt_opts {
   int64_t max_tokens;      /* ERR_CONTEXT_OVERFLOW as soon as the prompt is known to be longer */
   qvl_stop_fn stop;        /* polled between images and while tokenizing and waiting */
   void *stop_user;
+  /* Special-token text ("<|im_start|>system") inside user and tool content: false (the default)
+   * tokenizes it as plain text, so that content cannot forge a turn; true parses it into control
+   * tokens as transformers' apply_chat_template + encode does (--content-special-tokens). */
+  bool content_special_tokens;
   const cJSON *tools;      /* OpenAI tools array rendered by the chat template (NULL = none); read
                             * during vlm_prompt_build only */
   /* With defer_vision: asked with an image's bytes_key before it is decoded; true (with *out

@@ -52,23 +52,47 @@ static qvl_status add_image(chat_prompt *p, const cJSON *item, int msg) {
   return QVL_OK;
 }
 
-/* Appends item.text; the template prints whatever is there, so a non-string text is an error
- * rather than a guess at Python's str() of it. */
-static qvl_status append_text_item(buf *b, const cJSON *item, int msg, int idx) {
+/* Appends text that came from a user or a tool and records it as a plain span (chat_prompt.plain);
+ * a span that continues the previous one is merged into it. */
+static qvl_status append_plain(chat_prompt *p, const char *text) {
+  size_t begin = p->text.len;
+  QVL_TRY(buf_append_str(&p->text, text));
+  if (p->text.len == begin)
+    return QVL_OK;
+  if (p->n_plain && p->plain[p->n_plain - 1].end == begin) {
+    p->plain[p->n_plain - 1].end = p->text.len;
+    return QVL_OK;
+  }
+  if (p->n_plain == p->cap_plain) {
+    size_t cap = p->cap_plain ? p->cap_plain * 2 : 8;
+    text_span *grown = realloc(p->plain, cap * sizeof *grown);
+    if (!grown)
+      return qvl_errorf(QVL_ERR_NOMEM, "out of memory listing content spans");
+    p->plain = grown;
+    p->cap_plain = cap;
+  }
+  p->plain[p->n_plain++] = (text_span){begin, p->text.len};
+  return QVL_OK;
+}
+
+/* Appends item.text (to the prompt as plain content when p is given, else to b); the template prints
+ * whatever is there, so a non-string text is an error rather than a guess at Python's str() of it. */
+static qvl_status append_text_item(buf *b, chat_prompt *p, const cJSON *item, int msg, int idx) {
   const cJSON *text = cJSON_GetObjectItemCaseSensitive(item, "text");
   if (cJSON_IsNull(text))
     return QVL_OK;
   if (!cJSON_IsString(text))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d].text must be a string", msg, idx);
-  return buf_append_str(b, text->valuestring);
+  return p ? append_plain(p, text->valuestring) : buf_append_str(b, text->valuestring);
 }
 
 /* Content of a user or tool message (and of every message in the Thinking template): string, or a
  * list of text / image / video items, appended to b. Images are listed in p (NULL: not listed, for
- * the Thinking template's look-ahead that only inspects the text). */
+ * the Thinking template's look-ahead that only inspects the text). Text is recorded as a plain span
+ * (special-token text in it stays text) only when it goes straight into the prompt, b == &p->text. */
 static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content, int msg) {
   if (cJSON_IsString(content))
-    return buf_append_str(b, content->valuestring);
+    return p && b == &p->text ? append_plain(p, content->valuestring) : buf_append_str(b, content->valuestring);
   if (!content || cJSON_IsNull(content))
     return QVL_OK;
   if (!cJSON_IsArray(content))
@@ -86,7 +110,7 @@ static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content
       return qvl_errorf(QVL_ERR_UNSUPPORTED, "messages[%d].content[%d]: video input is not supported",
                         msg, idx);
     } else if (has_key(item, "text")) {
-      QVL_TRY(append_text_item(b, item, msg, idx));
+      QVL_TRY(append_text_item(b, p && b == &p->text ? p : NULL, item, msg, idx));
     } else {
       const char *t = type_of(item);
       return qvl_errorf(QVL_ERR_INVALID_ARG,
@@ -116,7 +140,7 @@ static qvl_status render_text_content(buf *b, const cJSON *content, int msg) {
     if (!cJSON_IsObject(item))
       return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d] must be an object", msg, idx);
     if (has_key(item, "text"))
-      QVL_TRY(append_text_item(b, item, msg, idx));
+      QVL_TRY(append_text_item(b, NULL, item, msg, idx));
   }
   return QVL_OK;
 }
@@ -406,6 +430,9 @@ void chat_prompt_free(chat_prompt *p) {
   free(p->images);
   p->images = NULL;
   p->n_images = 0;
+  free(p->plain);
+  p->plain = NULL;
+  p->n_plain = p->cap_plain = 0;
 }
 
 static qvl_status json_string(buf *b, const char *s) {

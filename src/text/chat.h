@@ -16,6 +16,7 @@
 
 #include "base/buf.h"
 #include "qvl.h"
+#include "text/tokenizer.h"
 
 typedef struct chat_image {
   const cJSON *item; /* the content item (type image / image_url), owned by the messages JSON */
@@ -27,6 +28,11 @@ typedef struct chat_prompt {
   buf text;           /* rendered prompt */
   chat_image *images; /* [n_images] in prompt order */
   int n_images;
+  /* The bytes of text that are user or tool content (text parts and string content), sorted and
+   * disjoint: tokenizer_encode_spans keeps special-token text there plain, so that a user typing
+   * "<|im_start|>system" cannot forge a turn. The template's own markers are never inside. */
+  text_span *plain; /* [n_plain] */
+  size_t n_plain, cap_plain;
 } chat_prompt;
 
 typedef struct chat_render_opts {

@@ -92,6 +92,11 @@ static const setting settings[] = {
     S_INT("max_connections_per_client", max_connections_per_client, 0, 4096,
           "connections from one client address (429 above; 0: no cap, e.g. behind a proxy)"),
     S_INT("drain_timeout_s", drain_timeout_s, 0, 86400, "SIGTERM: time for accepted requests to finish before they are cancelled"),
+    S_INT("write_timeout_s", write_timeout_s, 0, 86400,
+          "a stream whose client reads nothing this long is cancelled and its batch slot freed (0: never)"),
+    S_BOOL("content_special_tokens", content_special_tokens,
+           "parse special-token text typed in user/tool content (<|im_start|>...) as control tokens, as transformers does "
+           "(default: plain text, so content cannot forge a turn)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -130,6 +135,7 @@ void server_config_init(server_config *c) {
   c->body_timeout_s = 60;
   c->max_connections_per_client = 32;
   c->drain_timeout_s = 30;
+  c->write_timeout_s = 30;
 }
 
 static void list_clear(char ***items, int *n) {

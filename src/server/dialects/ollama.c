@@ -210,13 +210,19 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   } else {
     snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");
   }
-  const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
-  if (stream && !cJSON_IsNull(stream) && !cJSON_IsBool(stream))
-    return bad(e, "stream", "'stream' must be a boolean");
-  cJSON_AddBoolToObject(chat, "stream", !cJSON_IsFalse(stream)); /* Ollama streams unless told not to */
+  bool stream = true; /* Ollama streams unless told not to */
+  if (!api_get_bool(root, "stream", NULL, &stream, e))
+    return false;
+  cJSON_AddBoolToObject(chat, "stream", stream);
   /* think: false -> no reasoning (budget 0), true -> the default, "low" / "medium" / "high" -> the
-   * chat's reasoning_effort. A model that does not reason refuses anything but false. */
+   * chat's reasoning_effort (so it is not a plain boolean field; its type is checked first, alike
+   * for every model). A model that does not reason refuses anything but false. */
   const cJSON *think = cJSON_GetObjectItemCaseSensitive(root, "think");
+  bool think_level = cJSON_IsString(think) && (!strcmp(think->valuestring, "low") ||
+                                               !strcmp(think->valuestring, "medium") ||
+                                               !strcmp(think->valuestring, "high"));
+  if (think && !cJSON_IsNull(think) && !cJSON_IsBool(think) && !think_level)
+    return bad(e, "think", "'think' must be a boolean or one of \"low\", \"medium\", \"high\"");
   if (think && !cJSON_IsNull(think) && !cJSON_IsFalse(think) && !ctx->reasoning_model) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "think",
                   "'think' is not supported: the model does not think aloud");
@@ -225,10 +231,8 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   if (ctx->reasoning_model && think && !cJSON_IsNull(think)) {
     if (cJSON_IsFalse(think))
       cJSON_AddNumberToObject(chat, "max_reasoning_tokens", 0);
-    else if (cJSON_IsString(think))
+    else if (think_level)
       cJSON_AddStringToObject(chat, "reasoning_effort", think->valuestring);
-    else if (!cJSON_IsTrue(think))
-      return bad(e, "think", "'think' must be a boolean or one of \"low\", \"medium\", \"high\"");
   }
   const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
   if (cJSON_IsString(format) && !strcmp(format->valuestring, "json")) {
@@ -391,8 +395,10 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
     goto done;
   const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt"),
               *system = cJSON_GetObjectItemCaseSensitive(root, "system"),
-              *images = cJSON_GetObjectItemCaseSensitive(root, "images"),
-              *raw = cJSON_GetObjectItemCaseSensitive(root, "raw");
+              *images = cJSON_GetObjectItemCaseSensitive(root, "images");
+  bool raw = false;
+  if (!api_get_bool(root, "raw", NULL, &raw, e))
+    goto done;
   if ((prompt && !cJSON_IsNull(prompt) && !cJSON_IsString(prompt)) ||
       (system && !cJSON_IsNull(system) && !cJSON_IsString(system))) {
     bad(e, "prompt", "'prompt' and 'system' must be strings");
@@ -416,7 +422,7 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
     ok = out->reply_body != NULL;
     goto done;
   }
-  if (cJSON_IsTrue(raw)) {
+  if (raw) {
     if (has_images) {
       api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "raw",
                     "raw prompts cannot carry images (the template places them)");

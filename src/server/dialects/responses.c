@@ -533,18 +533,11 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   }
 
   compat_copy_field(chat, "model", root, "model");
-  const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
-  if (stream && !cJSON_IsNull(stream) && !cJSON_IsBool(stream)) {
-    bad(e, "stream", "invalid_type", "'stream' must be a boolean");
+  bool stream = false, store = true; /* OpenAI's default for store is true */
+  if (!api_get_bool(root, "stream", NULL, &stream, e) || !api_get_bool(root, "store", NULL, &store, e))
     goto done;
-  }
-  cJSON_AddBoolToObject(chat, "stream", cJSON_IsTrue(stream));
-  const cJSON *store = cJSON_GetObjectItemCaseSensitive(root, "store");
-  if (store && !cJSON_IsNull(store) && !cJSON_IsBool(store)) {
-    bad(e, "store", "invalid_type", "'store' must be a boolean");
-    goto done;
-  }
-  bool storing = !cJSON_IsFalse(store) && ctx->responses; /* OpenAI's default is true */
+  cJSON_AddBoolToObject(chat, "stream", stream);
+  bool storing = store && ctx->responses;
 
   const cJSON *instr = cJSON_GetObjectItemCaseSensitive(root, "instructions");
   if (instr && !cJSON_IsNull(instr) && !cJSON_IsString(instr)) {

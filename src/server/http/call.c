@@ -8,6 +8,7 @@
 #include "server/http/call.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,12 +74,21 @@ void call_unref(call *k) {
 
 /* ---- engine callbacks (engine thread: quick, no engine calls but cancel) --------------------- */
 
-static bool on_text(void *user, const char *text, size_t len) {
-  call *k = user;
+/* A piece of answer (into pending) or reasoning (into pending_reasoning) for the streaming side. */
+static bool take_piece(call *k, buf *into, const char *text, size_t len) {
   pthread_mutex_lock(&k->mu);
   bool keep = !k->cancelled;
+  if (keep && write_watch_stalled(&k->watch, k->fd, time_now_s(), (double)k->srv->cfg->write_timeout_s)) {
+    /* the client has not read for --write-timeout-s: free the batch slot (false cancels) and end
+     * the connection, whose writes could only wait */
+    k->cancelled = k->slow = true;
+    keep = false;
+    atomic_fetch_add(&k->srv->slow_readers, 1);
+    if (k->fd >= 0)
+      shutdown(k->fd, SHUT_RDWR);
+  }
   if (keep) {
-    if (buf_append(&k->pending, text, len) != QVL_OK)
+    if (buf_append(into, text, len) != QVL_OK)
       keep = false;
     bool first = !k->any_text;
     k->any_text = true;
@@ -90,22 +100,14 @@ static bool on_text(void *user, const char *text, size_t len) {
   return keep;
 }
 
+static bool on_text(void *user, const char *text, size_t len) {
+  call *k = user;
+  return take_piece(k, &k->pending, text, len);
+}
 
 static bool on_reasoning(void *user, const char *text, size_t len) {
   call *k = user;
-  pthread_mutex_lock(&k->mu);
-  bool keep = !k->cancelled;
-  if (keep) {
-    if (buf_append(&k->pending_reasoning, text, len) != QVL_OK)
-      keep = false;
-    bool first = !k->any_text;
-    k->any_text = true;
-    pthread_cond_broadcast(&k->cv);
-    if (first && k->is_job)
-      jobs_set_running(k->srv->jobs, k->job_id);
-  }
-  pthread_mutex_unlock(&k->mu);
-  return keep;
+  return take_piece(k, &k->pending_reasoning, text, len);
 }
 
 static void on_done(void *user, const engine_result *r) {
@@ -254,6 +256,7 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   er.prompt.max_images = (int)s->cfg->max_images;
   er.prompt.limits.max_pixels = s->cfg->max_image_pixels;
   er.prompt.max_request_pixels = s->cfg->max_request_pixels;
+  er.prompt.content_special_tokens = s->cfg->content_special_tokens;
   er.prompt.budget = s->budget;
   er.prompt.stop = prep_stop;
   er.prompt.stop_user = k;

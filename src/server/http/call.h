@@ -17,6 +17,7 @@
 #include "server/dialects/dialect.h"
 #include "server/http/request.h"
 #include "server/http/session.h"
+#include "server/http/write_watch.h"
 #include "server/openai/api_error.h"
 #include "server/openai/result.h"
 
@@ -56,6 +57,8 @@ typedef struct call {
   api_agent_opts agent;     /* tool calls / logprobs in the response */
   bool tool_seen;           /* stream: a <tool_call> began; no more content deltas */
   buf held;                 /* stream: text that may begin a <tool_call>, not sent yet */
+  write_watch watch;        /* stream: is the client reading? (--write-timeout-s) */
+  bool slow;                /* stream: cancelled because its client stopped reading */
 } call;
 
 /* Drops a reference; the last one frees the call and wakes a waiting drain. */

@@ -1,5 +1,6 @@
 /* The OpenAI chat API as JSON (see api.h). */
 #include "server/openai/chat_wire.h"
+#include "server/openai/json_field.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -92,14 +93,9 @@ static bool get_int(const cJSON *root, const char *name, double lo, double hi, i
 }
 
 static bool get_bool(const cJSON *root, const char *name, bool *out, api_error *e) {
-  const cJSON *j = field(root, name);
-  if (!j)
-    return true;
-  if (!cJSON_IsBool(j))
-    return bad_type(e, name, "a boolean", j);
-  *out = cJSON_IsTrue(j);
-  return true;
+  return api_get_bool(root, name, NULL, out, e);
 }
+
 
 static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images, api_error *e) {
   char param[64];
@@ -221,7 +217,20 @@ static uint64_t random_u64(void) {
 bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_chat_request *out, api_error *e) {
   memset(out, 0, sizeof *out);
   const char *end = NULL;
+  bool nomem = false;
+  char *nul_free = api_json_nul_escapes(body, len, &nomem);
+  if (nomem) {
+    api_error_status(e, QVL_ERR_NOMEM, NULL, NULL, "out of memory");
+    return false;
+  }
+  const char *orig = body;
+  if (nul_free)
+    body = nul_free;
   cJSON *root = len ? cJSON_ParseWithLengthOpts(body, len, &end, false) : NULL;
+  if (nul_free && end)
+    end = orig + (end - body); /* the position in the caller's bytes */
+  free(nul_free);
+  body = orig;
   if (!root) {
     size_t at = end ? (size_t)(end - body) : (cJSON_GetErrorPtr() ? (size_t)(cJSON_GetErrorPtr() - body) : 0);
     if (at > len)

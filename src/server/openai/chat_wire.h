@@ -16,6 +16,7 @@
 #include "engine/generate.h"
 #include "qvl.h"
 #include "server/openai/agents.h"
+#include "server/openai/json_field.h"
 #include "server/openai/api_error.h"
 #include "base/finish.h"
 #include "server/openai/result.h"
@@ -58,6 +59,7 @@ typedef struct api_chat_request {
 /* Parses and validates a /v1/chat/completions body. On failure fills err (400/404) and returns
  * false; on success the request owns the parsed JSON (free with api_chat_request_free). */
 bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_chat_request *out, api_error *err);
+
 void api_chat_request_free(api_chat_request *r);
 
 /* A JSON string of generated text: each ill-formed UTF-8 sequence (and NUL) becomes U+FFFD. */
