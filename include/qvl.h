@@ -123,6 +123,11 @@ QVL_API qvl_status qvl_model_load(const char *path, const char *mmproj, const qv
 QVL_API void qvl_model_free(qvl_model *m);
 /* Whether images can be given (a vision tower is loaded). Any thread. */
 QVL_API bool qvl_model_has_vision(const qvl_model *m);
+/* Whether the model reasons before it answers: its chat template (GGUF tokenizer.chat_template or
+ * the directory's) opens a <think> block in the generation prompt, like Qwen3-VL-*-Thinking's.
+ * Its requests then produce reasoning (qvl_request_set_reasoning_callback, qvl_result_reasoning)
+ * and an answer (on_text, qvl_result_text). Any thread. */
+QVL_API bool qvl_model_is_reasoning(const qvl_model *m);
 /* The context length the model was trained for (tokens). Any thread. */
 QVL_API int64_t qvl_model_n_ctx_train(const qvl_model *m);
 
@@ -263,6 +268,14 @@ QVL_API void qvl_request_set_pixels(qvl_request *r, int64_t min_pixels, int64_t 
  * generate up to the room left (at most max_tokens). */
 QVL_API void qvl_request_set_trim_history(qvl_request *r, bool trim);
 QVL_API void qvl_request_set_callbacks(qvl_request *r, qvl_on_text_fn on_text, qvl_on_done_fn on_done, void *user);
+/* A reasoning model's reasoning, streamed like on_text (same user pointer, same rules) before the
+ * answer's text; NULL (the default): reasoning is only in the result. */
+QVL_API void qvl_request_set_reasoning_callback(qvl_request *r, qvl_on_text_fn on_reasoning);
+/* How many tokens a reasoning model may think: < 0 unbounded (the default), 0 no reasoning (the
+ * prompt closes an empty think block, as the chat template does for a turn without reasoning),
+ * N: after N reasoning tokens the engine closes the block itself and the answer follows. The
+ * reasoning counts toward max_tokens. Ignored for other models and raw prompts. */
+QVL_API void qvl_request_set_reasoning_budget(qvl_request *r, int64_t n);
 
 /* Queues a request. The prompt (template, tokens, image decode and resize) is built on the
  * caller's thread, so prompt errors come back here: QVL_ERR_INVALID_ARG / ERR_FORMAT (bad
@@ -304,6 +317,7 @@ typedef struct qvl_usage {
   int64_t cached_prompt_tokens; /* prompt tokens whose KV came from the prefix cache */
   int image_cache_hits, image_cache_misses;
   int dropped_turns;         /* left out by qvl_request_set_trim_history */
+  int64_t reasoning_tokens;  /* of completion_tokens, those spent inside the think block */
 } qvl_usage;
 
 typedef struct qvl_timings {
@@ -320,6 +334,8 @@ QVL_API qvl_finish qvl_result_finish(const qvl_result *r);
 QVL_API const char *qvl_finish_name(qvl_finish f);
 /* The whole generated text (not NUL-terminated; *len may be NULL). */
 QVL_API const char *qvl_result_text(const qvl_result *r, size_t *len);
+/* A reasoning model's reasoning ("" otherwise; not NUL-terminated; *len may be NULL). */
+QVL_API const char *qvl_result_reasoning(const qvl_result *r, size_t *len);
 /* Every generated id, EOS included. */
 QVL_API const int32_t *qvl_result_ids(const qvl_result *r, int64_t *n);
 QVL_API void qvl_result_usage(const qvl_result *r, qvl_usage *out);

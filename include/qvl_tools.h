@@ -65,6 +65,8 @@ typedef struct qvl_random_opts {
   const char *mmproj_type;    /* f32 f16 q8_0 (NULL: f16) */
   uint64_t seed;
   bool tiny;                  /* small shapes instead of the 2B ones */
+  const char *chat_template;  /* a file whose text becomes tokenizer.chat_template (e.g. the Thinking
+                               * template: a reasoning model); NULL: the tokenizer source's */
 } qvl_random_opts;
 
 /* `qvl make-random`: random-weight model files with the shapes of Qwen3-VL-2B (benchmarks).

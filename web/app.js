@@ -473,13 +473,33 @@ function errorCard(msg) {
   return card;
 }
 
+// The reasoning block: plain text (never markdown or HTML), "Thinking…" while it streams, "Thought"
+// after; open while the reasoning streams, closed when the answer begins, unless the reader chose.
+function fillReasoning(msg, v, streaming) {
+  if (!v.reasoning) return;
+  if (!msg.reasoning) {
+    v.reasoning.hidden = true;
+    return;
+  }
+  v.reasoning.hidden = false;
+  v.reasoningText.textContent = msg.reasoning;
+  const thinking = streaming && !msg.text;
+  v.reasoningSummary.textContent = thinking ? 'Thinking…' : 'Thought';
+  if (!v.reasoning.dataset.user) {
+    v.reasoning.dataset.auto = String(thinking);
+    v.reasoning.open = thinking;
+  }
+}
+
 function fillAssistant(msg) {
   const v = views.get(msg);
   if (!v) return;
   const streaming = active && active.msg === msg;
   v.li.setAttribute('aria-busy', String(!!streaming));
   v.li.classList.toggle('streaming', !!streaming);
+  fillReasoning(msg, v, streaming);
   if (msg.text) renderMarkdown(v.md, msg.text);
+  else if (streaming && msg.reasoning) v.md.replaceChildren();
   else if (streaming) {
     // Before the first token the server is encoding images and reading the prompt: on a CPU that
     // can take seconds, so say what is happening and for how long.
@@ -613,7 +633,16 @@ function messageView(msg) {
     el('div', { class: 'avatar', 'aria-hidden': 'true', text: 'Q' }),
     el('div', { class: 'answer' }, el('h3', { class: 'sr-only', text: 'Answer' }), md, extra, meta),
   );
-  views.set(msg, { li, md, extra, meta });
+  // A reasoning model's thinking: collapsible, open while it streams, closed once the answer starts
+  // (unless the reader opened or closed it).
+  const reasoningText = el('div', { class: 'reasoning-text' });
+  const reasoningSummary = el('summary', { class: 'reasoning-summary', text: 'Thinking' });
+  const reasoning = el('details', { class: 'reasoning', hidden: true }, reasoningSummary, reasoningText);
+  reasoning.addEventListener('toggle', () => {
+    if (reasoning.dataset.auto !== String(reasoning.open)) reasoning.dataset.user = '1';
+  });
+  li.querySelector('.answer').insertBefore(reasoning, md);
+  views.set(msg, { li, md, extra, meta, reasoning, reasoningText, reasoningSummary });
   fillAssistant(msg);
   return li;
 }
@@ -807,6 +836,7 @@ async function stream(msg, attempt) {
   const controller = new AbortController();
   active = { controller, msg, started: performance.now() };
   msg.text = '';
+  delete msg.reasoning;
   delete msg.error;
   delete msg.stopped;
   delete msg.finish;
@@ -853,6 +883,11 @@ async function stream(msg, attempt) {
     if (c.error) throw new StreamError({ kind: 'server', title: 'The answer was interrupted', detail: c.error.message || 'Server error while generating.', retryAfter: null });
     const ch = c.choices && c.choices[0];
     if (ch) {
+      if (ch.delta && typeof ch.delta.reasoning_content === 'string' && ch.delta.reasoning_content) {
+        if (tFirst === null) tFirst = performance.now();
+        msg.reasoning = (msg.reasoning || '') + ch.delta.reasoning_content;
+        if (!frame) frame = requestAnimationFrame(paint);
+      }
       if (ch.delta && typeof ch.delta.content === 'string') onDelta(ch.delta.content);
       if (ch.delta && Array.isArray(ch.delta.tool_calls)) onToolCalls(ch.delta.tool_calls);
       if (ch.delta && Array.isArray(ch.delta.boxes)) msg.boxes = ch.delta.boxes; // qvl: grounding in pixels
@@ -888,7 +923,7 @@ async function stream(msg, attempt) {
       const j = await res.json(); // a server that ignored stream:true
       const m = j.choices?.[0]?.message;
       const calls = Array.isArray(m?.tool_calls) ? m.tool_calls.map((t, index) => ({ index, ...t })) : undefined;
-      onChunk({ choices: [{ delta: { content: m?.content ?? '', tool_calls: calls }, finish_reason: j.choices?.[0]?.finish_reason }], usage: j.usage, timings: j.timings });
+      onChunk({ choices: [{ delta: { reasoning_content: m?.reasoning_content, content: m?.content ?? '', tool_calls: calls }, finish_reason: j.choices?.[0]?.finish_reason }], usage: j.usage, timings: j.timings });
     } else {
       const reader = res.body.getReader();
       const dec = new TextDecoder();

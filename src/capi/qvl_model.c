@@ -74,6 +74,7 @@ void qvl_model_free(qvl_model *m) {
 }
 
 bool qvl_model_has_vision(const qvl_model *m) { return m->v->vision != NULL; }
+bool qvl_model_is_reasoning(const qvl_model *m) { return m->v->thinking; }
 int64_t qvl_model_n_ctx_train(const qvl_model *m) { return m->v->text->hp.n_ctx_train; }
 
 bool qvl_path_is_hf_dir(const char *path) { return path && hf_model_is_dir(path); }

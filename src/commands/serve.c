@@ -159,7 +159,7 @@ int qvl_serve(int argc, char **argv, int first) {
   if (strcmp(base, "qvl") && (!cfg.alias || strcmp(cfg.alias, "qvl")))
     ids[n_ids++] = "qvl";
   server_backend be = {be_submit, be_cancel, be_stats, eng, &m->sampling,
-                       m->vision ? kn_precision_name(m->vision->precision) : NULL};
+                       m->vision ? kn_precision_name(m->vision->precision) : NULL, m};
   server_set_ready(srv, &be, ids, n_ids);
   fprintf(stderr, "qvl serve: ready: model '%s', %d threads (%s), batch %lld, queue %lld, ctx %lld\n", ids[0],
           kernels_threads(), kernels_isa(), (long long)cfg.max_batch_size, (long long)cfg.queue, (long long)cfg.ctx);

@@ -42,6 +42,7 @@ typedef struct request {
   bool cancel;
   struct engine *eng;      /* for mask_poll */
   bool (*on_text)(void *user, const char *text, size_t len);
+  bool (*on_reasoning)(void *user, const char *text, size_t len);
   void (*on_done)(void *user, const engine_result *r);
   void *user;
   gen_params gen;
@@ -206,6 +207,9 @@ static void deliver(request *r) {
   const int32_t *top_ids = NULL;
   r->res.text = r->gs ? gen_seq_text(r->gs, &len) : "";
   r->res.text_len = len;
+  r->res.reasoning = r->gs ? gen_seq_reasoning(r->gs, &len) : "";
+  r->res.reasoning_len = r->gs ? len : 0;
+  r->res.reasoning_tokens = r->gs ? gen_seq_reasoning_tokens(r->gs) : 0;
   r->res.ids = r->gs ? gen_seq_ids(r->gs, &n_ids) : no_ids;
   r->res.media = r->p.images;
   r->res.n_media = r->p.n_images;
@@ -301,6 +305,7 @@ static qvl_status request_new(engine *e, const engine_request *rq, request **out
   r->res.finish_reason = QVL_FINISH_NONE; /* -1: calloc's zero is QVL_FINISH_EOS */
   r->t_submit = time_now_s();
   r->on_text = rq->on_text;
+  r->on_reasoning = rq->on_reasoning;
   r->on_done = rq->on_done;
   r->user = rq->user;
   r->gen = rq->gen;
@@ -318,6 +323,10 @@ static qvl_status request_new(engine *e, const engine_request *rq, request **out
   r->popts.known_image = known_image;
   r->popts.known_user = e;
   r->popts.defer_rows = true; /* allocated at admission, for the images the prefix cache lacks */
+  /* A thinking model's chat prompt opens a think block, or closes an empty one for budget 0. */
+  bool chat = !rq->raw_ids && !rq->raw_text;
+  r->popts.skip_thinking = e->m->thinking && chat && rq->gen.reasoning_budget == 0;
+  r->gen.reasoning = e->m->thinking && chat && r->popts.add_generation_prompt && rq->gen.reasoning_budget != 0;
   *out = r;
   return QVL_OK;
 }
@@ -533,6 +542,7 @@ static qvl_status request_begin(engine *e, request *r) {
   gc.poll_user = r;
   gc.logprobs = r->logprobs;
   gc.n_top = r->n_top;
+  gc.reasoning_stream = r->on_reasoning;
   QVL_TRY(gen_seq_init(&gc, &r->gs));
   /* At least the last prompt token is computed: its logits start the generation. */
   int64_t max_blocks = (r->p.n - 1) / PREFIX_BLOCK, next_pos = 0;

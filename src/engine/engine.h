@@ -83,8 +83,12 @@ typedef struct engine_result {
   int image_cache_hits, image_cache_misses; /* images inside the reused prefix need no vision and
                                              * count as neither */
   engine_timings t;
-  const char *text;          /* full generated text (valid during the callback) */
+  const char *text;          /* full generated text (valid during the callback); with reasoning, the
+                              * answer after the think block */
   size_t text_len;
+  const char *reasoning;     /* a thinking model's reasoning ("" otherwise; valid during the callback) */
+  size_t reasoning_len;
+  int64_t reasoning_tokens;  /* of completion_tokens, those inside the think block */
   const int32_t *ids;        /* [completion_tokens] generated ids, EOS included (valid during the callback) */
   history_report history;    /* what the context policy dropped (engine_request.history) */
   int n_images;

@@ -154,7 +154,34 @@ static qvl_status cut_spans(const chat_prompt *cp, const int *turn_of, prompt_pl
   return QVL_OK;
 }
 
-static qvl_status tokenize_spans(const prompt_model *m, const prompt_opts *o, size_t cap, prompt_plan *p) {
+/* Tokenizes text piece [off, off + len) with the rendered prompt's plain spans (user and tool
+ * content) clipped to the piece and made relative to it, so that special-token text typed in
+ * content stays plain text exactly as when the whole text is tokenized at once. */
+static qvl_status encode_piece(const prompt_model *m, const prompt_opts *o, const chat_prompt *cp, const char *text,
+                               size_t off, size_t len, size_t cap, int32_t **ids, size_t *n_ids) {
+  if (o->content_special_tokens || cp->n_plain == 0)
+    return tokenizer_encode_spans(m->tok, text + off, len, NULL, 0, cap, o->stop, o->stop_user, ids, n_ids);
+  size_t n = 0;
+  for (size_t j = 0; j < cp->n_plain; j++)
+    n += cp->plain[j].end > off && cp->plain[j].begin < off + len;
+  text_span *sp = n ? malloc(sizeof *sp * n) : NULL;
+  if (n && !sp)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  size_t k = 0;
+  for (size_t j = 0; j < cp->n_plain; j++) {
+    const text_span *pl = &cp->plain[j];
+    if (!(pl->end > off && pl->begin < off + len))
+      continue;
+    size_t b = pl->begin > off ? pl->begin : off, e = pl->end < off + len ? pl->end : off + len;
+    sp[k++] = (text_span){b - off, e - off};
+  }
+  qvl_status s = tokenizer_encode_spans(m->tok, text + off, len, sp, k, cap, o->stop, o->stop_user, ids, n_ids);
+  free(sp);
+  return s;
+}
+
+static qvl_status tokenize_spans(const prompt_model *m, const prompt_opts *o, const chat_prompt *cp, size_t cap,
+                                 prompt_plan *p) {
   size_t used = 0;
   int64_t pads = 0;
   for (int k = 0; k < p->n_spans; k++) {
@@ -162,8 +189,7 @@ static qvl_status tokenize_spans(const prompt_model *m, const prompt_opts *o, si
     size_t left = cap ? cap - used : 0;
     if (cap && left == 0)
       return QVL_ERR_CONTEXT_OVERFLOW;
-    QVL_TRY(tokenizer_encode_capped(m->tok, p->text.data + sp->off, sp->len, 0, left, o->stop, o->stop_user, &sp->ids,
-                                    &sp->n_ids));
+    QVL_TRY(encode_piece(m, o, cp, p->text.data, sp->off, sp->len, left, &sp->ids, &sp->n_ids));
     used += sp->n_ids;
     int64_t n_pad = 0;
     for (size_t j = 0; j < sp->n_ids; j++)
@@ -185,7 +211,9 @@ static qvl_status tokenize_spans(const prompt_model *m, const prompt_opts *o, si
 
 static qvl_status plan(const prompt_model *m, const cJSON *messages, const prompt_opts *o, prompt_plan *p) {
   chat_prompt cp;
-  QVL_TRY(chat_render(messages, o->tools, o->add_generation_prompt, &cp));
+  chat_render_opts ro = {.tools = o->tools, .add_generation_prompt = o->add_generation_prompt,
+                         .thinking = m->thinking, .skip_thinking = o->skip_thinking};
+  QVL_TRY(chat_render_with(messages, &ro, &cp));
   p->text = cp.text;
   memset(&cp.text, 0, sizeof cp.text);
   qvl_status s = QVL_OK;
@@ -222,7 +250,7 @@ static qvl_status plan(const prompt_model *m, const cJSON *messages, const promp
   if (s == QVL_OK) {
     /* the text holds one <|image_pad|> per image, counted in media_tokens */
     size_t cap = o->max_tokens > 0 ? (size_t)(o->max_tokens - p->media_tokens + n) : 0;
-    s = tokenize_spans(m, o, cap, p);
+    s = tokenize_spans(m, o, &cp, cap, p);
     if (s == QVL_ERR_CONTEXT_OVERFLOW)
       s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "the prompt has more than %lld tokens (images included)",
                      (long long)o->max_tokens);

@@ -41,6 +41,8 @@ typedef struct prompt_model {
   int64_t n_deepstack;        /* its DeepStack levels: rows per image token besides the merger's */
   int64_t n_embd;             /* decoder rows the vision tower writes */
   int32_t image_pad_id, vision_start_id, vision_end_id;
+  bool thinking;              /* a reasoning model: prompts use the Thinking template
+                               * (chat_template_is_thinking on the model's template) */
 } prompt_model;
 
 /* An image the caller already holds embeddings for (prompt_opts.known_image). */
@@ -66,6 +68,8 @@ typedef struct prompt_media_ref {
 
 typedef struct prompt_opts {
   bool add_generation_prompt;
+  bool skip_thinking;      /* a thinking model: the generation prompt closes an empty think block
+                            * (reasoning budget 0) */
   preprocess_opts pre;     /* min/max pixels for every image of the request */
   image_limits limits;     /* decode caps */
   image_source_opts source;
@@ -87,6 +91,10 @@ typedef struct prompt_opts {
   int64_t max_tokens;      /* ERR_CONTEXT_OVERFLOW as soon as the prompt is known to be longer */
   qvl_stop_fn stop;        /* polled between images and while tokenizing and waiting */
   void *stop_user;
+  /* Special-token text ("<|im_start|>system") inside user and tool content: false (the default)
+   * tokenizes it as plain text, so that content cannot forge a turn; true parses it into control
+   * tokens as transformers' apply_chat_template + encode does (--content-special-tokens). */
+  bool content_special_tokens;
   const cJSON *tools;      /* OpenAI tools array rendered by the chat template (NULL = none); read
                             * while planning only */
   /* With defer_vision: asked with an image's bytes_key before it is decoded; true (with *out

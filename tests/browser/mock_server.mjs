@@ -12,6 +12,8 @@
 //                                {"error":{"message","type","code"}} with 400/413/503 (+Retry-After)
 // Test controls (not part of qvl):
 //   POST /__mock/next   {"status":503,"retry_after":5,"message":"..."} or {"answer":"grounding"|"slow"|"text"}
+//                       (+ "reasoning": "...": streamed first as delta.reasoning_content, as a
+//                       reasoning model's server does)
 //                       applies to the next completion request only (a queue, one entry per request)
 //   POST /__mock/reset  clears the recorded requests, counters and queued behaviours
 //   GET  /__mock/state  {"requests":[bodies...],"cancelled":N,"completed":N}
@@ -201,7 +203,7 @@ async function completions(req, res) {
   if (body.stream !== true) {
     return sendJSON(res, 200, {
       id, object: 'chat.completion', created, model: MODEL,
-      choices: [{ index: 0, message: { role: 'assistant', content: toks.slice(0, n).join(''), ...(body.boxes === true ? { boxes: mockBoxes(toks.slice(0, n).join(''), body.messages) } : {}) }, finish_reason: n < toks.length ? 'length' : 'stop' }],
+      choices: [{ index: 0, message: { role: 'assistant', content: toks.slice(0, n).join(''), ...(next.reasoning ? { reasoning_content: next.reasoning } : {}), ...(body.boxes === true ? { boxes: mockBoxes(toks.slice(0, n).join(''), body.messages) } : {}) }, finish_reason: n < toks.length ? 'length' : 'stop' }],
       usage: { prompt_tokens: Math.round(promptTokens), completion_tokens: n, total_tokens: Math.round(promptTokens) + n },
     });
   }
@@ -221,6 +223,11 @@ async function completions(req, res) {
   if (closed) return;
   write(chunk({ role: 'assistant', content: '' }));
   const tFirst = Date.now();
+  for (const piece of next.reasoning ? tokens(next.reasoning) : []) {
+    if (closed) return;
+    write(chunk({ reasoning_content: piece }));
+    await sleep(delay);
+  }
   for (let i = 0; i < n; i++) {
     if (closed) return;
     write(chunk({ content: toks[i] }));

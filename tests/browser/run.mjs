@@ -935,6 +935,39 @@ test('tool calls in an answer are shown with name and pretty arguments', async (
   await page.context().close();
 });
 
+test('a reasoning model: the thinking streams in a collapsible block, closed once the answer starts', async () => {
+  if (MODE !== 'mock') throw new Skip('needs the mock server');
+  await mock('/__mock/reset', {});
+  const reasoning = 'The user asks about the sky. <b>Rayleigh</b> scattering favours short wavelengths, so blue light is scattered most.';
+  await mock('/__mock/next', { answer: 'slow', reasoning, delay_ms: 60 });
+  const page = await newPage();
+  await page.fill('#prompt', 'Why is the sky blue?');
+  await page.keyboard.press('Enter');
+  const block = page.locator('.msg.assistant .reasoning');
+  await block.waitFor({ state: 'visible', timeout: 10000 });
+  await page.waitForFunction(() => document.querySelector('.reasoning-text')?.textContent.includes('scattering'), null, { timeout: 10000 });
+  eq(await block.evaluate((d) => d.open), true, 'open while the model thinks');
+  eq((await page.locator('.reasoning-summary').textContent()).startsWith('Thinking'), true, 'summary says Thinking');
+  eq(await page.locator('.msg.assistant .md').textContent(), '', 'no answer text yet');
+  await shot(page, 'desktop-reasoning-streaming');
+  const answer = await waitAnswerDone(page, 1);
+  eq(await block.evaluate((d) => d.open), false, 'closed once the answer is there');
+  eq(await page.locator('.reasoning-summary').textContent(), 'Thought', 'summary says Thought');
+  eq(await page.locator('.reasoning-text').textContent(), reasoning, 'the whole reasoning, as text');
+  eq(await page.locator('.reasoning-text b').count(), 0, 'reasoning never becomes HTML');
+  eq((await answer.locator('.md').textContent()).includes('Rayleigh'), false, 'the answer holds no reasoning');
+  await page.click('.reasoning-summary');
+  eq(await block.evaluate((d) => d.open), true, 'a click opens it');
+  await shot(page, 'desktop-reasoning-open');
+  const st = await mock('/__mock/state');
+  eq(st.requests.length, 1, 'one request');
+  await page.reload();
+  await page.click('.conv-open');
+  await page.locator('.reasoning').first().waitFor({ state: 'attached' });
+  eq(await page.locator('.reasoning-text').first().textContent(), reasoning, 'kept in the history');
+  await page.context().close();
+});
+
 async function main() {
   let passed = 0;
   let failed = 0;

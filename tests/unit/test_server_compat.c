@@ -978,6 +978,37 @@ static void test_sampler_bias(void) {
   CHECK(sampler_check_params(&p) == QVL_ERR_INVALID_ARG, "too many biases are refused");
 }
 
+/* Refused with a 400 either by the translator (fn) or by the chat parser on what it made (fn NULL: a
+ * chat body); msg_part must be in the message. */
+static void refused_400(compat_translate_fn fn, const char *body, const char *msg_part) {
+  api_error e;
+  memset(&e, 0, sizeof e);
+  compat_request cr;
+  memset(&cr, 0, sizeof cr);
+  resp_store *st = NULL;
+  resp_store_init(16, 1 << 20, 60, &st);
+  compat_ctx c = ctx_with(st);
+  bool ok = true;
+  const char *chat = body;
+  size_t len = strlen(body);
+  if (fn) {
+    ok = fn(body, len, &c, &cr, &e);
+    chat = cr.chat_body;
+    len = cr.chat_len;
+  }
+  if (ok && chat) {
+    api_limits l = limits();
+    api_chat_request req;
+    ok = api_chat_parse(chat, len, &l, &req, &e);
+    if (ok)
+      api_chat_request_free(&req);
+  }
+  CHECK(!ok && e.http == 400 && strstr(e.message, msg_part), "refused with 400 '%s': %s -> %s", msg_part, body,
+        ok ? "accepted" : e.message);
+  compat_request_free(&cr);
+  resp_store_free(st);
+}
+
 /* Tool-call arguments reach every dialect as the model wrote them (issue 22): integers beyond 2^53
  * and long decimals are not reprinted from doubles. */
 #define EXACT_ARGS "{\"days\": 333333333333333333333333, \"x\": 0.1000000000000000055511151231257827}"
@@ -1108,7 +1139,67 @@ static void test_responses_processed_media(void) {
                  400, "text.format", "'x'");
 }
 
+/* Issue 24 item 6: tool names are ^[a-zA-Z0-9_-]{1,64}$ on every path (a NUL no longer cuts a name
+ * short), and every boolean field is type-checked alike. */
+static void test_names_and_booleans(void) {
+  const char *U = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+  char b[1024];
+  snprintf(b, sizeof b, "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\\u0000evil\"}}]}", U);
+  refused_400(NULL, b, "name");
+  snprintf(b, sizeof b, "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a.b\"}}]}", U);
+  refused_400(NULL, b, "name");
+  snprintf(b, sizeof b, "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"%065d\"}}]}", U, 0);
+  refused_400(NULL, b, "name");
+  snprintf(b, sizeof b,
+           "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\"}}],"
+           "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get\\u0000x\"}}}",
+           U);
+  refused_400(NULL, b, "name");
+  refused_400(responses_translate, "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"get\\u0000evil\"}]}",
+              "name");
+  refused_400(ollama_chat_translate,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+              "\"function\":{\"name\":\"get\\u0000evil\"}}]}",
+              "name");
+  /* a NUL in content is not a cut either: it arrives as U+FFFD */
+  api_limits l = limits();
+  api_chat_request req;
+  api_error e;
+  const char *nul = "{\"messages\":[{\"role\":\"user\",\"content\":\"ab\\u0000cd \\\\u0000 kept\"}]}";
+  bool ok = api_chat_parse(nul, strlen(nul), &l, &req, &e);
+  CHECK(ok, "content with a NUL escape parses: %s", e.message);
+  if (ok) {
+    const char *text = cJSON_GetStringValue(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(req.root, "messages"), 0), "content"));
+    CHECK(text && !strcmp(text, "ab\xef\xbf\xbd" "cd \\u0000 kept"), "NUL -> U+FFFD, an escaped backslash kept: %s",
+          text ? text : "?");
+    api_chat_request_free(&req);
+  }
+
+  /* booleans: "yes" is refused wherever a boolean belongs */
+  snprintf(b, sizeof b, "{%s,\"stream\":\"yes\"}", U);
+  refused_400(NULL, b, "boolean");
+  snprintf(b, sizeof b, "{%s,\"stream\":true,\"stream_options\":{\"include_usage\":\"yes\"}}", U);
+  refused_400(NULL, b, "boolean");
+  snprintf(b, sizeof b, "{%s,\"logprobs\":\"yes\"}", U);
+  refused_400(NULL, b, "boolean");
+  snprintf(b, sizeof b, "{%s,\"parallel_tool_calls\":1}", U);
+  refused_400(NULL, b, "boolean");
+  refused_400(responses_translate, "{\"input\":\"x\",\"stream\":\"yes\"}", "boolean");
+  refused_400(responses_translate, "{\"input\":\"x\",\"store\":\"yes\"}", "boolean");
+  refused_400(responses_translate, "{\"input\":\"x\",\"parallel_tool_calls\":\"yes\"}", "boolean");
+  refused_400(completions_translate, "{\"prompt\":\"x\",\"echo\":\"yes\"}", "boolean");
+  refused_400(completions_translate, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"include_usage\":\"yes\"}}",
+              "boolean");
+  refused_400(ollama_generate_translate, "{\"prompt\":\"x\",\"raw\":\"yes\"}", "boolean");
+  refused_400(ollama_generate_translate, "{\"prompt\":\"x\",\"raw\":1}", "boolean");
+  refused_400(ollama_generate_translate, "{\"prompt\":\"x\",\"stream\":\"yes\"}", "boolean");
+  refused_400(ollama_chat_translate, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"think\":\"yes\"}",
+              "boolean");
+}
+
 int main(void) {
+  test_names_and_booleans();
   test_exact_arguments();
   test_responses_translate();
   test_responses_format_and_store();

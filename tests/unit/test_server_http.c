@@ -793,7 +793,7 @@ int main(void) {
   port = server_port(s);
   CHECK(port > 0, "bound port %d", port);
   test_loading();
-  server_backend be = {fake_submit, fake_cancel, fake_stats, NULL, NULL, NULL};
+  server_backend be = {fake_submit, fake_cancel, fake_stats, NULL, NULL, NULL, NULL};
   const char *ids[] = {"fake-model", "qvl"};
   server_set_ready(s, &be, ids, 2);
   test_basic();

@@ -59,6 +59,8 @@ static const setting settings[] = {
     S_INT("default_max_pixels", default_max_pixels, 1024, IMAGE_HF_MAX_PIXELS,
           "resize target when a request gives no max_pixels (at most --max-pixels)"),
     S_INT("max_tokens", max_tokens, 1, 1 << 24, "generated tokens: cap and default"),
+    S_INT("reasoning_budget", reasoning_budget, -1, 1 << 24,
+          "a reasoning model's thinking tokens when a request does not say (-1: unbounded, 0: no thinking)"),
     S_INT("max_prompt_tokens", max_prompt_tokens, 0, 1 << 24, "prompt tokens per request, images included (0: ctx only)"),
     S_LIST("api_key", api_keys, "accepted API key (repeatable); none: no authentication"),
     S_STR("api_key_file", api_key_file, NULL, "file with one API key per line"),
@@ -90,6 +92,11 @@ static const setting settings[] = {
     S_INT("max_connections_per_client", max_connections_per_client, 0, 4096,
           "connections from one client address (429 above; 0: no cap, e.g. behind a proxy)"),
     S_INT("drain_timeout_s", drain_timeout_s, 0, 86400, "SIGTERM: time for accepted requests to finish before they are cancelled"),
+    S_INT("write_timeout_s", write_timeout_s, 0, 86400,
+          "a stream whose client reads nothing this long is cancelled and its batch slot freed (0: never)"),
+    S_BOOL("content_special_tokens", content_special_tokens,
+           "parse special-token text typed in user/tool content (<|im_start|>...) as control tokens, as transformers does "
+           "(default: plain text, so content cannot forge a turn)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -113,6 +120,7 @@ void server_config_init(server_config *c) {
   c->max_pixels = 4 << 20;
   c->default_max_pixels = IMAGE_CPU_DEFAULT_MAX_PIXELS;
   c->max_tokens = 2048;
+  c->reasoning_budget = -1;
   c->image_fetch_timeout_s = 10;
   c->job_ttl_s = 3600;
   c->max_jobs = 1024;
@@ -127,6 +135,7 @@ void server_config_init(server_config *c) {
   c->body_timeout_s = 60;
   c->max_connections_per_client = 32;
   c->drain_timeout_s = 30;
+  c->write_timeout_s = 30;
 }
 
 static void list_clear(char ***items, int *n) {

@@ -41,6 +41,7 @@ typedef struct compat_ctx {
   resp_store *responses;  /* stored responses for previous_response_id (NULL: none) */
   bool stream_usage;      /* --stream-usage */
   const sampler_params *sampling; /* the model's default sampling (NULL: Qwen3-VL's), for echoes */
+  bool reasoning_model;   /* the model reasons (its chat template opens a think block) */
 } compat_ctx;
 
 /* How a result is written in an endpoint's shape. The state is the translator's. */
@@ -55,6 +56,9 @@ typedef struct compat_format {
   /* Streaming: appends what one piece of generated text becomes (the first call may also write
    * the stream's opening events). */
   void (*stream_text)(void *state, buf *out, const char *text, size_t len);
+  /* Streaming: a piece of a reasoning model's reasoning (all of it comes before the first text);
+   * NULL: the API has no place for reasoning and it is not streamed. */
+  void (*stream_reasoning)(void *state, buf *out, const char *text, size_t len);
   /* Streaming: appends the end of the stream: the finish and usage, or the error of a request that
    * failed after it started (r->status != QVL_OK). */
   void (*stream_end)(void *state, buf *out, const api_result *r);

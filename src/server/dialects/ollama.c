@@ -210,15 +210,29 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   } else {
     snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");
   }
-  const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
-  if (stream && !cJSON_IsNull(stream) && !cJSON_IsBool(stream))
-    return bad(e, "stream", "'stream' must be a boolean");
-  cJSON_AddBoolToObject(chat, "stream", !cJSON_IsFalse(stream)); /* Ollama streams unless told not to */
+  bool stream = true; /* Ollama streams unless told not to */
+  if (!api_get_bool(root, "stream", NULL, &stream, e))
+    return false;
+  cJSON_AddBoolToObject(chat, "stream", stream);
+  /* think: false -> no reasoning (budget 0), true -> the default, "low" / "medium" / "high" -> the
+   * chat's reasoning_effort (so it is not a plain boolean field; its type is checked first, alike
+   * for every model). A model that does not reason refuses anything but false. */
   const cJSON *think = cJSON_GetObjectItemCaseSensitive(root, "think");
-  if (think && !cJSON_IsNull(think) && !cJSON_IsFalse(think)) {
+  bool think_level = cJSON_IsString(think) && (!strcmp(think->valuestring, "low") ||
+                                               !strcmp(think->valuestring, "medium") ||
+                                               !strcmp(think->valuestring, "high"));
+  if (think && !cJSON_IsNull(think) && !cJSON_IsBool(think) && !think_level)
+    return bad(e, "think", "'think' must be a boolean or one of \"low\", \"medium\", \"high\"");
+  if (think && !cJSON_IsNull(think) && !cJSON_IsFalse(think) && !ctx->reasoning_model) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "think",
                   "'think' is not supported: the model does not think aloud");
     return false;
+  }
+  if (ctx->reasoning_model && think && !cJSON_IsNull(think)) {
+    if (cJSON_IsFalse(think))
+      cJSON_AddNumberToObject(chat, "max_reasoning_tokens", 0);
+    else if (think_level)
+      cJSON_AddStringToObject(chat, "reasoning_effort", think->valuestring);
   }
   const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
   if (cJSON_IsString(format) && !strcmp(format->valuestring, "json")) {
@@ -345,6 +359,9 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
                      cJSON_GetObjectItemCaseSensitive(m, "images"), param, e))
       goto done;
     cJSON *added = cJSON_GetArrayItem(out_msgs, i);
+    const cJSON *thinking = cJSON_GetObjectItemCaseSensitive(m, "thinking");
+    if (cJSON_IsString(thinking) && !strcmp(role->valuestring, "assistant")) /* an earlier answer's reasoning */
+      cJSON_AddStringToObject(added, "reasoning_content", thinking->valuestring);
     if (has_calls && !translate_tool_calls(tc, i, added, param, e))
       goto done;
     if (!strcmp(role->valuestring, "tool") && cJSON_IsString(tcid))
@@ -378,8 +395,10 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
     goto done;
   const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt"),
               *system = cJSON_GetObjectItemCaseSensitive(root, "system"),
-              *images = cJSON_GetObjectItemCaseSensitive(root, "images"),
-              *raw = cJSON_GetObjectItemCaseSensitive(root, "raw");
+              *images = cJSON_GetObjectItemCaseSensitive(root, "images");
+  bool raw = false;
+  if (!api_get_bool(root, "raw", NULL, &raw, e))
+    goto done;
   if ((prompt && !cJSON_IsNull(prompt) && !cJSON_IsString(prompt)) ||
       (system && !cJSON_IsNull(system) && !cJSON_IsString(system))) {
     bad(e, "prompt", "'prompt' and 'system' must be strings");
@@ -403,7 +422,7 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
     ok = out->reply_body != NULL;
     goto done;
   }
-  if (cJSON_IsTrue(raw)) {
+  if (raw) {
     if (has_images) {
       api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "raw",
                     "raw prompts cannot carry images (the template places them)");
@@ -430,7 +449,17 @@ done:
 
 /* ---- answers --------------------------------------------------------------------------------- */
 
+/* An answer line; thinking (may be NULL) is the reasoning, on message.thinking (chat) or thinking
+ * (generate) as Ollama puts it. */
+static cJSON *answer_with(const ollama_state *st, const char *text, size_t len, const char *thinking, size_t n_thinking,
+                          bool done);
+
 static cJSON *answer(const ollama_state *st, const char *text, size_t len, bool done) {
+  return answer_with(st, text, len, NULL, 0, done);
+}
+
+static cJSON *answer_with(const ollama_state *st, const char *text, size_t len, const char *thinking, size_t n_thinking,
+                          bool done) {
   char ts[48];
   now_rfc3339(ts, sizeof ts);
   cJSON *o = cJSON_CreateObject();
@@ -438,10 +467,14 @@ static cJSON *answer(const ollama_state *st, const char *text, size_t len, bool 
   cJSON_AddStringToObject(o, "created_at", ts);
   if (st->generate) {
     cJSON_AddItemToObject(o, "response", api_text_json(text, len));
+    if (thinking)
+      cJSON_AddItemToObject(o, "thinking", api_text_json(thinking, n_thinking));
   } else {
     cJSON *m = cJSON_AddObjectToObject(o, "message");
     cJSON_AddStringToObject(m, "role", "assistant");
     cJSON_AddItemToObject(m, "content", api_text_json(text, len));
+    if (thinking)
+      cJSON_AddItemToObject(m, "thinking", api_text_json(thinking, n_thinking));
   }
   cJSON_AddBoolToObject(o, "done", done);
   return o;
@@ -514,8 +547,9 @@ static void add_logprobs(cJSON *o, const ollama_state *st, const cJSON *choice) 
 
 static char *result_json(void *state, const api_result *r) {
   ollama_state *st = state;
+  const char *th = r->reasoning.len ? r->reasoning.data : NULL;
   if (!st->hold_tools) {
-    cJSON *o = answer(st, r->text.data, r->text.len, true);
+    cJSON *o = answer_with(st, r->text.data, r->text.len, th, r->reasoning.len, true);
     if (st->logprobs) {
       cJSON *choice = compat_chat_choice(r);
       add_logprobs(o, st, choice);
@@ -528,7 +562,7 @@ static char *result_json(void *state, const api_result *r) {
    * done_reason "stop" for them) */
   cJSON *choice = compat_chat_choice(r);
   const char *text = compat_choice_content(choice);
-  cJSON *o = answer(st, text, strlen(text), true);
+  cJSON *o = answer_with(st, text, strlen(text), th, r->reasoning.len, true);
   add_tool_calls(o, compat_choice_tool_calls(choice));
   add_logprobs(o, st, choice);
   add_stats(o, r);
@@ -558,6 +592,11 @@ static void stream_text(void *state, buf *out, const char *text, size_t len) {
     buf_append(&st->sent, text, len);
   }
   append_line(out, print(answer(st, text, len, false)));
+}
+
+static void stream_thinking(void *state, buf *out, const char *text, size_t len) {
+  ollama_state *st = state;
+  append_line(out, print(answer_with(st, "", 0, text, len, false)));
 }
 
 static void stream_end(void *state, buf *out, const api_result *r) {
@@ -597,6 +636,7 @@ const compat_format ollama_format = {
     .result_json = result_json,
     .error_json = error_json,
     .stream_text = stream_text,
+    .stream_reasoning = stream_thinking,
     .stream_end = stream_end,
     .free_state = state_free,
 };
@@ -709,6 +749,8 @@ char *ollama_info(const char *path, const char *method, const char *body, size_t
     cJSON *caps = cJSON_AddArrayToObject(o, "capabilities");
     cJSON_AddItemToArray(caps, cJSON_CreateString("completion"));
     cJSON_AddItemToArray(caps, cJSON_CreateString("vision"));
+    if (ctx->reasoning_model)
+      cJSON_AddItemToArray(caps, cJSON_CreateString("thinking"));
     char ts[48];
     unix_rfc3339(ctx->started, ts, sizeof ts);
     cJSON_AddStringToObject(o, "modified_at", ts);

@@ -8,6 +8,7 @@
 #include "server/http/call.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@ void call_unref(call *k) {
   if (k->fmt && k->fmt->free_state)
     k->fmt->free_state(k->fmt_state);
   buf_free(&k->pending);
+  buf_free(&k->pending_reasoning);
   buf_free(&k->held);
   buf_free(&k->out);
   pthread_mutex_destroy(&k->mu);
@@ -72,12 +74,21 @@ void call_unref(call *k) {
 
 /* ---- engine callbacks (engine thread: quick, no engine calls but cancel) --------------------- */
 
-static bool on_text(void *user, const char *text, size_t len) {
-  call *k = user;
+/* A piece of answer (into pending) or reasoning (into pending_reasoning) for the streaming side. */
+static bool take_piece(call *k, buf *into, const char *text, size_t len) {
   pthread_mutex_lock(&k->mu);
   bool keep = !k->cancelled;
+  if (keep && write_watch_stalled(&k->watch, k->fd, time_now_s(), (double)k->srv->cfg->write_timeout_s)) {
+    /* the client has not read for --write-timeout-s: free the batch slot (false cancels) and end
+     * the connection, whose writes could only wait */
+    k->cancelled = k->slow = true;
+    keep = false;
+    atomic_fetch_add(&k->srv->slow_readers, 1);
+    if (k->fd >= 0)
+      shutdown(k->fd, SHUT_RDWR);
+  }
   if (keep) {
-    if (buf_append(&k->pending, text, len) != QVL_OK)
+    if (buf_append(into, text, len) != QVL_OK)
       keep = false;
     bool first = !k->any_text;
     k->any_text = true;
@@ -89,6 +100,15 @@ static bool on_text(void *user, const char *text, size_t len) {
   return keep;
 }
 
+static bool on_text(void *user, const char *text, size_t len) {
+  call *k = user;
+  return take_piece(k, &k->pending, text, len);
+}
+
+static bool on_reasoning(void *user, const char *text, size_t len) {
+  call *k = user;
+  return take_piece(k, &k->pending_reasoning, text, len);
+}
 
 static void on_done(void *user, const engine_result *r) {
   call *k = user;
@@ -129,7 +149,7 @@ bool call_client_gone(int fd) {
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-static void fill_limits(server *s, api_limits *lim) {
+void call_fill_limits(server *s, api_limits *lim) {
   const server_config *cfg = s->cfg;
   memset(lim, 0, sizeof *lim);
   lim->max_tokens = cfg->max_tokens;
@@ -141,6 +161,8 @@ static void fill_limits(server *s, api_limits *lim) {
   lim->n_model_ids = s->n_model_ids;
   lim->sampling = s->be.sampling;
   lim->vision_precision = s->be.vision_precision;
+  lim->reasoning_model = s->be.model && s->be.model->thinking;
+  lim->reasoning_budget = cfg->reasoning_budget;
   lim->boxes = s->cfg->boxes;
 }
 
@@ -163,7 +185,7 @@ static qvl_status prep_stop(void *user) {
 /* Parses and submits (be_lock read-held by the caller). On failure fills e and returns NULL. */
 call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_error *e) {
   api_limits lim;
-  fill_limits(s, &lim);
+  call_fill_limits(s, &lim);
   api_chat_request req;
   lim.max_images = -1; /* checked by chat_history_parse: trimming may drop images */
   if (cr ? !api_chat_parse(cr->chat_body, cr->chat_len, &lim, &req, e)
@@ -233,12 +255,14 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   er.prompt.max_images = (int)s->cfg->max_images;
   er.prompt.limits.max_pixels = s->cfg->max_image_pixels;
   er.prompt.max_request_pixels = s->cfg->max_request_pixels;
+  er.prompt.content_special_tokens = s->cfg->content_special_tokens;
   er.prompt.budget = s->budget;
   er.prompt.stop = prep_stop;
   er.prompt.stop_user = k;
   er.gen = req.gen;
   er.gen.n_ctx = s->cfg->ctx;
   er.on_text = on_text;
+  er.on_reasoning = on_reasoning;
   er.on_done = on_done;
   er.user = k;
   k->hpol = hpol;

@@ -17,6 +17,7 @@ static void fill_compat_ctx(server *s, compat_ctx *x) {
   pthread_rwlock_rdlock(&s->be_lock);
   x->model_id = s->ready && s->n_model_ids ? s->model_ids[0] : NULL; /* set once, kept until server_stop */
   x->sampling = s->ready ? s->be.sampling : NULL;
+  x->reasoning_model = s->ready && s->be.model && s->be.model->thinking;
   pthread_rwlock_unlock(&s->be_lock);
   x->created = (int64_t)time(NULL);
   x->started = s->unix_start;

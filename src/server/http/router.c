@@ -17,6 +17,7 @@
 #include "server/http/cors.h"
 #include "server/http/dialect_endpoints.h"
 #include "server/http/endpoints.h"
+#include "server/http/prompt_endpoints.h"
 #include "server/http/reply.h"
 #include "server/http/web_assets.h"
 #include "server/jobs/jobs_http.h"
@@ -61,6 +62,9 @@ static const route routes[] = {
     {"/v1/jobs/", ROUTE_PREFIX, ROUTE_DELETE, jobs_http_delete},
     {"/v1/models", 0, ROUTE_GET, endpoints_models},
     {"/v1/models/", ROUTE_PREFIX, ROUTE_GET, endpoints_model},
+    {"/tokenize", ROUTE_KEY, ROUTE_POST, prompt_endpoints_tokenize},
+    {"/detokenize", ROUTE_KEY, ROUTE_POST, prompt_endpoints_detokenize},
+    {"/apply-template", ROUTE_KEY, ROUTE_POST, prompt_endpoints_apply_template},
 };
 
 #define N_ROUTES (sizeof routes / sizeof routes[0])

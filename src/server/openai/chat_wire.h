@@ -16,6 +16,7 @@
 #include "engine/generate.h"
 #include "qvl.h"
 #include "server/openai/agents.h"
+#include "server/openai/json_field.h"
 #include "server/openai/api_error.h"
 #include "base/finish.h"
 #include "server/openai/result.h"
@@ -36,6 +37,8 @@ typedef struct api_limits {
   const sampler_params *sampling; /* what absent sampling fields take: the model's recommendation
                                    * (vlm.sampling); NULL: Qwen3-VL's (model_sampling_qwen3vl) */
   const char *vision_precision; /* the tower's loaded tier; NULL: no tower (any valid tier accepted) */
+  bool reasoning_model;        /* the model reasons: reasoning fields are honoured (else refused) */
+  int64_t reasoning_budget;    /* the server's default budget (--reasoning-budget; -1 unbounded) */
   bool boxes;                  /* "boxes" when the request does not say (--boxes) */
 } api_limits;
 
@@ -56,6 +59,7 @@ typedef struct api_chat_request {
 /* Parses and validates a /v1/chat/completions body. On failure fills err (400/404) and returns
  * false; on success the request owns the parsed JSON (free with api_chat_request_free). */
 bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_chat_request *out, api_error *err);
+
 void api_chat_request_free(api_chat_request *r);
 
 /* A JSON string of generated text: each ill-formed UTF-8 sequence (and NUL) becomes U+FFFD. */
@@ -68,6 +72,10 @@ cJSON *api_completion_object(const char *id, int64_t created, const char *model,
  * finish_reason and an empty delta. */
 char *api_chunk_json(const char *id, int64_t created, const char *model, bool role, const char *content,
                      size_t content_len, const char *finish_reason);
+/* A chunk whose delta carries reasoning_content (llama-server's and vLLM's field), with role on the
+ * first chunk. */
+char *api_reasoning_chunk_json(const char *id, int64_t created, const char *model, bool role, const char *text,
+                               size_t len);
 /* The usage chunk of stream_options.include_usage: choices [] and usage (+ timings). */
 char *api_usage_chunk_json(const char *id, int64_t created, const char *model, const api_result *r);
 

@@ -21,6 +21,9 @@ bool api_result_copy(api_result *d, const engine_result *r) {
   d->history = r->history;
   if (buf_append(&d->text, r->text ? r->text : "", r->text ? r->text_len : 0) != QVL_OK)
     return false;
+  d->reasoning_tokens = r->reasoning_tokens;
+  if (buf_append(&d->reasoning, r->reasoning ? r->reasoning : "", r->reasoning ? r->reasoning_len : 0) != QVL_OK)
+    return false;
   if (!api_logprobs_copy(&d->lp, r))
     return false;
   if (r->n_images > 0 && r->images) {
@@ -48,6 +51,7 @@ void api_result_free(api_result *r) {
   if (!r)
     return;
   buf_free(&r->text);
+  buf_free(&r->reasoning);
   api_logprobs_free(&r->lp);
   free(r->images);
   r->images = NULL;

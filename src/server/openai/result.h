@@ -31,6 +31,8 @@ typedef struct api_result {
   int image_cache_hits, image_cache_misses;
   engine_timings t;
   buf text;
+  buf reasoning;               /* a reasoning model's reasoning ("" otherwise) */
+  int64_t reasoning_tokens;    /* of completion_tokens, those inside the think block */
   history_report history;
   api_agent_opts agent;        /* set by the caller: how to render tool calls, logprobs and boxes */
   api_logprobs lp;
