@@ -32,22 +32,6 @@ static int json_depth(const cJSON *j, int depth) {
   return worst;
 }
 
-static const char *json_type_name(const cJSON *j) {
-  if (cJSON_IsNull(j))
-    return "null";
-  if (cJSON_IsBool(j))
-    return "a boolean";
-  if (cJSON_IsNumber(j))
-    return "a number";
-  if (cJSON_IsString(j))
-    return "a string";
-  if (cJSON_IsArray(j))
-    return "an array";
-  if (cJSON_IsObject(j))
-    return "an object";
-  return "invalid JSON";
-}
-
 static bool bad_type(api_error *e, const char *param, const char *expected, const cJSON *found) {
   api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "'%s' must be %s, got %s", param, expected,
                 json_type_name(found));

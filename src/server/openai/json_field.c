@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *json_type_name(const cJSON *j) {
+const char *json_type_name(const cJSON *j) {
   if (cJSON_IsNull(j))
     return "null";
   if (cJSON_IsBool(j))

@@ -15,6 +15,9 @@
  * Ollama): obj.name absent or null leaves *out as it was (the caller's default); true/false set it;
  * anything else ("yes", 1, "true") is a 400 invalid_type "'param' must be a boolean, got a string"
  * (param: the name as the client wrote it, e.g. "stream_options.include_usage"; NULL: name). */
+/* "null", "a boolean", "a number", ...: what a field was, for error messages. */
+const char *json_type_name(const cJSON *j);
+
 bool api_get_bool(const cJSON *obj, const char *name, const char *param, bool *out, api_error *e);
 
 /* JSON text with every \u0000 escape rewritten as \ufffd (same length), so that cJSON's
