@@ -1,5 +1,6 @@
 #include "engine/vlm.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -12,6 +13,7 @@
 #include "model/wtable.h"
 #include "text/chat.h"
 #include "text/mrope.h"
+#include "engine/vlm_video.h"
 
 static int32_t require_token(const tokenizer *t, const char *text, const char *path, qvl_status *s) {
   int32_t id = tokenizer_find(t, text);
@@ -164,6 +166,7 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
     m->image_pad_id = require_token(m->tok, "<|image_pad|>", label, &s);
     m->vision_start_id = require_token(m->tok, "<|vision_start|>", label, &s);
     m->vision_end_id = require_token(m->tok, "<|vision_end|>", label, &s);
+    m->video_pad_id = tokenizer_find(m->tok, "<|video_pad|>");
     int32_t im_end = tokenizer_find(m->tok, "<|im_end|>");
     int32_t eot = tokenizer_find(m->tok, "<|endoftext|>");
     if (im_end >= 0)
@@ -199,6 +202,8 @@ void vlm_prompt_opts_default(vlm_prompt_opts *o) {
   o->add_generation_prompt = true;
   preprocess_opts_default(&o->pre);
   image_limits_default(&o->limits);
+  video_sampling_default(&o->video);
+  video_limits_default(&o->video_limits);
 }
 
 void vlm_prompt_free(vlm_prompt *p) {
@@ -208,6 +213,7 @@ void vlm_prompt_free(vlm_prompt *p) {
     image_rgb_free(&p->images[i].decoded);
     image_patches_free(&p->images[i].patches);
     buf_free(&p->images[i].encoded);
+    vlm_video_free(&p->images[i]);
   }
   free(p->images);
   free(p->img_idx);
@@ -321,13 +327,13 @@ static qvl_status load_image(const chat_image *ci, int i, buf *bytes, const vlm_
 /* Every image: bytes + header first, then the request's checks (pixels, context), then the text
  * (tokenized with a cap), and only then, with the pixels reserved, the decodes. */
 static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, const vlm_prompt_opts *o, vlm_prompt *p,
-                                       int32_t **ids, size_t *n_ids) {
-  int n = cp->n_images;
-  buf *bytes = n ? calloc((size_t)n, sizeof *bytes) : NULL;
-  if (n && !bytes)
+                                       vlm_image *vids, int32_t **ids, size_t *n_ids) {
+  int n = cp->n_images > 0 ? cp->n_images : 0, nv = cp->n_videos > 0 ? cp->n_videos : 0;
+  buf *bytes = n + nv > 0 ? calloc((size_t)n + (size_t)nv, sizeof *bytes) : NULL;
+  if (n + nv > 0 && !bytes)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   qvl_status s = QVL_OK;
-  int64_t pixels = 0, img_tokens = 0, resized = 0;
+  int64_t pixels = 0, img_tokens = 0, resized = 0, frames = 0, extra = 0;
   for (int i = 0; s == QVL_OK && i < n; i++) {
     image_info info = {0};
     int64_t nt = 0, rpx = 0;
@@ -340,6 +346,26 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
     img_tokens += nt;
     resized += rpx;
   }
+  /* videos: fetched and planned from their containers (frames, grid, tokens), nothing decoded */
+  for (int i = 0; s == QVL_OK && i < nv; i++) {
+    s = qvl_stop_poll(o->stop, o->stop_user);
+    if (s == QVL_OK)
+      s = vlm_video_plan(m, &cp->videos[i], i, o, &bytes[n + i], &vids[i]);
+    if (s != QVL_OK)
+      break;
+    const video_clip *c = &vids[i].clip;
+    frames += c->n;
+    img_tokens += vids[i].n_tokens;
+    extra += vlm_video_extra_tokens_bound(&vids[i]);
+    /* one source frame converted at a time, the sampled frames kept at their resized size */
+    pixels += (int64_t)c->info.width * c->info.height;
+    resized += (int64_t)c->n * c->width * c->height;
+  }
+  if (s == QVL_OK && o->max_video_frames > 0 && frames > o->max_video_frames)
+    s = qvl_errorf(QVL_ERR_TOO_LARGE,
+                   "the request's %d videos sample %lld frames in all; this server accepts at most %lld "
+                   "(--video-max-frames; lower fps or num_frames)",
+                   nv, (long long)frames, (long long)o->max_video_frames);
   if (s == QVL_OK && o->max_request_pixels > 0 && pixels > o->max_request_pixels)
     s = qvl_errorf(QVL_ERR_TOO_LARGE,
                    "the request's %d images have %lld pixels in all; this server accepts at most %lld per request "
@@ -350,11 +376,13 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
                    (long long)img_tokens, (long long)o->max_tokens);
   if (s == QVL_OK) {
     /* the text holds one <|image_pad|> per image, counted in img_tokens */
-    size_t cap = o->max_tokens > 0 ? (size_t)(o->max_tokens - img_tokens + n) : 0;
+    /* (and one <|video_pad|> per video, expanded with its timestamps) */
+    size_t cap = o->max_tokens > 0 ? (size_t)(o->max_tokens - img_tokens + n + nv) : 0;
     s = tokenizer_encode_capped(m->tok, cp->text.data, cp->text.len, 0, cap, o->stop, o->stop_user, ids, n_ids);
     if (s == QVL_ERR_CONTEXT_OVERFLOW)
       s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "the prompt has more than %lld tokens (images included)",
                      (long long)o->max_tokens);
+    (void)extra;
   }
   bool reserved = false;
   /* the decode costs up to ~7 B per source pixel, the resize ~30 B per resized pixel (budget.h) */
@@ -371,13 +399,48 @@ static qvl_status load_images_and_text(const vlm *m, const chat_prompt *cp, cons
     p->n_images = i + 1;
     buf_free(&bytes[i]);
   }
+  for (int i = 0; s == QVL_OK && i < nv; i++) {
+    s = qvl_stop_poll(o->stop, o->stop_user);
+    if (s == QVL_OK)
+      s = vlm_video_load(o, &bytes[n + i], &vids[i], i, cp->videos[i].message_index);
+    buf_free(&bytes[n + i]);
+  }
   p->preprocess_ms = (time_now_s() - t0) * 1e3;
   if (reserved)
     image_budget_release(o->budget, cost);
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n + nv; i++)
     buf_free(&bytes[i]);
   free(bytes);
   return s;
+}
+
+/* Puts the images (p->images[0..n_images)) and the videos in the order of their pads in ids. */
+static qvl_status order_media(const vlm *m, const int32_t *ids, size_t n_ids, vlm_prompt *p, vlm_image *vids,
+                              int nv) {
+  int ni = p->n_images, total = ni + nv;
+  if (nv == 0)
+    return QVL_OK;
+  vlm_image *all = calloc((size_t)total, sizeof *all);
+  if (!all)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  int a = 0, b = 0, k = 0;
+  for (size_t i = 0; i < n_ids && k < total; i++) {
+    if (ids[i] == m->image_pad_id && a < ni)
+      all[k++] = p->images[a++];
+    else if (ids[i] == m->video_pad_id && b < nv)
+      all[k++] = vids[b++];
+  }
+  if (a != ni || b != nv) {
+    free(all);
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "the prompt has %d image and %d video placeholders for %d images and %d videos",
+                      a, b, ni, nv);
+  }
+  memset(vids, 0, sizeof *vids * (size_t)nv); /* moved */
+  free(p->images);
+  p->images = all;
+  p->n_images = total;
+  p->n_videos = nv;
+  return QVL_OK;
 }
 
 /* Replaces the k-th image_pad id by images[k].n_tokens copies. */
@@ -385,12 +448,20 @@ static qvl_status expand_pads(const vlm *m, const int32_t *ids, size_t n, const 
                               int64_t *n_out) {
   int64_t total = 0, pads = 0;
   for (size_t i = 0; i < n; i++) {
-    if (ids[i] == m->image_pad_id) {
+    bool vpad = m->video_pad_id >= 0 && ids[i] == m->video_pad_id;
+    if (ids[i] == m->image_pad_id || vpad) {
       if (pads >= p->n_images)
         return qvl_errorf(QVL_ERR_INVALID_ARG,
-                          "the prompt text contains more <|image_pad|> tokens than there are images (%d)",
+                          "the prompt text contains more <|image_pad|> / <|video_pad|> tokens than there are images "
+                          "and videos (%d)",
                           p->n_images);
-      total += p->images[pads++].n_tokens;
+      const vlm_image *im = &p->images[pads++];
+      if (im->is_video != vpad)
+        return qvl_errorf(QVL_ERR_INVALID_ARG, "the prompt's placeholders do not match its images and videos");
+      int64_t nt = im->n_tokens;
+      if (vpad)
+        QVL_TRY(vlm_video_tokens(m, im, NULL, 0, &nt));
+      total += nt;
     } else {
       total++;
     }
@@ -403,7 +474,15 @@ static qvl_status expand_pads(const vlm *m, const int32_t *ids, size_t n, const 
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory for a prompt of %lld tokens", (long long)total);
   int64_t k = 0, img = 0;
   for (size_t i = 0; i < n; i++) {
-    if (ids[i] == m->image_pad_id) {
+    if (m->video_pad_id >= 0 && ids[i] == m->video_pad_id) {
+      int64_t nt = 0;
+      qvl_status s = vlm_video_tokens(m, &p->images[img++], e + k, total - k, &nt);
+      if (s != QVL_OK) {
+        free(e);
+        return s;
+      }
+      k += nt;
+    } else if (ids[i] == m->image_pad_id) {
       for (int64_t j = 0; j < p->images[img].n_tokens; j++)
         e[k++] = m->image_pad_id;
       img++;
@@ -428,7 +507,7 @@ static qvl_status alloc_image_rows(const vlm *m, vlm_prompt *p) {
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory for %lld image tokens", (long long)p->n_img);
   int64_t k = 0;
   for (int64_t i = 0; i < p->n; i++)
-    if (p->ids[i] == m->image_pad_id)
+    if (p->ids[i] == m->image_pad_id || (m->video_pad_id >= 0 && p->ids[i] == m->video_pad_id))
       p->img_idx[k++] = i;
   int64_t row0 = 0;
   for (int i = 0; i < p->n_images; i++) {
@@ -441,6 +520,8 @@ static qvl_status alloc_image_rows(const vlm *m, vlm_prompt *p) {
 qvl_status vlm_image_decode_deferred(const vlm_prompt_opts *o, vlm_image *im, int i) {
   if (im->patches.pixel_values)
     return QVL_OK;
+  if (im->is_video)
+    return vlm_video_decode_deferred(o, im, i);
   if (!im->encoded.data)
     return qvl_errorf(QVL_ERR_INTERNAL, "image %d: neither pixels nor encoded bytes are left", i + 1);
   image_rgb rgb = {0};
@@ -468,6 +549,19 @@ void vlm_prompt_put_deepstack(const vlm *m, vlm_prompt *p, int i, const float *l
     memcpy(p->deepstack + (l * p->n_img + row0) * d, levels + l * nt * d, sizeof(float) * (size_t)(nt * d));
 }
 
+/* The tower's trace of a video call goes out under the fixtures' video names (video_vision_*). */
+typedef struct video_trace {
+  trace_fn fn;
+  void *user;
+} video_trace;
+
+static void video_trace_fn(void *user, const char *name, const float *data, int64_t rows, int64_t cols) {
+  video_trace *vt = user;
+  char vname[96];
+  snprintf(vname, sizeof vname, "video_%s", name);
+  vt->fn(vt->user, vname, data, rows, cols);
+}
+
 qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm_prompt_opts *o) {
   if (i < 0 || i >= p->n_images || !p->img_embd || !p->images[i].patches.pixel_values)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "image %d: nothing to encode (already encoded or not deferred)", i + 1);
@@ -478,11 +572,14 @@ qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm
   float *ds_tmp = malloc(sizeof *ds_tmp * (size_t)(nt * d * (p->n_deepstack ? p->n_deepstack : 1)));
   if (!ds_tmp)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory for image %d's DeepStack features", i + 1);
+  video_trace vt = {o->trace, o->trace_user};
+  bool vtr = im->is_video && o->trace;
   qvl_status s = vision_encode(m->vision, im->patches.pixel_values, im->grid_t, im->grid_h, im->grid_w,
-                               p->img_embd + row0 * d, ds_tmp, o->trace, o->trace_user);
+                               p->img_embd + row0 * d, ds_tmp, vtr ? video_trace_fn : o->trace,
+                               vtr ? (void *)&vt : o->trace_user);
   if (s != QVL_OK) {
     free(ds_tmp);
-    return qvl_error_prefix(s, "image %d: ", i + 1);
+    return qvl_error_prefix(s, "%s %d: ", im->is_video ? "video" : "image", i + 1);
   }
   vlm_prompt_put_deepstack(m, p, i, ds_tmp);
   free(ds_tmp);
@@ -510,6 +607,11 @@ static qvl_status build(const vlm *m, const cJSON *messages, const vlm_prompt_op
   if (cp.n_images > 0 && !m->vision)
     s = qvl_errorf(QVL_ERR_INVALID_ARG, "the request has %d image(s) but no vision projector is loaded (--mmproj)",
                    cp.n_images);
+  if (s == QVL_OK && cp.n_videos > 0 && !m->vision)
+    s = qvl_errorf(QVL_ERR_INVALID_ARG, "the request has %d video(s) but no vision projector is loaded (--mmproj)",
+                   cp.n_videos);
+  if (s == QVL_OK && o->max_videos > 0 && cp.n_videos > o->max_videos)
+    s = qvl_errorf(QVL_ERR_TOO_LARGE, "the request has %d videos; the limit is %d", cp.n_videos, o->max_videos);
   if (s == QVL_OK && o->max_images > 0 && cp.n_images > o->max_images)
     s = qvl_errorf(QVL_ERR_TOO_LARGE, "the request has %d images; the limit is %d", cp.n_images, o->max_images);
   if (s == QVL_OK && cp.n_images > 0) {
@@ -519,10 +621,22 @@ static qvl_status build(const vlm *m, const cJSON *messages, const vlm_prompt_op
   }
   int32_t *ids = NULL;
   size_t n_ids = 0;
+  int nv = cp.n_videos;
+  vlm_image *vids = nv ? calloc((size_t)nv, sizeof *vids) : NULL;
+  if (s == QVL_OK && nv && !vids)
+    s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   if (s == QVL_OK)
-    s = load_images_and_text(m, &cp, o, p, &ids, &n_ids);
+    s = load_images_and_text(m, &cp, o, p, vids, &ids, &n_ids);
+  if (s == QVL_OK)
+    s = order_media(m, ids, n_ids, p, vids, nv);
   if (s == QVL_OK)
     s = expand_pads(m, ids, n_ids, p, &p->ids, &p->n);
+  for (int i = 0; vids && i < nv; i++) {
+    image_patches_free(&vids[i].patches);
+    buf_free(&vids[i].encoded);
+    vlm_video_free(&vids[i]);
+  }
+  free(vids);
   free(ids);
   chat_prompt_free(&cp);
   if (s != QVL_OK)
@@ -532,13 +646,24 @@ static qvl_status build(const vlm *m, const cJSON *messages, const vlm_prompt_op
   p->pos = malloc(sizeof *p->pos * 3 * (size_t)(p->n ? p->n : 1));
   if (!p->pos)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-  mrope_image *grids = calloc((size_t)(p->n_images ? p->n_images : 1), sizeof *grids);
+  /* one grid per pad run: an image's, or one (1, h, w) per temporal group of a video */
+  int64_t n_runs = 0;
+  for (int i = 0; i < p->n_images; i++)
+    n_runs += p->images[i].is_video ? p->images[i].grid_t : 1;
+  mrope_image *grids = calloc((size_t)(n_runs ? n_runs : 1), sizeof *grids);
   if (!grids)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-  for (int i = 0; i < p->n_images; i++)
-    grids[i] = (mrope_image){p->images[i].grid_t, p->images[i].grid_h, p->images[i].grid_w};
-  s = mrope_positions(p->ids, p->n, m->image_pad_id, m->vision_start_id, grids, p->n_images, IMAGE_MERGE_SIZE,
-                      p->pos, &p->rope_delta);
+  int64_t r = 0;
+  for (int i = 0; i < p->n_images; i++) {
+    const vlm_image *im = &p->images[i];
+    if (im->is_video)
+      for (int g = 0; g < im->grid_t; g++)
+        grids[r++] = (mrope_image){1, im->grid_h, im->grid_w};
+    else
+      grids[r++] = (mrope_image){im->grid_t, im->grid_h, im->grid_w};
+  }
+  s = mrope_positions_mm(p->ids, p->n, m->image_pad_id, m->video_pad_id, m->vision_start_id, grids, (int)n_runs,
+                         IMAGE_MERGE_SIZE, p->pos, &p->rope_delta);
   free(grids);
   if (s == QVL_OK && p->n_images > 0)
     s = encode_images(m, o, p);
@@ -560,8 +685,9 @@ qvl_status vlm_prompt_from_ids(const vlm *m, const int32_t *ids, int64_t n, vlm_
     if (ids[i] < 0 || ids[i] >= vocab)
       return qvl_errorf(QVL_ERR_INVALID_ARG, "token id %d at %lld is outside the vocabulary (0..%d)", ids[i],
                         (long long)i, vocab - 1);
-    if (ids[i] == m->image_pad_id)
-      return qvl_errorf(QVL_ERR_INVALID_ARG, "a raw prompt cannot contain <|image_pad|> (no image is attached)");
+    if (ids[i] == m->image_pad_id || (m->video_pad_id >= 0 && ids[i] == m->video_pad_id))
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "a raw prompt cannot contain <|image_pad|> or <|video_pad|> (no image "
+                        "or video is attached)");
   }
   out->ids = malloc(sizeof *out->ids * (size_t)(n ? n : 1));
   out->pos = malloc(sizeof *out->pos * 3 * (size_t)(n ? n : 1));
@@ -585,8 +711,9 @@ qvl_status vlm_prompt_from_text(const vlm *m, const char *text, size_t len, vlm_
   qvl_status s = tokenizer_encode(m->tok, text, len, &out->ids, &n);
   out->n = (int64_t)n;
   for (size_t i = 0; s == QVL_OK && i < n; i++)
-    if (out->ids[i] == m->image_pad_id)
-      s = qvl_errorf(QVL_ERR_INVALID_ARG, "a raw prompt cannot contain <|image_pad|> (no image is attached)");
+    if (out->ids[i] == m->image_pad_id || (m->video_pad_id >= 0 && out->ids[i] == m->video_pad_id))
+      s = qvl_errorf(QVL_ERR_INVALID_ARG, "a raw prompt cannot contain <|image_pad|> or <|video_pad|> (no image "
+                     "or video is attached)");
   if (s == QVL_OK) {
     out->pos = malloc(sizeof *out->pos * 3 * (n ? n : 1));
     if (!out->pos)

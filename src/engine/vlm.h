@@ -25,6 +25,7 @@
 #include "text/decoder.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
+#include "video/clip.h"
 #include "vision/vision.h"
 
 typedef struct vlm_paths {
@@ -46,6 +47,7 @@ typedef struct vlm {
   tokenizer *tok;
   hf_model *hf;         /* the HF directory loaded (settings: hf_model_config), or NULL for GGUF */
   int32_t image_pad_id, vision_start_id, vision_end_id;
+  int32_t video_pad_id; /* <|video_pad|>, or -1 when the vocabulary has none (videos refused) */
   int32_t eos_ids[2]; /* <|im_end|>, <|endoftext|> (-1 when absent) */
   int n_eos;
   sampler_params sampling; /* the model's recommended sampling, for requests that do not say
@@ -92,6 +94,14 @@ typedef struct vlm_prompt_opts {
    * gone by the time they are needed). NULL = always decode. */
   bool (*known_image)(void *user, uint64_t bytes_key, vlm_known_image *out);
   void *known_user;
+  /* Videos (issue 23): sampling and sizing of every video of the request (video/sample.h; HF's
+   * defaults from vlm_prompt_opts_default), the decode caps, and the request's caps: videos, and
+   * sampled frames of all its videos together (0 = no limit). A video is counted (frames, tokens)
+   * from its container before any frame is decoded. */
+  video_sampling video;
+  video_limits video_limits;
+  int max_videos;
+  int64_t max_video_frames;
 } vlm_prompt_opts;
 
 
@@ -106,6 +116,12 @@ typedef struct vlm_image {
   uint64_t bytes_key;      /* XXH3-64 of the encoded bytes and min/max pixels (never 0): the same
                             * file again, known before decoding it */
   buf encoded;             /* the encoded bytes, kept only when known_image skipped the decode */
+  /* A video (is_video): one media item of grid_t temporal groups; patches.pixel_values holds its
+   * pixel_values_videos, hash = bytes_key = XXH3-64 of its bytes and sampling settings. clip has the
+   * plan (frame indices, timestamps, grid) and, with keep_images, the resized frames and every
+   * decoded frame (clip.all_rgb). */
+  bool is_video;
+  video_clip clip;
 } vlm_image;
 
 typedef struct vlm_prompt {
@@ -113,10 +129,11 @@ typedef struct vlm_prompt {
   int64_t n;
   int32_t *pos;           /* [3][n] M-RoPE positions */
   int64_t rope_delta;
-  int n_images;
-  vlm_image *images;      /* [n_images] */
-  int64_t n_img;          /* image tokens in the prompt */
-  int64_t *img_idx;       /* [n_img] their indices */
+  int n_images;           /* media items: images and videos */
+  int n_videos;           /* how many of them are videos */
+  vlm_image *images;      /* [n_images] images and videos in prompt order */
+  int64_t n_img;          /* image and video pad tokens in the prompt */
+  int64_t *img_idx;       /* [n_img] their indices (rows of images[i] start at images[i].row0) */
   float *img_embd;        /* [n_img][n_embd] */
   int64_t n_deepstack;
   float *deepstack;       /* [n_deepstack][n_img][n_embd] */

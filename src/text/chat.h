@@ -5,6 +5,8 @@
  *
  * Each image item renders as "<|vision_start|><|image_pad|><|vision_end|>"; the caller expands the
  * pad token to the image's token count after tokenizing. Images are reported in prompt order.
+ * A video item (type video / video_url, or a video / video_url key) renders as
+ * "<|vision_start|><|video_pad|><|vision_end|>" and is listed in videos.
  * Thread safety: pure functions.
  */
 #ifndef QVL_TEXT_CHAT_H
@@ -26,6 +28,8 @@ typedef struct chat_prompt {
   buf text;           /* rendered prompt */
   chat_image *images; /* [n_images] in prompt order */
   int n_images;
+  chat_image *videos; /* [n_videos] in prompt order (url: video_url.url, video_url or video) */
+  int n_videos;
 } chat_prompt;
 
 /* Renders messages (a JSON array) and optional tools (JSON array or NULL). Validates the shape of
