@@ -32,7 +32,7 @@ for r in "$BUILD"/fuzz/*-replay; do
   name=$(basename "$r" -replay); name=${name#fuzz_}
   [ -d tests/fuzz/corpus/$name ] && run "$r" tests/fuzz/corpus/$name
 done
-for g in tests/golden/*.sh tests/cli/*.sh; do
+for g in tests/golden/*.sh tests/cli/*.sh tests/layout/*.sh; do
   [ -x "$g" ] && run env BUILD="$BUILD" "$g"
 done
 # qvl serve end to end (node + the openai npm client; starts and stops its own servers)

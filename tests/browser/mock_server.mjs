@@ -31,12 +31,12 @@ const TYPES = {
   '.LICENSE': 'text/plain; charset=utf-8',
 };
 const MODEL = 'qwen3-vl-2b-instruct (mock)';
-// The page is served under the same Content-Security-Policy that qvl sends (src/server/web_assets.h),
+// The page is served under the same Content-Security-Policy that qvl sends (src/server/http/web_assets.h),
 // so a change to the page that the policy would block fails these tests.
 const CSP = (() => {
-  const h = fs.readFileSync(path.resolve(here, '../../src/server/web_assets.h'), 'utf8');
+  const h = fs.readFileSync(path.resolve(here, '../../src/server/http/web_assets.h'), 'utf8');
   const m = h.match(/#define WEB_ASSETS_CSP((?:[^\n]*\\\n)*[^\n]*)/);
-  if (!m) throw new Error('WEB_ASSETS_CSP not found in src/server/web_assets.h');
+  if (!m) throw new Error('WEB_ASSETS_CSP not found in src/server/http/web_assets.h');
   return [...m[1].matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((x) => x[1]).join('');
 })();
 const MAX_BODY = 64 * 1024 * 1024;

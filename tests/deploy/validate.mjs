@@ -4,7 +4,7 @@
 //      (kubernetes-models, the published OpenAPI schemas compiled to validators);
 //   3. qvl's own rules: probes use /health (readiness) and /livez (liveness) on the named port, every
 //      `qvl serve` flag in the container args is one `qvl serve --help` lists, resources are set,
-//      the HPA's metric is one /metrics really exports (src/server/metrics.c), selectors match labels.
+//      the HPA's metric is one /metrics really exports (src/server/http/metrics.c), selectors match labels.
 // What it cannot check: that a cluster accepts and runs them (admission, the image, the model
 // volume, a metrics adapter for the HPA). docs/DEPLOY.md says so too.
 import { execFileSync } from "node:child_process";
@@ -34,7 +34,7 @@ const MODELS = {
 
 const help = execFileSync(QVL, ["serve", "--help"], { encoding: "utf8" });
 const flags = new Set([...help.matchAll(/(--[a-z][a-z0-9-]*)/g)].map((m) => m[1]));
-const metricsSrc = readFileSync(join(root, "src/server/metrics.c"), "utf8");
+const metricsSrc = readFileSync(join(root, "src/server/http/metrics.c"), "utf8");
 
 const dir = join(root, "deploy/k8s");
 const objects = [];
@@ -88,7 +88,7 @@ for (const w of [...byKind("Deployment"), ...byKind("StatefulSet")]) {
 for (const h of byKind("HorizontalPodAutoscaler")) {
   for (const m of h.spec.metrics) {
     const n = m.pods?.metric?.name;
-    check(n && metricsSrc.includes(`"${n}"`), `HPA metric ${n} is exported by /metrics (src/server/metrics.c)`);
+    check(n && metricsSrc.includes(`"${n}"`), `HPA metric ${n} is exported by /metrics (src/server/http/metrics.c)`);
   }
   check(objects.some(({ o }) => o.kind === h.spec.scaleTargetRef.kind && o.metadata.name === h.spec.scaleTargetRef.name), "HPA targets a shipped workload");
 }

@@ -452,6 +452,54 @@ typedef struct bg {
   reply r;
 } bg;
 
+/* The endpoint table (http/router.c): a known path asked with another method answers 405 with the
+ * methods of all its routes in Allow; prefix routes get the rest of the URL; /v1/ URLs that no
+ * route knows are 404; a web file answers only GET and HEAD. */
+static void test_routes(void) {
+  static const struct {
+    const char *method, *path, *allow;
+  } not_allowed[] = {
+      {"PUT", "/v1/jobs", "Allow: GET, HEAD, POST"},
+      {"PATCH", "/v1/jobs/job-abc", "Allow: GET, HEAD, DELETE"},
+      {"POST", "/v1/jobs/job-abc", "Allow: GET, HEAD, DELETE"},
+      {"POST", "/v1/models", "Allow: GET, HEAD"},
+      {"DELETE", "/v1/models/qvl", "Allow: GET, HEAD"},
+      {"GET", "/v1/responses", "Allow: POST"},
+      {"GET", "/v1/completions", "Allow: POST"},
+      {"POST", "/livez", "Allow: GET, HEAD"},
+      {"PUT", "/metrics", "Allow: GET, HEAD"},
+  };
+  reply r;
+  for (size_t i = 0; i < sizeof not_allowed / sizeof not_allowed[0]; i++) {
+    http(&r, not_allowed[i].method, not_allowed[i].path, NULL, 0, NULL);
+    check_error(&r, 405, "invalid_request_error", "method_not_allowed", not_allowed[i].path);
+    CHECK(has_header(&r, not_allowed[i].allow), "%s %s: %s in %s", not_allowed[i].method, not_allowed[i].path,
+          not_allowed[i].allow, r.headers.data);
+    reply_free(&r);
+  }
+  http(&r, NULL, "/v1/models/qvl", NULL, 0, NULL); /* prefix route: the rest is the id */
+  cJSON *j = json(&r);
+  const char *id = j ? cJSON_GetStringValue(cJSON_GetObjectItem(j, "id")) : NULL;
+  CHECK(r.status == 200 && id && !strcmp(id, "qvl"), "GET /v1/models/qvl: %ld %s", r.status, r.body.data);
+  cJSON_Delete(j);
+  reply_free(&r);
+  http(&r, NULL, "/v1/models/", NULL, 0, NULL);
+  check_error(&r, 404, "invalid_request_error", "model_not_found", "GET /v1/models/ (empty id)");
+  reply_free(&r);
+  http(&r, "HEAD", "/health", NULL, 0, NULL);
+  CHECK(r.status == 200, "HEAD /health: %ld", r.status);
+  reply_free(&r);
+  http(&r, "DELETE", "/v1/chat/completions/x", NULL, 0, NULL);
+  check_error(&r, 404, "invalid_request_error", "not_found", "an unknown /v1/ path");
+  reply_free(&r);
+  if (web_assets_count > 0) {
+    http(&r, "POST", "/index.html", "{}", 2, NULL);
+    check_error(&r, 405, "invalid_request_error", "method_not_allowed", "POST to a web file");
+    CHECK(has_header(&r, "Allow: GET, HEAD"), "web file Allow");
+    reply_free(&r);
+  }
+}
+
 static void *bg_main(void *arg) {
   bg *b = arg;
   post_chat(&b->r, b->body);
@@ -751,6 +799,7 @@ int main(void) {
   test_basic();
   test_stream();
   test_errors();
+  test_routes();
   test_busy_and_disconnect();
   test_jobs();
   test_assets();

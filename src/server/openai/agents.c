@@ -8,7 +8,10 @@
 #include <sys/random.h>
 
 #include "base/status.h"
-#include "server/openai/chat_wire.h"
+#include "server/openai/api_error.h"
+#include "server/openai/finish_reason.h"
+#include "server/openai/result.h"
+#include "server/openai/sse.h"
 #include "text/chat.h"
 #include "text/json_schema.h"
 #include "text/unicode.h"

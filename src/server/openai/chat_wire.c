@@ -17,71 +17,6 @@
 #include "text/sampler.h"
 #include "text/unicode.h"
 
-/* ---- errors ---------------------------------------------------------------------------------- */
-
-static void error_vset(api_error *e, int http, const char *type, const char *code, const char *param,
-                       const char *fmt, va_list ap) {
-  e->http = http;
-  e->type = type;
-  e->code = code;
-  snprintf(e->param, sizeof e->param, "%s", param ? param : "");
-  vsnprintf(e->message, sizeof e->message, fmt, ap);
-}
-
-void api_error_set(api_error *e, int http, const char *type, const char *code, const char *param, const char *fmt,
-                   ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  error_vset(e, http, type, code, param, fmt, ap);
-  va_end(ap);
-}
-
-void api_error_status(api_error *e, qvl_status s, const char *code, const char *param, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  error_vset(e, qvl_status_http(s), qvl_status_error_type(s), code ? code : qvl_status_error_code(s), param, fmt,
-             ap);
-  va_end(ap);
-}
-
-void api_error_from_status(api_error *e, qvl_status s, const char *message) {
-  if (s == QVL_OK)
-    s = QVL_ERR_INTERNAL; /* an error that says "ok" is a bug of its caller: still an error */
-  const char *msg = message && *message ? message : qvl_status_text(s);
-  /* the one status whose culprit is known: the prompt, i.e. the messages */
-  api_error_status(e, s, NULL, s == QVL_ERR_CONTEXT_OVERFLOW ? "messages" : NULL, "%s", msg);
-}
-
-static cJSON *error_object(const api_error *e) {
-  cJSON *err = cJSON_CreateObject();
-  cJSON_AddStringToObject(err, "message", e->message);
-  cJSON_AddStringToObject(err, "type", e->type ? e->type : "server_error");
-  if (e->param[0])
-    cJSON_AddStringToObject(err, "param", e->param);
-  else
-    cJSON_AddNullToObject(err, "param");
-  if (e->code)
-    cJSON_AddStringToObject(err, "code", e->code);
-  else
-    cJSON_AddNullToObject(err, "code");
-  return err;
-}
-
-char *api_error_json(const api_error *e) {
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddItemToObject(o, "error", error_object(e));
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
-}
-
-char *api_error_inner_json(const api_error *e) {
-  cJSON *o = error_object(e);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
-}
-
 /* ---- request parsing ------------------------------------------------------------------------- */
 
 static int json_depth(const cJSON *j, int depth) {
@@ -494,45 +429,7 @@ void api_chat_request_free(api_chat_request *r) {
   memset(r, 0, sizeof *r);
 }
 
-/* ---- results and responses -------------------------------------------------------------------- */
-
-bool api_result_copy(api_result *d, const engine_result *r) {
-  memset(d, 0, sizeof *d);
-  d->status = r->status;
-  snprintf(d->error, sizeof d->error, "%s", r->error);
-  d->finish_reason = r->finish_reason;
-  d->prompt_tokens = r->prompt_tokens;
-  d->completion_tokens = r->completion_tokens;
-  d->image_tokens = r->image_tokens;
-  d->cached_prompt_tokens = r->cached_prompt_tokens;
-  d->image_cache_hits = r->image_cache_hits;
-  d->image_cache_misses = r->image_cache_misses;
-  d->t = r->t;
-  d->history = r->history;
-  if (buf_append(&d->text, r->text ? r->text : "", r->text ? r->text_len : 0) != QVL_OK)
-    return false;
-  if (!api_logprobs_copy(&d->lp, r))
-    return false;
-  return true;
-}
-
-void api_result_free(api_result *r) {
-  if (!r)
-    return;
-  buf_free(&r->text);
-  api_logprobs_free(&r->lp);
-}
-
-const char *api_finish_reason(engine_finish f) {
-  switch (f) {
-  case ENGINE_FINISH_NONE: return NULL;
-  case ENGINE_FINISH_LENGTH: return "length";
-  case ENGINE_FINISH_STOP:
-  case ENGINE_FINISH_CANCELLED:
-  case ENGINE_FINISH_ERROR: break;
-  }
-  return "stop";
-}
+/* ---- responses ---------------------------------------------------------------------------------- */
 
 static void add_usage(cJSON *o, const api_result *r) {
   cJSON *u = cJSON_AddObjectToObject(o, "usage");
@@ -639,16 +536,6 @@ char *api_usage_chunk_json(const char *id, int64_t created, const char *model, c
   cJSON_Delete(o);
   return s;
 }
-
-qvl_status sse_append(buf *out, const char *json) {
-  QVL_TRY(buf_append_str(out, "data: "));
-  size_t n = strlen(json);
-  /* every event is valid UTF-8, whatever bytes a message copied (utf8_append_lossy: U+FFFD) */
-  QVL_TRY(utf8_valid_prefix(json, n) == n ? buf_append(out, json, n) : utf8_append_lossy(out, json, n));
-  return buf_append_str(out, "\n\n");
-}
-
-qvl_status sse_append_done(buf *out) { return buf_append_str(out, "data: [DONE]\n\n"); }
 
 void api_random_id(const char *prefix, char *out, size_t cap) {
   uint64_t a = random_u64(), b = random_u64();

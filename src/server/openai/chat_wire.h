@@ -16,32 +16,13 @@
 #include "engine/generate.h"
 #include "qvl.h"
 #include "server/openai/agents.h"
+#include "server/openai/api_error.h"
+#include "server/openai/finish_reason.h"
+#include "server/openai/result.h"
+#include "server/openai/sse.h"
 
 #define API_MAX_STOP 8       /* stop strings per request (OpenAI allows 4) */
 #define API_MAX_JSON_DEPTH 64 /* nesting of the request body */
-
-/* An error as OpenAI reports it: {"error":{"message","type","param","code"}} with an HTTP status. */
-typedef struct api_error {
-  int http;           /* 400, 401, 404, 405, 413, 500, 503, ... */
-  const char *type;   /* "invalid_request_error", "authentication_error", "server_error", ... */
-  const char *code;   /* NULL (null in JSON) or e.g. "model_not_found", "context_length_exceeded" */
-  char param[64];     /* "" = null */
-  char message[1024];
-} api_error;
-
-/* An error of a library status: its HTTP status, type and code come from the status list (qvl.h);
- * code (when not NULL) names the error more precisely ("invalid_value", "model_not_found"). */
-void api_error_status(api_error *e, qvl_status s, const char *code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-/* An HTTP-level error that no library status stands for (401, 405, 408, 429, 501). */
-void api_error_set(api_error *e, int http, const char *type, const char *code, const char *param, const char *fmt,
-                   ...) __attribute__((format(printf, 6, 7)));
-/* From a library status and message (the message of qvl_last_error() or an engine_result). */
-void api_error_from_status(api_error *e, qvl_status s, const char *message);
-/* The error body {"error":{...}}, malloc'd. */
-char *api_error_json(const api_error *e);
-/* Only the inner object {"message","type","param","code"} (job results), malloc'd. */
-char *api_error_inner_json(const api_error *e);
 
 /* What a request may ask for; server settings. */
 typedef struct api_limits {
@@ -81,28 +62,6 @@ typedef struct api_chat_request {
 bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_chat_request *out, api_error *err);
 void api_chat_request_free(api_chat_request *r);
 
-/* A finished request as the server keeps it (copied out of engine_result, which lives only during
- * the callback). */
-typedef struct api_result {
-  qvl_status status;
-  char error[512];
-  engine_finish finish_reason;
-  int64_t prompt_tokens, completion_tokens, image_tokens, cached_prompt_tokens;
-  int image_cache_hits, image_cache_misses;
-  engine_timings t;
-  buf text;
-  history_report history;
-  api_agent_opts agent;        /* set by the caller: how to render tool calls and logprobs */
-  api_logprobs lp;
-} api_result;
-
-/* Copies r (the text too); false when out of memory. */
-bool api_result_copy(api_result *dst, const engine_result *r);
-void api_result_free(api_result *r);
-/* OpenAI's finish_reason for the engine's: "length" at max_tokens, else "stop" (cancelled and
- * failed requests report their status in the body); NULL while running. */
-const char *api_finish_reason(engine_finish f);
-
 /* A JSON string of generated text: each ill-formed UTF-8 sequence (and NUL) becomes U+FFFD. */
 cJSON *api_text_json(const char *s, size_t n);
 /* The chat.completion object (malloc'd). */
@@ -115,11 +74,6 @@ char *api_chunk_json(const char *id, int64_t created, const char *model, bool ro
                      size_t content_len, const char *finish_reason);
 /* The usage chunk of stream_options.include_usage: choices [] and usage (+ timings). */
 char *api_usage_chunk_json(const char *id, int64_t created, const char *model, const api_result *r);
-
-/* Appends "data: <json>\n\n" (one SSE event; JSON never contains a raw newline). */
-qvl_status sse_append(buf *out, const char *json);
-/* Appends "data: [DONE]\n\n". */
-qvl_status sse_append_done(buf *out);
 
 /* "chatcmpl-" + 24 random hex digits (prefix given), for ids. */
 void api_random_id(const char *prefix, char *out, size_t cap);

@@ -16,7 +16,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 
-#include "server/openai/chat_wire.h"
+#include "server/openai/api_error.h"
 #include "text/sampler.h"
 
 /* Rewrites a `file` part with image data into an image_url part in place. */

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/openai/chat_wire.h" /* the api_chat_request type; no calls into it */
+
 bool chat_history_parse(const cJSON *root, const server_config *cfg, history_policy *out, api_error *e) {
   *out = history_policy_default();
   if (cfg->history && !history_mode_parse(cfg->history, &out->mode))

@@ -14,7 +14,7 @@
 #include <stdbool.h>
 
 #include "engine/history.h"
-#include "server/openai/chat_wire.h"
+#include "server/openai/api_error.h"
 #include "server/config/settings.h"
 
 /* The policy of a parsed request body (root). false with e filled (400) on a bad "history". */
@@ -24,6 +24,7 @@ bool chat_history_parse(const cJSON *root, const server_config *cfg, history_pol
  * drops image turns until it holds), and the whole conversation may carry up to
  * CHAT_HISTORY_IMAGE_FACTOR times as many. false with e filled (400 too_many_images). */
 #define CHAT_HISTORY_IMAGE_FACTOR 8
+typedef struct api_chat_request api_chat_request; /* chat_wire.h */
 bool chat_history_check_images(const api_chat_request *req, const history_policy *p, const server_config *cfg,
                                api_error *e);
 

@@ -1,0 +1,69 @@
+/*
+ * A chat request in flight: the state shared by its connection thread and the engine thread
+ * (reference counted, because either side may finish last), its submission (parse, context
+ * policy, the engine_request, the job record) and the engine's callbacks, which only store what
+ * comes and wake the connection thread.
+ */
+#ifndef QVL_SERVER_HTTP_CALL_H
+#define QVL_SERVER_HTTP_CALL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "engine/history.h"
+#include "server/dialects/dialect.h"
+#include "server/http/request.h"
+#include "server/http/session.h"
+#include "server/openai/api_error.h"
+#include "server/openai/result.h"
+
+typedef struct call {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int refs;
+  server *srv;
+  uint64_t engine_id;
+  bool done, cancelled, any_text;
+  api_result result;
+  buf pending;              /* text from on_text not yet sent */
+  /* response */
+  char id[48];
+  char model[128];
+  int64_t created;
+  bool stream, include_usage, sent_role, finished;
+  buf out;                  /* SSE bytes formatted, from out_off on not yet handed to MHD */
+  size_t out_off;
+  int fd;                   /* the client's socket, for hang-up checks */
+  req_log log;              /* streams log when the response ends */
+  /* jobs */
+  bool is_job;
+  char job_id[JOBS_ID_CAP];
+  /* another API's endpoint (dialect.h): its formatter and state (owned); NULL for chat */
+  const compat_format *fmt;
+  void *fmt_state;
+  /* context policy (history_field.h): the request's, and what it dropped (filled at submit) */
+  history_policy hpol;
+  history_report hist;
+  char session[SESSION_KEY_CAP]; /* X-Qvl-Session: the conversation's routing key */
+  /* hostile load */
+  double deadline;          /* timeout_s from arrival, pre-processing included (0 = none) */
+  atomic_bool drain_cancelled; /* cancelled because the drain timed out */
+  struct call *live_next, *live_prev; /* server.live, under server.mu */
+  api_agent_opts agent;     /* tool calls / logprobs in the response */
+  bool tool_seen;           /* stream: a <tool_call> began; no more content deltas */
+  buf held;                 /* stream: text that may begin a <tool_call>, not sent yet */
+} call;
+
+/* Drops a reference; the last one frees the call and wakes a waiting drain. */
+void call_unref(call *k);
+/* Parses the chat body (cr's translation when given, else r's body), checks it and submits it
+ * (be_lock read-held by the caller). job: stored as an async job. Returns the call with the
+ * caller's reference, or NULL with e filled. */
+call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_error *e);
+/* Whether the client on fd has hung up (POLLRDHUP; false for fd < 0). */
+bool call_client_gone(int fd);
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * A finished chat request as the server keeps it: the engine's result copied out of the callback,
+ * with how its tool calls and logprobs are to be rendered. Calls agents.c (logprobs) only.
+ */
+#ifndef QVL_SERVER_OPENAI_RESULT_H
+#define QVL_SERVER_OPENAI_RESULT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "engine/engine.h"
+#include "qvl.h"
+#include "server/openai/agents.h"
+
+/* A finished request as the server keeps it (copied out of engine_result, which lives only during
+ * the callback). */
+typedef struct api_result {
+  qvl_status status;
+  char error[512];
+  engine_finish finish_reason;
+  int64_t prompt_tokens, completion_tokens, image_tokens, cached_prompt_tokens;
+  int image_cache_hits, image_cache_misses;
+  engine_timings t;
+  buf text;
+  history_report history;
+  api_agent_opts agent;        /* set by the caller: how to render tool calls and logprobs */
+  api_logprobs lp;
+} api_result;
+
+/* Copies r (the text too); false when out of memory. */
+bool api_result_copy(api_result *dst, const engine_result *r);
+void api_result_free(api_result *r);
+
+#endif
