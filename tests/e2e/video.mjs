@@ -99,4 +99,23 @@ test("bad videos: 4xx with a message", async () => {
   check(!(r instanceof Error), "a clip within --video-max-seconds is fine", r?.message);
 });
 
+test("Responses input_video and an async job with a video", async () => {
+  const r = await client(S).responses.create({ model: MODEL_ID, max_output_tokens: 3, temperature: 0, video: SMALL,
+    input: [{ role: "user", content: [{ type: "input_video", video_url: mkv() }, { type: "input_text", text: "What happens?" }] }] });
+  check(r.status === "completed" || r.status === "incomplete", "a response", r);
+  check(r.usage.input_tokens > 12, "the video is in the prompt", r.usage);
+  const bad = await postJson(S, "/v1/responses", { model: MODEL_ID, input: [{ role: "user", content: [{ type: "input_video" }] }] });
+  check(bad.status === 400 && /video_url/.test(errorOf(bad)?.message), "input_video without video_url", bad.body);
+  const j = await postJson(S, "/v1/jobs", { model: MODEL_ID, max_tokens: 2, temperature: 0, video: SMALL,
+    messages: [{ role: "user", content: [videoPart(mp4()), { type: "text", text: "?" }] }] });
+  check(j.status === 202, "job accepted", j.body);
+  const id = JSON.parse(j.body).id;
+  let got = null;
+  for (let i = 0; i < 200 && !(got && (got.status === "done" || got.status === "failed")); i++) {
+    got = await (await fetch(`${S.base}/v1/jobs/${id}`)).json();
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  check(got?.status === "done", "the video job is done", got);
+});
+
 runServerSuite("video", ["--ctx", "4096", "--video-max-frames", "32", "--video-max-seconds", "2"], { started: (s) => { S = s; } });
