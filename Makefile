@@ -10,7 +10,7 @@ SAN ?= 0
 BUILD ?= build/$(if $(filter 1,$(SAN)),san,rel)$(if $(filter clang,$(notdir $(CC))),-clang,)
 
 PKGS := libjpeg libpng libwebp libcjson libcurl libcrypto libmicrohttpd libxxhash yaml-0.1 libedit sqlite3 \
-  libavformat libavcodec libswscale libavutil
+  libavformat libavcodec libswscale libavutil zlib
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 

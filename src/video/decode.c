@@ -304,21 +304,42 @@ static qvl_status count_frames(video_reader *r) {
   /* the frame rate (see decode.h for the rule) */
   AVRational a = st->avg_frame_rate;
   double avg = a.num > 0 && a.den > 0 ? (double)a.num / a.den : 0;
-  if (avg >= 0.01 && avg <= 1000) {
+  bool pts_all = true;
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (int64_t i = 0; i < n; i++) {
+    if (e[i].pts == AV_NOPTS_VALUE) {
+      pts_all = false;
+      break;
+    }
+    lo = e[i].pts < lo ? e[i].pts : lo;
+    hi = e[i].pts > hi ? e[i].pts : hi;
+  }
+  qvl_status fs = QVL_OK;
+  if (avg >= VIDEO_MIN_FPS && avg <= VIDEO_MAX_FPS) {
     r->info.fps = avg;
     r->info.fps_rule = VIDEO_FPS_AVG_FRAME_RATE;
-  } else {
-    double span = 0;
-    if (by_pts && n > 1)
-      span = (double)(e[n - 1].pts - e[0].pts) * av_q2d(st->time_base) * (double)n / (double)(n - 1);
+  } else if (avg > 0) {
+    fs = qvl_errorf(QVL_ERR_FORMAT, "the video declares an absurd frame rate (%d/%d = %g fps; accepted: %g to %g)",
+                    a.num, a.den, avg, VIDEO_MIN_FPS, VIDEO_MAX_FPS);
+  } else if (pts_all && n > 1) {
+    /* no average rate (variable rate, missing metadata): the frames over their timestamp span */
+    double span = (double)(hi - lo) * av_q2d(st->time_base) * (double)n / (double)(n - 1);
     double f = span > 0 ? (double)n / span : 0;
-    if (f >= 0.01 && f <= 1000) {
-      r->info.fps = f;
-      r->info.fps_rule = VIDEO_FPS_FROM_TIMESTAMPS;
-    } else {
-      r->info.fps = 24.0;
-      r->info.fps_rule = VIDEO_FPS_FALLBACK;
-    }
+    if (span <= 0)
+      fs = qvl_errorf(QVL_ERR_FORMAT, "the video's %lld frames all carry the same timestamp (a zero frame rate)",
+                      (long long)n);
+    else if (!(f >= VIDEO_MIN_FPS && f <= VIDEO_MAX_FPS))
+      fs = qvl_errorf(QVL_ERR_FORMAT, "the video's timestamps give an absurd frame rate (%g fps; accepted: %g to %g)",
+                      f, VIDEO_MIN_FPS, VIDEO_MAX_FPS);
+    r->info.fps = f;
+    r->info.fps_rule = VIDEO_FPS_FROM_TIMESTAMPS;
+  } else {
+    r->info.fps = 24.0;
+    r->info.fps_rule = VIDEO_FPS_FALLBACK;
+  }
+  if (fs != QVL_OK) {
+    free(e);
+    return fs;
   }
   free(e);
   r->info.duration_s = (double)n / r->info.fps;

@@ -11,9 +11,11 @@
  *   - total frames = the video packets of the stream, counted by one demux pass over the whole
  *     input (no decoding; Matroska stores no frame count, and a header's nb_frames may lie);
  *     packets flagged discard (MP4 edit lists) and empty packets are not frames;
- *   - fps = the stream's avg_frame_rate when it is a positive finite rate in [0.01, 1000];
- *     else, variable rate or missing metadata: frames / (last pts - first pts + one frame), when the
- *     timestamps give a positive span; else 24 fps (HF's own fallback). info.fps_rule says which.
+ *   - fps = the stream's avg_frame_rate when it is a rate in [0.01, 1000] (ERR_FORMAT, "absurd",
+ *     when it is declared outside); without one (variable rate, missing metadata): frames over their
+ *     timestamp span, (last pts - first pts) * n / (n - 1), which must lie in the same range
+ *     (ERR_FORMAT when every frame has the same timestamp: a zero rate); without timestamps at all
+ *     (or a single frame): 24 fps, HF's own fallback. info.fps_rule says which rule applied.
  *   - frame i = the i-th frame in presentation order (packets sorted by pts); streams without
  *     usable pts (missing or repeated) are read in output order without seeking.
  *
@@ -58,6 +60,10 @@ typedef struct video_limits {
 #define VIDEO_DEFAULT_MAX_DECODED ((int64_t)40000)
 
 void video_limits_default(video_limits *l);
+
+/* Frame rates accepted (declared or measured) */
+#define VIDEO_MIN_FPS 0.01
+#define VIDEO_MAX_FPS 1000.0
 
 typedef enum video_fps_rule {
   VIDEO_FPS_AVG_FRAME_RATE = 0, /* the stream's avg_frame_rate */
