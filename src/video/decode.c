@@ -570,6 +570,13 @@ qvl_status video_reader_read(video_reader *r, const int64_t *idx, int n, video_f
       av_packet_unref(r->pkt);
       continue;
     } else {
+      /* a frame nothing refers to and nobody wants is not decoded at all (H.264/H.265 B-frames:
+       * most of the frames between two sampled ones) */
+      if (r->by_pts) {
+        int64_t i = frame_index(r, r->pkt->pts);
+        bool wanted = i < 0 || bsearch(&i, idx + rs.k, (size_t)(n - rs.k), sizeof *idx, cmp_i64) != NULL;
+        r->cc->skip_frame = wanted ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+      }
       rc = avcodec_send_packet(r->cc, r->pkt);
       av_packet_unref(r->pkt);
     }
