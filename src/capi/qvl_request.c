@@ -230,7 +230,7 @@ void qvl_request_set_callbacks(qvl_request *r, qvl_on_text_fn on_text, qvl_on_do
 }
 
 qvl_status request_to_engine(const qvl_request *r, engine_request *out) {
-  memset(out, 0, sizeof *out);
+  engine_request_init(out);
   if (cJSON_GetArraySize(r->pending) > 0)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "request: images or videos were added after the last user message");
   if (r->has_raw) {

@@ -47,6 +47,8 @@ typedef struct request {
   vlm_prompt p;            /* built at submit with defer_vision: image rows filled by the engine */
   uint64_t *keys;          /* [p.n + max_tokens] prefix-cache content key of every token */
   int64_t need_bytes;      /* memory its sequence takes (KV + logits), reserved at admission */
+  int64_t rows_bytes;      /* its image rows (those a restored prefix does not cover), charged at
+                            * admission with need_bytes */
   rq_state state;
   bool cancel_seen;        /* the engine thread's copy, taken under e->mu each iteration */
   bool finished;           /* result filled; reaped (on_done + free) at the end of the iteration */
@@ -201,6 +203,8 @@ static void deliver(request *r) {
   r->res.text = r->gs ? gen_seq_text(r->gs, &len) : "";
   r->res.text_len = len;
   r->res.ids = r->gs ? gen_seq_ids(r->gs, &n_ids) : no_ids;
+  r->res.images = r->p.images;
+  r->res.n_images = r->p.n_images;
   if (r->gs)
     gen_seq_logprobs(r->gs, &lp, &top_ids, &top_lp);
   buf lpt = {0};
@@ -272,30 +276,8 @@ qvl_status engine_submit(engine *e, const engine_request *rq, uint64_t *id) {
   return s;
 }
 
-static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
-  if (id)
-    *id = 0;
-  if (!rq || !(rq->messages || rq->raw_text || rq->raw_ids) || !rq->on_done)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "engine: a request needs messages and an on_done callback");
-  const gen_params *g = &rq->gen;
-  if (g->max_tokens <= 0)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "max_tokens must be positive, found %lld", (long long)g->max_tokens);
-  if (g->n_stop < 0 || g->n_stop > STOP_MAX_STRINGS)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "%d stop strings; at most %d are allowed", g->n_stop, STOP_MAX_STRINGS);
-  for (int i = 0; i < g->n_stop; i++) {
-    size_t n = g->stop[i] ? strlen(g->stop[i]) : 0;
-    if (n == 0 || n > STOP_MAX_STRING_BYTES)
-      return qvl_errorf(QVL_ERR_INVALID_ARG, "stop string %d: expected 1..%d bytes, found %zu", i,
-                        STOP_MAX_STRING_BYTES, n);
-  }
-  QVL_TRY(sampler_check_params(&g->sampling));
-  if (rq->logprobs && (rq->top_logprobs < 0 || rq->top_logprobs > ENGINE_MAX_TOP_LOGPROBS))
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "top_logprobs %d: expected 0..%d", rq->top_logprobs,
-                      ENGINE_MAX_TOP_LOGPROBS);
-  if (g->max_tokens > e->c.n_ctx)
-    return qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "max_tokens %lld exceeds the context of %lld tokens",
-                      (long long)g->max_tokens, (long long)e->c.n_ctx);
-  /* Refuse early, before the expensive part, when the answer is already known. */
+/* Refuses at once, before the expensive part, when the answer is already known. */
+static qvl_status refuse_early(engine *e) {
   pthread_mutex_lock(&e->mu);
   bool stopping = e->stopping, full = queue_full_locked(e);
   int queued = e->n_queued;
@@ -304,7 +286,11 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
     return qvl_errorf(QVL_ERR_BUSY, "the server is shutting down");
   if (full)
     return qvl_errorf(QVL_ERR_BUSY, "the queue is full (%d requests waiting); retry later", queued);
+  return QVL_OK;
+}
 
+/* A new request with its own copies of rq's callbacks, settings and stop strings. */
+static qvl_status request_new(engine *e, const engine_request *rq, request **out) {
   request *r = calloc(1, sizeof *r);
   if (!r)
     return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
@@ -312,9 +298,9 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->on_text = rq->on_text;
   r->on_done = rq->on_done;
   r->user = rq->user;
-  r->gen = *g;
-  for (int i = 0; i < g->n_stop; i++)
-    if (!(r->stop[i] = strdup(g->stop[i]))) {
+  r->gen = rq->gen;
+  for (int i = 0; i < rq->gen.n_stop; i++)
+    if (!(r->stop[i] = strdup(rq->gen.stop[i]))) {
       request_free(r);
       return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
     }
@@ -326,26 +312,35 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   r->popts.trace_user = NULL;
   r->popts.known_image = known_image;
   r->popts.known_user = e;
+  r->popts.defer_rows = true; /* allocated at admission, for the images the prefix cache lacks */
+  *out = r;
+  return QVL_OK;
+}
+
+/* The prompt (the prompt layer, under the context policy), and whether it fits the context. */
+static qvl_status request_prompt(engine *e, const engine_request *rq, request *r) {
   /* Stop tokenizing as soon as the prompt cannot fit (a 40 MB text costs ctx tokens, not 40 MB).
    * An automatic max_tokens may shrink to one token; trimming must measure the whole conversation,
    * so it runs without the cap (still bounded by the body cap, the deadline and the stop checks). */
   bool auto_max = rq->history && rq->history->auto_max_tokens;
-  int64_t room = e->c.n_ctx - (auto_max ? 1 : g->max_tokens);
+  int64_t room = e->c.n_ctx - (auto_max ? 1 : rq->gen.max_tokens);
   if (e->c.max_prompt_tokens > 0 && e->c.max_prompt_tokens < room)
     room = e->c.max_prompt_tokens + 1; /* one more, so the exact count check below still reports it */
   r->popts.max_tokens = rq->history && rq->history->mode == HISTORY_TRIM ? 0 : room > 0 ? room : 1;
   qvl_status s = rq->raw_ids    ? vlm_prompt_from_ids(e->m, rq->raw_ids, rq->n_raw_ids, &r->p)
                  : rq->raw_text ? vlm_prompt_from_text(e->m, rq->raw_text, rq->raw_len, &r->p)
-                 : rq->history  ? history_build_prompt(e->m, rq->messages, &r->popts, rq->history, e->c.n_ctx,
+                 : rq->history  ? history_build_prompt(&e->m->pm, rq->messages, &r->popts, rq->history, e->c.n_ctx,
                                                        e->c.max_prompt_tokens, &r->gen.max_tokens, &r->p,
                                                        &r->res.history)
                                 : vlm_prompt_build(e->m, rq->messages, &r->popts, &r->p);
   r->popts.stop = NULL; /* its user data belongs to the submitting thread */
   r->popts.stop_user = NULL;
   r->popts.budget = NULL;
+  r->popts.resolve_media = NULL; /* read while planning only */
+  r->popts.resolve_user = NULL;
   if (rq->history_out)
     *rq->history_out = r->res.history;
-  g = &r->gen; /* the policy may have chosen max_tokens */
+  const gen_params *g = &r->gen; /* the policy may have chosen max_tokens */
   if (s == QVL_ERR_CONTEXT_OVERFLOW && e->c.max_prompt_tokens > 0 && e->c.max_prompt_tokens < e->c.n_ctx - g->max_tokens)
     s = qvl_errorf(QVL_ERR_TOO_LARGE, "the prompt has more than %lld tokens (images included); this server accepts at most %lld",
                    (long long)e->c.max_prompt_tokens, (long long)e->c.max_prompt_tokens);
@@ -362,25 +357,27 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
     s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
-  if (s == QVL_OK) {
-    decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
-    uint64_t need = decoder_seq_bytes(e->m->text, &sp);
-    r->need_bytes = (int64_t)need;
-    /* The step's work buffers are charged with the first running request: alone it needs both. */
-    need = need == 0 ? 0 : need + (uint64_t)e->work_bytes;
-    if (need == 0 || need > (uint64_t)e->kv_total)
-      s = qvl_errorf(QVL_ERR_TOO_LARGE,
-                     "prompt of %lld tokens + %lld to generate needs %.1f MiB of KV cache and work memory; the "
-                     "engine has %.1f MiB in all (kv_cache_mb)",
-                     (long long)r->p.n, (long long)g->max_tokens, (double)need / 1048576.0,
-                     (double)e->kv_total / 1048576.0);
-  }
-  if (s == QVL_OK && !(r->keys = malloc(sizeof *r->keys * (size_t)(r->p.n + g->max_tokens))))
-    s = qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
-  if (s != QVL_OK) {
-    request_free(r);
-    return s;
-  }
+  return s;
+}
+
+/* Whether its memory can ever fit the budget (the admission itself waits in the engine loop), and
+ * the prefix-cache keys of its tokens. */
+static qvl_status request_admissible(engine *e, request *r) {
+  const gen_params *g = &r->gen;
+  decoder_seq_params sp = {.n_ctx = r->p.n + g->max_tokens, .shared_work = true, .kv_type = e->c.kv_type};
+  uint64_t need = decoder_seq_bytes(e->m->text, &sp);
+  r->need_bytes = (int64_t)need;
+  /* The step's work buffers are charged with the first running request: alone it needs both; and
+   * with nothing cached, the rows of all its images. */
+  need = need == 0 ? 0 : need + (uint64_t)e->work_bytes + (uint64_t)prompt_rows_bytes(&e->m->pm, &r->p, 0);
+  if (need == 0 || need > (uint64_t)e->kv_total)
+    return qvl_errorf(QVL_ERR_TOO_LARGE,
+                      "prompt of %lld tokens + %lld to generate needs %.1f MiB of KV cache, image rows and work memory; "
+                      "the engine has %.1f MiB in all (kv_cache_mb)",
+                      (long long)r->p.n, (long long)g->max_tokens, (double)need / 1048576.0,
+                      (double)e->kv_total / 1048576.0);
+  if (!(r->keys = malloc(sizeof *r->keys * (size_t)(r->p.n + g->max_tokens))))
+    return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
   for (int64_t i = 0; i < r->p.n; i++)
     r->keys[i] = (uint64_t)(uint32_t)r->p.ids[i];
   for (int i = 0; i < r->p.n_images; i++) {
@@ -390,7 +387,11 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   }
   if (e->c.request_timeout_ms > 0)
     r->deadline = r->t_submit + (double)e->c.request_timeout_ms / 1e3;
+  return QVL_OK;
+}
 
+/* Queues r (taken, freed when refused) with rq's grammar and logprob settings. */
+static qvl_status enqueue(engine *e, const engine_request *rq, request *r, uint64_t *id) {
   pthread_mutex_lock(&e->mu);
   if (e->stopping || queue_full_locked(e)) {
     bool st = e->stopping;
@@ -420,6 +421,24 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   return QVL_OK;
 }
 
+/* check -> prompt -> admit -> enqueue. */
+static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
+  if (id)
+    *id = 0;
+  QVL_TRY(engine_request_check(rq, e->c.n_ctx));
+  QVL_TRY(refuse_early(e));
+  request *r = NULL;
+  QVL_TRY(request_new(e, rq, &r));
+  qvl_status s = request_prompt(e, rq, r);
+  if (s == QVL_OK)
+    s = request_admissible(e, r);
+  if (s != QVL_OK) {
+    request_free(r);
+    return s;
+  }
+  return enqueue(e, rq, r, id);
+}
+
 void engine_cancel(engine *e, uint64_t id) {
   pthread_mutex_lock(&e->mu);
   for (request *r = e->q_head; r; r = r->next)
@@ -439,6 +458,23 @@ void engine_get_stats(engine *e, engine_stats *out) {
 }
 
 /* ---- the engine thread ----------------------------------------------------------------------- */
+
+/* The first image of p with a row past the first `covered` tokens: the ones before are never read. */
+static int first_uncovered_image(const vlm_prompt *p, int64_t covered) {
+  int i = 0;
+  while (i < p->n_images && p->img_idx[p->images[i].row0 + p->images[i].n_tokens - 1] < covered)
+    i++;
+  return i;
+}
+
+/* The image rows r will allocate when it starts (engine thread): the prefix cache covers the rest. */
+static int64_t rows_needed(engine *e, const request *r) {
+  if (r->p.n_images == 0)
+    return 0;
+  int64_t max_blocks = (r->p.n - 1) / PREFIX_BLOCK;
+  int64_t covered = max_blocks > 0 ? prefix_cache_match(e->pc, r->keys, max_blocks) : 0;
+  return prompt_rows_bytes(&e->m->pm, &r->p, first_uncovered_image(&r->p, covered));
+}
 
 /* Creates the sequence and its generation state and restores the longest cached prefix. */
 static qvl_status request_begin(engine *e, request *r) {
@@ -461,6 +497,15 @@ static qvl_status request_begin(engine *e, request *r) {
     QVL_TRY(decoder_seq_set_past(r->seq, got, next_pos));
   r->n_prefilled = got;
   r->res.cached_prompt_tokens = got;
+  int first = first_uncovered_image(&r->p, got);
+  int64_t rows = prompt_rows_bytes(&m->pm, &r->p, first);
+  if (rows != r->rows_bytes) { /* the cache changed since admission (it does not; kept honest) */
+    pthread_mutex_lock(&e->mu);
+    e->kv_used += rows - r->rows_bytes;
+    pthread_mutex_unlock(&e->mu);
+    r->rows_bytes = rows;
+  }
+  QVL_TRY(prompt_alloc_rows(&m->pm, &r->p, first));
   pthread_mutex_lock(&e->mu);
   if (got > 0)
     e->st.prefix_cache_hits++;
@@ -480,15 +525,18 @@ static qvl_status vision_step(engine *e, request *r) {
   while (r->next_image < p->n_images) {
     int i = r->next_image;
     vlm_image *im = &p->images[i];
-    float *embd = p->img_embd + im->row0 * d, *ds = p->deepstack + im->row0 * d;
+    if (!r->vjob && p->img_idx[im->row0 + im->n_tokens - 1] < r->n_prefilled) {
+      /* Rows that lie entirely in the restored prefix are never read (nor allocated): no vision. */
+      rcbuf_unref(im->encoded);
+      im->encoded = NULL;
+      r->next_image++;
+      continue;
+    }
+    float *embd = prompt_image_rows(&e->m->pm, p, i), *ds = prompt_image_deepstack(&e->m->pm, p, i);
+    int64_t ds_stride = (p->n_img - p->rows0) * d;
     if (!r->vjob) {
-      /* Rows that lie entirely in the restored prefix are never read: no vision needed. */
-      if (p->img_idx[im->row0 + im->n_tokens - 1] < r->n_prefilled) {
-        r->next_image++;
-        continue;
-      }
       if (image_cache_get(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds,
-                          p->n_img * d)) {
+                          ds_stride)) {
         r->res.image_cache_hits++;
         image_cache_note_encoded(e->ic, im->hash, im->bytes_key);
         pthread_mutex_lock(&e->mu);
@@ -496,14 +544,15 @@ static qvl_status vision_step(engine *e, request *r) {
         pthread_mutex_unlock(&e->mu);
         free(im->patches.pixel_values);
         im->patches.pixel_values = NULL;
-        buf_free(&im->encoded);
+        rcbuf_unref(im->encoded);
+        im->encoded = NULL;
         r->next_image++;
         continue;
       }
       /* Its decode was skipped for embeddings evicted since: decode it now (rare). */
       if (!im->patches.pixel_values) {
         double t0 = time_now_s();
-        QVL_TRY(vlm_image_decode_deferred(&r->popts, im, i));
+        QVL_TRY(prompt_image_decode_deferred(&r->popts, im, i));
         p->preprocess_ms += (time_now_s() - t0) * 1e3;
       }
       /* The tower writes DeepStack levels per image ([nds][nt][d]); the decoder wants them over all
@@ -535,10 +584,10 @@ static qvl_status vision_step(engine *e, request *r) {
       return QVL_OK;
     vision_job_free(r->vjob);
     r->vjob = NULL;
-    vlm_prompt_put_deepstack(e->m, p, i, r->vds);
+    prompt_put_deepstack(&e->m->pm, p, i, r->vds);
     free(r->vds);
     r->vds = NULL;
-    image_cache_put(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds, p->n_img * d);
+    image_cache_put(e->ic, im->hash, im->grid_t, im->grid_h, im->grid_w, im->n_tokens, d, nds, embd, ds, ds_stride);
     image_cache_note_encoded(e->ic, im->hash, im->bytes_key);
     r->res.image_cache_misses++;
     r->next_image++;
@@ -628,7 +677,7 @@ static void reap(engine *e) {
     request *r = e->run[i];
     if (r->finished) {
       done[nd++] = r;
-      e->kv_used -= r->need_bytes;
+      e->kv_used -= r->need_bytes + r->rows_bytes;
       account_locked(e, r, now);
     } else {
       e->run[k++] = r;
@@ -767,7 +816,9 @@ static void *engine_main(void *arg) {
     }
     /* Admission, in arrival order (no overtaking: a large request is not starved by small ones). */
     while (gather_until == 0 && e->n_run < e->c.max_batch_size && e->q_head &&
-           e->kv_used + e->q_head->need_bytes + (e->n_run == 0 ? e->work_bytes : 0) <= e->kv_total) {
+           e->kv_used + e->q_head->need_bytes + (e->q_head->rows_bytes = rows_needed(e, e->q_head)) +
+                   (e->n_run == 0 ? e->work_bytes : 0) <=
+               e->kv_total) {
       request *r = e->q_head;
       if (e->n_run == 0)
         e->kv_used += e->work_bytes;
@@ -776,7 +827,7 @@ static void *engine_main(void *arg) {
         e->q_tail = NULL;
       r->next = NULL;
       e->n_queued--;
-      e->kv_used += r->need_bytes;
+      e->kv_used += r->need_bytes + r->rows_bytes;
       r->t_start = now;
       r->res.admitted_step = e->loop_iter;
       r->state = RQ_NEW;

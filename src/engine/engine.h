@@ -30,8 +30,9 @@
 #include <stdint.h>
 
 #include "engine/finish.h"
+#include "engine/engine_request.h"
 #include "engine/generate.h"
-#include "engine/history.h"
+#include "prompt/history.h"
 #include "engine/vlm.h"
 #include "qvl.h"
 
@@ -80,6 +81,10 @@ typedef struct engine_result {
   size_t text_len;
   const int32_t *ids;        /* [completion_tokens] generated ids, EOS included (valid during the callback) */
   history_report history;    /* what the context policy dropped (engine_request.history) */
+  /* The prompt's images as processed (hash, grid, tokens; their encoded bytes with
+   * prompt.keep_sources), valid during the callback: what a stored conversation keeps. */
+  const prompt_image *images;
+  int n_images;
   uint64_t admitted_step;    /* the engine-loop iteration that admitted it: requests that start in the
                               * same step share it (dynamic batching, max_wait_ms); 0 = never ran */
   /* With engine_request.logprobs (else NULL / 0), valid during the callback: */
@@ -93,35 +98,6 @@ typedef struct engine_result {
   const uint32_t *lp_off;    /* [completion_tokens * (1 + n_top) + 1] */
 } engine_result;
 
-typedef struct engine_request {
-  const cJSON *messages;     /* copied at submit */
-  /* A raw prompt instead of messages (legacy completions; no chat template, no images): text, or
-   * token ids when raw_ids is set (both copied at submit). */
-  const char *raw_text;
-  size_t raw_len;
-  const int32_t *raw_ids;
-  int64_t n_raw_ids;
-  vlm_prompt_opts prompt;    /* min/max pixels, image source rules (trace unused) */
-  gen_params gen;            /* sampling, max tokens, stop strings (copied at submit) */
-  /* Streaming: called with each piece of final text. Return false to cancel the request. */
-  bool (*on_text)(void *user, const char *text, size_t len);
-  /* Called exactly once when the request ends (success, error, cancel, timeout). */
-  void (*on_done)(void *user, const engine_result *r);
-  void *user;
-  /* Context policy (engine/history.h), applied at submit; NULL: the prompt as given and
-   * gen.max_tokens as given. history_out (may be NULL) receives its report before engine_submit
-   * returns, for response headers. */
-  const history_policy *history;
-  history_report *history_out;
-  /* Constrained decoding (text/grammar.h): only tokens that keep the output in the grammar's
-   * language are sampled, and EOS only where it is complete. Owned by the engine from the call to
-   * engine_submit on (freed on failure too); NULL = free text. */
-  struct grammar *grammar;
-  bool logprobs;             /* report log-probabilities (engine_result.logprobs) */
-  int top_logprobs;          /* 0..ENGINE_MAX_TOP_LOGPROBS alternatives per token */
-} engine_request;
-
-#define ENGINE_MAX_TOP_LOGPROBS 20
 
 /* Starts the engine thread on a loaded model (not owned). */
 qvl_status engine_start(const vlm *m, const engine_config *c, engine **out);
@@ -129,7 +105,9 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out);
  * (each gets on_done with "cancelled"). Joins the thread and frees everything. */
 void engine_stop(engine *e, bool drain);
 
-/* Queues a request. QVL_ERR_BUSY when the queue is full; QVL_ERR_INVALID_ARG / ERR_TOO_LARGE /
+/* Queues a request, in four steps: check (engine_request_check, the one place its rules are
+ * checked), prompt (the prompt layer, under the context policy), admit (can its memory ever fit),
+ * enqueue. QVL_ERR_BUSY when the queue is full; QVL_ERR_INVALID_ARG / ERR_TOO_LARGE /
  * ERR_CONTEXT_OVERFLOW for requests that can never run (checked up front where possible). On
  * success *id identifies it and on_done will be called exactly once. */
 qvl_status engine_submit(engine *e, const engine_request *r, uint64_t *id);

@@ -127,6 +127,20 @@ int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_
   return nb * PREFIX_BLOCK;
 }
 
+int64_t prefix_cache_match(prefix_cache *c, const uint64_t *keys, int64_t max_blocks) {
+  uint64_t parent = PC_ROOT;
+  int64_t nb = 0;
+  while (nb < max_blocks) {
+    const uint64_t *bk = keys + nb * PREFIX_BLOCK;
+    uint64_t h = block_hash(bk, parent);
+    if (!find(c, h, parent, bk))
+      break;
+    parent = h;
+    nb++;
+  }
+  return nb * PREFIX_BLOCK;
+}
+
 void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks, const kv_cache *kv,
                         const int64_t *block_next_pos) {
   if (c->block_bytes > c->cap || kv->type != c->type)

@@ -53,6 +53,10 @@ void prefix_cache_free(prefix_cache *c);
 int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_blocks, kv_cache *kv,
                              int64_t *next_pos);
 
+/* The tokens prefix_cache_restore would restore now (no copy, no LRU change): what a request
+ * about to be admitted will not compute, so the image rows it needs are known before it starts. */
+int64_t prefix_cache_match(prefix_cache *c, const uint64_t *keys, int64_t max_blocks);
+
 /* Stores blocks 0 .. n_blocks-1 of a sequence whose kv holds at least n_blocks*PREFIX_BLOCK rows;
  * block_next_pos[j] is the position state after block j. Blocks already present are only touched. */
 void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks, const kv_cache *kv,

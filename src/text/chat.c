@@ -47,11 +47,11 @@ static const char *video_url_of(const cJSON *item) {
 }
 
 static qvl_status add_video(chat_prompt *p, const cJSON *item, int msg) {
-  chat_image *grown = realloc(p->videos, sizeof *grown * (size_t)(p->n_videos + 1));
+  chat_image *grown = realloc(p->images, sizeof *grown * (size_t)(p->n_images + 1));
   if (!grown)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory listing videos");
-  p->videos = grown;
-  p->videos[p->n_videos++] = (chat_image){item, video_url_of(item), msg};
+  p->images = grown;
+  p->images[p->n_images++] = (chat_image){item, video_url_of(item), msg, true};
   return QVL_OK;
 }
 
@@ -73,7 +73,7 @@ static qvl_status add_image(chat_prompt *p, const cJSON *item, int msg) {
   if (!grown)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory listing images");
   p->images = grown;
-  p->images[p->n_images++] = (chat_image){item, image_url_of(item), msg};
+  p->images[p->n_images++] = (chat_image){item, image_url_of(item), msg, false};
   return QVL_OK;
 }
 
@@ -233,9 +233,14 @@ static qvl_status render_all(const cJSON *messages, const cJSON *tools, bool add
       return qvl_errorf(QVL_ERR_INVALID_ARG,
                         "messages[%d].role '%s' is not one of system, user, assistant, tool", i, role);
   }
+  p->msg_off = malloc(sizeof *p->msg_off * (size_t)(i + 1));
+  if (!p->msg_off)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  p->n_msgs = i;
   QVL_TRY(render_system_block(p, messages, tools));
   i = 0;
   for (const cJSON *m = messages->child; m; m = m->next, i++) {
+    p->msg_off[i] = p->text.len;
     const char *role = role_of(m);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
     if (!strcmp(role, "user")) {
@@ -261,6 +266,7 @@ static qvl_status render_all(const cJSON *messages, const cJSON *tools, bool add
     /* A system message renders only as the first message (above); later ones are dropped, as in
      * the template. */
   }
+  p->msg_off[p->n_msgs] = p->text.len;
   if (add_generation_prompt)
     QVL_TRY(buf_append_str(&p->text, "<|im_start|>assistant\n"));
   return QVL_OK;
@@ -282,9 +288,9 @@ void chat_prompt_free(chat_prompt *p) {
   free(p->images);
   p->images = NULL;
   p->n_images = 0;
-  free(p->videos);
-  p->videos = NULL;
-  p->n_videos = 0;
+  free(p->msg_off);
+  p->msg_off = NULL;
+  p->n_msgs = 0;
 }
 
 static qvl_status json_string(buf *b, const char *s) {

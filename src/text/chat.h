@@ -6,7 +6,7 @@
  * Each image item renders as "<|vision_start|><|image_pad|><|vision_end|>"; the caller expands the
  * pad token to the image's token count after tokenizing. Images are reported in prompt order.
  * A video item (type video / video_url, or a video / video_url key) renders as
- * "<|vision_start|><|video_pad|><|vision_end|>" and is listed in videos.
+ * "<|vision_start|><|video_pad|><|vision_end|>" and is listed with the images (video set).
  * Thread safety: pure functions.
  */
 #ifndef QVL_TEXT_CHAT_H
@@ -22,14 +22,18 @@ typedef struct chat_image {
   const cJSON *item; /* the content item (type image / image_url), owned by the messages JSON */
   const char *url;   /* image_url.url, image_url (string) or image (string); NULL if absent */
   int message_index; /* which message holds it */
+  bool video;        /* a video item (type video / video_url): url is its video URL */
 } chat_image;
 
 typedef struct chat_prompt {
   buf text;           /* rendered prompt */
-  chat_image *images; /* [n_images] in prompt order */
+  chat_image *images; /* [n_images] images and videos (video set) in prompt order */
   int n_images;
-  chat_image *videos; /* [n_videos] in prompt order (url: video_url.url, video_url or video) */
-  int n_videos;
+  /* [n_msgs + 1]: where message i's rendering begins in text (a system message rendered in the
+   * leading system block, or not at all, has an empty span); msg_off[n_msgs] is where the generation
+   * prompt begins. The prompt layer splits the text here to tokenize per message. */
+  size_t *msg_off;
+  int n_msgs;
 } chat_prompt;
 
 /* Renders messages (a JSON array) and optional tools (JSON array or NULL). Validates the shape of

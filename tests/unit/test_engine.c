@@ -135,7 +135,7 @@ static cJSON *conv1(const char *image, const char *text) {
   return a;
 }
 
-static vlm_prompt_opts prompt_opts(void) {
+static vlm_prompt_opts test_prompt_opts(void) {
   vlm_prompt_opts o;
   vlm_prompt_opts_default(&o);
   o.source.allow_files = true;
@@ -152,7 +152,7 @@ static gen_params greedy(int64_t max_tokens) {
 
 /* The independent reference: one sequence through generate(). */
 static bool solo(const vlm *m, const cJSON *msgs, const gen_params *g, gen_result *out) {
-  vlm_prompt_opts o = prompt_opts();
+  vlm_prompt_opts o = test_prompt_opts();
   vlm_prompt p;
   qvl_status s = vlm_prompt_build(m, msgs, &o, &p);
   CHECK(s == QVL_OK, "solo prompt: %s", qvl_last_error());
@@ -165,7 +165,7 @@ static bool solo(const vlm *m, const cJSON *msgs, const gen_params *g, gen_resul
 }
 
 static qvl_status submit(engine *e, const cJSON *msgs, const gen_params *g, job *j, uint64_t *id) {
-  engine_request rq = {.messages = msgs, .prompt = prompt_opts(), .gen = *g, .on_text = on_text,
+  engine_request rq = {.messages = msgs, .prompt = test_prompt_opts(), .gen = *g, .on_text = on_text,
                        .on_done = on_done, .user = j};
   uint64_t dummy;
   return engine_submit(e, &rq, id ? id : &dummy);
@@ -451,7 +451,7 @@ static void test_image_cache(const vlm *m) {
         (unsigned long long)st.image_cache_misses, (long long)st.image_cache_bytes);
   /* The same pixels at another resolution limit are another entry (the key holds min/max pixels). */
   job d = {0};
-  engine_request rq = {.messages = q2, .prompt = prompt_opts(), .gen = g, .on_done = on_done, .user = &d};
+  engine_request rq = {.messages = q2, .prompt = test_prompt_opts(), .gen = g, .on_done = on_done, .user = &d};
   rq.prompt.pre.min_pixels = 32 * 32;
   rq.prompt.pre.max_pixels = 128 * 128;
   uint64_t id;
@@ -477,21 +477,21 @@ static bool known_as(void *user, uint64_t bytes_key, vlm_known_image *out) {
  * same pixels as the normal path, and bytes that do not match what was announced are refused. */
 static void test_known_image(const vlm *m) {
   cJSON *q = conv1(IMG("rgb_333x250.png"), "What is in this image?");
-  vlm_prompt_opts o = prompt_opts();
+  vlm_prompt_opts o = test_prompt_opts();
   o.defer_vision = true;
   vlm_prompt ref = {0}, p = {0}, bad = {0};
   CHECK(vlm_prompt_build(m, q, &o, &ref) == QVL_OK && ref.n_images == 1, "normal build: %s", qvl_last_error());
   vlm_image *ri = &ref.images[0];
-  CHECK(ri->bytes_key != 0 && ri->patches.pixel_values && !ri->encoded.data, "normal build decodes, keeps no bytes");
+  CHECK(ri->bytes_key != 0 && ri->patches.pixel_values && !ri->encoded, "normal build decodes, keeps no bytes");
   vlm_known_image k = {ri->hash, ri->grid_t, ri->grid_h, ri->grid_w, ri->n_tokens};
   o.known_image = known_as;
   o.known_user = &k;
   CHECK(vlm_prompt_build(m, q, &o, &p) == QVL_OK && p.n_images == 1, "known build: %s", qvl_last_error());
   vlm_image *pi = &p.images[0];
-  CHECK(!pi->patches.pixel_values && pi->encoded.data && pi->hash == ri->hash && pi->bytes_key == ri->bytes_key &&
+  CHECK(!pi->patches.pixel_values && pi->encoded && pi->hash == ri->hash && pi->bytes_key == ri->bytes_key &&
             p.n == ref.n && memcmp(p.ids, ref.ids, sizeof *p.ids * (size_t)p.n) == 0,
         "known build: no decode, bytes kept, same prompt");
-  CHECK(vlm_image_decode_deferred(&o, pi, 0) == QVL_OK && pi->patches.pixel_values && !pi->encoded.data,
+  CHECK(prompt_image_decode_deferred(&o, pi, 0) == QVL_OK && pi->patches.pixel_values && !pi->encoded,
         "deferred decode: %s", qvl_last_error());
   size_t n = (size_t)ri->patches.n_patches * IMAGE_PATCH_DIM;
   CHECK(pi->patches.n_patches == ri->patches.n_patches &&
@@ -499,7 +499,7 @@ static void test_known_image(const vlm *m) {
         "deferred decode gives the same pixel values");
   k.hash ^= 1; /* a key that lies */
   CHECK(vlm_prompt_build(m, q, &o, &bad) == QVL_OK, "build: %s", qvl_last_error());
-  CHECK(vlm_image_decode_deferred(&o, &bad.images[0], 0) != QVL_OK && !bad.images[0].patches.pixel_values,
+  CHECK(prompt_image_decode_deferred(&o, &bad.images[0], 0) != QVL_OK && !bad.images[0].patches.pixel_values,
         "bytes of another image than announced: refused");
   vlm_prompt_free(&ref);
   vlm_prompt_free(&p);
@@ -548,7 +548,7 @@ static void test_prefix_cache(const vlm *m) {
   CHECK(wait_done(&d, 60), "other image done");
   int64_t img_first = -1;
   {
-    vlm_prompt_opts o = prompt_opts();
+    vlm_prompt_opts o = test_prompt_opts();
     vlm_prompt p;
     if (vlm_prompt_build(m, t3, &o, &p) == QVL_OK) {
       img_first = p.img_idx[0];

@@ -1,5 +1,5 @@
 /* Engine behaviour operators rely on (issue 13): dynamic batching (max_wait_ms gathers requests
- * that arrive close together into one step) and the context policy (engine/history.h: trimming
+ * that arrive close together into one step) and the context policy (prompt/history.h: trimming
  * old turns, the default max_tokens), with the e2e fixture model. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 
 #include "base/timing.h"
 #include "engine/engine.h"
-#include "engine/history.h"
+#include "prompt/history.h"
 #include "kernels/kernels.h"
 #include "test.h"
 
@@ -188,7 +188,7 @@ static void test_policy(const vlm *m) {
   pol.mode = HISTORY_TRIM;
   int64_t mt = 64;
   history_report rep;
-  CHECK(history_build_prompt(m, conv, &o, &pol, 4096, 0, &mt, &p, &rep) == QVL_OK, "trim: %s", qvl_last_error());
+  CHECK(history_build_prompt(&m->pm, conv, &o, &pol, 4096, 0, &mt, &p, &rep) == QVL_OK, "trim: %s", qvl_last_error());
   CHECK(p.n + 64 <= 4096 && rep.dropped_turns > 0 && rep.kept_turns == 12 - rep.dropped_turns, "fits: %lld + 64",
         (long long)p.n);
   CHECK(rep.dropped_images == rep.dropped_turns && p.n_images == 12 - rep.dropped_turns, "images go with turns");
@@ -199,7 +199,7 @@ static void test_policy(const vlm *m) {
   pol.max_turns = 12 - drops; /* = drops - 1 dropped */
   pol.mode = HISTORY_ERROR;
   mt = 64;
-  CHECK(history_build_prompt(m, conv, &o, &pol, 4096, 0, &mt, &p, &rep) == QVL_OK, "max_turns: %s", qvl_last_error());
+  CHECK(history_build_prompt(&m->pm, conv, &o, &pol, 4096, 0, &mt, &p, &rep) == QVL_OK, "max_turns: %s", qvl_last_error());
   CHECK(rep.dropped_turns == drops - 1 && p.n + 64 > 4096, "the fewest drops: %d - 1 leaves %lld tokens", drops,
         (long long)p.n);
   vlm_prompt_free(&p);
@@ -208,12 +208,12 @@ static void test_policy(const vlm *m) {
   pol.auto_max_tokens = true;
   mt = 2048;
   cJSON *small = conversation(1, "");
-  CHECK(history_build_prompt(m, small, &o, &pol, 4096, 0, &mt, &p, &rep) == QVL_OK, "auto: %s", qvl_last_error());
+  CHECK(history_build_prompt(&m->pm, small, &o, &pol, 4096, 0, &mt, &p, &rep) == QVL_OK, "auto: %s", qvl_last_error());
   CHECK(rep.dropped_turns == 0 && mt == 2048, "plenty of room: the cap (%lld)", (long long)mt);
   int64_t small_n = p.n;
   vlm_prompt_free(&p);
   mt = 2048;
-  CHECK(history_build_prompt(m, small, &o, &pol, small_n + 100, 0, &mt, &p, &rep) == QVL_OK, "auto: %s",
+  CHECK(history_build_prompt(&m->pm, small, &o, &pol, small_n + 100, 0, &mt, &p, &rep) == QVL_OK, "auto: %s",
         qvl_last_error());
   CHECK(mt == 100, "auto max_tokens = the room left (%lld)", (long long)mt);
   vlm_prompt_free(&p);

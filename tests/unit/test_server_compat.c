@@ -978,12 +978,102 @@ static void test_sampler_bias(void) {
   CHECK(sampler_check_params(&p) == QVL_ERR_INVALID_ARG, "too many biases are refused");
 }
 
+/* Stored conversations keep the processed form: image data URLs become qvl-media keys backed by
+ * the result's media (hash, grid, bytes by reference); a follow-up resolves them, never re-reads. */
+static void test_responses_processed_media(void) {
+  resp_store *st = NULL;
+  CHECK(resp_store_init(8, 1 << 20, 3600, &st) == QVL_OK, "store");
+  compat_ctx c = ctx_with(st);
+  compat_request cr;
+  api_error e;
+  const char *body = "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":"
+                     "\"data:image/png;base64,QUFBQQ==\"},{\"type\":\"input_image\",\"image_url\":"
+                     "\"data:image/png;base64,QkJCQg==\"},{\"type\":\"input_text\",\"text\":\"two\"}]}]}";
+  CHECK(responses_translate(body, strlen(body), &c, &cr, &e), "translate: %s", e.message);
+  CHECK(cr.keep_media && !cr.resolve_media, "a stored request keeps its images' bytes; nothing to resolve yet");
+  api_result r = result_of("ok", ENGINE_FINISH_STOP);
+  buf b0 = {0}, b1 = {0};
+  buf_append_str(&b0, "0123456789");
+  buf_append_str(&b1, "abcdefghijklmnopqrst");
+  rcbuf *bytes0 = rcbuf_take(&b0), *bytes1 = rcbuf_take(&b1);
+  r.media = calloc(2, sizeof *r.media);
+  r.n_media = 2;
+  r.media[0] = (api_media){.index = 0, .ref = {.bytes_key = 0x1111, .hash = 0xaaaa, .grid_t = 1, .grid_h = 4,
+                                               .grid_w = 4, .n_tokens = 4, .bytes = rcbuf_ref(bytes0)}};
+  r.media[1] = (api_media){.index = 1, .ref = {.bytes_key = 0x2222, .hash = 0xbbbb, .grid_t = 1, .grid_h = 2,
+                                               .grid_w = 2, .n_tokens = 1, .bytes = rcbuf_ref(bytes1)}};
+  char *json = run_format(&cr, false, NULL, &r);
+  cJSON *o = json ? cJSON_Parse(json) : NULL;
+  char id[64];
+  snprintf(id, sizeof id, "%s", o ? str_at(o, "id") : "");
+  cJSON_Delete(o);
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+  resp_media *tab = NULL;
+  char *kept = resp_store_get_media(st, id, time_now_s(), &tab);
+  CHECK(kept && !strstr(kept, "data:") && strstr(kept, "qvl-media:0000000000001111") &&
+            strstr(kept, "qvl-media:0000000000002222"),
+        "stored with media keys, no data URL: %s", kept ? kept : "(none)");
+  CHECK(resp_media_count(tab) == 2, "the media table holds both images");
+  int n = 0;
+  size_t bytes = 0;
+  resp_store_usage(st, &n, &bytes);
+  CHECK(kept && bytes == strlen(kept) + 1 + 30, "the store counts the JSON and the images' bytes (%zu)", bytes);
+  free(kept);
+  resp_media_unref(tab);
+
+  /* the follow-up resolves the keys from the table: same bytes (no copy), hash and grid */
+  char next[256];
+  snprintf(next, sizeof next, "{\"input\":\"again\",\"previous_response_id\":\"%s\"}", id);
+  cJSON *chat = translate(responses_translate, next, &c, &cr);
+  CHECK(cr.chat_body && !strstr(cr.chat_body, "data:") && strstr(cr.chat_body, "qvl-media:0000000000002222"),
+        "the follow-up's chat body carries the keys: %s", cr.chat_body ? cr.chat_body : "");
+  prompt_media_ref ref;
+  CHECK(cr.resolve_media && cr.resolve_media(cr.resolve_user, 0x2222, &ref) && ref.bytes == bytes1 &&
+            ref.hash == 0xbbbb && ref.grid_h == 2 && ref.n_tokens == 1,
+        "resolved from the table");
+  CHECK(cr.resolve_media && !cr.resolve_media(cr.resolve_user, 0x3333, &ref), "an unknown key is not resolved");
+  cJSON_Delete(chat);
+  /* its answer reports no media (say the policy dropped them): the keys stay backed by the table */
+  r = result_of("again ok", ENGINE_FINISH_STOP);
+  json = run_format(&cr, false, NULL, &r);
+  o = json ? cJSON_Parse(json) : NULL;
+  snprintf(id, sizeof id, "%s", o ? str_at(o, "id") : "");
+  cJSON_Delete(o);
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+  kept = resp_store_get_media(st, id, time_now_s(), &tab);
+  CHECK(kept && strstr(kept, "qvl-media:0000000000001111") && resp_media_count(tab) == 2 &&
+            resp_media_resolve(tab, 0x1111, &ref) && ref.bytes == bytes0,
+        "a follow-up's entry shares the images: %s", kept ? kept : "(none)");
+  free(kept);
+  resp_media_unref(tab);
+  resp_store_free(st);
+  rcbuf_unref(bytes0);
+  rcbuf_unref(bytes1);
+
+  /* the per-request context policy passes through; a chat-shaped text.format is refused */
+  chat = translate(responses_translate, "{\"input\":\"x\",\"history\":\"trim\"}", &c, &cr);
+  CHECK(chat && eq(str_at(chat, "history"), "trim"), "history reaches the chat body: %s", cr.chat_body);
+  cJSON_Delete(chat);
+  compat_request_free(&cr);
+  expect_refused(responses_translate,
+                 "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\","
+                 "\"schema\":{\"type\":\"object\"}}}}}",
+                 &c, 400, "text.format", "nested");
+  expect_refused(responses_translate, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_object\",\"x\":1}}}", &c,
+                 400, "text.format", "'x'");
+}
+
 int main(void) {
   test_responses_translate();
   test_responses_format_and_store();
   test_responses_sampling_echo();
   test_responses_tools();
   test_resp_store();
+  test_responses_processed_media();
   test_completions();
   test_ollama();
   test_ollama_tools();

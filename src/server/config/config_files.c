@@ -13,7 +13,7 @@
 #include "base/cpulist.h"
 #include "base/log.h"
 #include "base/status.h"
-#include "engine/history.h"
+#include "prompt/history.h"
 #include "text/kv_cache.h"
 #include "model/wtable.h"
 #include "server/config/settings.h"

@@ -71,6 +71,11 @@ typedef struct compat_request {
   char *reply_body;       /* set: answer this JSON with reply_status instead of generating (malloc'd) */
   int reply_status;
   char id[48];            /* the answer's id (resp_..., cmpl-...), also the request's id in the log */
+  /* A stored conversation's images (prompt_opts.resolve_media; user is owned by state), and whether
+   * the answer keeps its images' encoded bytes to store them (prompt_opts.keep_sources). */
+  bool (*resolve_media)(void *user, uint64_t bytes_key, prompt_media_ref *out);
+  void *resolve_user;
+  bool keep_media;
   const compat_format *fmt; /* always set by a translator, also when it fails */
   void *state;            /* the formatter's; freed by compat_request_free */
 } compat_request;

@@ -19,6 +19,7 @@ typedef struct resp_state {
   cJSON *echo;          /* the request settings a response object repeats (instructions, ...) */
   cJSON *conv;          /* the conversation without instructions, stored with the answer; NULL: store false */
   resp_store *store;
+  resp_media *media;    /* the images of the stored conversation it continues (NULL: none) */
   char hex[48];         /* the random part of the ids; function call items are fc_<hex>_<i> */
   int64_t seq;          /* sequence_number of the next stream event */
   bool started;         /* the opening events are out */
@@ -46,6 +47,7 @@ static void state_free(void *p) {
     return;
   cJSON_Delete(st->echo);
   cJSON_Delete(st->conv);
+  resp_media_unref(st->media);
   compat_hold_free(&st->hold);
   buf_free(&st->text);
   free(st);
@@ -426,6 +428,22 @@ static bool translate_text(const cJSON *root, cJSON *chat, api_error *e) {
     return bad(e, "text.format", "invalid_type", "'text.format' must be an object with a 'type'");
   if (!strcmp(type->valuestring, "text"))
     return true;
+  /* Responses keeps flat what the chat nests: a chat-shaped format would be accepted and silently
+   * not enforced, so every key must be one this shape has */
+  static const char *const keys[] = {"type", "name", "description", "schema", "strict"};
+  for (const cJSON *k = f->child; k; k = k->next) {
+    bool known = false;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+      known |= !strcmp(k->string, keys[i]);
+    if (!known) {
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "text.format",
+                       "'text.format' has an unsupported key '%s': the Responses API takes the schema flat, "
+                       "{\"type\": \"json_schema\", \"name\": ..., \"schema\": {...}, \"strict\": ...}, not the chat's "
+                       "nested {\"type\": \"json_schema\", \"json_schema\": {...}}",
+                       k->string);
+      return false;
+    }
+  }
   cJSON *rf = cJSON_AddObjectToObject(chat, "response_format");
   cJSON_AddStringToObject(rf, "type", type->valuestring);
   if (!strcmp(type->valuestring, "json_schema")) { /* the chat nests what Responses keeps flat */
@@ -452,7 +470,8 @@ static const char *const refused[][2] = {
 /* Fields passed to the chat body as they are (sampling, qvl extensions). */
 static const char *const passed[] = {"temperature", "top_p",  "top_k", "min_p", "presence_penalty", "frequency_penalty",
                                      "repetition_penalty", "seed", "stop", "min_pixels", "max_pixels", "logit_bias",
-                                     "parallel_tool_calls", "video", "mm_processor_kwargs", "media_io_kwargs"};
+                                     "parallel_tool_calls", "history", "video", "mm_processor_kwargs",
+                                     "media_io_kwargs"};
 
 /* `include` (only the output text's logprobs exist here) and `top_logprobs` -> the chat's logprobs. */
 static bool translate_logprobs(const cJSON *root, cJSON *chat, api_error *e) {
@@ -474,8 +493,11 @@ static bool translate_logprobs(const cJSON *root, cJSON *chat, api_error *e) {
   const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
   if (top && !cJSON_IsNull(top)) {
     if (!cJSON_IsNumber(top) || top->valuedouble != (double)(int)top->valuedouble || top->valuedouble < 0 ||
-        top->valuedouble > 20)
-      return bad(e, "top_logprobs", "invalid_value", "'top_logprobs' must be an integer in [0, 20]");
+        top->valuedouble > ENGINE_MAX_TOP_LOGPROBS) {
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "top_logprobs",
+                       "top_logprobs: 'top_logprobs' must be an integer in [0, %d]", ENGINE_MAX_TOP_LOGPROBS);
+      return false;
+    }
     want |= top->valuedouble > 0;
     if (want)
       compat_copy_field(chat, "top_logprobs", root, "top_logprobs");
@@ -517,7 +539,8 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   const cJSON *trunc = cJSON_GetObjectItemCaseSensitive(root, "truncation");
   if (trunc && !cJSON_IsNull(trunc) && !(cJSON_IsString(trunc) && !strcmp(trunc->valuestring, "disabled"))) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "truncation",
-                  "only truncation \"disabled\" is supported (a prompt over the context answers 400)");
+                  "only truncation \"disabled\" is supported (a prompt over the context answers 400; the qvl "
+                  "field `history: \"trim\"` drops the oldest turns instead)");
     goto done;
   }
 
@@ -553,7 +576,8 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
       bad(e, "previous_response_id", "invalid_type", "'previous_response_id' must be a string");
       goto done;
     }
-    char *json = ctx->responses ? resp_store_get(ctx->responses, prev->valuestring, time_now_s()) : NULL;
+    char *json = ctx->responses ? resp_store_get_media(ctx->responses, prev->valuestring, time_now_s(), &st->media)
+                                : NULL;
     cJSON *old = json ? cJSON_Parse(json) : NULL;
     free(json);
     if (!cJSON_IsArray(old)) {
@@ -629,6 +653,11 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
     st->conv = conv;
     st->store = ctx->responses;
     conv = NULL;
+    out->keep_media = true;
+  }
+  if (st->media) {
+    out->resolve_media = resp_media_resolve;
+    out->resolve_user = st->media;
   }
   ok = compat_finish_chat(chat, out, e);
 done:
@@ -791,6 +820,74 @@ static cJSON *response_object(const resp_state *st, const char *status, const ap
   return o;
 }
 
+/* The image URL strings of conv in prompt order (the chat template's: user and tool messages,
+ * their parts in order); at most cap, returns how many. */
+static int image_urls(cJSON *conv, cJSON **urls, int cap) {
+  int n = 0;
+  for (cJSON *m = conv->child; m; m = m->next) {
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "tool")) ||
+        !cJSON_IsArray(content))
+      continue;
+    for (cJSON *p = content->child; p; p = p->next) {
+      cJSON *iu = cJSON_GetObjectItemCaseSensitive(p, "image_url");
+      cJSON *url = cJSON_IsObject(iu) ? cJSON_GetObjectItemCaseSensitive(iu, "url") : NULL;
+      if (cJSON_IsString(url)) {
+        if (n < cap)
+          urls[n] = url;
+        n++;
+      }
+    }
+  }
+  return n;
+}
+
+/* The processed form of the conversation's images: each image the prompt held (r->media, by its
+ * index in the request) or that the continued conversation's table knew becomes a
+ * "qvl-media:<key>" URL in st->conv, with its facts and bytes in the returned table. Images neither
+ * knows (dropped by the context policy before they were ever processed) keep their URL. */
+static resp_media *processed_media(resp_state *st, const api_result *r) {
+  int n = image_urls(st->conv, NULL, 0);
+  if (n == 0)
+    return NULL;
+  cJSON **urls = calloc((size_t)n, sizeof *urls);
+  resp_media *t = urls ? resp_media_new(n) : NULL;
+  if (!t) {
+    free(urls);
+    return NULL;
+  }
+  image_urls(st->conv, urls, n);
+  int used = 0;
+  for (int k = 0; k < n; k++) {
+    prompt_media_ref ref = {0};
+    bool have = false;
+    for (int i = 0; !have && i < r->n_media; i++)
+      if (r->media[i].index == k && r->media[i].ref.bytes) {
+        ref = r->media[i].ref;
+        have = true;
+      }
+    const char *u = urls[k]->valuestring;
+    size_t pn = strlen(PROMPT_MEDIA_SCHEME);
+    if (!have && st->media && !strncmp(u, PROMPT_MEDIA_SCHEME, pn))
+      have = resp_media_resolve(st->media, strtoull(u + pn, NULL, 16), &ref);
+    if (!have)
+      continue;
+    char nu[48];
+    snprintf(nu, sizeof nu, PROMPT_MEDIA_SCHEME "%016llx", (unsigned long long)ref.bytes_key);
+    cJSON_SetValuestring(urls[k], nu);
+    bool dup = false;
+    for (int j = 0; !dup && j < used; j++)
+      dup = resp_media_item(t, j)->bytes_key == ref.bytes_key;
+    if (!dup) {
+      *resp_media_item(t, used) = ref;
+      resp_media_item(t, used++)->bytes = rcbuf_ref(ref.bytes);
+    }
+  }
+  free(urls);
+  return t;
+}
+
 /* Keeps the conversation with this answer (its text and tool calls as the chat's assistant message)
  * for a later previous_response_id. */
 static void remember(resp_state *st, const api_result *r, const cJSON *choice) {
@@ -807,9 +904,12 @@ static void remember(resp_state *st, const api_result *r, const cJSON *choice) {
   if (calls)
     cJSON_AddItemToObject(m, "tool_calls", cJSON_Duplicate(calls, true));
   cJSON_AddItemToArray(st->conv, m);
+  resp_media *media = processed_media(st, r);
   char *json = cJSON_PrintUnformatted(st->conv);
   if (json)
-    resp_store_put(st->store, st->id, json, time_now_s()); /* too large: simply not kept */
+    resp_store_put_media(st->store, st->id, json, media, time_now_s()); /* too large: simply not kept */
+  else
+    resp_media_unref(media);
   free(json);
   cJSON_Delete(st->conv);
   st->conv = NULL;

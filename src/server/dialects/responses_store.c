@@ -3,14 +3,69 @@
 #include "server/dialects/responses_store.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
 
+struct resp_media {
+  atomic_int refs;
+  int n;
+  prompt_media_ref *items; /* [n] */
+};
+
+resp_media *resp_media_new(int n) {
+  resp_media *m = calloc(1, sizeof *m);
+  if (!m || (n > 0 && !(m->items = calloc((size_t)n, sizeof *m->items)))) {
+    free(m);
+    return NULL;
+  }
+  m->n = n;
+  atomic_init(&m->refs, 1);
+  return m;
+}
+
+resp_media *resp_media_ref(resp_media *m) {
+  if (m)
+    atomic_fetch_add(&m->refs, 1);
+  return m;
+}
+
+void resp_media_unref(resp_media *m) {
+  if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
+    return;
+  for (int i = 0; i < m->n; i++)
+    rcbuf_unref(m->items[i].bytes);
+  free(m->items);
+  free(m);
+}
+
+prompt_media_ref *resp_media_item(resp_media *m, int i) { return &m->items[i]; }
+int resp_media_count(const resp_media *m) { return m ? m->n : 0; }
+
+bool resp_media_resolve(void *user, uint64_t bytes_key, prompt_media_ref *out) {
+  resp_media *m = user;
+  for (int i = 0; m && i < m->n; i++)
+    if (m->items[i].bytes_key == bytes_key && m->items[i].bytes) {
+      *out = m->items[i];
+      return true;
+    }
+  return false;
+}
+
+/* The encoded bytes a table holds. */
+static size_t media_bytes(const resp_media *m) {
+  size_t n = 0;
+  for (int i = 0; m && i < m->n; i++)
+    n += m->items[i].bytes ? m->items[i].bytes->len : 0;
+  return n;
+}
+
 typedef struct entry {
   char id[RESP_STORE_ID_CAP];
   char *json;
+  resp_media *media;
   size_t bytes;
   double t_used, t_put;
 } entry;
@@ -43,8 +98,10 @@ qvl_status resp_store_init(int max_entries, size_t max_bytes, double ttl_s, resp
 void resp_store_free(resp_store *s) {
   if (!s)
     return;
-  for (int i = 0; i < s->n; i++)
+  for (int i = 0; i < s->n; i++) {
     free(s->e[i].json);
+    resp_media_unref(s->e[i].media);
+  }
   free(s->e);
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -53,6 +110,7 @@ void resp_store_free(resp_store *s) {
 static void drop(resp_store *s, int i) {
   s->bytes -= s->e[i].bytes;
   free(s->e[i].json);
+  resp_media_unref(s->e[i].media);
   s->e[i] = s->e[--s->n];
 }
 
@@ -65,16 +123,26 @@ static void expire(resp_store *s, double now) {
 }
 
 qvl_status resp_store_put(resp_store *s, const char *id, const char *json, double now) {
-  size_t len = strlen(json), idn = strlen(id);
-  if (idn == 0 || idn >= RESP_STORE_ID_CAP)
+  return resp_store_put_media(s, id, json, NULL, now);
+}
+
+qvl_status resp_store_put_media(resp_store *s, const char *id, const char *json, resp_media *media, double now) {
+  /* the table's bytes count once per entry, also when a continued conversation shares them */
+  size_t len = strlen(json) + media_bytes(media), idn = strlen(id);
+  if (idn == 0 || idn >= RESP_STORE_ID_CAP) {
+    resp_media_unref(media);
     return qvl_errorf(QVL_ERR_INVALID_ARG, "response store: bad id");
-  if (len + 1 > s->max_bytes)
+  }
+  if (len + 1 > s->max_bytes) {
+    resp_media_unref(media);
     return qvl_errorf(QVL_ERR_TOO_LARGE, "the conversation (%zu bytes) exceeds the response store (%zu bytes)", len,
                       s->max_bytes);
-  char *copy = malloc(len + 1);
-  if (!copy)
+  }
+  char *copy = strdup(json);
+  if (!copy) {
+    resp_media_unref(media);
     return qvl_errorf(QVL_ERR_NOMEM, "response store: out of memory");
-  memcpy(copy, json, len + 1);
+  }
   pthread_mutex_lock(&s->mu);
   expire(s, now);
   for (int i = 0; i < s->n; i++)
@@ -92,6 +160,7 @@ qvl_status resp_store_put(resp_store *s, const char *id, const char *json, doubl
   entry *e = &s->e[s->n++];
   memcpy(e->id, id, idn + 1);
   e->json = copy;
+  e->media = media;
   e->bytes = len + 1;
   e->t_used = e->t_put = now;
   s->bytes += e->bytes;
@@ -99,14 +168,20 @@ qvl_status resp_store_put(resp_store *s, const char *id, const char *json, doubl
   return QVL_OK;
 }
 
-char *resp_store_get(resp_store *s, const char *id, double now) {
+char *resp_store_get(resp_store *s, const char *id, double now) { return resp_store_get_media(s, id, now, NULL); }
+
+char *resp_store_get_media(resp_store *s, const char *id, double now, resp_media **media) {
   char *out = NULL;
+  if (media)
+    *media = NULL;
   pthread_mutex_lock(&s->mu);
   expire(s, now);
   for (int i = 0; i < s->n; i++)
     if (!strcmp(s->e[i].id, id)) {
       s->e[i].t_used = now;
       out = strdup(s->e[i].json);
+      if (out && media)
+        *media = resp_media_ref(s->e[i].media);
       break;
     }
   pthread_mutex_unlock(&s->mu);

@@ -214,7 +214,7 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   }
 
   engine_request er;
-  memset(&er, 0, sizeof er);
+  engine_request_init(&er);
   er.messages = req.messages;
   if (cr && cr->raw) { /* legacy completions: the prompt as given, no template */
     er.raw_text = cr->raw_text;
@@ -222,7 +222,6 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
     er.raw_ids = cr->raw_ids;
     er.n_raw_ids = cr->n_raw_ids;
   }
-  vlm_prompt_opts_default(&er.prompt);
   er.prompt.pre.min_pixels = req.min_pixels;
   er.prompt.pre.max_pixels = req.max_pixels;
   er.prompt.limits.max_bytes = (size_t)s->cfg->max_image_mb << 20;
@@ -255,6 +254,11 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   er.history = &k->hpol;
   er.history_out = &k->hist;
   er.prompt.tools = req.tools;
+  if (cr) { /* a stored conversation's images are resolved, not fetched (dialects/responses_store.h) */
+    er.prompt.resolve_media = cr->resolve_media;
+    er.prompt.resolve_user = cr->resolve_user;
+    er.prompt.keep_sources = cr->keep_media;
+  }
   er.grammar = req.grammar; /* the engine's from here on */
   req.grammar = NULL;
   er.logprobs = req.agent.logprobs;

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "base/buf.h"
-#include "engine/history.h"
+#include "prompt/history.h"
 #include "server/dialects/dialect.h"
 #include "server/http/request.h"
 #include "server/http/session.h"

@@ -98,8 +98,11 @@ bool api_agents_parse(cJSON *root, api_agent_opts *o, const cJSON **tools_out, g
   const cJSON *tlp = field(root, "top_logprobs");
   if (tlp) {
     if (!cJSON_IsNumber(tlp) || tlp->valuedouble != floor(tlp->valuedouble) || tlp->valuedouble < 0 ||
-        tlp->valuedouble > 20)
-      return fail(e, "top_logprobs", "invalid_value", "'top_logprobs' must be an integer in [0, 20]");
+        tlp->valuedouble > ENGINE_MAX_TOP_LOGPROBS) { /* the engine's rule (engine_request.h), in wire terms */
+      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", "top_logprobs",
+                       "'top_logprobs' must be an integer in [0, %d]", ENGINE_MAX_TOP_LOGPROBS);
+      return false;
+    }
     if (!o->logprobs && tlp->valuedouble > 0)
       return fail(e, "top_logprobs", "invalid_value", "'top_logprobs' requires 'logprobs': true");
     o->top_logprobs = (int)tlp->valuedouble;

@@ -1,5 +1,5 @@
 /*
- * The context policy on the HTTP side (engine/history.h does the trimming): the request's
+ * The context policy on the HTTP side (prompt/history.h does the trimming): the request's
  * "history" field ("error" | "trim", default --history), the server's --max-history-turns, whether
  * the client set max_tokens, and how a response reports what was dropped: usage.history and the
  * X-Qvl-History-Dropped header (turns dropped; X-Qvl-History-Dropped-Tokens the prompt tokens they
@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 
-#include "engine/history.h"
+#include "prompt/history.h"
 #include "server/openai/api_error.h"
 #include "server/config/settings.h"
 

@@ -2,6 +2,7 @@
 #include "server/openai/result.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool api_result_copy(api_result *d, const engine_result *r) {
@@ -21,6 +22,17 @@ bool api_result_copy(api_result *d, const engine_result *r) {
     return false;
   if (!api_logprobs_copy(&d->lp, r))
     return false;
+  if (r->n_images > 0 && !(d->media = calloc((size_t)r->n_images, sizeof *d->media)))
+    return false;
+  for (int i = 0; i < r->n_images; i++) {
+    const prompt_image *im = &r->images[i];
+    d->media[i] = (api_media){.index = im->media_index,
+                              .ref = {.bytes_key = im->bytes_key, .hash = im->hash, .grid_t = im->grid_t,
+                                      .grid_h = im->grid_h, .grid_w = im->grid_w, .n_tokens = im->n_tokens,
+                                      .pixels = im->pixels, .resized_pixels = im->resized_pixels,
+                                      .bytes = rcbuf_ref(im->source)}};
+  }
+  d->n_media = r->n_images;
   return true;
 }
 
@@ -29,4 +41,9 @@ void api_result_free(api_result *r) {
     return;
   buf_free(&r->text);
   api_logprobs_free(&r->lp);
+  for (int i = 0; i < r->n_media; i++)
+    rcbuf_unref(r->media[i].ref.bytes);
+  free(r->media);
+  r->media = NULL;
+  r->n_media = 0;
 }

@@ -13,6 +13,13 @@
 #include "qvl.h"
 #include "server/openai/agents.h"
 
+/* One image of a finished request as processed: what a stored conversation keeps instead of its
+ * data URL (ref.bytes is a reference, with engine_request.prompt.keep_sources). */
+typedef struct api_media {
+  int index;             /* among the request's images, in prompt order */
+  prompt_media_ref ref;
+} api_media;
+
 /* A finished request as the server keeps it (copied out of engine_result, which lives only during
  * the callback). */
 typedef struct api_result {
@@ -26,6 +33,8 @@ typedef struct api_result {
   history_report history;
   api_agent_opts agent;        /* set by the caller: how to render tool calls and logprobs */
   api_logprobs lp;
+  api_media *media;            /* [n_media] the images kept in the prompt */
+  int n_media;
 } api_result;
 
 /* Copies r (the text too); false when out of memory. */

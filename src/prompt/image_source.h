@@ -3,8 +3,8 @@
  * fixture cases; relative to a base directory, and only when the caller allows files), or an
  * http(s) URL (only when the caller allows it; fetched by a separate fetcher).
  */
-#ifndef QVL_ENGINE_IMAGE_SOURCE_H
-#define QVL_ENGINE_IMAGE_SOURCE_H
+#ifndef QVL_PROMPT_IMAGE_SOURCE_H
+#define QVL_PROMPT_IMAGE_SOURCE_H
 
 #include <stdbool.h>
 #include <stddef.h>

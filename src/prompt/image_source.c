@@ -1,4 +1,4 @@
-#include "engine/image_source.h"
+#include "prompt/image_source.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -17,16 +17,19 @@
  * left, at most the server's cap: max_tokens = min(cap, n_ctx - prompt). Trimming then aims to
  * leave min(cap, n_ctx / 4) tokens of room, so that a trimmed conversation can still answer.
  *
- * Thread safety: like vlm_prompt_build (it calls it).
+ * The policy works on a prompt plan (prompt/plan.h): the tokens each turn takes are known from the
+ * plan, so which turns to drop is arithmetic, and only the kept turns' media are ever decoded.
+ *
+ * Thread safety: like prompt_materialize (history_build_prompt calls it).
  */
-#ifndef QVL_ENGINE_HISTORY_H
-#define QVL_ENGINE_HISTORY_H
+#ifndef QVL_PROMPT_HISTORY_H
+#define QVL_PROMPT_HISTORY_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/vlm.h"
+#include "prompt/prompt.h"
 #include "qvl.h"
 
 typedef enum history_mode { HISTORY_ERROR = 0, HISTORY_TRIM = 1 } history_mode;
@@ -63,11 +66,20 @@ int history_turns(const cJSON *messages, int *turn_of);
  * references into the original (which must outlive it). NULL when out of memory. */
 cJSON *history_without_turns(const cJSON *messages, const int *turn_of, int drop, int *dropped_messages);
 
-/* Builds the prompt of `messages` under policy p: *max_tokens is the cap in, the tokens to generate
- * out. prompt_cap > 0 limits the prompt too (max_prompt_tokens). On success out holds the prompt
- * (which may still not fit: the caller's checks report that) and rep what was dropped. */
-qvl_status history_build_prompt(const vlm *m, const cJSON *messages, const vlm_prompt_opts *o, const history_policy *p,
-                                int64_t n_ctx, int64_t prompt_cap, int64_t *max_tokens, vlm_prompt *out,
-                                history_report *rep);
+struct prompt_plan;
+
+/* The turns to drop from a plan under policy p (arithmetic only): the fewest that leave room for
+ * the tokens to generate (and fit prompt_cap > 0 and max_images > 0) in trim mode, at least what
+ * max_turns asks. Returns the count; rep receives the turn counts. */
+int history_select(const struct prompt_plan *plan, const history_policy *p, int64_t n_ctx, int64_t prompt_cap,
+                   int max_images, int64_t max_tokens, history_report *rep);
+
+/* Builds the prompt of `messages` under policy p: plan, select, materialize (only the kept turns'
+ * media are decoded, each once). *max_tokens is the cap in, the tokens to generate out.
+ * prompt_cap > 0 limits the prompt too (max_prompt_tokens). On success out holds the prompt (which
+ * may still not fit: the caller's checks report that) and rep what was dropped. */
+qvl_status history_build_prompt(const prompt_model *m, const cJSON *messages, const prompt_opts *o,
+                                const history_policy *p, int64_t n_ctx, int64_t prompt_cap, int64_t *max_tokens,
+                                prompt_built *out, history_report *rep);
 
 #endif
