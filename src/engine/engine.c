@@ -35,9 +35,11 @@ typedef enum rq_state { RQ_NEW, RQ_VISION, RQ_PREFILL, RQ_DECODE } rq_state;
 typedef struct request {
   uint64_t id;
   struct request *next;    /* queue link */
-  /* Set under e->mu by engine_cancel / engine_stop. Kept apart from the fields the engine thread
-   * reads without the lock (a widened load of neighbours would race with this write). */
+  /* Set under e->mu by engine_cancel / engine_stop, with an atomic store: a grammar mask polls it
+   * without the lock (mask_poll). Kept apart from the fields the engine thread reads without the
+   * lock (a widened load of neighbours would race with this write). */
   bool cancel;
+  struct engine *eng;      /* for mask_poll */
   bool (*on_text)(void *user, const char *text, size_t len);
   void (*on_done)(void *user, const engine_result *r);
   void *user;
@@ -443,10 +445,10 @@ void engine_cancel(engine *e, uint64_t id) {
   pthread_mutex_lock(&e->mu);
   for (request *r = e->q_head; r; r = r->next)
     if (r->id == id)
-      r->cancel = true;
+      __atomic_store_n(&r->cancel, true, __ATOMIC_RELAXED);
   for (int i = 0; i < e->n_run; i++)
     if (e->run[i]->id == id)
-      e->run[i]->cancel = true;
+      __atomic_store_n(&e->run[i]->cancel, true, __ATOMIC_RELAXED);
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
 }
@@ -476,6 +478,18 @@ static int64_t rows_needed(engine *e, const request *r) {
   return prompt_rows_bytes(&e->m->pm, &r->p, first_uncovered_image(&r->p, covered));
 }
 
+/* Asked by a grammar mask every few thousand trie nodes (engine thread, without the lock): a mask
+ * stops midway when its request is cancelled (client gone, drain timed out), past its deadline, or
+ * when the engine stops without draining, so one request's mask never holds the others up. */
+static bool mask_poll(void *user) {
+  const request *r = user;
+  if (__atomic_load_n(&r->cancel, __ATOMIC_RELAXED))
+    return true;
+  if (r->deadline > 0 && time_now_s() >= r->deadline)
+    return true;
+  return __atomic_load_n(&r->eng->stopping, __ATOMIC_RELAXED) && !__atomic_load_n(&r->eng->drain, __ATOMIC_RELAXED);
+}
+
 /* Creates the sequence and its generation state and restores the longest cached prefix. */
 static qvl_status request_begin(engine *e, request *r) {
   const vlm *m = e->m;
@@ -486,6 +500,9 @@ static qvl_status request_begin(engine *e, request *r) {
   gen_seq_config gc = gen_seq_config_of(m, &r->gen, r->p.ids, r->p.n);
   gc.gram = r->gram;
   gc.trie = e->tt;
+  r->eng = e;
+  gc.poll = mask_poll;
+  gc.poll_user = r;
   gc.logprobs = r->logprobs;
   gc.n_top = r->n_top;
   QVL_TRY(gen_seq_init(&gc, &r->gs));
@@ -619,7 +636,11 @@ static bool sample_one(request *r, int32_t *tok) {
     r->n_gen = n;
   }
   if (s == QVL_ERR_CANCELLED) {
-    set_error(r, s, ENGINE_FINISH_CANCELLED, "cancelled by the client");
+    /* A mask stopped by mask_poll says why here; the stream's refusal is the client's. */
+    if (r->deadline > 0 && time_now_s() >= r->deadline && !__atomic_load_n(&r->cancel, __ATOMIC_RELAXED))
+      set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out");
+    else
+      set_error(r, s, ENGINE_FINISH_CANCELLED, "cancelled by the client");
     return false;
   }
   if (s != QVL_OK) {
@@ -802,7 +823,7 @@ static void *engine_main(void *arg) {
     }
     for (int i = 0; i < e->n_run; i++) {
       if (abort_all)
-        e->run[i]->cancel = true;
+        __atomic_store_n(&e->run[i]->cancel, true, __ATOMIC_RELAXED);
       e->run[i]->cancel_seen = e->run[i]->cancel;
     }
     /* Dynamic batching: an idle engine waits up to max_wait_ms for companions of a first request,
@@ -961,8 +982,9 @@ void engine_stop(engine *e, bool drain) {
   if (!e)
     return;
   pthread_mutex_lock(&e->mu);
-  e->stopping = true;
-  e->drain = drain;
+  /* Atomic stores: mask_poll reads them without the lock. */
+  __atomic_store_n(&e->drain, drain, __ATOMIC_RELAXED);
+  __atomic_store_n(&e->stopping, true, __ATOMIC_RELAXED);
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
   pthread_join(e->thread, NULL);

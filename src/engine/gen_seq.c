@@ -85,6 +85,7 @@ static qvl_status init(const gen_seq_config *c, gen_seq *g) {
   if (c->gram) {
     g->gram = c->gram;
     QVL_TRY(token_mask_walker_init(c->trie, &g->walker));
+    token_mask_walker_set_poll(g->walker, c->poll, c->poll_user);
     g->mask = malloc(sizeof *g->mask * (size_t)token_mask_words(c->trie));
     g->gst = malloc(sizeof *g->gst);
     if (!g->mask || !g->gst)
@@ -130,9 +131,12 @@ qvl_status gen_seq_next(gen_seq *g, const float *logits, gen_stream_fn stream, v
   memcpy(g->work, logits, sizeof *g->work * (size_t)V);
   if (g->gram) {
     /* The sequence's own state only: batch-invariant, and independent of other sequences. */
-    if (token_mask_compute(g->walker, g->gram, g->gst, g->eos_ids, g->n_eos, g->mask) == 0)
-      return qvl_errorf(QVL_ERR_INTERNAL, "constrained decoding: no token can continue the output (the schema "
-                        "nests deeper than the grammar's depth cap?)");
+    int64_t allowed;
+    QVL_TRY(token_mask_fill(g->walker, g->gram, g->gst, g->eos_ids, g->n_eos, g->mask, &allowed));
+    /* grammar_finalize refuses schemas without a finite value and the automaton only accepts bytes
+     * that can be completed, so this is a bug, not a property of the request. */
+    if (allowed == 0)
+      return qvl_errorf(QVL_ERR_INTERNAL, "constrained decoding: no token can continue the output");
     token_mask_apply(g->mask, V, g->work);
   }
   int32_t id = sampler_sample(g->smp, g->work);

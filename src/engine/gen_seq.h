@@ -54,6 +54,8 @@ typedef struct gen_seq_config {
   int64_t max_tokens;           /* > 0 */
   const grammar *gram;          /* constrained decoding (not owned; NULL = free text) */
   const token_trie *trie;       /* with gram: the vocabulary trie of tok */
+  token_mask_poll_fn poll;      /* with gram: asked during each mask, true = stop (NULL: never) */
+  void *poll_user;
   bool logprobs;                /* record log-probabilities (gen_seq_logprobs) */
   int n_top;                    /* with logprobs: alternatives per token */
 } gen_seq_config;
@@ -69,8 +71,9 @@ void gen_seq_free(gen_seq *g);
  * Chooses the next token from logits[n_vocab] (not modified) and streams the text it makes final.
  * *id = the token (to feed to the decoder unless *done); *done = a stop condition holds (reason
  * in gen_seq_reason; the text is then all final and streamed). Errors: QVL_ERR_CANCELLED when
- * stream returned false (the token is recorded), QVL_ERR_INTERNAL when constrained decoding
- * cannot go on ("constrained decoding: ..."; no token recorded), QVL_ERR_NOMEM.
+ * stream returned false (the token is recorded) or the poll stopped the mask (no token recorded),
+ * QVL_ERR_UNSUPPORTED when a mask went over its work budget, QVL_ERR_INTERNAL when constrained
+ * decoding cannot go on ("constrained decoding: ..."; no token recorded), QVL_ERR_NOMEM.
  */
 qvl_status gen_seq_next(gen_seq *g, const float *logits, gen_stream_fn stream, void *user, int32_t *id,
                         bool *done);

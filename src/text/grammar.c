@@ -107,11 +107,209 @@ qvl_status grammar_init(grammar **out) {
   }
   for (int i = 0; i < GRAMMAR_NODE_FIRST_FREE && s == QVL_OK; i++)
     s = grammar_add_node(g, &n[i], &idx);
+  grammar_fault fault;
+  if (s == QVL_OK)
+    s = grammar_finalize(g, &fault, &idx);
   if (s != QVL_OK) {
     grammar_free(g);
     return s;
   }
   *out = g;
+  return QVL_OK;
+}
+
+/* ---- finalizing: flat anyOf, min_depth ---------------------------------------------------------- */
+
+#define DEPTH_INF 255u
+
+/* Appends the flat alternatives of node a (not an anyOf, or an already flat one) to list, without
+ * duplicates. false when the list would grow past GRAMMAR_MAX_FLAT. */
+static bool add_flat(const grammar *g, uint32_t a, uint32_t *list, uint32_t *n) {
+  const grammar_node *an = &g->nodes[a];
+  uint32_t k = an->kind == GK_ANYOF ? an->n : 1;
+  for (uint32_t j = 0; j < k; j++) {
+    uint32_t x = an->kind == GK_ANYOF ? g->alts[an->first + j] : a;
+    bool dup = false;
+    for (uint32_t i = 0; i < *n && !dup; i++)
+      dup = list[i] == x;
+    if (dup)
+      continue;
+    if (*n >= GRAMMAR_MAX_FLAT)
+      return false;
+    list[(*n)++] = x;
+  }
+  return true;
+}
+
+/* Replaces the literal alternatives of a flat list (enum values, constants, true/false/null) by one
+ * node holding all of them, when they fit one: literals sharing a prefix ("1", "15") then stay one
+ * stack instead of taking several of the GRAMMAR_MAX_ALT. */
+static qvl_status merge_literals(grammar *g, uint32_t *list, uint32_t *m) {
+  uint32_t n_nodes = 0, n_lits = 0;
+  for (uint32_t i = 0; i < *m; i++)
+    if (g->nodes[list[i]].kind == GK_LITERALS) {
+      n_nodes++;
+      n_lits += g->nodes[list[i]].n;
+    }
+  if (n_nodes < 2 || n_lits > GRAMMAR_MAX_PROPS)
+    return QVL_OK;
+  grammar_node merged = {.kind = GK_LITERALS, .n = (uint16_t)n_lits};
+  uint32_t k = 0, out = 0, idx;
+  for (uint32_t i = 0; i < *m; i++) {
+    const grammar_node nd = g->nodes[list[i]];
+    if (nd.kind != GK_LITERALS) {
+      list[out++] = list[i];
+      continue;
+    }
+    for (uint32_t j = 0; j < nd.n; j++, k++) {
+      QVL_TRY(grow((void **)&g->lits, &g->cap_lits, g->n_lits + 1, sizeof *g->lits, 1u << 16, "literals"));
+      g->lits[g->n_lits] = g->lits[nd.first + j]; /* the same pool bytes */
+      if (k == 0)
+        merged.first = g->n_lits;
+      g->n_lits++;
+    }
+  }
+  QVL_TRY(grammar_add_node(g, &merged, &idx));
+  list[out++] = idx;
+  *m = out;
+  return QVL_OK;
+}
+
+/* Rewrites every anyOf as the flat list of the non-anyOf nodes it stands for (depth first over the
+ * anyOf -> alternative edges, memoised: each anyOf is flattened once). */
+static qvl_status flatten(grammar *g, grammar_fault *fault, uint32_t *bad) {
+  uint32_t n = g->n_nodes;
+  uint8_t *color = calloc(n, 1);
+  uint32_t *stk = malloc(sizeof *stk * n), *at = malloc(sizeof *at * n);
+  qvl_status s = QVL_OK;
+  if (!color || !stk || !at)
+    s = qvl_errorf(QVL_ERR_NOMEM, "grammar: out of memory");
+  for (uint32_t root = 0; s == QVL_OK && root < n; root++) {
+    if (g->nodes[root].kind != GK_ANYOF || color[root])
+      continue;
+    uint32_t sp = 0;
+    stk[sp] = root;
+    at[sp++] = 0;
+    color[root] = 1;
+    while (sp > 0 && s == QVL_OK) {
+      uint32_t v = stk[sp - 1];
+      grammar_node *nd = &g->nodes[v];
+      if (at[sp - 1] < nd->n) {
+        uint32_t a = g->alts[nd->first + at[sp - 1]++];
+        if (g->nodes[a].kind != GK_ANYOF || color[a] == 2)
+          continue;
+        if (color[a] == 1) {
+          *fault = GRAMMAR_FAULT_CYCLE;
+          *bad = a;
+          s = QVL_ERR_UNSUPPORTED;
+          break;
+        }
+        color[a] = 1;
+        stk[sp] = a;
+        at[sp++] = 0;
+        continue;
+      }
+      /* Every alternative of v is flat now: v's list is theirs, merged. */
+      uint32_t list[GRAMMAR_MAX_FLAT], m = 0;
+      bool ok = true;
+      for (uint32_t i = 0; i < nd->n && ok; i++)
+        ok = add_flat(g, g->alts[nd->first + i], list, &m);
+      if (!ok) {
+        *fault = GRAMMAR_FAULT_EXPANSION;
+        *bad = v;
+        s = QVL_ERR_UNSUPPORTED;
+        break;
+      }
+      s = merge_literals(g, list, &m);
+      uint32_t first = 0;
+      for (uint32_t i = 0; i < m && s == QVL_OK; i++) {
+        uint32_t ai = 0;
+        s = grammar_add_alt(g, list[i], &ai);
+        if (i == 0)
+          first = ai;
+      }
+      nd = &g->nodes[v];
+      nd->first = first;
+      nd->n = (uint16_t)m;
+      color[v] = 2;
+      sp--;
+    }
+  }
+  free(color);
+  free(stk);
+  free(at);
+  return s;
+}
+
+static uint32_t node_depth(const grammar *g, const uint32_t *md, uint32_t v) {
+  const grammar_node *nd = &g->nodes[v];
+  uint32_t d = 0;
+  switch (nd->kind) {
+  case GK_ROOT:
+  case GK_WRAP:
+    d = md[nd->child];
+    break;
+  case GK_ARRAY:
+    d = nd->min_items > 0 ? md[nd->child] : 0;
+    break;
+  case GK_OBJECT:
+    for (uint32_t i = 0; !nd->any_keys && i < nd->n; i++)
+      if (nd->required >> i & 1 && md[g->props[nd->first + i].node] > d)
+        d = md[g->props[nd->first + i].node];
+    break;
+  case GK_ANYOF: /* replaced by an alternative: no frame of its own */
+    d = DEPTH_INF;
+    for (uint32_t i = 0; i < nd->n; i++)
+      if (md[g->alts[nd->first + i]] < d)
+        d = md[g->alts[nd->first + i]];
+    return d;
+  case GK_LITERALS:
+    if (nd->n == 0)
+      return DEPTH_INF;
+    break;
+  default:
+    break;
+  }
+  if (d >= DEPTH_INF)
+    return DEPTH_INF;
+  /* A container opens only below GRAMMAR_MAX_DEPTH - 1 (run): as if it needed two more frames. */
+  if ((nd->kind == GK_OBJECT || nd->kind == GK_ARRAY) && d < 2)
+    d = 2;
+  return d + 1;
+}
+
+qvl_status grammar_finalize(grammar *g, grammar_fault *fault, uint32_t *node) {
+  *fault = GRAMMAR_FAULT_NONE;
+  *node = 0;
+  QVL_TRY(flatten(g, fault, node));
+  uint32_t n = g->n_nodes;
+  uint32_t *md = malloc(sizeof *md * n);
+  if (!md)
+    return qvl_errorf(QVL_ERR_NOMEM, "grammar: out of memory");
+  for (uint32_t i = 0; i < n; i++)
+    md[i] = DEPTH_INF;
+  /* The least fixed point from above: values only fall, each pass settles at least one more node
+   * of a dependency chain, so n + 1 passes always suffice (a few in practice). */
+  bool changed = true;
+  for (uint32_t pass = 0; changed && pass <= n; pass++) {
+    changed = false;
+    for (uint32_t i = n; i-- > 0;) {
+      uint32_t d = node_depth(g, md, i);
+      if (d < md[i]) {
+        md[i] = d;
+        changed = true;
+      }
+    }
+  }
+  for (uint32_t i = 0; i < n; i++)
+    g->nodes[i].min_depth = (uint8_t)md[i];
+  uint32_t root = md[GRAMMAR_NODE_ROOT];
+  free(md);
+  if (root >= DEPTH_INF || root > GRAMMAR_MAX_DEPTH) {
+    *fault = root >= DEPTH_INF ? GRAMMAR_FAULT_EMPTY : GRAMMAR_FAULT_TOO_DEEP;
+    *node = g->nodes[GRAMMAR_NODE_ROOT].child;
+    return QVL_ERR_UNSUPPORTED;
+  }
   return QVL_OK;
 }
 
@@ -128,26 +326,51 @@ static inline const char *lit_bytes(const grammar *g, uint32_t l, uint32_t *len)
   return g->pool + g->lits[l].off;
 }
 
-/* Whitespace where JSON allows it, capped. -1: not whitespace. */
+/* Whitespace where JSON allows it: one space, or one newline and a short indent. -1: not
+ * whitespace (the run ends). */
 static inline int take_ws(grammar_frame *f, int c) {
   if (!is_ws(c)) {
     f->ws = 0;
     return -1;
   }
-  if (f->ws >= GRAMMAR_MAX_WS)
-    return R_REJECT;
-  f->ws++;
-  return R_OK;
+  if (f->ws == 0 && (c == ' ' || c == '\n')) {
+    f->ws = c == ' ' ? 1 : 2;
+    return R_OK;
+  }
+  if (f->ws >= 2 && (c == ' ' || c == '\t') && f->ws < 2 + GRAMMAR_MAX_INDENT) {
+    f->ws++;
+    return R_OK;
+  }
+  return R_REJECT;
+}
+
+/* Whether a frame of node pushed to make the stack depth frames deep can still be completed under
+ * the depth cap. */
+static inline bool fits(const grammar *g, uint32_t depth, uint32_t node) {
+  return depth - 1 + g->nodes[node].min_depth <= GRAMMAR_MAX_DEPTH;
+}
+
+/* The properties of an object (frame at depth) not given yet whose values fit below it. */
+static uint64_t open_props(const grammar *g, const grammar_node *nd, const grammar_frame *f, uint32_t depth) {
+  uint64_t m = low_bits(nd->n) & ~f->seen, keep = 0;
+  for (uint64_t b = m; b; b &= b - 1) {
+    unsigned i = (unsigned)__builtin_ctzll(b);
+    if (fits(g, depth + 1, g->props[nd->first + i].node))
+      keep |= 1ull << i;
+  }
+  return keep;
 }
 
 /* A '"' opening a key of a schema object: candidates are the properties not yet given. */
-static int open_key(const grammar_node *nd, grammar_frame *f, uint32_t *child) {
+static int open_key(const grammar *g, const grammar_node *nd, grammar_frame *f, uint32_t depth, uint32_t *child) {
   if (nd->any_keys) {
+    if (depth + 1 > GRAMMAR_MAX_DEPTH)
+      return R_REJECT;
     f->phase = 3;
     *child = GRAMMAR_NODE_STRING;
     return R_PUSH;
   }
-  uint64_t m = low_bits(nd->n) & ~f->seen;
+  uint64_t m = open_props(g, nd, f, depth);
   if (!m)
     return R_REJECT;
   f->mask = m;
@@ -156,7 +379,8 @@ static int open_key(const grammar_node *nd, grammar_frame *f, uint32_t *child) {
   return R_OK;
 }
 
-static int step_object(const grammar *g, const grammar_node *nd, grammar_frame *f, int c, uint32_t *child) {
+static int step_object(const grammar *g, const grammar_node *nd, grammar_frame *f, uint32_t depth, int c,
+                       uint32_t *child) {
   int w;
   switch (f->phase) {
   case 0:
@@ -169,7 +393,7 @@ static int step_object(const grammar *g, const grammar_node *nd, grammar_frame *
     if ((w = take_ws(f, c)) >= 0)
       return w;
     if (c == '"')
-      return open_key(nd, f, child);
+      return open_key(g, nd, f, depth, child);
     if (c == '}' && f->phase == 1)
       return (nd->required & ~f->seen) ? R_REJECT : R_DONE;
     return R_REJECT;
@@ -215,7 +439,8 @@ static int step_object(const grammar *g, const grammar_node *nd, grammar_frame *
     if ((w = take_ws(f, c)) >= 0)
       return w;
     if (c == ',') {
-      if (!nd->any_keys && !(low_bits(nd->n) & ~f->seen))
+      /* Only when another property can follow (and fits under the depth cap). */
+      if (nd->any_keys ? depth + 1 > GRAMMAR_MAX_DEPTH : !open_props(g, nd, f, depth))
         return R_REJECT;
       f->phase = 6;
       return R_OK;
@@ -227,7 +452,8 @@ static int step_object(const grammar *g, const grammar_node *nd, grammar_frame *
   return R_REJECT;
 }
 
-static int step_array(const grammar_node *nd, grammar_frame *f, int c, uint32_t *child) {
+static int step_array(const grammar *g, const grammar_node *nd, grammar_frame *f, uint32_t depth, int c,
+                      uint32_t *child) {
   int w;
   switch (f->phase) {
   case 0:
@@ -243,7 +469,7 @@ static int step_array(const grammar_node *nd, grammar_frame *f, int c, uint32_t 
       return nd->min_items == 0 ? R_DONE : R_REJECT;
     if (c == GRAMMAR_END || c == ']' || c == ',')
       return R_REJECT;
-    if (f->phase == 1 && nd->max_items == 0)
+    if ((f->phase == 1 && nd->max_items == 0) || !fits(g, depth + 1, nd->child))
       return R_REJECT;
     if (f->pos < 65535)
       f->pos++;
@@ -254,7 +480,7 @@ static int step_array(const grammar_node *nd, grammar_frame *f, int c, uint32_t 
     if ((w = take_ws(f, c)) >= 0)
       return w;
     if (c == ',') {
-      if (f->pos >= nd->max_items)
+      if (f->pos >= nd->max_items || !fits(g, depth + 1, nd->child))
         return R_REJECT;
       f->phase = 3;
       return R_OK;
@@ -388,7 +614,10 @@ static int step_number(grammar_frame *f, int c, bool integer) {
     break;
   }
   if (next >= 0) {
-    if (f->pos >= GRAMMAR_MAX_NUMBER)
+    /* Room for this byte, and for one more after it when the number cannot end there ("-", "1.",
+     * "1e", "1e+"): a number at the cap is always complete. */
+    bool final = next == 2 || next == 3 || next == 5 || next == 8;
+    if (f->pos + (final ? 1 : 2) > GRAMMAR_MAX_NUMBER)
       return can_end ? R_POP : R_REJECT;
     f->pos++;
     f->phase = (uint8_t)next;
@@ -486,27 +715,72 @@ static inline void push_frame(grammar_stack *s, uint32_t node) {
   f->node = (uint16_t)node;
 }
 
-/* Feeds c to the stack w (modified); every resulting stack goes to out. */
-static void run(const grammar *g, grammar_stack *w, int c, grammar_state *out, int rec) {
+/* Whether a fresh frame of node (not an anyOf: they are flattened) may take c as its first byte;
+ * lets an anyOf skip the alternatives that reject c without copying a stack for each. */
+static bool may_start(const grammar *g, uint32_t node, int c) {
+  const grammar_node *nd = &g->nodes[node];
+  switch (nd->kind) {
+  case GK_OBJECT:
+    return c == '{';
+  case GK_ARRAY:
+    return c == '[';
+  case GK_STRING:
+    return c == '"';
+  case GK_NUMBER:
+  case GK_INTEGER:
+    return c == '-' || is_digit(c);
+  case GK_ANY:
+    return c == '{' || c == '[' || c == '"' || c == '-' || is_digit(c) || c == 't' || c == 'f' || c == 'n';
+  case GK_LITERALS:
+    for (uint32_t i = 0; i < nd->n; i++) {
+      uint32_t len;
+      const char *b = lit_bytes(g, nd->first + i, &len);
+      if (len && (unsigned char)b[0] == c)
+        return true;
+    }
+    return false;
+  default:
+    return true;
+  }
+}
+
+/* Feeds c to the stack w (modified); every resulting stack goes to out. Every loop turn and every
+ * alternative looked at adds one to *work. The walk never recurses: an anyOf's alternatives are
+ * flat (grammar_finalize), each starts a fresh frame that consumes c or rejects it. */
+static void run(const grammar *g, grammar_stack *w, int c, grammar_state *out, uint64_t *work) {
   for (;;) {
-    if (w->depth == 0)
-      return;
+    ++*work;
+    if (w->depth == 0 || out->n >= GRAMMAR_MAX_ALT)
+      return; /* out full: whatever else this yields would be dropped */
     grammar_frame *f = &w->f[w->depth - 1];
     const grammar_node *nd = &g->nodes[f->node];
     uint32_t child = 0;
     int r = R_REJECT;
     switch (nd->kind) {
-    case GK_ANYOF:
-      if (rec >= 8)
-        return;
+    case GK_ANYOF: {
+      uint32_t d = w->depth, last = UINT32_MAX;
+      /* The one alternative that takes c goes on in w itself (no copy); when several do, each but
+       * the last runs on a copy. */
       for (uint32_t i = 0; i < nd->n; i++) {
-        grammar_stack alt;
-        stack_copy(&alt, w);
-        alt.depth--;
-        push_frame(&alt, g->alts[nd->first + i]);
-        run(g, &alt, c, out, rec + 1);
+        uint32_t a = g->alts[nd->first + i];
+        ++*work;
+        if (!may_start(g, a, c) || !fits(g, d, a))
+          continue;
+        if (last != UINT32_MAX) {
+          grammar_stack alt;
+          stack_copy(&alt, w);
+          alt.depth--;
+          push_frame(&alt, last);
+          run(g, &alt, c, out, work);
+        }
+        last = a;
       }
-      return;
+      if (last == UINT32_MAX)
+        return;
+      w->depth--;
+      push_frame(w, last);
+      continue;
+    }
     case GK_ANY: {
       uint32_t to;
       if (c == '{')
@@ -533,7 +807,8 @@ static void run(const grammar *g, grammar_stack *w, int c, grammar_state *out, i
       /* Near the depth cap no container opens, so that whatever is open can still close. */
       if (f->phase == 0 && w->depth >= GRAMMAR_MAX_DEPTH - 1)
         return;
-      r = nd->kind == GK_OBJECT ? step_object(g, nd, f, c, &child) : step_array(nd, f, c, &child);
+      r = nd->kind == GK_OBJECT ? step_object(g, nd, f, w->depth, c, &child)
+                                : step_array(g, nd, f, w->depth, c, &child);
       break;
     case GK_STRING:
       r = step_string(nd, f, c);
@@ -564,7 +839,7 @@ static void run(const grammar *g, grammar_stack *w, int c, grammar_state *out, i
       w->depth--;
       continue;
     case R_PUSH:
-      if (w->depth >= GRAMMAR_MAX_DEPTH)
+      if (w->depth >= GRAMMAR_MAX_DEPTH || !fits(g, w->depth + 1, child))
         return;
       push_frame(w, child);
       continue;
@@ -586,25 +861,31 @@ void grammar_state_copy(grammar_state *dst, const grammar_state *src) {
 }
 
 /* dst = src advanced by c (dst != src). */
-static bool advance(const grammar *g, const grammar_state *src, int c, grammar_state *dst) {
+static bool advance(const grammar *g, const grammar_state *src, int c, grammar_state *dst, uint64_t *work) {
   dst->n = 0;
-  for (uint32_t i = 0; i < src->n; i++) {
+  for (uint32_t i = 0; i < src->n && dst->n < GRAMMAR_MAX_ALT; i++) {
     grammar_stack w;
     stack_copy(&w, &src->s[i]);
-    run(g, &w, c, dst, 0);
+    run(g, &w, c, dst, work);
   }
   return dst->n > 0;
 }
 
 bool grammar_step(const grammar *g, grammar_state *st, int c) {
   grammar_state tmp;
-  bool ok = advance(g, st, c, &tmp);
+  uint64_t work = 0;
+  bool ok = advance(g, st, c, &tmp, &work);
   grammar_state_copy(st, &tmp);
   return ok;
 }
 
 bool grammar_advance(const grammar *g, const grammar_state *src, int c, grammar_state *dst) {
-  return advance(g, src, c, dst);
+  uint64_t work = 0;
+  return advance(g, src, c, dst, &work);
+}
+
+bool grammar_advance_counted(const grammar *g, const grammar_state *src, int c, grammar_state *dst, uint64_t *work) {
+  return advance(g, src, c, dst, work);
 }
 
 bool grammar_feed(const grammar *g, grammar_state *st, const void *bytes, size_t n) {
@@ -617,7 +898,8 @@ bool grammar_feed(const grammar *g, grammar_state *st, const void *bytes, size_t
 
 bool grammar_can_end(const grammar *g, const grammar_state *st) {
   grammar_state tmp;
-  return advance(g, st, GRAMMAR_END, &tmp);
+  uint64_t work = 0;
+  return advance(g, st, GRAMMAR_END, &tmp, &work);
 }
 
 bool grammar_in_free_string(const grammar *g, const grammar_state *st) {

@@ -9,10 +9,20 @@
  * byte die; identical stacks merge. The output is accepted (EOS allowed) when feeding the end
  * symbol leaves a live stack.
  *
- * Caps that keep a model from looping forever inside the grammar: GRAMMAR_MAX_WS whitespace bytes
- * in a row, GRAMMAR_MAX_NUMBER bytes per number, GRAMMAR_MAX_DEPTH nested frames (deeper objects
- * and arrays are refused, so a recursive schema must end), at most GRAMMAR_MAX_ALT live
- * alternatives (beyond that later alternatives are dropped: the language only narrows).
+ * Caps that keep a model from looping forever inside the grammar: whitespace between two tokens is
+ * one space, or one newline and at most GRAMMAR_MAX_INDENT spaces or tabs (so pretty-printed JSON
+ * is fine, runs of blank lines are not); GRAMMAR_MAX_NUMBER bytes per number, GRAMMAR_MAX_DEPTH
+ * nested frames (deeper objects and arrays are refused, so a recursive schema must end), at most
+ * GRAMMAR_MAX_ALT live alternatives (beyond that later alternatives are dropped: the language only
+ * narrows).
+ *
+ * Bounded work (grammar_finalize, run once a grammar is built): anyOf alternatives are flattened
+ * to at most GRAMMAR_MAX_FLAT nodes that each consume a byte before anything else (an anyOf that
+ * reaches itself without consuming one, left recursion, is refused), and every node knows the
+ * fewest frames a value of it needs (min_depth; a schema with no finite value is refused). One
+ * byte then costs at most GRAMMAR_MAX_ALT stacks x GRAMMAR_MAX_FLAT alternatives x the depth, never
+ * an exponential walk, and no live stack is a dead end: a frame is only pushed when a value of its
+ * node fits under the depth cap, so every byte the automaton accepts can be completed.
  *
  * Thread safety: a compiled grammar is read-only and may be shared; a state belongs to one thread.
  */
@@ -27,11 +37,15 @@
 
 #define GRAMMAR_MAX_DEPTH 32
 #define GRAMMAR_MAX_ALT 4
-#define GRAMMAR_MAX_WS 8
+#define GRAMMAR_MAX_INDENT 20 /* spaces or tabs after a newline between tokens */
+#define GRAMMAR_MAX_FLAT 64   /* alternatives of one anyOf once flattened */
 #define GRAMMAR_MAX_NUMBER 24
 #define GRAMMAR_MAX_NODES 4096
 #define GRAMMAR_MAX_PROPS 64  /* properties per object, values per enum (one 64-bit mask) */
 #define GRAMMAR_END 256       /* the end-of-output symbol fed to grammar_step */
+/* Automaton steps one byte may take at most (grammar_advance_counted), whatever the schema: each
+ * live stack pops and pushes at most its depth and looks at each flat alternative a few times. */
+#define GRAMMAR_STEP_WORK_MAX (GRAMMAR_MAX_ALT * (4 * GRAMMAR_MAX_DEPTH + 4 * GRAMMAR_MAX_FLAT))
 
 typedef enum grammar_kind {
   GK_ROOT,      /* child: the value; then only the end */
@@ -50,6 +64,7 @@ typedef struct grammar_node {
   uint8_t kind;
   bool any_keys;     /* GK_OBJECT: keys are free strings and values any JSON */
   bool repeat;       /* GK_WRAP */
+  uint8_t min_depth; /* frames a value of this node needs, its own included (grammar_finalize) */
   uint16_t n;
   uint32_t first;
   uint32_t child;    /* GK_ROOT, GK_ARRAY, GK_WRAP */
@@ -86,7 +101,7 @@ enum { GRAMMAR_NODE_ROOT = 0, GRAMMAR_NODE_ANY, GRAMMAR_NODE_ANY_OBJECT, GRAMMAR
 typedef struct grammar_frame {
   uint16_t node;
   uint8_t phase;
-  uint8_t ws;        /* whitespace bytes in a row */
+  uint8_t ws;        /* whitespace so far: 0 none, 1 a space, 2 + k a newline and k indent bytes */
   uint16_t pos;      /* key / literal byte index, number length, UTF-8 bytes pending, item count */
   uint8_t lo, hi;    /* next UTF-8 continuation byte range */
   uint32_t cur;      /* object: property of the current value; string: characters so far */
@@ -105,8 +120,22 @@ typedef struct grammar_state {
   grammar_stack s[GRAMMAR_MAX_ALT];
 } grammar_state;
 
-/* A grammar with only the base nodes; root = GRAMMAR_NODE_ANY_OBJECT (json_object). */
+/* A grammar with only the base nodes; root = GRAMMAR_NODE_ANY_OBJECT (json_object); finalized. */
 qvl_status grammar_init(grammar **out);
+
+/* What grammar_finalize refused, and the node that shows it. */
+typedef enum grammar_fault {
+  GRAMMAR_FAULT_NONE,
+  GRAMMAR_FAULT_CYCLE,     /* an anyOf reaches itself without consuming a byte (left recursion) */
+  GRAMMAR_FAULT_EXPANSION, /* an anyOf flattens to more than GRAMMAR_MAX_FLAT alternatives */
+  GRAMMAR_FAULT_EMPTY,     /* the root has no finite value */
+  GRAMMAR_FAULT_TOO_DEEP,  /* every value of the root nests deeper than GRAMMAR_MAX_DEPTH */
+} grammar_fault;
+
+/* Flattens anyOf nodes, computes min_depth, checks the root can produce a value. Call once after
+ * the last builder call (and grammar_set_root). QVL_ERR_UNSUPPORTED with *fault and *node (the
+ * anyOf on the cycle or too wide; for EMPTY and TOO_DEEP the root's child) when refused. */
+qvl_status grammar_finalize(grammar *g, grammar_fault *fault, uint32_t *node);
 void grammar_free(grammar *g);
 
 /* Builders (json_schema.c). Each returns the new index or fails with QVL_ERR_TOO_LARGE. */
@@ -125,6 +154,8 @@ void grammar_state_copy(grammar_state *dst, const grammar_state *src);
 bool grammar_step(const grammar *g, grammar_state *st, int c);
 /* dst = src advanced by c (dst must not be src); false when dst is dead. */
 bool grammar_advance(const grammar *g, const grammar_state *src, int c, grammar_state *dst);
+/* The same, adding the automaton steps it took to *work (the mask's work budget counts them). */
+bool grammar_advance_counted(const grammar *g, const grammar_state *src, int c, grammar_state *dst, uint64_t *work);
 /* Feeds bytes; false on the first rejected byte. */
 bool grammar_feed(const grammar *g, grammar_state *st, const void *bytes, size_t n);
 /* Whether the output may end here (the end symbol would be accepted). */

@@ -21,7 +21,36 @@ typedef struct compiler {
   int n_refs;
   char path[512];                    /* where we are, for error messages */
   int nesting;
+  /* The anyOf nodes and $ref placeholders with where they come from, so that a refusal of
+   * grammar_finalize names the schema's construct. */
+  struct mark {
+    uint32_t node;
+    char what[300];
+  } *marks;
+  int n_marks, cap_marks;
 } compiler;
+
+/* Remembers what node stands for ("anyOf at '#/x'"); best effort (only error messages use it). */
+static void mark(compiler *c, uint32_t node, const char *fmt, const char *a, const char *b) {
+  if (c->n_marks == c->cap_marks) {
+    int nc = c->cap_marks ? 2 * c->cap_marks : 32;
+    struct mark *m = realloc(c->marks, sizeof *m * (size_t)nc);
+    if (!m)
+      return;
+    c->marks = m;
+    c->cap_marks = nc;
+  }
+  c->marks[c->n_marks].node = node;
+  snprintf(c->marks[c->n_marks].what, sizeof c->marks[0].what, fmt, a, b);
+  c->n_marks++;
+}
+
+static const char *marked(const compiler *c, uint32_t node) {
+  for (int i = 0; i < c->n_marks; i++)
+    if (c->marks[i].node == node)
+      return c->marks[i].what;
+  return NULL;
+}
 
 static const char *const ignored_keys[] = {"description", "title",      "$schema",   "$id",      "$comment",
                                            "examples",    "default",    "deprecated", "readOnly", "writeOnly",
@@ -136,6 +165,7 @@ static qvl_status compile_ref(compiler *c, const char *ref, uint32_t *out) {
   int slot = c->n_refs++;
   c->ref_schema[slot] = target;
   c->ref_node[slot] = idx;
+  mark(c, idx, "$ref '%.120s' at '%.160s'", ref, c->path[0] ? c->path : "#");
   char suffix[300];
   snprintf(suffix, sizeof suffix, "->%.256s", ref);
   QVL_TRY(compile_at(c, target, suffix, &body));
@@ -304,16 +334,34 @@ static qvl_status compile_inner(compiler *c, const cJSON *sch, uint32_t *out) {
       snprintf(m, sizeof m, "keyword '%.200s'", k->string);
       return unsupported(c, m);
     }
+  const cJSON *nullable = cJSON_GetObjectItemCaseSensitive(sch, "nullable");
   const cJSON *ref = cJSON_GetObjectItemCaseSensitive(sch, "$ref");
   const cJSON *en = cJSON_GetObjectItemCaseSensitive(sch, "enum");
   const cJSON *cst = cJSON_GetObjectItemCaseSensitive(sch, "const");
   const cJSON *any = cJSON_GetObjectItemCaseSensitive(sch, "anyOf");
   const cJSON *type = cJSON_GetObjectItemCaseSensitive(sch, "type");
-  const cJSON *nullable = cJSON_GetObjectItemCaseSensitive(sch, "nullable");
   if (ref) {
     if (!cJSON_IsString(ref))
       return invalid(c, "'$ref' must be a string");
-    return compile_ref(c, ref->valuestring, out);
+    /* Keywords next to $ref apply too (2019-09 and later): only nullable is taken; anything else
+     * would be silently dropped, so it is refused. */
+    for (const cJSON *k = sch->child; k; k = k->next)
+      if (strcmp(k->string, "$ref") && strcmp(k->string, "nullable") &&
+          !in_list(k->string, ignored_keys, sizeof ignored_keys / sizeof *ignored_keys)) {
+        char m[300];
+        snprintf(m, sizeof m, "'%.200s' next to '$ref' (put both in an anyOf or inside the referenced schema)",
+                 k->string);
+        return unsupported(c, m);
+      }
+    if (!cJSON_IsTrue(nullable))
+      return compile_ref(c, ref->valuestring, out);
+    uint32_t alts[2];
+    QVL_TRY(compile_ref(c, ref->valuestring, &alts[0]));
+    grammar_node nn = {.kind = GK_LITERALS, .first = c->g->nodes[GRAMMAR_NODE_TFN].first + 2, .n = 1};
+    QVL_TRY(grammar_add_node(c->g, &nn, &alts[1]));
+    QVL_TRY(add_anyof(c, alts, 2, out));
+    mark(c, *out, "'nullable' with '$ref' at '%s'%s", c->path[0] ? c->path : "#", "");
+    return QVL_OK;
   }
   uint32_t node;
   if (en || cst) {
@@ -346,6 +394,7 @@ static qvl_status compile_inner(compiler *c, const cJSON *sch, uint32_t *out) {
       QVL_TRY(compile_at(c, a, suffix, &alts[n]));
     }
     QVL_TRY(add_anyof(c, alts, n, &node));
+    mark(c, node, "anyOf at '%s'%s", c->path[0] ? c->path : "#", "");
   } else if (cJSON_IsString(type)) {
     QVL_TRY(compile_type(c, sch, type->valuestring, &node));
   } else if (cJSON_IsArray(type)) {
@@ -374,6 +423,7 @@ static qvl_status compile_inner(compiler *c, const cJSON *sch, uint32_t *out) {
     grammar_node nn = {.kind = GK_LITERALS, .first = c->g->nodes[GRAMMAR_NODE_TFN].first + 2, .n = 1};
     QVL_TRY(grammar_add_node(c->g, &nn, &alts[1]));
     QVL_TRY(add_anyof(c, alts, 2, &node));
+    mark(c, node, "'nullable' at '%s'%s", c->path[0] ? c->path : "#", "");
   }
   *out = node;
   return QVL_OK;
@@ -387,6 +437,45 @@ static qvl_status compile(compiler *c, const cJSON *sch, uint32_t *out) {
   qvl_status s = compile_inner(c, sch, out);
   c->nesting--;
   return s;
+}
+
+/* grammar_finalize's refusal, naming the construct. */
+static qvl_status finalize(compiler *c) {
+  grammar_fault fault;
+  uint32_t node;
+  qvl_status s = grammar_finalize(c->g, &fault, &node);
+  if (s != QVL_ERR_UNSUPPORTED)
+    return s;
+  const char *what = marked(c, node);
+  char where[340];
+  if (!what) {
+    snprintf(where, sizeof where, "the schema at '%.300s'", c->path[0] ? c->path : "#");
+    what = where;
+  }
+  switch (fault) {
+  case GRAMMAR_FAULT_CYCLE:
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "json_schema: %s leads back to itself before any value starts (left "
+                      "recursion: no finite value starts with itself); a recursive reference must sit inside an "
+                      "object property or an array item", what);
+  case GRAMMAR_FAULT_EXPANSION:
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "json_schema: %s stands for more than %d alternatives once nested anyOf, "
+                      "type lists and $ref are resolved (the limit is %d)", what, GRAMMAR_MAX_FLAT, GRAMMAR_MAX_FLAT);
+  case GRAMMAR_FAULT_EMPTY:
+    /* Name the reference cycle that has no way out, when there is one. */
+    for (int i = 0; i < c->n_marks; i++)
+      if (c->marks[i].node < c->g->n_nodes && c->g->nodes[c->marks[i].node].min_depth == 255 &&
+          !strncmp(c->marks[i].what, "$ref", 4)) {
+        what = c->marks[i].what;
+        break;
+      }
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "json_schema: no finite JSON value matches the schema (%s only ever "
+                      "leads back to itself: a value would have to contain itself)", what);
+  case GRAMMAR_FAULT_TOO_DEEP:
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "json_schema: every value of the schema nests deeper than the %d levels "
+                      "constrained output allows (%s)", GRAMMAR_MAX_DEPTH, what);
+  default:
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "json_schema: refused (%s)", what);
+  }
 }
 
 qvl_status json_schema_any_object(grammar **out) { return grammar_init(out); }
@@ -405,10 +494,13 @@ qvl_status json_schema_compile(const cJSON *schema, grammar **out) {
     s = compile(c, schema, &root);
   if (s == QVL_OK) {
     grammar_set_root(c->g, root);
-    *out = c->g;
-  } else {
-    grammar_free(c->g);
+    s = finalize(c);
   }
+  if (s == QVL_OK)
+    *out = c->g;
+  else
+    grammar_free(c->g);
+  free(c->marks);
   free(c);
   return s;
 }
@@ -484,10 +576,14 @@ qvl_status json_schema_tool_calls(const cJSON *tools, const char *only_name, boo
   }
   if (s == QVL_OK) {
     grammar_set_root(c->g, wrap);
-    *out = c->g;
-  } else {
-    grammar_free(c->g);
+    c->path[0] = 0;
+    s = finalize(c);
   }
+  if (s == QVL_OK)
+    *out = c->g;
+  else
+    grammar_free(c->g);
+  free(c->marks);
   free(c);
   return s;
 }

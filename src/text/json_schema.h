@@ -13,7 +13,14 @@
  *   recursion allowed); the annotations description, title, $schema, $id, $comment, examples,
  *   default, deprecated, readOnly, writeOnly are ignored.
  * Anything else (pattern, format, minimum, oneOf, allOf, ...) is QVL_ERR_UNSUPPORTED naming the
- * keyword and where it is: output is never silently less constrained than the schema says.
+ * keyword and where it is: output is never silently less constrained than the schema says; so are
+ * keywords next to $ref other than nullable and the annotations.
+ *
+ * Bounded work (grammar_finalize): QVL_ERR_UNSUPPORTED naming the $ref or anyOf and its place for
+ * a reference that leads back to itself before any value starts (left recursion: {"anyOf":
+ * [{"$ref":"#"}, ...]}), a schema with no finite value ({"$ref":"#"}, a -> b -> a, a required
+ * property holding the schema itself), one whose every value nests deeper than GRAMMAR_MAX_DEPTH,
+ * and an anyOf that flattens to more than GRAMMAR_MAX_FLAT alternatives.
  *
  * Thread safety: pure functions.
  */

@@ -33,6 +33,9 @@ struct token_trie {
 struct token_mask_walker {
   const token_trie *tt;
   grammar_state *st; /* [max_depth + 1] the state after each prefix of the current path */
+  token_mask_poll_fn poll;
+  void *poll_user;
+  uint64_t work, budget; /* of the last mask */
 };
 
 typedef struct tok_ref {
@@ -224,12 +227,31 @@ void token_mask_walker_free(token_mask_walker *w) {
   free(w);
 }
 
-static void walk(token_mask_walker *w, const trie *t, const grammar *g, const grammar_state *st, uint64_t *mask) {
+void token_mask_walker_set_poll(token_mask_walker *w, token_mask_poll_fn poll, void *user) {
+  w->poll = poll;
+  w->poll_user = user;
+}
+
+uint64_t token_mask_last_work(const token_mask_walker *w) { return w->work; }
+uint64_t token_mask_last_budget(const token_mask_walker *w) { return w->budget; }
+
+/* The allowed tokens of t under st into mask. */
+static qvl_status walk(token_mask_walker *w, const trie *t, const grammar *g, const grammar_state *st,
+                       uint64_t *mask) {
   grammar_state_copy(&w->st[0], st);
-  uint32_t i = 0, n = t->n;
+  uint32_t i = 0, n = t->n, polls = TOKEN_MASK_POLL_NODES - 1; /* the first node polls */
   while (i < n) {
+    if (w->work > w->budget)
+      return qvl_errorf(QVL_ERR_UNSUPPORTED, "constrained decoding: one token's mask took more than %llu automaton "
+                        "steps (the budget is %d per vocabulary trie node); the schema is too costly",
+                        (unsigned long long)w->budget, TOKEN_MASK_WORK_PER_NODE);
+    if (++polls == TOKEN_MASK_POLL_NODES) {
+      polls = 0;
+      if (w->poll && w->poll(w->poll_user))
+        return qvl_errorf(QVL_ERR_CANCELLED, "generation cancelled");
+    }
     uint32_t d = t->depth[i];
-    if (!grammar_advance(g, &w->st[d - 1], t->byte[i], &w->st[d])) {
+    if (!grammar_advance_counted(g, &w->st[d - 1], t->byte[i], &w->st[d], &w->work)) {
       i = t->skip[i];
       continue;
     }
@@ -237,22 +259,33 @@ static void walk(token_mask_walker *w, const trie *t, const grammar *g, const gr
       mask[k / 64] |= 1ull << (k % 64);
     i++;
   }
+  return QVL_OK;
 }
 
-int64_t token_mask_compute(token_mask_walker *w, const grammar *g, const grammar_state *st, const int32_t *eos,
-                           int n_eos, uint64_t *mask) {
+qvl_status token_mask_fill(token_mask_walker *w, const grammar *g, const grammar_state *st, const int32_t *eos,
+                           int n_eos, uint64_t *mask, int64_t *allowed) {
   const token_trie *tt = w->tt;
   int64_t words = token_mask_words(tt);
+  *allowed = 0;
+  w->work = 0;
+  w->budget = 0;
   if (st->n == 0) {
     memset(mask, 0, sizeof *mask * (size_t)words);
-    return 0;
+    return QVL_OK;
   }
+  qvl_status s;
   if (grammar_in_free_string(g, st)) {
     memcpy(mask, tt->plain, sizeof *mask * (size_t)words);
-    walk(w, &tt->special, g, st, mask);
+    w->budget = (uint64_t)TOKEN_MASK_WORK_PER_NODE * (tt->special.n + 256);
+    s = walk(w, &tt->special, g, st, mask);
   } else {
     memset(mask, 0, sizeof *mask * (size_t)words);
-    walk(w, &tt->all, g, st, mask);
+    w->budget = (uint64_t)TOKEN_MASK_WORK_PER_NODE * (tt->all.n + 256);
+    s = walk(w, &tt->all, g, st, mask);
+  }
+  if (s != QVL_OK) {
+    memset(mask, 0, sizeof *mask * (size_t)words);
+    return s;
   }
   if (grammar_can_end(g, st))
     for (int i = 0; i < n_eos; i++)
@@ -261,7 +294,14 @@ int64_t token_mask_compute(token_mask_walker *w, const grammar *g, const grammar
   int64_t count = 0;
   for (int64_t i = 0; i < words; i++)
     count += __builtin_popcountll(mask[i]);
-  return count;
+  *allowed = count;
+  return QVL_OK;
+}
+
+int64_t token_mask_compute(token_mask_walker *w, const grammar *g, const grammar_state *st, const int32_t *eos,
+                           int n_eos, uint64_t *mask) {
+  int64_t n = 0;
+  return token_mask_fill(w, g, st, eos, n_eos, mask, &n) == QVL_OK ? n : 0;
 }
 
 void token_mask_apply(const uint64_t *mask, int64_t n_vocab, float *logits) {

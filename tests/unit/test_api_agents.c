@@ -127,6 +127,21 @@ static void test_tool_output(void) {
   CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(m, "content")), "Let me look."), "content before the call");
   CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c0, "finish_reason")), "tool_calls"), "finish_reason");
   cJSON_Delete(j);
+  /* The arguments are the model's bytes: no number through a double (issue 22). */
+  const char *exact = "{\"days\": 333333333333333333333333, \"x\": 0.1000000000000000055511151231257827,\n \"n\": -0}";
+  char text[512];
+  snprintf(text, sizeof text, "<tool_call>\n{\"name\": \"f\", \"arguments\": %s }\n</tool_call>", exact);
+  j = completion(text, true, &er);
+  const char *got = cJSON_GetStringValue(cJSON_GetObjectItem(
+      cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(
+                                                                                        cJSON_GetObjectItem(j, "choices"), 0),
+                                                                                    "message"),
+                                                                "tool_calls"),
+                                             0),
+                          "function"),
+      "arguments"));
+  CHECK(got && !strcmp(got, exact), "arguments exactly as generated: %s", got ? got : "(none)");
+  cJSON_Delete(j);
   j = completion("<tool_call>\n{\"name\": broken</tool_call>", true, &er);
   c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
   CHECK(!cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "tool_calls") &&

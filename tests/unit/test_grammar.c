@@ -163,8 +163,11 @@ static char *random_walk(const grammar *g, size_t cap) {
         if (c == GRAMMAR_END || (c < 256 && c && strchr(prefer, c)))
           pref[np++] = c;
       }
-    if (na == 0)
+    if (na == 0) {
+      out[n] = 0;
+      CHECK(0, "byte walk dead end (no byte and no end allowed) after: %.300s", out);
       break;
+    }
     int c = (np && rnd() % 3 == 0) ? pref[rnd() % np] : allowed[rnd() % na];
     if (c == GRAMMAR_END) {
       out[n] = 0;
@@ -226,6 +229,14 @@ static const char *const schemas[] = {
     "\"required\":[\"k\\\"ey\",\"k\"],\"additionalProperties\":false}",
     "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":3},"
     "\"t\":{\"type\":[\"string\",\"null\"],\"maxLength\":1}},\"required\":[\"s\",\"t\"],\"additionalProperties\":false}",
+    /* Recursion that reaches the depth cap: the items that still fit there must be the only ones
+     * allowed (an object needing two more levels must not open at the cap). */
+    "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"$ref\":\"#\"},{\"$ref\":\"#/$defs/d\"}]},\"$defs\":{\"d\":"
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":1}},"
+    "\"required\":[\"a\"],\"additionalProperties\":false}}}",
+    /* A linked list: next is required, null or another node. */
+    "{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"next\":{\"anyOf\":[{\"$ref\":\"#\"},"
+    "{\"type\":\"null\"}]}},\"required\":[\"v\",\"next\"],\"additionalProperties\":false}",
 };
 
 static void test_generic(void) {
@@ -247,16 +258,20 @@ static void test_generic(void) {
   CHECK(!accepts(g, "{\"a\": \"\\x\"}"), "bad escape");
   CHECK(!accepts(g, "{\"a\": 1} x"), "nothing after the value");
   CHECK(!accepts(g, "{\"a\": 1"), "unclosed: cannot end");
-  char ws[64];
+  /* Whitespace between tokens: one space, or one newline and a short indent; nothing longer. */
+  char ws[64], buf1[128];
+  CHECK(accepts(g, "{ \"a\": 1 }") && accepts(g, "{\n  \"a\": [\n\t\t1\n  ]\n}"), "a space; a newline and an indent");
   memset(ws, ' ', sizeof ws);
-  ws[GRAMMAR_MAX_WS] = 0;
-  char buf1[128];
-  snprintf(buf1, sizeof buf1, "{%s}", ws);
-  CHECK(accepts(g, buf1), "a run of GRAMMAR_MAX_WS spaces");
-  ws[GRAMMAR_MAX_WS] = ' ';
-  ws[GRAMMAR_MAX_WS + 1] = 0;
-  snprintf(buf1, sizeof buf1, "{%s}", ws);
+  ws[GRAMMAR_MAX_INDENT] = 0;
+  snprintf(buf1, sizeof buf1, "{\n%s}", ws);
+  CHECK(accepts(g, buf1), "a newline and GRAMMAR_MAX_INDENT spaces");
+  ws[GRAMMAR_MAX_INDENT] = ' ';
+  ws[GRAMMAR_MAX_INDENT + 1] = 0;
+  snprintf(buf1, sizeof buf1, "{\n%s}", ws);
   CHECK(!accepts(g, buf1), "one more space is refused (no endless whitespace)");
+  CHECK(!accepts(g, "{  }"), "two spaces are refused");
+  CHECK(!accepts(g, "{\n\n}") && !accepts(g, "{\"a\":\n\n1}"), "a blank line is refused");
+  CHECK(!accepts(g, "{\t}") && !accepts(g, "{\r\n}") && !accepts(g, "{ \n}"), "tab, CR, space-newline alone are refused");
   char num[64] = "{\"n\": ";
   for (int i = 0; i < GRAMMAR_MAX_NUMBER + 1; i++)
     strcat(num, "1");
@@ -278,6 +293,9 @@ static void test_schema_accepts(void) {
   CHECK(accepts(g, "{\"age\":-0,\"name\":\"\"}"), "any order");
   CHECK(!accepts(g, "{\"name\": \"Ann\"}"), "required missing");
   CHECK(!accepts(g, "{\"name\": \"Ann\", \"age\": 3.5}"), "integer");
+  CHECK(!accepts(g, "{\"name\": \"Ann\", \"age\": 1.0}") && !accepts(g, "{\"name\": \"Ann\", \"age\": 1e3}") &&
+            !accepts(g, "{\"name\": \"Ann\", \"age\": 1E+3}") && accepts(g, "{\"name\": \"Ann\", \"age\": -120}"),
+        "integer: integer literals only (no fraction, no exponent)");
   CHECK(!accepts(g, "{\"name\": \"Ann\", \"age\": 3, \"x\": 1}"), "additional property");
   CHECK(!accepts(g, "{\"name\": \"Ann\", \"name\": \"Bob\", \"age\": 3}"), "duplicate key");
   CHECK(!accepts(g, "{\"nam\": \"Ann\", \"age\": 3}"), "key prefix only");
@@ -311,6 +329,133 @@ static void test_schema_accepts(void) {
   CHECK(accepts(g, "{\"k\\\"ey\": \"q\", \"k\": 1}"), "escaped key");
   grammar_free(g);
 }
+
+/* ---- hostile schemas: refused at compile time, or bounded work per byte ---- */
+
+static void refused(const char *json, const char *needle) {
+  cJSON *j = cJSON_Parse(json);
+  CHECK(j != NULL, "schema JSON parses: %.200s", json);
+  grammar *g = NULL;
+  qvl_status s = json_schema_compile(j, &g);
+  CHECK(s == QVL_ERR_UNSUPPORTED && !g && strstr(qvl_last_error(), needle), "%.200s: refused naming '%s' (got %d: %s)",
+        json, needle, (int)s, qvl_last_error());
+  grammar_free(g);
+  cJSON_Delete(j);
+}
+
+/* The attack of issue 24: anyOf of n {"$ref":"#"} and null. */
+static char *self_anyof(int n) {
+  static char b[1024];
+  strcpy(b, "{\"anyOf\":[");
+  for (int i = 0; i < n; i++)
+    strcat(b, "{\"$ref\":\"#\"},");
+  strcat(b, "{\"type\":\"null\"}]}");
+  return b;
+}
+
+static void test_hostile(void) {
+  refused(self_anyof(8), "left recursion");
+  refused(self_anyof(1), "left recursion");
+  refused("{\"$ref\":\"#\"}", "no finite JSON value");
+  refused("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}",
+          "$ref '#/$defs/");
+  refused("{\"$ref\":\"#\",\"nullable\":true}", "left recursion");
+  refused("{\"anyOf\":[{\"$ref\":\"#\"}],\"nullable\":true}", "left recursion");
+  /* The cycle found only once the whole graph is built (B finished before A uses it again). */
+  refused("{\"$defs\":{\"A\":{\"anyOf\":[{\"type\":\"object\",\"properties\":{\"x\":{\"$ref\":\"#/$defs/B\"}}},"
+          "{\"$ref\":\"#/$defs/B\"}]},\"B\":{\"anyOf\":[{\"$ref\":\"#/$defs/A\"},{\"type\":\"null\"}]}},"
+          "\"$ref\":\"#/$defs/A\"}",
+          "left recursion");
+  /* Every value needs itself inside. */
+  refused("{\"type\":\"object\",\"properties\":{\"a\":{\"$ref\":\"#\"}},\"required\":[\"a\"]}",
+          "no finite JSON value");
+  refused("{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"minItems\":1}", "no finite JSON value");
+  /* Every value nests deeper than the cap. */
+  char deep[4096] = "", tail[1024] = "";
+  for (int i = 0; i < 40; i++) {
+    strcat(deep, "{\"type\":\"object\",\"properties\":{\"a\":");
+    strcat(tail, "},\"required\":[\"a\"]}");
+  }
+  char deep_all[8192];
+  snprintf(deep_all, sizeof deep_all, "%s{\"type\":\"string\"}%s", deep, tail);
+  refused(deep_all, "nests deeper");
+  /* anyOf wider than GRAMMAR_MAX_FLAT once references are resolved: 5 x 16 constants. */
+  char wide[8192] = "{\"$defs\":{";
+  for (int d = 0; d < 5; d++) {
+    char h[64];
+    snprintf(h, sizeof h, "%s\"d%d\":{\"anyOf\":[", d ? "," : "", d);
+    strcat(wide, h);
+    for (int k = 0; k < 16; k++) {
+      snprintf(h, sizeof h, "%s{\"const\":%d}", k ? "," : "", d * 100 + k);
+      strcat(wide, h);
+    }
+    strcat(wide, "]}");
+  }
+  strcat(wide, "},\"anyOf\":[");
+  for (int d = 0; d < 5; d++) {
+    char h[64];
+    snprintf(h, sizeof h, "%s{\"$ref\":\"#/$defs/d%d\"}", d ? "," : "", d);
+    strcat(wide, h);
+  }
+  strcat(wide, "]}");
+  refused(wide, "more than 64 alternatives");
+  /* Keywords next to $ref are not dropped silently. */
+  refused("{\"$defs\":{\"a\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/a\",\"maxLength\":3}", "next to '$ref'");
+  /* A tool's parameters go through the same checks. */
+  cJSON *tools = cJSON_Parse("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                             "{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}}}]");
+  grammar *g = NULL;
+  qvl_status s = json_schema_tool_calls(tools, NULL, false, &g);
+  CHECK(s == QVL_ERR_UNSUPPORTED && strstr(qvl_last_error(), "tools[0].function.parameters"),
+        "a tool's left recursion is refused naming the tool (%d: %s)", (int)s, qvl_last_error());
+  grammar_free(g);
+  cJSON_Delete(tools);
+
+  /* What is left is served: nullable references, 64 alternatives, recursion inside containers. */
+  g = compile_str("{\"$defs\":{\"a\":{\"type\":\"string\"}},\"$ref\":\"#/$defs/a\",\"nullable\":true}");
+  CHECK(g && accepts(g, "null") && accepts(g, "\"x\"") && !accepts(g, "1"), "nullable next to $ref");
+  grammar_free(g);
+  char wide64[8192] = "{\"anyOf\":[";
+  for (int k = 0; k < 16; k++) {
+    char h[400];
+    snprintf(h, sizeof h, "%s{\"anyOf\":[{\"const\":%d},{\"type\":\"object\",\"properties\":{\"k%d\":{\"type\":"
+             "\"integer\"}},\"required\":[\"k%d\"]},{\"type\":\"array\",\"items\":{\"$ref\":\"#\"},\"maxItems\":2},"
+             "{\"const\":\"s%d\"}]}", k ? "," : "", k, k, k, k);
+    strcat(wide64, h);
+  }
+  strcat(wide64, "]}");
+  g = compile_str(wide64);
+  CHECK(g && accepts(g, "{\"k1\": 3}") && accepts(g, "[[15, \"s2\"], {\"k0\": -1}]") && !accepts(g, "{\"k1\": 3.5}"),
+        "64 alternatives (16 x 4) with recursion inside arrays");
+  /* Work per byte stays within GRAMMAR_STEP_WORK_MAX on random walks of the wide schema. */
+  grammar_state st, tmp;
+  uint64_t worst = 0;
+  for (int walk = 0; g && walk < 50; walk++) {
+    grammar_start(g, &st);
+    for (int k = 0; k < 400; k++) {
+      int ok[257], n = 0;
+      for (int c = 0; c <= GRAMMAR_END; c++) {
+        uint64_t w = 0;
+        if (grammar_advance_counted(g, &st, c, &tmp, &w))
+          ok[n++] = c;
+        if (w > worst)
+          worst = w;
+      }
+      if (n == 0 || (n == 1 && ok[0] == GRAMMAR_END))
+        break;
+      int c = ok[rnd() % (uint32_t)n];
+      if (c == GRAMMAR_END)
+        break;
+      grammar_step(g, &st, c);
+    }
+  }
+  CHECK(worst <= GRAMMAR_STEP_WORK_MAX, "work per byte %llu <= GRAMMAR_STEP_WORK_MAX (%d)", (unsigned long long)worst,
+        GRAMMAR_STEP_WORK_MAX);
+  if (getenv("QVL_TEST_VERBOSE"))
+    fprintf(stderr, "wide schema: worst work per byte %llu\n", (unsigned long long)worst);
+  grammar_free(g);
+}
+
 
 static void test_unsupported(void) {
   static const char *const bad[][2] = {
@@ -377,6 +522,11 @@ static bool token_ok(const tokenizer *tk, const grammar *g, const grammar_state 
   return grammar_feed(g, &tmp, b, len);
 }
 
+static bool stop_after_one(void *user) {
+  ++*(int *)user;
+  return true;
+}
+
 static void test_mask(void) {
   tokenizer *tk = NULL;
   if (tokenizer_init_hf("tests/fixtures/tokenizer/tokenizer.json", &tk) != QVL_OK) {
@@ -430,6 +580,20 @@ static void test_mask(void) {
   token_mask_compute(w, g, &st, eos, 2, mask);
   CHECK((mask[qc / 64] >> (qc % 64) & 1) && !(mask[qb / 64] >> (qb % 64) & 1),
         "'\",' allowed (more keys to come), '\"}' not (price and qty are required)");
+
+  /* The poll stops a mask midway (the engine's cancellation, deadline and shutdown). */
+  int polls = 0;
+  token_mask_walker_set_poll(w, stop_after_one, &polls);
+  grammar_start(g, &st);
+  int64_t n_ok = -1;
+  qvl_status ps = token_mask_fill(w, g, &st, eos, 2, mask, &n_ok);
+  CHECK(ps == QVL_ERR_CANCELLED && polls == 1 && n_ok == 0 && mask[0] == 0, "a poll saying stop cancels the mask (%d, %d polls)",
+        (int)ps, polls);
+  token_mask_walker_set_poll(w, NULL, NULL);
+  CHECK(token_mask_fill(w, g, &st, eos, 2, mask, &n_ok) == QVL_OK && n_ok > 0 &&
+            token_mask_last_work(w) <= token_mask_last_budget(w),
+        "without the poll the same mask is filled, within its budget (%llu of %llu steps)",
+        (unsigned long long)token_mask_last_work(w), (unsigned long long)token_mask_last_budget(w));
 
   /* Random token-level generation: always parses and validates. */
   cJSON *doc = NULL;
@@ -507,6 +671,7 @@ int main(void) {
   test_generic();
   test_schema_accepts();
   test_unsupported();
+  test_hostile();
   test_tool_calls();
   for (size_t i = 0; i < sizeof schemas / sizeof *schemas; i++)
     walks_validate(schemas[i], 200);

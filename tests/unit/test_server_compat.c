@@ -1067,7 +1067,49 @@ static void test_responses_processed_media(void) {
                  400, "text.format", "'x'");
 }
 
+/* Tool-call arguments reach every dialect as the model wrote them (issue 22): integers beyond 2^53
+ * and long decimals are not reprinted from doubles. */
+#define EXACT_ARGS "{\"days\": 333333333333333333333333, \"x\": 0.1000000000000000055511151231257827}"
+#define EXACT_CALL "<tool_call>\n{\"name\": \"get\", \"arguments\": " EXACT_ARGS "}\n</tool_call>"
+#define EXACT_COMPACT "{\"days\":333333333333333333333333,\"x\":0.1000000000000000055511151231257827}"
+
+static void test_exact_arguments(void) {
+  compat_ctx c = ctx_with(NULL);
+  compat_request cr;
+  const char *body = "{\"model\":\"qvl\",\"stream\":false,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+                     "\"get\"}}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+  CHECK(ollama_chat_translate(body, strlen(body), &c, &cr, &(api_error){0}), "ollama translate");
+  api_result r = tool_result(EXACT_CALL);
+  char *json = run_format(&cr, false, NULL, &r);
+  CHECK(json && strstr(json, "\"arguments\":" EXACT_COMPACT), "Ollama: arguments embedded with the model's numbers: %s",
+        json ? json : "");
+  free(json);
+  const char *pieces[] = {EXACT_CALL, NULL};
+  char *nd = run_format(&cr, true, pieces, &r);
+  CHECK(nd && strstr(nd, "\"arguments\":" EXACT_COMPACT), "Ollama stream: the same: %s", nd ? nd : "");
+  free(nd);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  resp_store *st = NULL;
+  CHECK(resp_store_init(8, 1 << 20, 3600, &st) == QVL_OK, "store");
+  c = ctx_with(st);
+  const char *rb = "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"get\"}]}";
+  CHECK(responses_translate(rb, strlen(rb), &c, &cr, &(api_error){0}), "responses translate");
+  r = tool_result(EXACT_CALL);
+  json = run_format(&cr, false, NULL, &r);
+  cJSON *o = json ? cJSON_Parse(json) : NULL;
+  CHECK(o && eq(str_at(o, "output.0.arguments"), EXACT_ARGS), "Responses: function_call arguments as generated: %s",
+        json ? json : "");
+  cJSON_Delete(o);
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+  resp_store_free(st);
+}
+
 int main(void) {
+  test_exact_arguments();
   test_responses_translate();
   test_responses_format_and_store();
   test_responses_sampling_echo();

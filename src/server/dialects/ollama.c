@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/openai/json_raw.h"
+
 typedef struct ollama_state {
   bool generate;    /* /api/generate ("response") rather than /api/chat ("message") */
   char model[160];  /* the name the client used */
@@ -441,8 +443,9 @@ static void add_tool_calls(cJSON *o, const cJSON *calls) {
     cJSON *of = cJSON_AddObjectToObject(oc, "function");
     cJSON_AddNumberToObject(of, "index", i);
     cJSON_AddStringToObject(of, "name", cJSON_IsString(name) ? name->valuestring : "");
-    cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
-    cJSON_AddItemToObject(of, "arguments", parsed ? parsed : cJSON_CreateObject());
+    /* The model's JSON as written: no number goes through a double (issue 22). */
+    cJSON *raw = cJSON_IsString(args) ? json_raw_value(args->valuestring, strlen(args->valuestring), true) : NULL;
+    cJSON_AddItemToObject(of, "arguments", raw ? raw : cJSON_CreateObject());
     cJSON_AddItemToArray(out, oc);
   }
 }

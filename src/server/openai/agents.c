@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "server/openai/api_error.h"
 #include "server/openai/finish_reason.h"
+#include "server/openai/json_raw.h"
 #include "server/openai/result.h"
 #include "server/openai/sse.h"
 #include "text/chat.h"
@@ -336,10 +337,12 @@ static int parse_calls(const char *text, size_t len, parsed_call *calls, int cap
       if (cJSON_IsString(args)) {
         calls[n].arguments = strdup(args->valuestring);
       } else if (args) {
-        buf b = {0};
-        chat_tojson(args, &b);
-        calls[n].arguments = strdup(b.data ? b.data : "{}");
-        buf_free(&b);
+        /* The model's own bytes (never a reprint of parsed numbers: issue 22), ends trimmed. */
+        size_t off, vlen;
+        if (json_raw_member(body, (size_t)(stop - body), "arguments", &off, &vlen))
+          calls[n].arguments = strndup(body + off, vlen);
+        else
+          calls[n].arguments = strdup("{}");
       } else {
         calls[n].arguments = strdup("{}");
       }
