@@ -9,10 +9,18 @@ say = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' $(1) $(2))
 SAN ?= 0
 BUILD ?= build/$(if $(filter 1,$(SAN)),san,rel)$(if $(filter clang,$(notdir $(CC))),-clang,)
 
-PKGS := libjpeg libpng libwebp libcjson libcurl libcrypto libmicrohttpd libxxhash yaml-0.1 libedit sqlite3 \
-  libavformat libavcodec libswscale libavutil zlib
+# libqvl (the model, the engine, the C API) links only LIB_PKGS; the service (server, commands, hub
+# downloads) adds SVC_PKGS in its own archive; the command line adds APP_PKGS (docs/ARCHITECTURE.md).
+# FFmpeg's libraries are the library's: the engine decodes the videos of a request (src/video/).
+# zlib is only the tests' (tests/mkv_write.h compresses Matroska frames).
+LIB_PKGS := libjpeg libpng libwebp libcjson libcrypto libxxhash libavformat libavcodec libswscale libavutil
+SVC_PKGS := libcurl libmicrohttpd yaml-0.1 sqlite3
+APP_PKGS := libedit
+TEST_PKGS := zlib
+PKGS := $(LIB_PKGS) $(SVC_PKGS) $(APP_PKGS) $(TEST_PKGS)
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+LIB_PKG_LIBS := $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Werror
 SAN_FLAGS := -fsanitize=address$(comma)undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -24,17 +32,27 @@ CFLAGS_ALL := $(CFLAGS_PUB) -Isrc
 CFLAGS_LIB := $(CFLAGS_ALL) -fvisibility=hidden -fPIC
 LDFLAGS_ALL := $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined,) -pthread $(LDFLAGS)
 LIBS := $(PKG_LIBS) -lm
+LIB_LIBS := $(LIB_PKG_LIBS) -lm
 
 # Each ISA file is compiled with only its own -m flags (see src/kernels/kernels.h).
 ISA_FLAGS_avx2 := -mavx2 -mfma -mf16c
-ISA_FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
+ISA_FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+ISA_FLAGS_avx512_bf16 := $(ISA_FLAGS_avx512) -mavx512bf16
+ISA_FLAGS_amx := $(ISA_FLAGS_avx512_bf16) -mamx-tile -mamx-int8 -mamx-bf16
 
-LIB_SRC := $(shell find src -name '*.c' | sort)
+# The service's directories: in libqvl_service.a, which `qvl` (and the tests) link before libqvl.a.
+SVC_DIRS := src/server src/commands src/hub
+ALL_SRC := $(shell find src -name '*.c' | sort)
+SVC_SRC := $(filter $(addsuffix /%,$(SVC_DIRS)),$(ALL_SRC))
+LIB_SRC := $(filter-out $(SVC_SRC),$(ALL_SRC))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
-# The web UI (web/) is compiled into libqvl by tools/embed.c; the generated source lives in the
+SVC_OBJ := $(SVC_SRC:%.c=$(BUILD)/%.o)
+# The web UI (web/) is compiled into the service by tools/embed.c; the generated source lives in the
 # build directory, so it is added here by hand (the glob above only sees src/).
 WEB_FILES := $(shell find web -type f ! -name '.*' | sort)
-LIB_OBJ += $(BUILD)/gen/web_assets.o
+SVC_OBJ += $(BUILD)/gen/web_assets.o
+# What programs and tests link: the service first, then the library it calls.
+ARCHIVES := $(BUILD)/libqvl_service.a $(BUILD)/libqvl.a
 APP_SRC := $(wildcard apps/*.c)
 TEST_SRC := $(wildcard tests/unit/*.c tests/kernels/*.c tests/golden/*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -53,10 +71,16 @@ $(BUILD)/libqvl.a: $(LIB_OBJ)
 	$(call say,AR,$@)
 	$(Q)ar rcs $@ $^
 
+$(BUILD)/libqvl_service.a: $(SVC_OBJ)
+	@rm -f $@
+	$(call say,AR,$@)
+	$(Q)ar rcs $@ $^
+
 # The shared library: what an embedder links (examples/ link it to prove the exports suffice).
+# --no-undefined: a library object that calls into the service fails here, not in an embedder.
 $(BUILD)/libqvl.so: $(LIB_OBJ)
 	$(call say,LINK,$@)
-	$(Q)$(CC) -shared -Wl,-soname,libqvl.so $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
+	$(Q)$(CC) -shared -Wl,-soname,libqvl.so -Wl,--no-undefined $(LDFLAGS_ALL) -o $@ $^ $(LIB_LIBS)
 
 $(BUILD)/src/kernels/x86/%.o: src/kernels/x86/%.c
 	@mkdir -p $(dir $@)
@@ -89,13 +113,19 @@ $(BUILD)/gen/web_files.list: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(WEB_FILES)' | cmp -s - $@ || echo '$(WEB_FILES)' > $@
 
-$(BUILD)/gen/web_assets.c: $(BUILD)/tools/embed $(BUILD)/gen/web_files.list $(WEB_FILES)
-	$(BUILD)/tools/embed $@ web $(WEB_FILES)
+# The page's third-party scripts come from Debian's packages, listed in tools/web_vendor.txt.
+WEB_VENDOR := $(shell awk '!/^\#/ && NF == 3 {print $$2 "@" $$1}' tools/web_vendor.txt)
+WEB_VENDOR_FILES := $(foreach v,$(WEB_VENDOR),$(firstword $(subst @, ,$(v))))
+$(WEB_VENDOR_FILES):
+	@echo "error: $@ is missing: install Debian's $$(awk -v f='$@' '$$2 == f {print $$3}' tools/web_vendor.txt) (tools/install-deps.sh)" >&2; exit 1
+
+$(BUILD)/gen/web_assets.c: $(BUILD)/tools/embed $(BUILD)/gen/web_files.list $(WEB_FILES) $(WEB_VENDOR_FILES) tools/web_vendor.txt
+	$(BUILD)/tools/embed $@ web $(WEB_FILES) $(WEB_VENDOR)
 
 $(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
 
-$(BUILD)/qvl: $(APP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libqvl.a
+$(BUILD)/qvl: $(APP_SRC:%.c=$(BUILD)/%.o) $(ARCHIVES)
 	$(call say,LINK,$@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS)
 
@@ -103,16 +133,16 @@ $(BUILD)/qvl: $(APP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/libqvl.a
 qvl-bin: $(BUILD)/qvl
 	@ln -sf $(BUILD)/qvl qvl
 
-$(BUILD)/tests/%: tests/%.c tests/test.h $(BUILD)/libqvl.a
+$(BUILD)/tests/%: tests/%.c tests/test.h $(ARCHIVES)
 	@mkdir -p $(dir $@)
 	$(call say,LINK,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests -o $@ $< $(ARCHIVES) $(LDFLAGS_ALL) $(LIBS)
 
 # Fuzz targets: a replay driver (tests/fuzz/replay.c) runs each corpus file through the target.
-$(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(BUILD)/libqvl.a
+$(BUILD)/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay.c $(ARCHIVES)
 	@mkdir -p $(dir $@)
 	$(call say,LINK,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< tests/fuzz/replay.c $(ARCHIVES) $(LDFLAGS_ALL) $(LIBS)
 
 # libFuzzer builds (clang): `make fuzz` builds build/fuzz/fuzz_* (the library instrumented, each ISA
 # file with its own -m flags); `make fuzz-run FUZZ_SECONDS=N` runs each target N seconds on its corpus
@@ -121,7 +151,7 @@ FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
   -D_GNU_SOURCE -Iinclude -Isrc -pthread $(PKG_CFLAGS)
-FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/gen/web_assets.o
+FUZZ_LIB_OBJ := $(ALL_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/gen/web_assets.o
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,$(FUZZ_SRC))
 
 $(FUZZ_DIR)/obj/src/kernels/x86/%.o: src/kernels/x86/%.c
@@ -165,11 +195,11 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/bench/%,$(BENCH_SRC))
 bench: $(BENCH_BIN)
 
 # The command line's argument parser is shared with the benchmarks by linking its object (apps/ is
-# not part of libqvl; the benchmark images are, in src/commands/).
+# not part of libqvl; the benchmark images are, in src/commands/ of the service archive).
 BENCH_APP_OBJ := $(BUILD)/apps/args.o
-$(BUILD)/bench/%: bench/%.c $(BENCH_APP_OBJ) $(BUILD)/libqvl.a
+$(BUILD)/bench/%: bench/%.c $(BENCH_APP_OBJ) $(ARCHIVES)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Iapps -o $@ $< $(BENCH_APP_OBJ) $(BUILD)/libqvl.a $(LDFLAGS_ALL) $(LIBS)
+	$(CC) $(CFLAGS_ALL) -Iapps -o $@ $< $(BENCH_APP_OBJ) $(ARCHIVES) $(LDFLAGS_ALL) $(LIBS)
 
 # One command for a new user: install what is missing (apt), build, download the default model into
 # the cache on first use and serve the web UI and the API at http://127.0.0.1:8080.

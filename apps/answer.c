@@ -38,6 +38,7 @@ void answer_init(answer *a) {
 
 void answer_free(answer *a) {
   free(a->text);
+  free(a->reasoning);
   free(a->ids);
   pthread_mutex_destroy(&a->mu);
   pthread_cond_destroy(&a->cv);
@@ -49,6 +50,12 @@ void answer_on_done(void *user, const qvl_result *r) {
   a->status = qvl_result_status(r);
   snprintf(a->error, sizeof a->error, "%s", qvl_result_error(r));
   a->finish = qvl_result_finish(r);
+  size_t rlen;
+  const char *reasoning = qvl_result_reasoning(r, &rlen);
+  if ((a->reasoning = malloc(rlen + 1))) {
+    memcpy(a->reasoning, reasoning, rlen);
+    a->reasoning[rlen] = '\0';
+  }
   const char *text = qvl_result_text(r, &a->text_len);
   if ((a->text = malloc(a->text_len + 1))) {
     memcpy(a->text, text, a->text_len);

@@ -19,6 +19,7 @@ typedef struct answer {
   qvl_finish finish;
   char *text;              /* the whole answer, as far as it got (NUL-terminated; NULL without memory) */
   size_t text_len;
+  char *reasoning;         /* a reasoning model's reasoning (NUL-terminated; NULL without memory) */
   int32_t *ids;            /* [n_ids] generated ids */
   int64_t n_ids;
   qvl_usage usage;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "qvl.h"
+#include "qvl_tools.h"
 
 bool arg_value(int argc, char **argv, int *i, const char *long_name, const char *short_name, const char **out) {
   const char *a = argv[*i];
@@ -61,23 +62,7 @@ int report_error(const char *what, int status) {
 int resolve_hf(const char *spec, bool offline, const char **model, const char **mmproj) {
   /* kept for the life of the process: the paths are used until exit */
   static char *files_model, *files_mmproj;
-  qvl_status s = qvl_hf_resolve(spec, offline, &files_model, &files_mmproj);
-  if (s != QVL_OK)
-    return report_error("--hf", s);
-  if (qvl_path_is_hf_dir(files_model)) {
-    /* a safetensors repository: the snapshot directory is an HF model directory */
-    if (*mmproj) {
-      fprintf(stderr, "qvl: --hf %s is a Hugging Face checkpoint (vision tower included); it takes no --mmproj\n",
-              spec);
-      return 2;
-    }
-    *model = files_model;
-    return 0;
-  }
-  *model = files_model;
-  if (!*mmproj)
-    *mmproj = files_mmproj;
-  return 0;
+  return qvl_hf_files(spec, offline, model, mmproj, &files_model, &files_mmproj);
 }
 
 /* A process-wide setting given as "--FLAG VALUE", "--FLAG=VALUE" or the environment variable env

@@ -48,6 +48,8 @@ static void chat_usage(FILE *f) {
           "  -n, --max-tokens N      tokens per answer at most (default 512; fewer when the context is full)\n"
           "  --temp T, --top-k K, --top-p P, --min-p P, --seed S (not given: the model's recommendation)\n"
           "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F, --stop TEXT\n"
+          "  --reasoning-budget N    a reasoning model's thinking tokens (-1 unbounded, 0 none)\n"
+          "  --hide-reasoning        do not print the reasoning (shown dimmed on a terminal, else on stderr)\n"
           "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
           "  -t, --threads N         worker threads (default: physical cores)\n"
           "  --ctx N                 context of the conversation (default 8192; older turns are dropped)\n"
@@ -64,12 +66,6 @@ static void on_sigint(int sig) {
   atomic_store(&g_interrupted, true);
 }
 
-static bool on_text(void *user, const char *text, size_t len) {
-  (void)user;
-  fwrite(text, 1, len, stdout);
-  fflush(stdout);
-  return true;
-}
 
 /* ---- the conversation ----------------------------------------------------------------------- */
 
@@ -196,7 +192,9 @@ static void turn(chat *c, const char *text, bool tty) {
     qvl_request_allow_files(rq, true); /* the user's own files */
     qvl_request_set_pixels(rq, c->min_px, c->max_px);
     qvl_request_set_trim_history(rq, true);
-    qvl_request_set_callbacks(rq, on_text, answer_on_done, &a);
+    qvl_request_set_callbacks(rq, gen_show_text, answer_on_done, &a);
+    qvl_request_set_reasoning_callback(rq, gen_show_reasoning);
+    gen_show_begin(&c->gen);
   }
   uint64_t id = 0;
   if (s == QVL_OK)
@@ -210,6 +208,7 @@ static void turn(chat *c, const char *text, bool tty) {
       free(c->pending[i]);
     c->n_pending = 0;
     answer_wait(&a, c->e, id, &g_interrupted);
+    gen_show_end();
     bool stopped = a.finish == QVL_FINISH_CANCELLED;
     if (a.status != QVL_OK && !stopped)
       fprintf(stderr, "%sqvl chat: %s\n", a.text_len ? "\n" : "", a.error[0] ? a.error : qvl_status_text(a.status));

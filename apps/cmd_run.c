@@ -31,6 +31,8 @@ static void run_usage(FILE *f) {
           "                          temperature 0.7, top-p 0.8, top-k 20)\n"
           "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F\n"
           "  --stop TEXT             stop string (repeatable)\n"
+          "  --reasoning-budget N    a reasoning model's thinking tokens (-1 unbounded, 0 none)\n"
+          "  --hide-reasoning        do not print the reasoning (shown dimmed on a terminal, else on stderr)\n"
           "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
           "  --video FILE            a clip (MP4/MOV, MKV/WebM, animated GIF), sent with the images in order\n"
           "  --video-fps F           frames sampled per second of video (default 2)\n"
@@ -66,12 +68,6 @@ static char *read_stdin(void) {
   return p;
 }
 
-static bool on_text(void *user, const char *text, size_t len) {
-  (void)user;
-  fwrite(text, 1, len, stdout);
-  fflush(stdout);
-  return true;
-}
 
 /* The stop reason as `qvl run --json` has always named it. */
 static const char *stop_reason(qvl_finish f) {
@@ -88,6 +84,7 @@ static void print_json(const answer *a) {
   const qvl_timings *t = &a->t;
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "text", a->text ? a->text : "");
+  cJSON_AddStringToObject(o, "reasoning", a->reasoning ? a->reasoning : "");
   cJSON *ids = cJSON_AddArrayToObject(o, "ids");
   for (int64_t i = 0; i < a->n_ids; i++)
     cJSON_AddItemToArray(ids, cJSON_CreateNumber(a->ids[i]));
@@ -96,6 +93,7 @@ static void print_json(const answer *a) {
   cJSON_AddNumberToObject(uo, "prompt_tokens", (double)u->prompt_tokens);
   cJSON_AddNumberToObject(uo, "image_tokens", (double)u->image_tokens);
   cJSON_AddNumberToObject(uo, "completion_tokens", (double)u->completion_tokens);
+  cJSON_AddNumberToObject(uo, "reasoning_tokens", (double)u->reasoning_tokens);
   cJSON *to = cJSON_AddObjectToObject(o, "timings");
   cJSON_AddNumberToObject(to, "preprocess_ms", t->preprocess_ms);
   cJSON_AddNumberToObject(to, "vision_ms", t->vision_ms);
@@ -157,7 +155,10 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
   if (s == QVL_OK)
     s = build_request(rq, m, raw, system, prompt, images, n_images, g, min_px, max_px);
   if (s == QVL_OK) {
-    qvl_request_set_callbacks(rq, json ? NULL : on_text, answer_on_done, &a);
+    qvl_request_set_callbacks(rq, json ? NULL : gen_show_text, answer_on_done, &a);
+    if (!json)
+      qvl_request_set_reasoning_callback(rq, gen_show_reasoning);
+    gen_show_begin(g);
     s = qvl_engine_submit(e, rq, NULL);
   }
   qvl_request_free(rq);
@@ -165,6 +166,8 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
     rc = report_error("building the prompt", s);
   } else {
     answer_wait(&a, e, 0, NULL);
+    if (!json)
+      gen_show_end();
     if (json)
       print_json(&a);
     else if (a.status == QVL_OK)

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "args.h"
 
@@ -15,6 +16,8 @@ void gen_opts_init(gen_opts *g) {
   sp->top_k = -1;
   g->max_tokens = 512;
   g->n_stops = 0;
+  g->reasoning_budget = -1;
+  g->hide_reasoning = false;
 }
 
 int gen_args_take(int argc, char **argv, int *i, gen_opts *g, const char *cmd) {
@@ -38,6 +41,10 @@ int gen_args_take(int argc, char **argv, int *i, gen_opts *g, const char *cmd) {
     sp->presence_penalty = (float)arg_double("--presence-penalty", v, -2, 2);
   else if (arg_value(argc, argv, i, "--frequency-penalty", NULL, &v))
     sp->frequency_penalty = (float)arg_double("--frequency-penalty", v, -2, 2);
+  else if (arg_value(argc, argv, i, "--reasoning-budget", NULL, &v))
+    g->reasoning_budget = arg_int("--reasoning-budget", v, -1, 1 << 20);
+  else if (arg_flag(argv, *i, "--hide-reasoning", NULL))
+    g->hide_reasoning = true;
   else if (arg_value(argc, argv, i, "--stop", NULL, &v)) {
     if (g->n_stops == GEN_MAX_STOPS) {
       fprintf(stderr, "%s: at most %d stop strings\n", cmd, GEN_MAX_STOPS);
@@ -68,10 +75,69 @@ qvl_status gen_opts_apply(const gen_opts *g, const qvl_model *m, qvl_request *rq
     sp.top_k = rec.top_k;
   qvl_request_set_sampling(rq, &sp);
   qvl_request_set_max_tokens(rq, g->max_tokens);
+  qvl_request_set_reasoning_budget(rq, g->reasoning_budget);
   for (int i = 0; i < g->n_stops; i++) {
     qvl_status s = qvl_request_add_stop(rq, g->stops[i]);
     if (s != QVL_OK)
       return s;
   }
   return QVL_OK;
+}
+
+static struct {
+  bool hide, tty, open; /* open: a dimmed reasoning section is being printed */
+  bool any;             /* reasoning was shown */
+} g_show;
+
+#define DIM "\033[2m"
+#define UNDIM "\033[0m"
+
+void gen_show_begin(const gen_opts *g) {
+  g_show.hide = g->hide_reasoning;
+  g_show.tty = isatty(STDOUT_FILENO);
+  g_show.open = g_show.any = false;
+}
+
+bool gen_show_reasoning(void *user, const char *text, size_t len) {
+  (void)user;
+  if (g_show.hide)
+    return true;
+  FILE *f = g_show.tty ? stdout : stderr;
+  if (g_show.tty && !g_show.open)
+    fputs(DIM, f);
+  g_show.open = g_show.any = true;
+  fwrite(text, 1, len, f);
+  fflush(f);
+  return true;
+}
+
+/* Ends the dimmed section, with a blank line between reasoning and answer. */
+static void close_reasoning(void) {
+  if (!g_show.any)
+    return;
+  if (g_show.tty) {
+    if (g_show.open)
+      fputs(UNDIM "\n\n", stdout);
+  } else if (g_show.open) {
+    fputs("\n", stderr);
+    fflush(stderr);
+  }
+  g_show.open = false;
+}
+
+bool gen_show_text(void *user, const char *text, size_t len) {
+  (void)user;
+  close_reasoning();
+  fwrite(text, 1, len, stdout);
+  fflush(stdout);
+  return true;
+}
+
+void gen_show_end(void) {
+  if (g_show.open && g_show.tty)
+    fputs(UNDIM, stdout);
+  else if (g_show.open)
+    fputs("\n", stderr);
+  g_show.open = false;
+  fflush(stdout);
 }

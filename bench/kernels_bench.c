@@ -3,7 +3,7 @@
  * MLP (4096x1024 over 3000 tokens) and vision attention. Prints GB/s of weights streamed and
  * GFLOP/s (or GOP/s) against the machine peaks given on the command line.
  *
- *   build/rel/bench/kernels_bench [--isa ref|avx2|avx512] [--threads N] [--types q8_0,q4_0,...]
+ *   build/rel/bench/kernels_bench [--isa ref|avx2|avx512|avx512bf16|amx|amxsim] [--threads N] [--types q8_0,q4_0,...]
  *                                 [--only gemv,gemm,short,vision,tower,prefill,attn,kvattn] [--time S]
  *                                 [--no-lmhead] [--precision exact|fast] [--peaks S]
  * (tower and prefill run only when named in --only.)
@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
       peaks_s = atof(argv[++i]);
     }
     else {
-      fprintf(stderr, "usage: %s [--isa ref|avx2|avx512] [--threads N] [--types q8_0,...] "
+      fprintf(stderr, "usage: %s [--isa ref|avx2|avx512|avx512bf16|amx|amxsim] [--threads N] [--types q8_0,...] "
                       "[--only gemv,gemm,short,vision,tower,prefill,attn,kvattn] [--time S] [--no-lmhead] "
                       "[--precision exact|fast] [--peaks S]\n", argv[0]);
       return 2;
@@ -297,6 +297,10 @@ int main(int argc, char **argv) {
          "%.0f bf16, %.0f GOP/s int8\n",
          kernels_isa(), kernels_threads(), kn_precision_name(g_prec), peak_bw, peak_f32, peak_bf16,
          peak_int8);
+  kn_dispatch_row rows[16];
+  int n_rows = kernels_dispatch(rows, 16);
+  for (int r = 0; r < n_rows; r++)
+    printf("  %-28s %-24s %s\n", rows[r].op, rows[r].kernel, rows[r].why);
   static const qvl_dtype all[] = {QVL_DTYPE_Q8_0, QVL_DTYPE_Q4_0, QVL_DTYPE_Q4_K, QVL_DTYPE_Q6_K,
                                   QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_F32};
   for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {

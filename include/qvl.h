@@ -124,18 +124,19 @@ QVL_API qvl_status qvl_model_load(const char *path, const char *mmproj, const qv
 QVL_API void qvl_model_free(qvl_model *m);
 /* Whether images can be given (a vision tower is loaded). Any thread. */
 QVL_API bool qvl_model_has_vision(const qvl_model *m);
+/* Whether the model reasons before it answers: its chat template (GGUF tokenizer.chat_template or
+ * the directory's) opens a <think> block in the generation prompt, like Qwen3-VL-*-Thinking's.
+ * Its requests then produce reasoning (qvl_request_set_reasoning_callback, qvl_result_reasoning)
+ * and an answer (on_text, qvl_result_text). Any thread. */
+QVL_API bool qvl_model_is_reasoning(const qvl_model *m);
 /* The context length the model was trained for (tokens). Any thread. */
 QVL_API int64_t qvl_model_n_ctx_train(const qvl_model *m);
 
 /* Whether path is a Hugging Face model directory (a directory with a config.json). Any thread. */
 QVL_API bool qvl_path_is_hf_dir(const char *path);
 
-/* Finds the files of a Hugging Face repository spec "REPO[:QUANT]" in the download cache, or
- * downloads them there first (not with offline). GGUF repositories: *model is the text GGUF and
- * *mmproj the projector (NULL if the repository has none); safetensors repositories: *model is
- * the snapshot directory (load it with mmproj NULL) and *mmproj NULL. Both free with qvl_free.
- * QVL_ERR_NOT_FOUND, ERR_IO (network, named). One call at a time. */
-QVL_API qvl_status qvl_hf_resolve(const char *spec, bool offline, char **model, char **mmproj);
+/* Downloads from the Hugging Face hub (qvl_hf_resolve) are in qvl_tools.h: they need libcurl,
+ * which libqvl does not link. */
 
 /* An encoded image (PNG, JPEG or WebP, told by its first bytes) as a data: URL for a message's
  * image_url, NUL-terminated (free with qvl_free). QVL_ERR_NOMEM. Any thread. */
@@ -283,6 +284,14 @@ QVL_API void qvl_request_set_pixels(qvl_request *r, int64_t min_pixels, int64_t 
  * generate up to the room left (at most max_tokens). */
 QVL_API void qvl_request_set_trim_history(qvl_request *r, bool trim);
 QVL_API void qvl_request_set_callbacks(qvl_request *r, qvl_on_text_fn on_text, qvl_on_done_fn on_done, void *user);
+/* A reasoning model's reasoning, streamed like on_text (same user pointer, same rules) before the
+ * answer's text; NULL (the default): reasoning is only in the result. */
+QVL_API void qvl_request_set_reasoning_callback(qvl_request *r, qvl_on_text_fn on_reasoning);
+/* How many tokens a reasoning model may think: < 0 unbounded (the default), 0 no reasoning (the
+ * prompt closes an empty think block, as the chat template does for a turn without reasoning),
+ * N: after N reasoning tokens the engine closes the block itself and the answer follows. The
+ * reasoning counts toward max_tokens. Ignored for other models and raw prompts. */
+QVL_API void qvl_request_set_reasoning_budget(qvl_request *r, int64_t n);
 
 /* Queues a request. The prompt (template, tokens, image decode and resize) is built on the
  * caller's thread, so prompt errors come back here: QVL_ERR_INVALID_ARG / ERR_FORMAT (bad
@@ -296,12 +305,27 @@ QVL_API void qvl_engine_cancel(qvl_engine *e, uint64_t id);
 
 /* ---- result (inside on_done) ------------------------------------------------------------------ */
 
+/* Why a request ended: one list from the generation sequence (src/engine/gen_seq.c) up to every
+ * wire format, so no layer guesses a reason back. Per reason: the value (stable: EOS..ERROR are 0..4
+ * as in 0.1.0; NONE, "not finished", was added as -1 so none of them moved), qvl_finish_name's word,
+ * OpenAI's finish_reason, Ollama's done_reason, the Responses API's status and Anthropic's stop_reason
+ * (NULL: that API has no word for it). "tool_calls" / "tool_use" are not finishes: the formatters
+ * write them when the answer parsed into tool calls. Cancelled and failed requests carry their status
+ * in the error body; the words here are what a formatter writes if it reports them at all. */
+#define QVL_FINISH_LIST(X)                                                                            \
+  X(NONE, -1, "none", NULL, NULL, NULL, NULL)               /* still running, or never started */    \
+  X(EOS, 0, "eos", "stop", "stop", "completed", "end_turn") /* the model ended its answer */          \
+  X(STOP_STRING, 1, "stop_string", "stop", "stop", "completed", "stop_sequence") /* a stop string */ \
+  X(LENGTH, 2, "length", "length", "length", "incomplete", "max_tokens") /* max_tokens or context */ \
+  X(CANCELLED, 3, "cancelled", "stop", "stop", "completed", "end_turn") /* see below */               \
+  X(ERROR, 4, "error", "stop", "stop", "failed", "end_turn") /* qvl_result_status says why */
+
+/* CANCELLED: qvl_engine_cancel, on_text returned false, or a stop without drain. ERROR: see
+ * qvl_result_status / qvl_result_error (a timeout, too). */
 typedef enum qvl_finish {
-  QVL_FINISH_EOS,            /* the model ended its answer */
-  QVL_FINISH_STOP_STRING,    /* a stop string was generated */
-  QVL_FINISH_LENGTH,         /* max_tokens reached */
-  QVL_FINISH_CANCELLED,      /* qvl_engine_cancel, on_text returned false, or a stop without drain */
-  QVL_FINISH_ERROR           /* see qvl_result_status / qvl_result_error (a timeout, too) */
+#define QVL_X_ENUM(id, value, name, openai, ollama, responses, anthropic) QVL_FINISH_##id = value,
+  QVL_FINISH_LIST(QVL_X_ENUM)
+#undef QVL_X_ENUM
 } qvl_finish;
 
 typedef struct qvl_usage {
@@ -309,6 +333,7 @@ typedef struct qvl_usage {
   int64_t cached_prompt_tokens; /* prompt tokens whose KV came from the prefix cache */
   int image_cache_hits, image_cache_misses;
   int dropped_turns;         /* left out by qvl_request_set_trim_history */
+  int64_t reasoning_tokens;  /* of completion_tokens, those spent inside the think block */
 } qvl_usage;
 
 typedef struct qvl_timings {
@@ -320,10 +345,13 @@ QVL_API qvl_status qvl_result_status(const qvl_result *r);
 /* "" on success. */
 QVL_API const char *qvl_result_error(const qvl_result *r);
 QVL_API qvl_finish qvl_result_finish(const qvl_result *r);
-/* "eos", "stop_string", "length", "cancelled", "error". */
+/* The name column of QVL_FINISH_LIST ("eos", "stop_string", "length", "cancelled", "error", "none");
+ * "error" for a value not in the list. Any thread. */
 QVL_API const char *qvl_finish_name(qvl_finish f);
 /* The whole generated text (not NUL-terminated; *len may be NULL). */
 QVL_API const char *qvl_result_text(const qvl_result *r, size_t *len);
+/* A reasoning model's reasoning ("" otherwise; not NUL-terminated; *len may be NULL). */
+QVL_API const char *qvl_result_reasoning(const qvl_result *r, size_t *len);
 /* Every generated id, EOS included. */
 QVL_API const int32_t *qvl_result_ids(const qvl_result *r, int64_t *n);
 QVL_API void qvl_result_usage(const qvl_result *r, qvl_usage *out);

@@ -29,6 +29,20 @@ extern "C" {
  * load) or 2 (bad settings). */
 QVL_API int qvl_serve(int argc, char **argv, int first);
 
+/* Finds the files of a Hugging Face repository spec "REPO[:QUANT]" in the download cache, or
+ * downloads them there first (not with offline). GGUF repositories: *model is the text GGUF and
+ * *mmproj the projector (NULL if the repository has none); safetensors repositories: *model is
+ * the snapshot directory (load it with mmproj NULL) and *mmproj NULL. Both free with qvl_free.
+ * QVL_ERR_NOT_FOUND, ERR_IO (network, named). One call at a time. */
+QVL_API qvl_status qvl_hf_resolve(const char *spec, bool offline, char **model, char **mmproj);
+
+/* `--hf SPEC` as every command takes it: qvl_hf_resolve into *own_model / *own_mmproj (free with
+ * qvl_free), then *model = the file or directory to load and, when *mmproj is NULL, *mmproj = the
+ * repository's projector. Returns an exit code: 0, 1 (not resolved) or 2 (a --mmproj given for a
+ * checkpoint that holds its vision tower), after printing "qvl: ..." on stderr. */
+QVL_API int qvl_hf_files(const char *spec, bool offline, const char **model, const char **mmproj, char **own_model,
+                         char **own_mmproj);
+
 /* `qvl convert`: a Hugging Face directory to llama.cpp GGUF files. outtype NULL: f16; else a
  * qvl_dtype_valid name. At least one of out_text / out_mmproj. name: general.name (NULL: from the
  * directory). A failed conversion leaves no output file. */
@@ -51,6 +65,8 @@ typedef struct qvl_random_opts {
   const char *mmproj_type;    /* f32 f16 q8_0 (NULL: f16) */
   uint64_t seed;
   bool tiny;                  /* small shapes instead of the 2B ones */
+  const char *chat_template;  /* a file whose text becomes tokenizer.chat_template (e.g. the Thinking
+                               * template: a reasoning model); NULL: the tokenizer source's */
 } qvl_random_opts;
 
 /* `qvl make-random`: random-weight model files with the shapes of Qwen3-VL-2B (benchmarks).

@@ -4,7 +4,8 @@
  *   embed OUT.c ROOT FILE...
  *
  * Each FILE must lie under ROOT; it is served at the path FILE minus ROOT ("web/app.js" with
- * ROOT "web" becomes "/app.js"). OUT.c defines `web_assets[]` (sorted by path, so that
+ * ROOT "web" becomes "/app.js"). A FILE written DISK@/URL is read from DISK and served at /URL:
+ * the page's third-party scripts, which come from Debian's packages (tools/web_vendor.txt). OUT.c defines `web_assets[]` (sorted by path, so that
  * web_asset_find can binary-search it) and `web_assets_count`, with the types of
  * src/server/http/web_assets.h. The output is written to OUT.c.tmp and renamed, so a failed run never
  * leaves a half-written file that make would take as up to date.
@@ -136,11 +137,17 @@ int main(int argc, char **argv) {
     die("out of memory%s%s", "", "");
 
   for (size_t i = 0; i < n; i++) {
-    const char *file = argv[3 + i];
-    if (strncmp(file, root, root_len) != 0 || file[root_len] != '/')
-      die("'%s' is not under '%s'", file, root);
+    char *file = argv[3 + i];
+    char *at = strchr(file, '@');
+    if (at) {
+      *at = '\0'; /* DISK@/URL */
+      as[i].path = at + 1;
+    } else {
+      if (strncmp(file, root, root_len) != 0 || file[root_len] != '/')
+        die("'%s' is not under '%s'", file, root);
+      as[i].path = file + root_len;
+    }
     as[i].file = file;
-    as[i].path = file + root_len;
     if (!path_ok(as[i].path))
       die("'%s': unsupported characters or segments in URL path '%s'", file, as[i].path);
     if (!content_type(as[i].path))

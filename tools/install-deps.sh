@@ -8,17 +8,19 @@ set -euo pipefail
 want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
 
-# Library pkg-config names (see PKGS in the Makefile) and the Debian/Ubuntu packages that provide them.
+# Library pkg-config names (see PKGS in the Makefile) and the Debian/Ubuntu packages that provide them;
+# libjs-marked and node-dompurify are the web page's scripts (tools/web_vendor.txt).
 PC_NAMES="libjpeg libpng libwebp libcjson libcurl libcrypto libmicrohttpd libxxhash yaml-0.1 libedit sqlite3
   libavformat libavcodec libswscale libavutil zlib"
 BUILD_PACKAGES="build-essential pkg-config ca-certificates libjpeg-dev libpng-dev libwebp-dev libcjson-dev
   libmicrohttpd-dev libyaml-dev libxxhash-dev libcurl4-openssl-dev libssl-dev libedit-dev libsqlite3-dev
-  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev zlib1g-dev"
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev zlib1g-dev libjs-marked node-dompurify"
 TEST_PACKAGES="clang curl chromium tmux nginx haproxy"
 
 need=()
 if ! command -v cc >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1 || ! command -v pkg-config >/dev/null 2>&1 ||
-  ! pkg-config --exists $PC_NAMES 2>/dev/null; then
+  ! pkg-config --exists $PC_NAMES 2>/dev/null ||
+  ! [ -f /usr/share/javascript/marked/marked.umd.js ] || ! [ -f /usr/share/nodejs/dompurify/dist/purify.min.js ]; then
   need+=($BUILD_PACKAGES)
 fi
 if [ $want_test = 1 ]; then

@@ -4,7 +4,6 @@
 import {
   smartResize,
   createSSEParser,
-  parseGrounding,
   describeHttpError,
   describeNetworkError,
   buildMessages,
@@ -353,14 +352,40 @@ function imagesBefore(msg) {
 // Distinct, saturated hues; one per label in order of appearance, so equal labels share a colour.
 const HUES = [330, 190, 38, 265, 150, 12, 210, 90, 290, 55];
 
+// The server's boxes of an answer (the request's "boxes": true; docs/API.md) as marks on the 0..1000
+// grid of the image each belongs to: [{kind, x1, y1, x2, y2 | x, y, label, image}]. `image` indexes
+// the conversation's images; the server counts the prompt's, which lack the ones a trimmed history
+// dropped (the oldest).
+function marksOf(msg) {
+  const all = imagesBefore(msg);
+  const dropped = msg.usage?.history?.dropped_images ?? 0;
+  const marks = [];
+  for (const b of Array.isArray(msg.boxes) ? msg.boxes : []) {
+    const image = (Number.isInteger(b.image) ? b.image : 0) + dropped;
+    const im = all[image];
+    if (!im || !(im.width > 0) || !(im.height > 0)) continue;
+    const gx = (v) => Math.min(1000, Math.max(0, (v / im.width) * 1000));
+    const gy = (v) => Math.min(1000, Math.max(0, (v / im.height) * 1000));
+    const label = typeof b.label === 'string' ? b.label : '';
+    if (Array.isArray(b.box) && b.box.length === 4) marks.push({ kind: 'box', x1: gx(b.box[0]), y1: gy(b.box[1]), x2: gx(b.box[2]), y2: gy(b.box[3]), label, image });
+    else if (Array.isArray(b.point) && b.point.length === 2) marks.push({ kind: 'point', x: gx(b.point[0]), y: gy(b.point[1]), label, image });
+  }
+  return marks;
+}
+
 // Draws boxes/points over the image as percentage-positioned elements, so they follow the image at
-// whatever size it is displayed (0..1000 grid → 0..100 %).
-function groundingFigure(msg, marks) {
-  const imgs = imagesBefore(msg).filter((i) => i.dataUrl);
-  if (!marks.length || !imgs.length) return null;
-  let which = imgs.length - 1;
+// whatever size it is displayed (0..1000 grid → 0..100 %). Each image shows its own marks; an image
+// without any (the user thinks the server picked the wrong one) shows those of the first marked one.
+function groundingFigure(msg, allMarks) {
+  const all = imagesBefore(msg);
+  const imgs = all.filter((i) => i.dataUrl);
+  if (!allMarks.length || !imgs.length) return null;
+  const first = imgs.indexOf(all[allMarks[0].image]);
+  let which = first >= 0 ? first : imgs.length - 1;
+  const own = (i) => allMarks.filter((m) => all[m.image] === imgs[i]);
+  let marks = allMarks;
   const hueOf = new Map();
-  for (const mk of marks) {
+  for (const mk of allMarks) {
     const key = mk.label || '';
     if (!hueOf.has(key)) hueOf.set(key, HUES[hueOf.size % HUES.length]);
   }
@@ -369,6 +394,7 @@ function groundingFigure(msg, marks) {
   const fig = el('figure', { class: 'ground' }, stage, caption);
   const draw = () => {
     const img = imgs[which];
+    marks = own(which).length ? own(which) : first >= 0 && own(first).length ? own(first) : allMarks;
     const pic = el('img', { class: 'ground-img', src: img.dataUrl, alt: `${img.name} with ${marks.length} marked regions` });
     pic.addEventListener('load', () => stickToBottom());
     const nodes = [pic];
@@ -447,13 +473,33 @@ function errorCard(msg) {
   return card;
 }
 
+// The reasoning block: plain text (never markdown or HTML), "Thinking…" while it streams, "Thought"
+// after; open while the reasoning streams, closed when the answer begins, unless the reader chose.
+function fillReasoning(msg, v, streaming) {
+  if (!v.reasoning) return;
+  if (!msg.reasoning) {
+    v.reasoning.hidden = true;
+    return;
+  }
+  v.reasoning.hidden = false;
+  v.reasoningText.textContent = msg.reasoning;
+  const thinking = streaming && !msg.text;
+  v.reasoningSummary.textContent = thinking ? 'Thinking…' : 'Thought';
+  if (!v.reasoning.dataset.user) {
+    v.reasoning.dataset.auto = String(thinking);
+    v.reasoning.open = thinking;
+  }
+}
+
 function fillAssistant(msg) {
   const v = views.get(msg);
   if (!v) return;
   const streaming = active && active.msg === msg;
   v.li.setAttribute('aria-busy', String(!!streaming));
   v.li.classList.toggle('streaming', !!streaming);
+  fillReasoning(msg, v, streaming);
   if (msg.text) renderMarkdown(v.md, msg.text);
+  else if (streaming && msg.reasoning) v.md.replaceChildren();
   else if (streaming) {
     // Before the first token the server is encoding images and reading the prompt: on a CPU that
     // can take seconds, so say what is happening and for how long.
@@ -466,12 +512,12 @@ function fillAssistant(msg) {
   else v.md.replaceChildren();
   v.extra.replaceChildren();
   if (!streaming) {
-    const fig = groundingFigure(msg, parseGrounding(msg.text));
+    const fig = groundingFigure(msg, marksOf(msg));
     if (fig) {
       v.extra.append(fig);
       // The drawing says it better; keep the coordinates one click away.
       for (const pre of v.md.querySelectorAll('pre')) {
-        const k = parseGrounding(pre.textContent).length;
+        const k = (pre.textContent.match(/"(bbox_2d|bbox|point_2d|point)"/g) ?? []).length;
         if (!k) continue;
         const d = el('details', { class: 'json-details' }, el('summary', { text: `Coordinates (JSON, ${k} item${k === 1 ? '' : 's'})` }));
         pre.replaceWith(d);
@@ -587,7 +633,16 @@ function messageView(msg) {
     el('div', { class: 'avatar', 'aria-hidden': 'true', text: 'Q' }),
     el('div', { class: 'answer' }, el('h3', { class: 'sr-only', text: 'Answer' }), md, extra, meta),
   );
-  views.set(msg, { li, md, extra, meta });
+  // A reasoning model's thinking: collapsible, open while it streams, closed once the answer starts
+  // (unless the reader opened or closed it).
+  const reasoningText = el('div', { class: 'reasoning-text' });
+  const reasoningSummary = el('summary', { class: 'reasoning-summary', text: 'Thinking' });
+  const reasoning = el('details', { class: 'reasoning', hidden: true }, reasoningSummary, reasoningText);
+  reasoning.addEventListener('toggle', () => {
+    if (reasoning.dataset.auto !== String(reasoning.open)) reasoning.dataset.user = '1';
+  });
+  li.querySelector('.answer').insertBefore(reasoning, md);
+  views.set(msg, { li, md, extra, meta, reasoning, reasoningText, reasoningSummary });
   fillAssistant(msg);
   return li;
 }
@@ -761,6 +816,7 @@ function requestBody(msg) {
     temperature: Number(settings.temperature),
     max_tokens: Number(settings.maxTokens),
     history: 'trim', // qvl: long chats drop their oldest turns instead of failing
+    boxes: true, // qvl: bbox_2d / point_2d answers in image pixels, drawn over the image
     // qvl extensions: the image size limits for this request (smart_resize bounds, in pixels).
     max_pixels: Number(settings.maxPixels),
     min_pixels: minPixels(),
@@ -780,6 +836,7 @@ async function stream(msg, attempt) {
   const controller = new AbortController();
   active = { controller, msg, started: performance.now() };
   msg.text = '';
+  delete msg.reasoning;
   delete msg.error;
   delete msg.stopped;
   delete msg.finish;
@@ -787,6 +844,7 @@ async function stream(msg, attempt) {
   delete msg.timings;
   delete msg.client;
   delete msg.toolCalls;
+  delete msg.boxes;
   updateSendState();
   fillAssistant(msg);
   scrollToBottom(true);
@@ -825,8 +883,14 @@ async function stream(msg, attempt) {
     if (c.error) throw new StreamError({ kind: 'server', title: 'The answer was interrupted', detail: c.error.message || 'Server error while generating.', retryAfter: null });
     const ch = c.choices && c.choices[0];
     if (ch) {
+      if (ch.delta && typeof ch.delta.reasoning_content === 'string' && ch.delta.reasoning_content) {
+        if (tFirst === null) tFirst = performance.now();
+        msg.reasoning = (msg.reasoning || '') + ch.delta.reasoning_content;
+        if (!frame) frame = requestAnimationFrame(paint);
+      }
       if (ch.delta && typeof ch.delta.content === 'string') onDelta(ch.delta.content);
       if (ch.delta && Array.isArray(ch.delta.tool_calls)) onToolCalls(ch.delta.tool_calls);
+      if (ch.delta && Array.isArray(ch.delta.boxes)) msg.boxes = ch.delta.boxes; // qvl: grounding in pixels
       if (ch.finish_reason) msg.finish = ch.finish_reason;
     }
     if (c.usage) msg.usage = c.usage;
@@ -859,7 +923,7 @@ async function stream(msg, attempt) {
       const j = await res.json(); // a server that ignored stream:true
       const m = j.choices?.[0]?.message;
       const calls = Array.isArray(m?.tool_calls) ? m.tool_calls.map((t, index) => ({ index, ...t })) : undefined;
-      onChunk({ choices: [{ delta: { content: m?.content ?? '', tool_calls: calls }, finish_reason: j.choices?.[0]?.finish_reason }], usage: j.usage, timings: j.timings });
+      onChunk({ choices: [{ delta: { reasoning_content: m?.reasoning_content, content: m?.content ?? '', tool_calls: calls }, finish_reason: j.choices?.[0]?.finish_reason }], usage: j.usage, timings: j.timings });
     } else {
       const reader = res.body.getReader();
       const dec = new TextDecoder();

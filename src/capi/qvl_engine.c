@@ -78,6 +78,7 @@ void qvl_engine_get_stats(qvl_engine *e, qvl_engine_stats *out) {
 /* One submitted request's callbacks, alive from submit to the end of on_done. */
 typedef struct submission {
   qvl_on_text_fn on_text;
+  qvl_on_text_fn on_reasoning;
   qvl_on_done_fn on_done;
   void *user;
   const qvl_model *m;
@@ -86,6 +87,11 @@ typedef struct submission {
 static bool sub_text(void *user, const char *text, size_t len) {
   submission *s = user;
   return s->on_text ? s->on_text(s->user, text, len) : true;
+}
+
+static bool sub_reasoning(void *user, const char *text, size_t len) {
+  submission *s = user;
+  return s->on_reasoning ? s->on_reasoning(s->user, text, len) : true;
 }
 
 static void sub_done(void *user, const engine_result *r) {
@@ -101,6 +107,7 @@ qvl_status qvl_engine_submit(qvl_engine *e, const qvl_request *r, uint64_t *id) 
   if (!sub)
     return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
   sub->on_text = r->on_text;
+  sub->on_reasoning = r->on_reasoning;
   sub->on_done = r->on_done;
   sub->user = r->user;
   sub->m = e->m;
@@ -117,6 +124,7 @@ qvl_status qvl_engine_submit(qvl_engine *e, const qvl_request *r, uint64_t *id) 
     rq.history = &hp;
   }
   rq.on_text = sub_text;
+  rq.on_reasoning = r->on_reasoning ? sub_reasoning : NULL;
   rq.on_done = sub_done;
   rq.user = sub;
   uint64_t got = 0;
@@ -135,45 +143,21 @@ void qvl_engine_cancel(qvl_engine *e, uint64_t id) { engine_cancel(e->e, id); }
 qvl_status qvl_result_status(const qvl_result *r) { return r->r->status; }
 const char *qvl_result_error(const qvl_result *r) { return r->r->error; }
 
-static bool ends_with_eos(const qvl_result *r) {
-  const vlm *v = r->m->v;
-  if (r->r->completion_tokens <= 0 || !r->r->ids)
-    return false;
-  int32_t last = r->r->ids[r->r->completion_tokens - 1];
-  for (int i = 0; i < v->n_eos; i++)
-    if (v->eos_ids[i] == last)
-      return true;
-  return false;
-}
-
 qvl_finish qvl_result_finish(const qvl_result *r) {
-  switch (r->r->finish_reason) {
-  case ENGINE_FINISH_LENGTH: return QVL_FINISH_LENGTH;
-  case ENGINE_FINISH_CANCELLED: return QVL_FINISH_CANCELLED;
-  case ENGINE_FINISH_STOP:
-    /* the engine says "stop" for both; the last id tells them apart (EOS is kept in the ids) */
-    return ends_with_eos(r) ? QVL_FINISH_EOS : QVL_FINISH_STOP_STRING;
-  case ENGINE_FINISH_ERROR:
-  case ENGINE_FINISH_NONE: break;
-  }
-  return QVL_FINISH_ERROR;
-}
-
-const char *qvl_finish_name(qvl_finish f) {
-  switch (f) {
-  case QVL_FINISH_EOS: return "eos";
-  case QVL_FINISH_STOP_STRING: return "stop_string";
-  case QVL_FINISH_LENGTH: return "length";
-  case QVL_FINISH_CANCELLED: return "cancelled";
-  case QVL_FINISH_ERROR: return "error";
-  }
-  return "error";
+  /* the engine reports the reason gen_seq saw; NONE never reaches on_done (errors say ERROR) */
+  return r->r->finish_reason == QVL_FINISH_NONE ? QVL_FINISH_ERROR : r->r->finish_reason;
 }
 
 const char *qvl_result_text(const qvl_result *r, size_t *len) {
   if (len)
     *len = r->r->text ? r->r->text_len : 0;
   return r->r->text ? r->r->text : "";
+}
+
+const char *qvl_result_reasoning(const qvl_result *r, size_t *len) {
+  if (len)
+    *len = r->r->reasoning ? r->r->reasoning_len : 0;
+  return r->r->reasoning ? r->r->reasoning : "";
 }
 
 const int32_t *qvl_result_ids(const qvl_result *r, int64_t *n) {
@@ -186,6 +170,7 @@ void qvl_result_usage(const qvl_result *r, qvl_usage *out) {
   memset(out, 0, sizeof *out);
   out->prompt_tokens = e->prompt_tokens;
   out->completion_tokens = e->completion_tokens;
+  out->reasoning_tokens = e->reasoning_tokens;
   out->image_tokens = e->image_tokens;
   out->cached_prompt_tokens = e->cached_prompt_tokens;
   out->image_cache_hits = e->image_cache_hits;

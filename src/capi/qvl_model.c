@@ -7,7 +7,6 @@
 #include "base/dataurl.h"
 #include "base/status.h"
 #include "kernels/kernels.h"
-#include "model/hub.h"
 #include "model/wtable.h"
 #include "text/kv_cache.h"
 #include "vision/vision.h"
@@ -75,38 +74,10 @@ void qvl_model_free(qvl_model *m) {
 }
 
 bool qvl_model_has_vision(const qvl_model *m) { return m->v->vision != NULL; }
+bool qvl_model_is_reasoning(const qvl_model *m) { return m->v->thinking; }
 int64_t qvl_model_n_ctx_train(const qvl_model *m) { return m->v->text->hp.n_ctx_train; }
 
 bool qvl_path_is_hf_dir(const char *path) { return path && hf_model_is_dir(path); }
-
-static char *dup_or_null(const char *s, bool *oom) {
-  if (!s)
-    return NULL;
-  char *d = strdup(s);
-  if (!d)
-    *oom = true;
-  return d;
-}
-
-qvl_status qvl_hf_resolve(const char *spec, bool offline, char **model, char **mmproj) {
-  *model = *mmproj = NULL;
-  hub_opts o = {0};
-  o.offline = offline ? 1 : 0;
-  hub_files f;
-  memset(&f, 0, sizeof f);
-  QVL_TRY(hub_resolve(&o, spec, &f));
-  bool oom = false;
-  *model = dup_or_null(f.is_gguf ? f.model : f.dir, &oom);
-  *mmproj = f.is_gguf ? dup_or_null(f.mmproj, &oom) : NULL;
-  hub_files_free(&f);
-  if (oom) {
-    free(*model);
-    free(*mmproj);
-    *model = *mmproj = NULL;
-    return qvl_errorf(QVL_ERR_NOMEM, "--hf %s: out of memory", spec);
-  }
-  return QVL_OK;
-}
 
 qvl_status qvl_video_data_url(const void *data, size_t len, char **url) {
   const uint8_t *b = data;

@@ -229,6 +229,10 @@ void qvl_request_set_callbacks(qvl_request *r, qvl_on_text_fn on_text, qvl_on_do
   r->user = user;
 }
 
+void qvl_request_set_reasoning_callback(qvl_request *r, qvl_on_text_fn on_reasoning) { r->on_reasoning = on_reasoning; }
+
+void qvl_request_set_reasoning_budget(qvl_request *r, int64_t n) { r->gen.reasoning_budget = n < 0 ? -1 : n; }
+
 qvl_status request_to_engine(const qvl_request *r, engine_request *out) {
   engine_request_init(out);
   if (cJSON_GetArraySize(r->pending) > 0)

@@ -20,6 +20,7 @@ struct qvl_request {
   vlm_prompt_opts po;
   bool trim_history;
   qvl_on_text_fn on_text;
+  qvl_on_text_fn on_reasoning;
   qvl_on_done_fn on_done;
   void *user;
 };

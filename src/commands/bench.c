@@ -422,6 +422,22 @@ qvl_status qvl_bench(const qvl_bench_opts *opts) {
     return qvl_error_prefix(st, "loading the model");
   cJSON *out = cJSON_CreateObject();
   cJSON_AddStringToObject(out, "isa", kernels_isa());
+  /* The kernel each operation runs and why (the per-operation dispatch of docs/KERNELS.md). */
+  kn_dispatch_row rows[16];
+  int n_rows = kernels_dispatch(rows, 16);
+  cJSON *disp = cJSON_AddArrayToObject(out, "kernels");
+  for (int r = 0; r < n_rows; r++) {
+    cJSON *row = cJSON_CreateObject();
+    cJSON_AddStringToObject(row, "op", rows[r].op);
+    cJSON_AddStringToObject(row, "kernel", rows[r].kernel);
+    cJSON_AddStringToObject(row, "why", rows[r].why);
+    cJSON_AddItemToArray(disp, row);
+  }
+  if (!o.json) {
+    printf("kernels (isa %s):\n", kernels_isa());
+    for (int r = 0; r < n_rows; r++)
+      printf("  %-28s %-24s %s\n", rows[r].op, rows[r].kernel, rows[r].why);
+  }
   cJSON_AddNumberToObject(out, "threads", kernels_threads());
   cJSON_AddNumberToObject(out, "load_ms", (time_now_s() - t0) * 1e3);
   cJSON_AddStringToObject(out, "precision", m->vision ? kn_precision_name(m->vision->precision) : "-");

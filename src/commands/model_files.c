@@ -2,11 +2,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/status.h"
 #include "engine/hf_convert.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
-#include "model/hub.h"
+#include "hub/hub.h"
 #include "model/random_model.h"
 #include "model/verify.h"
 #include "model/wtable.h"
@@ -61,6 +62,15 @@ qvl_status qvl_make_random(const qvl_random_opts *o) {
     vs.n_embd = 64, vs.n_layer = 2, vs.n_head = 2, vs.n_ff = 128, vs.proj_dim = 256, vs.pos_side = 8;
     vs.n_deepstack = 1, vs.deepstack_layers[0] = 0;
   }
+  buf tmpl = {0};
+  if (o->chat_template) {
+    qvl_status rs = buf_read_file(o->chat_template, 1 << 20, &tmpl);
+    if (rs != QVL_OK) {
+      buf_free(&tmpl);
+      return qvl_error_prefix(rs, "--chat-template");
+    }
+    ts.chat_template = tmpl.data;
+  }
   qvl_status s = QVL_OK;
   if (o->out_text) {
     gguf *g = NULL;
@@ -73,9 +83,11 @@ qvl_status qvl_make_random(const qvl_random_opts *o) {
       s = random_text_write(&ts, tt, g, o->seed, o->out_text);
     }
     gguf_close(g);
+    buf_free(&tmpl);
     if (s != QVL_OK)
       return qvl_error_prefix(s, "make-random (text)");
   }
+  buf_free(&tmpl);
   if (o->out_mmproj) {
     fprintf(stderr, "qvl make-random: writing %s (%s)...\n", o->out_mmproj, dtype_name(mt));
     s = random_mmproj_write(&vs, mt, o->seed, o->out_mmproj);

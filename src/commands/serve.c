@@ -41,22 +41,6 @@ static int report(const char *what, qvl_status s) {
   return 1;
 }
 
-/* --hf REPO[:QUANT] into the model files; 0, or an exit code after a message. */
-static int resolve_hf(const char *spec, bool offline, const char **model, const char **mmproj, char **own_model,
-                      char **own_mmproj) {
-  qvl_status s = qvl_hf_resolve(spec, offline, own_model, own_mmproj);
-  if (s != QVL_OK)
-    return report("--hf", s);
-  if (hf_model_is_dir(*own_model) && *mmproj) {
-    fprintf(stderr, "qvl: --hf %s is a Hugging Face checkpoint (vision tower included); it takes no --mmproj\n", spec);
-    return 2;
-  }
-  *model = *own_model;
-  if (!*mmproj)
-    *mmproj = *own_mmproj;
-  return 0;
-}
-
 int qvl_serve(int argc, char **argv, int first) {
   for (int i = first; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -88,7 +72,7 @@ int qvl_serve(int argc, char **argv, int first) {
   const char *model = cfg.model, *mmproj = cfg.mmproj;
   char *got_model = NULL, *got_mmproj = NULL; /* what --hf resolved to, freed at the end */
   if (cfg.hf) {
-    int rc = resolve_hf(cfg.hf, cfg.offline, &model, &mmproj, &got_model, &got_mmproj);
+    int rc = qvl_hf_files(cfg.hf, cfg.offline, &model, &mmproj, &got_model, &got_mmproj);
     if (rc) {
       free(got_model);
       free(got_mmproj);
@@ -175,7 +159,7 @@ int qvl_serve(int argc, char **argv, int first) {
   if (strcmp(base, "qvl") && (!cfg.alias || strcmp(cfg.alias, "qvl")))
     ids[n_ids++] = "qvl";
   server_backend be = {be_submit, be_cancel, be_stats, eng, &m->sampling,
-                       m->vision ? kn_precision_name(m->vision->precision) : NULL};
+                       m->vision ? kn_precision_name(m->vision->precision) : NULL, m};
   server_set_ready(srv, &be, ids, n_ids);
   fprintf(stderr, "qvl serve: ready: model '%s', %d threads (%s), batch %lld, queue %lld, ctx %lld\n", ids[0],
           kernels_threads(), kernels_isa(), (long long)cfg.max_batch_size, (long long)cfg.queue, (long long)cfg.ctx);

@@ -41,6 +41,7 @@ typedef struct request {
   bool cancel;
   struct engine *eng;      /* for mask_poll */
   bool (*on_text)(void *user, const char *text, size_t len);
+  bool (*on_reasoning)(void *user, const char *text, size_t len);
   void (*on_done)(void *user, const engine_result *r);
   void *user;
   gen_params gen;
@@ -136,7 +137,7 @@ static void request_free(request *r) {
   free(r);
 }
 
-static void set_error(request *r, qvl_status s, engine_finish reason, const char *msg) {
+static void set_error(request *r, qvl_status s, qvl_finish reason, const char *msg) {
   r->res.status = s;
   r->res.finish_reason = reason;
   snprintf(r->res.error, sizeof r->res.error, "%s", msg ? msg : "");
@@ -204,6 +205,9 @@ static void deliver(request *r) {
   const int32_t *top_ids = NULL;
   r->res.text = r->gs ? gen_seq_text(r->gs, &len) : "";
   r->res.text_len = len;
+  r->res.reasoning = r->gs ? gen_seq_reasoning(r->gs, &len) : "";
+  r->res.reasoning_len = r->gs ? len : 0;
+  r->res.reasoning_tokens = r->gs ? gen_seq_reasoning_tokens(r->gs) : 0;
   r->res.ids = r->gs ? gen_seq_ids(r->gs, &n_ids) : no_ids;
   r->res.images = r->p.images;
   r->res.n_images = r->p.n_images;
@@ -238,8 +242,8 @@ static void deliver(request *r) {
     r->res.top_logprobs = top_lp;
     r->res.n_top = r->n_top;
   }
-  if (r->res.finish_reason == ENGINE_FINISH_NONE)
-    r->res.finish_reason = r->res.status == QVL_OK ? ENGINE_FINISH_STOP : ENGINE_FINISH_ERROR;
+  if (r->res.finish_reason == QVL_FINISH_NONE && r->res.status != QVL_OK)
+    r->res.finish_reason = QVL_FINISH_ERROR;
   r->on_done(r->user, &r->res);
   buf_free(&lpt);
   free(lpo);
@@ -296,8 +300,10 @@ static qvl_status request_new(engine *e, const engine_request *rq, request **out
   request *r = calloc(1, sizeof *r);
   if (!r)
     return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
+  r->res.finish_reason = QVL_FINISH_NONE; /* -1: calloc's zero is QVL_FINISH_EOS */
   r->t_submit = time_now_s();
   r->on_text = rq->on_text;
+  r->on_reasoning = rq->on_reasoning;
   r->on_done = rq->on_done;
   r->user = rq->user;
   r->gen = rq->gen;
@@ -315,6 +321,10 @@ static qvl_status request_new(engine *e, const engine_request *rq, request **out
   r->popts.known_image = known_image;
   r->popts.known_user = e;
   r->popts.defer_rows = true; /* allocated at admission, for the images the prefix cache lacks */
+  /* A thinking model's chat prompt opens a think block, or closes an empty one for budget 0. */
+  bool chat = !rq->raw_ids && !rq->raw_text;
+  r->popts.skip_thinking = e->m->thinking && chat && rq->gen.reasoning_budget == 0;
+  r->gen.reasoning = e->m->thinking && chat && r->popts.add_generation_prompt && rq->gen.reasoning_budget != 0;
   *out = r;
   return QVL_OK;
 }
@@ -432,6 +442,22 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   request *r = NULL;
   QVL_TRY(request_new(e, rq, &r));
   qvl_status s = request_prompt(e, rq, r);
+  if (s == QVL_OK && rq->count_only) { /* the prompt is built and checked: that is the answer */
+    r->res.status = QVL_OK;
+    r->res.finish_reason = QVL_FINISH_EOS;
+    r->res.prompt_tokens = r->p.n;
+    r->res.image_tokens = r->p.n_img;
+    r->res.text = "";
+    r->res.reasoning = "";
+    r->res.images = r->p.images;
+    r->res.n_images = r->p.n_images;
+    r->res.t.prompt_ms = (time_now_s() - r->t_submit) * 1e3;
+    r->res.t.preprocess_ms = r->p.preprocess_ms;
+    rq->on_done(rq->user, &r->res);
+    r->gram = rq->grammar; /* owned from submit on: freed with the request */
+    request_free(r);
+    return QVL_OK;
+  }
   if (s == QVL_OK)
     s = request_admissible(e, r);
   if (s != QVL_OK) {
@@ -505,6 +531,7 @@ static qvl_status request_begin(engine *e, request *r) {
   gc.poll_user = r;
   gc.logprobs = r->logprobs;
   gc.n_top = r->n_top;
+  gc.reasoning_stream = r->on_reasoning;
   QVL_TRY(gen_seq_init(&gc, &r->gs));
   /* At least the last prompt token is computed: its logits start the generation. */
   int64_t max_blocks = (r->p.n - 1) / PREFIX_BLOCK, next_pos = 0;
@@ -638,18 +665,19 @@ static bool sample_one(request *r, int32_t *tok) {
   if (s == QVL_ERR_CANCELLED) {
     /* A mask stopped by mask_poll says why here; the stream's refusal is the client's. */
     if (r->deadline > 0 && time_now_s() >= r->deadline && !__atomic_load_n(&r->cancel, __ATOMIC_RELAXED))
-      set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out");
+      set_error(r, QVL_ERR_TIMEOUT, QVL_FINISH_ERROR, "the request timed out");
     else
-      set_error(r, s, ENGINE_FINISH_CANCELLED, "cancelled by the client");
+      set_error(r, s, QVL_FINISH_CANCELLED, "cancelled by the client");
     return false;
   }
   if (s != QVL_OK) {
-    set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
+    set_error(r, s, QVL_FINISH_ERROR, qvl_last_error());
     return false;
   }
   if (done) {
     r->res.status = QVL_OK;
-    r->res.finish_reason = gen_seq_reason(r->gs) == STOP_MAX_TOKENS ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
+    r->res.finish_reason = gen_seq_reason(r->gs);
+    r->res.stop_match = gen_seq_stop_matched(r->gs);
     r->finished = true;
     return false;
   }
@@ -763,7 +791,7 @@ static void model_step(engine *e) {
   for (int i = 0; i < nb; i++) {
     request *r = who[i];
     if (s != QVL_OK) {
-      set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
+      set_error(r, s, QVL_FINISH_ERROR, qvl_last_error());
       continue;
     }
     if (i < n_decode) {
@@ -810,9 +838,9 @@ static void *engine_main(void *arg) {
         *pp = r->next;
         e->n_queued--;
         if (late && !r->cancel && !abort_all)
-          set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out while queued");
+          set_error(r, QVL_ERR_TIMEOUT, QVL_FINISH_ERROR, "the request timed out while queued");
         else
-          set_error(r, QVL_ERR_CANCELLED, ENGINE_FINISH_CANCELLED, "cancelled before it started");
+          set_error(r, QVL_ERR_CANCELLED, QVL_FINISH_CANCELLED, "cancelled before it started");
         account_locked(e, r, now);
         r->next = gone;
         gone = r;
@@ -885,9 +913,9 @@ static void *engine_main(void *arg) {
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
       if (r->cancel_seen)
-        set_error(r, QVL_ERR_CANCELLED, ENGINE_FINISH_CANCELLED, "cancelled");
+        set_error(r, QVL_ERR_CANCELLED, QVL_FINISH_CANCELLED, "cancelled");
       else if (r->deadline > 0 && now >= r->deadline)
-        set_error(r, QVL_ERR_TIMEOUT, ENGINE_FINISH_ERROR, "the request timed out");
+        set_error(r, QVL_ERR_TIMEOUT, QVL_FINISH_ERROR, "the request timed out");
     }
     for (int i = 0; i < e->n_run; i++) {
       request *r = e->run[i];
@@ -896,7 +924,7 @@ static void *engine_main(void *arg) {
         qvl_status s = request_begin(e, r);
         r->setup_s = time_now_s() - t0;
         if (s != QVL_OK)
-          set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
+          set_error(r, s, QVL_FINISH_ERROR, qvl_last_error());
       }
     }
     /* One vision slice per iteration, then one forward: decode rows + prefill pieces. */
@@ -905,7 +933,7 @@ static void *engine_main(void *arg) {
       if (!r->finished && r->state == RQ_VISION) {
         qvl_status s = vision_step(e, r);
         if (s != QVL_OK)
-          set_error(r, s, ENGINE_FINISH_ERROR, qvl_last_error());
+          set_error(r, s, QVL_FINISH_ERROR, qvl_last_error());
         break;
       }
     }

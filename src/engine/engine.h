@@ -29,7 +29,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine/finish.h"
 #include "engine/engine_request.h"
 #include "engine/generate.h"
 #include "prompt/history.h"
@@ -68,21 +67,34 @@ typedef struct engine_timings {
   double setup_ms;           /* engine: sequence, sampler, prefix-cache restore before the first step */
 } engine_timings;
 
+/* An image of a request's prompt, for answers that point into it (boxes): a copy of its
+ * prompt_image's size and message. */
+typedef struct engine_image {
+  int width, height;         /* as displayed (EXIF orientation applied; a video's frame size) */
+  int message_index;         /* the message that holds it */
+} engine_image;
+
 typedef struct engine_result {
   qvl_status status;         /* QVL_OK, or why it failed (message in error) */
   char error[512];
-  engine_finish finish_reason; /* why it ended (engine/finish.h) */
+  qvl_finish finish_reason;    /* why it ended (QVL_FINISH_LIST in qvl.h, from gen_seq up) */
+  int stop_match;            /* 1 + the index in gen.stop of the stop string that ended it; 0: none */
   int64_t prompt_tokens, completion_tokens, image_tokens;
   int64_t cached_prompt_tokens; /* prompt tokens whose KV came from the prefix cache */
   int image_cache_hits, image_cache_misses; /* images inside the reused prefix need no vision and
                                              * count as neither */
   engine_timings t;
-  const char *text;          /* full generated text (valid during the callback) */
+  const char *text;          /* full generated text (valid during the callback); with reasoning, the
+                              * answer after the think block */
   size_t text_len;
+  const char *reasoning;     /* a thinking model's reasoning ("" otherwise; valid during the callback) */
+  size_t reasoning_len;
+  int64_t reasoning_tokens;  /* of completion_tokens, those inside the think block */
   const int32_t *ids;        /* [completion_tokens] generated ids, EOS included (valid during the callback) */
   history_report history;    /* what the context policy dropped (engine_request.history) */
-  /* The prompt's images as processed (hash, grid, tokens; their encoded bytes with
-   * prompt.keep_sources), valid during the callback: what a stored conversation keeps. */
+  /* The prompt's images and videos as processed (hash, grid, tokens; their encoded bytes with
+   * prompt.keep_sources; size as displayed and message, for answers that point into them: boxes),
+   * valid during the callback: what a stored conversation keeps. */
   const prompt_image *images;
   int n_images;
   uint64_t admitted_step;    /* the engine-loop iteration that admitted it: requests that start in the
@@ -114,7 +126,7 @@ qvl_status engine_submit(engine *e, const engine_request *r, uint64_t *id);
 /* Cancels a queued or running request (its on_done reports "cancelled", status QVL_ERR_CANCELLED,
  * at the next step boundary, with the slot and memory freed before the callback); unknown ids are
  * ignored. Returning false from on_text does the same. A request that exceeds request_timeout_ms
- * ends with status QVL_ERR_TIMEOUT and finish_reason ENGINE_FINISH_ERROR (text so far included). */
+ * ends with status QVL_ERR_TIMEOUT and finish_reason QVL_FINISH_ERROR (text so far included). */
 void engine_cancel(engine *e, uint64_t id);
 
 typedef struct engine_stats {

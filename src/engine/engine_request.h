@@ -38,6 +38,10 @@ typedef struct engine_request {
   gen_params gen;            /* sampling, max tokens, stop strings (copied at submit) */
   /* Streaming: called with each piece of final text. Return false to cancel the request. */
   bool (*on_text)(void *user, const char *text, size_t len);
+  /* A thinking model's reasoning pieces (before any answer text; NULL: only in the result). The
+   * budget is gen.reasoning_budget: < 0 unbounded, 0 no reasoning (the prompt closes an empty think
+   * block), N: the engine closes the block after N tokens. Raw prompts have no think block. */
+  bool (*on_reasoning)(void *user, const char *text, size_t len);
   /* Called exactly once when the request ends (success, error, cancel, timeout). */
   void (*on_done)(void *user, const struct engine_result *r);
   void *user;
@@ -52,6 +56,10 @@ typedef struct engine_request {
   struct grammar *grammar;
   bool logprobs;             /* report log-probabilities (engine_result.logprobs) */
   int top_logprobs;          /* 0..ENGINE_MAX_TOP_LOGPROBS alternatives per token */
+  /* Only count: the prompt is built and checked as for generation (template, images, limits), then
+   * on_done reports its prompt_tokens / image_tokens, called from engine_submit itself, and nothing
+   * is queued (*id is 0). */
+  bool count_only;
 } engine_request;
 
 #define ENGINE_MAX_TOP_LOGPROBS 20

@@ -9,6 +9,14 @@
  * transformers' decode(skip_special_tokens=True); text that could still become a stop string, or
  * that ends inside a UTF-8 sequence, is held back (stop.h), so a stream never shows what is later cut.
  *
+ * Reasoning (a thinking model whose prompt ends in an open <think> block): the output is reasoning
+ * up to "</think>", then the answer. The two are separate channels: reasoning goes to
+ * reasoning_stream and gen_seq_reasoning, the answer to stream and gen_seq_text. Newlines around
+ * the think block are trimmed as the chat template trims them. Stop strings, the grammar and tool
+ * calls (parsed from the text by the server) see the answer only; EOS and max_tokens count every
+ * token. With a budget, after that many reasoning tokens the close ("\n</think>\n\n" as token ids)
+ * is forced and the answer follows.
+ *
  *   gen_seq *g;
  *   QVL_TRY(gen_seq_init(&cfg, &g));
  *   for (;;) {
@@ -58,7 +66,15 @@ typedef struct gen_seq_config {
   void *poll_user;
   bool logprobs;                /* record log-probabilities (gen_seq_logprobs) */
   int n_top;                    /* with logprobs: alternatives per token */
+  bool reasoning;               /* the output starts inside a think block */
+  int64_t reasoning_budget;     /* with reasoning: < 0 unbounded, else the reasoning tokens before the
+                                 * close is forced (0: at once) */
+  const int32_t *think_close;   /* [n_think_close] the forced close (copied); needed with a budget */
+  int n_think_close;
+  gen_stream_fn reasoning_stream; /* reasoning pieces (same user as the answer's stream); may be NULL */
 } gen_seq_config;
+
+#define GEN_SEQ_MAX_THINK_CLOSE 8
 
 typedef struct gen_seq gen_seq;
 
@@ -80,9 +96,15 @@ qvl_status gen_seq_next(gen_seq *g, const float *logits, gen_stream_fn stream, v
 
 /* The visible text so far (stop string and what follows removed), NUL-terminated. */
 const char *gen_seq_text(const gen_seq *g, size_t *len);
+/* The reasoning so far, NUL-terminated ("" without reasoning). */
+const char *gen_seq_reasoning(const gen_seq *g, size_t *len);
+/* Tokens generated inside the think block (the close included). */
+int64_t gen_seq_reasoning_tokens(const gen_seq *g);
 /* Every generated id, EOS included: [*n]. */
 const int32_t *gen_seq_ids(const gen_seq *g, int64_t *n);
-stop_reason gen_seq_reason(const gen_seq *g);
+qvl_finish gen_seq_reason(const gen_seq *g);
+/* 1 + the index of the stop string that ended it (stop_matched); 0: none did. */
+int gen_seq_stop_matched(const gen_seq *g);
 /* time_now_s() when the first token was sampled (0 before). */
 double gen_seq_t_first(const gen_seq *g);
 /* With logprobs: [n] chosen log-probs, [n][n_top] alternatives (see text/logprobs.h). */

@@ -10,6 +10,7 @@ gen_params gen_params_default(void) {
   gen_params g = {0};
   g.sampling = sampler_default_params();
   g.max_tokens = 512;
+  g.reasoning_budget = -1;
   return g;
 }
 
@@ -30,7 +31,11 @@ gen_seq_config gen_seq_config_of(const vlm *m, const gen_params *gp, const int32
                           .ignore_eos = gp->ignore_eos,
                           .stop = gp->stop,
                           .n_stop = gp->n_stop,
-                          .max_tokens = gp->max_tokens};
+                          .max_tokens = gp->max_tokens,
+                          .reasoning = gp->reasoning,
+                          .reasoning_budget = gp->reasoning_budget,
+                          .think_close = m->think_close,
+                          .n_think_close = m->n_think_close};
 }
 
 qvl_status generate(const vlm *m, const vlm_prompt *p, const gen_params *gp, gen_stream_fn stream,
@@ -73,7 +78,7 @@ qvl_status generate(const vlm *m, const vlm_prompt *p, const gen_params *gp, gen
       out->ttft_ms = (t_first - t0) * 1e3;
       out->decode_ms = (time_now_s() - t_first) * 1e3;
     }
-    out->reason = s == QVL_OK ? gen_seq_reason(g) : STOP_NONE;
+    out->reason = s == QVL_OK ? gen_seq_reason(g) : QVL_FINISH_NONE;
     size_t len;
     const char *text = gen_seq_text(g, &len);
     const int32_t *ids = gen_seq_ids(g, &out->n_ids);

@@ -21,6 +21,9 @@ typedef struct gen_params {
   int n_stop;
   bool ignore_eos;           /* keep going past <|im_end|> (benchmarks, dumps) */
   int64_t n_ctx;             /* KV capacity; <= 0: prompt + max_tokens */
+  bool reasoning;            /* the prompt ends inside an open think block (gen_seq.h) */
+  int64_t reasoning_budget;  /* with reasoning: < 0 unbounded (the default), else reasoning tokens
+                              * before the engine closes the block itself */
 } gen_params;
 
 typedef struct gen_result {
@@ -28,7 +31,7 @@ typedef struct gen_result {
   int32_t *ids;              /* [n_ids] every generated id, EOS included */
   int64_t n_ids;
   int64_t n_prompt;
-  stop_reason reason;
+  qvl_finish reason;
   double prefill_ms;         /* prompt through the decoder (vision not included) */
   double decode_ms;          /* after the first token */
   double ttft_ms;            /* prefill + the first sampled token */

@@ -12,6 +12,7 @@
 #include "base/buf.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "text/chat.h"
 
 #define HF_MAX_JSON (64u << 20) /* config files; a real index is ~30 kB, tokenizer.json is read elsewhere */
 #define HF_MAX_DIM (1 << 20)
@@ -608,8 +609,8 @@ static qvl_status load_template(hf_model *m) {
   if (text) {
     if (!(m->chat_template = strdup(text)))
       s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-    else if (XXH3_64bits(text, strlen(text)) != HF_QWEN3VL_TEMPLATE_XXH3)
-      log_warn("%s/%s: the chat template is not the Qwen3-VL Instruct one; qvl renders the Qwen3-VL template "
+    else if (XXH3_64bits(text, strlen(text)) != HF_QWEN3VL_TEMPLATE_XXH3 && !chat_template_is_thinking(text))
+      log_warn("%s/%s: the chat template is not the Qwen3-VL Instruct or Thinking one; qvl renders the Qwen3-VL template "
                "natively and ignores it", m->dir, src);
   } else {
     log_warn("%s: no chat template (chat_template.json); qvl renders the Qwen3-VL template natively", m->dir);

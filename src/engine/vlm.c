@@ -9,6 +9,7 @@
 #include "engine/model_sampling.h"
 #include "model/verify.h"
 #include "model/wtable.h"
+#include "text/chat.h"
 
 static int32_t require_token(const tokenizer *t, const char *text, const char *path, qvl_status *s) {
   int32_t id = tokenizer_find(t, text);
@@ -130,8 +131,10 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
   m->sampling = model_sampling_qwen3vl();
   if (hf) {
     s = load_hf(hf_dir, dt, m);
-    if (s == QVL_OK)
+    if (s == QVL_OK) {
       model_sampling_from_hf(hf_model_config(m->hf), &m->sampling);
+      m->thinking = chat_template_is_thinking(hf_model_chat_template(m->hf));
+    }
   } else {
     /* A file whose size differs from what a download recorded is damaged: say so instead of failing
      * later with a parse error (or, worse, loading garbage). */
@@ -144,6 +147,12 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
       s = tokenizer_init_gguf(g, &m->tok);
     if (s == QVL_OK)
       s = model_sampling_from_gguf(g, &m->sampling);
+    if (s == QVL_OK && gguf_find_key(g, "tokenizer.chat_template") >= 0) {
+      const char *tmpl = NULL;
+      if (gguf_get_str(g, "tokenizer.chat_template", &tmpl) == QVL_OK)
+        m->thinking = chat_template_is_thinking(tmpl);
+      qvl_error_clear();
+    }
     if (s == QVL_OK) {
       s = load_text_gguf(g, dt, &m->text); /* takes ownership of g */
       g = NULL;
@@ -170,9 +179,19 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
       m->eos_ids[m->n_eos++] = eot;
     if (m->n_eos == 0 && tokenizer_eos_id(m->tok) >= 0)
       m->eos_ids[m->n_eos++] = tokenizer_eos_id(m->tok);
+    int32_t *close = NULL;
+    size_t n_close = 0;
+    if (s == QVL_OK && tokenizer_encode(m->tok, "\n</think>\n\n", 11, &close, &n_close) == QVL_OK &&
+        n_close <= sizeof m->think_close / sizeof m->think_close[0]) {
+      memcpy(m->think_close, close, sizeof *close * n_close);
+      m->n_think_close = (int)n_close;
+    }
+    free(close);
+    qvl_error_clear();
     m->pm = (prompt_model){.tok = m->tok, .vision = m->vision, .n_embd = m->text->hp.n_embd,
                            .image_pad_id = m->image_pad_id, .vision_start_id = m->vision_start_id,
-                           .vision_end_id = m->vision_end_id, .video_pad_id = m->video_pad_id};
+                           .vision_end_id = m->vision_end_id, .video_pad_id = m->video_pad_id,
+                           .thinking = m->thinking};
     if (s == QVL_OK && tokenizer_vocab_size(m->tok) > m->text->hp.n_vocab)
       s = qvl_errorf(QVL_ERR_MISMATCH, "%s: tokenizer has %d tokens but the embedding only %lld rows", label,
                      tokenizer_vocab_size(m->tok), (long long)m->text->hp.n_vocab);

@@ -50,6 +50,11 @@ typedef struct vlm {
   int n_eos;
   sampler_params sampling; /* the model's recommended sampling, for requests that do not say
                             * (engine/model_sampling.h) */
+  bool thinking;           /* a reasoning model: its chat template (GGUF tokenizer.chat_template or
+                            * the HF directory's) opens <think> in the generation prompt
+                            * (chat_template_is_thinking); prompts use the Thinking template */
+  int32_t think_close[8];  /* "\n</think>\n\n" tokenized: what a reasoning budget forces */
+  int n_think_close;       /* 0 when the vocabulary cannot say it in 8 tokens */
   prompt_model pm;         /* what the prompt layer needs of it (prompt/prompt.h) */
 } vlm;
 

@@ -8,10 +8,13 @@
 #include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/status.h"
@@ -21,8 +24,9 @@
  * CPU features
  */
 typedef struct cpu_features {
-  bool avx2, fma, f16c;
-  bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
+  bool avx2, fma, f16c, avxvnni;
+  bool avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avx512fp16;
+  bool amx_tile, amx_bf16, amx_int8; /* CPUID and the OS's XCR0 tile state; permission asked later */
 } cpu_features;
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -54,6 +58,7 @@ static cpu_features detect_cpu(void) {
   uint64_t xcr0 = xgetbv0();
   bool os_avx = (xcr0 & 0x6) == 0x6;         /* XMM and YMM state */
   bool os_avx512 = (xcr0 & 0xe6) == 0xe6;    /* + opmask, ZMM_Hi256, Hi16_ZMM */
+  bool os_amx = (xcr0 & 0x60000) == 0x60000; /* XTILECFG and XTILEDATA */
   if (!os_avx)
     return (cpu_features){0};
   cpuid(7, 0, r);
@@ -65,10 +70,18 @@ static cpu_features detect_cpu(void) {
     f.avx512bw = (r[1] >> 30) & 1;
     f.avx512vl = (r[1] >> 31) & 1;
     f.avx512vnni = (r[2] >> 11) & 1;
-    if (max_sub7 >= 1) {
-      cpuid(7, 1, r);
-      f.avx512bf16 = (r[0] >> 5) & 1;
+    f.avx512fp16 = (r[3] >> 23) & 1;
+    if (os_amx) {
+      f.amx_bf16 = (r[3] >> 22) & 1;
+      f.amx_tile = (r[3] >> 24) & 1;
+      f.amx_int8 = (r[3] >> 25) & 1;
     }
+  }
+  if (max_sub7 >= 1) {
+    cpuid(7, 1, r);
+    f.avxvnni = (r[0] >> 4) & 1;
+    if (os_avx512)
+      f.avx512bf16 = (r[0] >> 5) & 1;
   }
 #endif
   return f;
@@ -76,8 +89,11 @@ static cpu_features detect_cpu(void) {
 
 static bool has_avx2(const cpu_features *f) { return f->avx2 && f->fma && f->f16c; }
 static bool has_avx512(const cpu_features *f) {
-  return has_avx2(f) && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni &&
-         f->avx512bf16;
+  return has_avx2(f) && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni;
+}
+static bool has_avx512bf16(const cpu_features *f) { return has_avx512(f) && f->avx512bf16; }
+static bool has_amx(const cpu_features *f) {
+  return has_avx512bf16(f) && f->amx_tile && f->amx_bf16 && f->amx_int8;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -154,6 +170,124 @@ static qvl_status set_threads(int n) {
   return QVL_OK;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Tiers and the per-operation table
+ */
+static inline const kn_ops *ops(void);
+enum { T_REF, T_AVX2, T_AVX512, T_AVX512BF16, T_AMX, T_AMXSIM, N_TIERS };
+typedef struct tier {
+  const char *name;
+  bool (*has)(const cpu_features *f); /* NULL: runs everywhere */
+  const char *needs;
+} tier;
+static const tier g_tiers[N_TIERS] = {
+    {"ref", NULL, ""},
+    {"avx2", has_avx2, "AVX2+FMA+F16C"},
+    {"avx512", has_avx512, "AVX-512 F/BW/VL/DQ/VNNI (and AVX2+FMA+F16C)"},
+    {"avx512bf16", has_avx512bf16, "AVX-512 F/BW/VL/DQ/VNNI/BF16 (and AVX2+FMA+F16C)"},
+    {"amx", has_amx, "AVX-512 F/BW/VL/DQ/VNNI/BF16 and AMX-TILE/BF16/INT8"},
+    /* Test tier: the AMX kernels through the portable C model of the tile instructions, on top
+     * of the best tier below AMX. Never chosen automatically. */
+    {"amxsim", NULL, ""},
+};
+static const char *const g_op_names[KN_OP_COUNT] = {
+    [KN_OP_MM_FLOAT] = "matmul F32/F16/BF16 exact", [KN_OP_MM_FAST] = "matmul F16/BF16 fast",
+    [KN_OP_MM_Q8_0] = "matmul Q8_0", [KN_OP_MM_Q4_0] = "matmul Q4_0",
+    [KN_OP_MM_KQUANT] = "matmul Q4_K/Q6_K", [KN_OP_ATTN] = "attention exact",
+    [KN_OP_ATTN_FAST] = "attention fast", [KN_OP_ROWS] = "norms/activations",
+};
+
+static int best_tier(const cpu_features *f) {
+  return has_amx(f) ? T_AMX : has_avx512bf16(f) ? T_AVX512BF16 : has_avx512(f) ? T_AVX512 : has_avx2(f) ? T_AVX2 : T_REF;
+}
+static int sim_base(const cpu_features *f) {
+  int b = best_tier(f);
+  return b == T_AMX ? T_AVX512BF16 : b;
+}
+
+/* Linux gives a process the AMX tile data state only on request (ARCH_REQ_XCOMP_PERM for
+ * XFEATURE_XTILEDATA, process-wide, so the pool's threads have it too). */
+static bool amx_permission(void) {
+#if defined(__x86_64__) && defined(__linux__)
+  static int state; /* 0 unknown, 1 granted, -1 refused */
+  if (state == 0)
+    state = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0 ? 1 : -1;
+  return state > 0;
+#else
+  return false;
+#endif
+}
+
+static kn_ops build_ops(int t) {
+  kn_ops ops = kn_ops_ref;
+  if (t >= T_AVX2)
+    kn_avx2_override(&ops);
+  if (t >= T_AVX512)
+    kn_avx512_override(&ops);
+  if (t >= T_AVX512BF16)
+    kn_avx512bf16_override(&ops);
+  if (t == T_AMX)
+    kn_amx_override(&ops);
+  return ops;
+}
+
+/* Start-up probe (best tier chosen automatically, not forced): vdpbf16ps is not faster than FP32
+ * FMA on every core that has it (the issue's Xeon: 174 against 227 GFLOP/s). A few milliseconds of
+ * each register-only loop on this thread decide whether the fast tier's bf16 kernels are worth
+ * their rounding; if not, fast runs the exact FP32 kernels. QVL_KERNEL_PROBE=0 skips the probe. */
+static char g_probe_why[2][160];
+static void probe_choices(kn_ops *o, bool use_env) {
+  if (!o->peak_loop || !o->weight_pack_fast || o->peak_loop(KN_PEAK_BF16_DOT, 1) <= 0)
+    return;
+  const char *e = use_env ? getenv("QVL_KERNEL_PROBE") : NULL;
+  if (e && !strcmp(e, "0"))
+    return;
+  double rate[2];
+  for (int k = 0; k < 2; k++) {
+    kn_peak_kind kind = k ? KN_PEAK_BF16_DOT : KN_PEAK_F32_FMA;
+    struct timespec a, b;
+    double best = 0, ops_done;
+    for (int rep = 0; rep < 5; rep++) {
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+      ops_done = o->peak_loop(kind, 1 << 12);
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+      double sec = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+      if (sec > 0 && ops_done / sec > best)
+        best = ops_done / sec;
+    }
+    rate[k] = best / 1e9;
+  }
+  if (rate[1] < 1.15 * rate[0]) {
+    snprintf(g_probe_why[0], sizeof g_probe_why[0],
+             "probe: vdpbf16ps %.0f GFLOP/s is not faster than FP32 FMA %.0f on this core: exact FP32 kernel",
+             rate[1], rate[0]);
+    o->weight_pack_fast = NULL;
+    o->attention_fast = NULL;
+    o->attention_fast_prep = NULL;
+    o->attention_fast_prep_bytes = NULL;
+    o->choice[KN_OP_MM_FAST] = (kn_choice){o->choice[KN_OP_MM_FLOAT].kernel, g_probe_why[0]};
+    o->choice[KN_OP_ATTN_FAST] = (kn_choice){o->choice[KN_OP_ATTN].kernel, g_probe_why[0]};
+  } else {
+    snprintf(g_probe_why[0], sizeof g_probe_why[0], "%s (probe: vdpbf16ps %.0f GFLOP/s, FP32 FMA %.0f)",
+             o->choice[KN_OP_MM_FAST].why, rate[1], rate[0]);
+    snprintf(g_probe_why[1], sizeof g_probe_why[1], "%s (probe: vdpbf16ps %.0f GFLOP/s, FP32 FMA %.0f)",
+             o->choice[KN_OP_ATTN_FAST].why, rate[1], rate[0]);
+    o->choice[KN_OP_MM_FAST].why = g_probe_why[0];
+    o->choice[KN_OP_ATTN_FAST].why = g_probe_why[1];
+  }
+}
+
+int kernels_dispatch(kn_dispatch_row *rows, int max) {
+  const kn_ops *o = ops();
+  int n = 0;
+  for (int k = 0; k < KN_OP_COUNT && n < max; k++, n++)
+    rows[n] = (kn_dispatch_row){g_op_names[k], o->choice[k].kernel ? o->choice[k].kernel : "-",
+                                o->choice[k].why ? o->choice[k].why : ""};
+  return n;
+}
+
+bool kernels_fast_bf16(void) { return ops()->weight_pack_fast != NULL; }
+
 static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
   pthread_mutex_lock(&g_lock);
   qvl_status st = QVL_OK;
@@ -161,33 +295,38 @@ static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
   const char *want = isa && *isa ? isa : use_env ? getenv("QVL_ISA") : NULL;
   if (want && !*want)
     want = NULL;
-  const char *best = has_avx512(&f) ? "avx512" : has_avx2(&f) ? "avx2" : "ref";
-  const char *pick = best;
+  int best = best_tier(&f);
+  int pick = best;
   if (want) {
-    if (!strcmp(want, "ref")) {
-      pick = "ref";
-    } else if (!strcmp(want, "avx2")) {
-      if (!has_avx2(&f)) {
-        st = qvl_errorf(QVL_ERR_UNSUPPORTED, "kernels: ISA 'avx2' requested but this CPU lacks "
-                                             "AVX2+FMA+F16C (avx2=%d fma=%d f16c=%d)",
-                        f.avx2, f.fma, f.f16c);
-        goto out;
-      }
-      pick = "avx2";
-    } else if (!strcmp(want, "avx512")) {
-      if (!has_avx512(&f)) {
-        st = qvl_errorf(QVL_ERR_UNSUPPORTED,
-                        "kernels: ISA 'avx512' requested but this CPU lacks part of AVX-512 "
-                        "F/BW/VL/DQ/VNNI/BF16 (f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d)",
-                        f.avx512f, f.avx512bw, f.avx512vl, f.avx512dq, f.avx512vnni, f.avx512bf16);
-        goto out;
-      }
-      pick = "avx512";
-    } else {
+    pick = -1;
+    for (int t = 0; t < N_TIERS; t++)
+      if (!strcmp(want, g_tiers[t].name))
+        pick = t;
+    if (pick < 0) {
       st = qvl_errorf(QVL_ERR_INVALID_ARG,
-                      "kernels: unknown ISA '%s', expected one of ref, avx2, avx512", want);
+                      "kernels: unknown ISA '%s', expected one of ref, avx2, avx512, avx512bf16, amx, "
+                      "amxsim", want);
       goto out;
     }
+    if (g_tiers[pick].has && !g_tiers[pick].has(&f)) {
+      st = qvl_errorf(QVL_ERR_UNSUPPORTED,
+                      "kernels: ISA '%s' requested but this CPU lacks part of %s (avx2=%d fma=%d "
+                      "f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d amx-tile=%d amx-bf16=%d "
+                      "amx-int8=%d)",
+                      want, g_tiers[pick].needs, f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw,
+                      f.avx512vl, f.avx512dq, f.avx512vnni, f.avx512bf16, f.amx_tile, f.amx_bf16,
+                      f.amx_int8);
+      goto out;
+    }
+    if (pick == T_AMX && !amx_permission()) {
+      st = qvl_errorf(QVL_ERR_UNSUPPORTED,
+                      "kernels: ISA 'amx' requested but the kernel refused the tile state "
+                      "(arch_prctl ARCH_REQ_XCOMP_PERM)");
+      goto out;
+    }
+  } else if (best == T_AMX && !amx_permission()) {
+    log_warn("kernels: AMX present but the kernel refused the tile state (arch_prctl); using avx512bf16");
+    best = pick = T_AVX512BF16;
   }
   int n = n_threads;
   if (n <= 0) {
@@ -212,17 +351,21 @@ static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
   if (st != QVL_OK)
     goto out;
 
-  kn_ops ops = kn_ops_ref;
-  if (!strcmp(pick, "avx2") || !strcmp(pick, "avx512"))
-    kn_avx2_override(&ops);
-  if (!strcmp(pick, "avx512"))
-    kn_avx512_override(&ops);
-  ops.name = !strcmp(pick, "avx512") ? "avx512" : !strcmp(pick, "avx2") ? "avx2" : "ref";
+  kn_ops ops = build_ops(pick == T_AMXSIM ? sim_base(&f) : pick);
+  if (pick == T_AMXSIM)
+    kn_amxsim_override(&ops);
+  ops.name = g_tiers[pick].name;
+  if (!want && pick != T_AMX) /* AMX's fast tier is tiles, not vdpbf16ps */
+    probe_choices(&ops, use_env);
   g_ops = ops;
-  log_info("kernels: ISA %s (best available: %s; avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d "
-           "dq=%d vnni=%d bf16=%d), %d threads",
-           g_ops.name, best, f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw, f.avx512vl, f.avx512dq,
-           f.avx512vnni, f.avx512bf16, g_threads);
+  log_info("kernels: ISA %s (best available: %s%s; avx2=%d fma=%d f16c=%d avx-vnni=%d avx512f=%d "
+           "bw=%d vl=%d dq=%d vnni=%d bf16=%d fp16=%d amx-tile=%d amx-bf16=%d amx-int8=%d), %d threads",
+           g_ops.name, g_tiers[best].name, want ? ", forced by the caller or QVL_ISA" : "", f.avx2,
+           f.fma, f.f16c, f.avxvnni, f.avx512f, f.avx512bw, f.avx512vl, f.avx512dq, f.avx512vnni,
+           f.avx512bf16, f.avx512fp16, f.amx_tile, f.amx_bf16, f.amx_int8, g_threads);
+  for (int k = 0; k < KN_OP_COUNT; k++)
+    log_info("kernels:   %-28s %-22s %s", g_op_names[k], g_ops.choice[k].kernel ? g_ops.choice[k].kernel : "-",
+             g_ops.choice[k].why ? g_ops.choice[k].why : "");
   atomic_store(&g_ready, true);
 out:
   pthread_mutex_unlock(&g_lock);
@@ -414,12 +557,14 @@ qvl_status kn_matmul(const kn_weight *w, const float *x, int64_t n_tokens, const
     return QVL_OK;
   mm_job j = {.m = {.w = w, .x = x, .n_tokens = n_tokens, .bias = bias, .y = y}};
   j.k = o->mm_select(w, n_tokens);
+  size_t stride = j.k->act_row_bytes ? (j.k->act_row_bytes(w->n_in) + 63) & ~(size_t)63 : 0;
   size_t scratch_bytes = (size_t)w->n_in * 16 + 4096;
+  if (j.k->scratch_bytes && j.k->scratch_bytes(w->n_in, stride) > scratch_bytes)
+    scratch_bytes = j.k->scratch_bytes(w->n_in, stride);
   for (int i = 0; i < g_threads; i++)
     if (!kn_scratch(i, scratch_bytes))
       return kernel_oom("matmul scratch", scratch_bytes);
   if (j.k->act_row_bytes) {
-    size_t stride = (j.k->act_row_bytes(w->n_in) + 63) & ~(size_t)63;
     size_t need = stride * (size_t)n_tokens;
     if (need > g_act_size) {
       void *p = NULL;
@@ -562,7 +707,7 @@ static void attn_body(void *arg, int64_t i, int thread) {
     g_ops.attention(&j->a, h, q0, q1, thread);
 }
 
-/* Fast tier: converts K and V of every KV head once per call (one task per (head, block of keys))
+/* Converts K and V of every KV head once per call (one task per (head, block of keys))
  * when the variant offers it and the problem is large enough for the conversion to be repeated by
  * many tiles. The buffer is allocated per call (a vision layer's attention runs for hundreds of
  * ms; the buffer is half the size of the fp32 K and V) and freed after; without memory the tiles
@@ -572,14 +717,16 @@ static void attn_prep_body(void *arg, int64_t i, int thread) {
   kn_attn *a = arg;
   int h = (int)(i / a->kv_prep_blocks);
   int64_t b = i % a->kv_prep_blocks;
-  g_ops.attention_fast_prep(a, h, b, (char *)a->kv_prep + (size_t)i * a->kv_prep_block_bytes);
+  bool fast = a->fast && !a->k16 && g_ops.attention_fast;
+  (fast ? g_ops.attention_fast_prep : g_ops.attention_prep)(a, h, b, (char *)a->kv_prep + (size_t)i * a->kv_prep_block_bytes);
 }
 
 static void *attn_prepare(kn_attn *a) {
   int64_t kpb = 0;
   size_t bb;
-  if (!a->fast || !g_ops.attention_fast_prep_bytes || a->n_q * (a->n_head / a->n_kv_head) <= 64 ||
-      (bb = g_ops.attention_fast_prep_bytes(a, &kpb)) == 0 || kpb <= 0)
+  bool fast = a->fast && !a->k16 && g_ops.attention_fast;
+  size_t (*bytes)(const kn_attn *, int64_t *) = fast ? g_ops.attention_fast_prep_bytes : g_ops.attention_prep_bytes;
+  if (!bytes || a->n_q * (a->n_head / a->n_kv_head) <= 64 || (bb = bytes(a, &kpb)) == 0 || kpb <= 0)
     return NULL;
   int64_t nb = (a->n_kv + kpb - 1) / kpb;
   void *buf = NULL;

@@ -1,7 +1,7 @@
 /*
  * Compute kernels used by the model code. Callers see plain functions; inside, each entry is
  * dispatched through one table of function pointers chosen once at start from the CPU's features
- * (CPUID + XGETBV) or forced with QVL_ISA=ref|avx2|avx512. The scalar reference (src/kernels/ref/)
+ * (CPUID + XGETBV) or forced with QVL_ISA=ref|avx2|avx512|avx512bf16|amx|amxsim. The scalar reference (src/kernels/ref/)
  * implements every entry and is the oracle the SIMD variants are tested against.
  *
  * Shapes use row-major C order: x[n_tokens][n_in] means n_tokens rows of n_in floats.
@@ -17,10 +17,22 @@
 #include "qvl.h"
 #include "tensor/tensor.h"
 
-/* Chooses the ISA variant (NULL or "" = best available; else "ref", "avx2", "avx512") and the
- * number of worker threads (<= 0: QVL_THREADS or the number of physical cores). Safe to call again. */
+/* Chooses the tier (NULL or "" = best available, then QVL_ISA; else "ref", "avx2", "avx512"
+ * (F/BW/VL/DQ + VNNI), "avx512bf16", "amx", or "amxsim": the AMX kernels through the portable tile
+ * model, for tests) and the number of worker threads (<= 0: QVL_THREADS or the number of physical
+ * cores). Safe to call again. Chosen automatically, the tier's per-operation kernels may be
+ * adjusted by a start-up probe (docs/KERNELS.md "Dispatch"); a forced tier is taken as it is. */
 qvl_status kernels_init(const char *isa, int n_threads);
 const char *kernels_isa(void);
+/* The per-operation table: which kernel runs each operation and why. Fills up to max rows
+ * (static strings, valid until the next kernels_init) and returns the count. */
+typedef struct kn_dispatch_row {
+  const char *op, *kernel, *why;
+} kn_dispatch_row;
+int kernels_dispatch(kn_dispatch_row *rows, int max);
+/* True when the fast tier rounds F16/BF16 matmul (and head_dim-64 attention) operands to bf16
+ * on this tier; false when fast runs the exact kernels. */
+bool kernels_fast_bf16(void);
 int kernels_threads(void);
 /* Out of memory inside a kernel (kn_matmul and kn_attention grow their scratch on first use):
  * the call returns QVL_ERR_NOMEM with its output unwritten, and the failure is also remembered

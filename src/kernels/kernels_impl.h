@@ -29,6 +29,13 @@ enum {
   /* x86/avx512.c, fast tier: 16-row panels of bf16 pairs (inputs 2k, 2k+1 of a row in one 32-bit
    * lane) for vdpbf16ps; F16 weights are rounded to bf16 when packed */
   KN_LAYOUT_X16_BF16P = 0x5108,
+  /* x86/amx.c and amx_sim.c (pack.c builds them): per 16-row panel and step of 32 inputs, one
+   * 1 KB B tile of 16 input pairs x 16 rows (bf16 pairs, the X16_BF16P order padded to whole
+   * steps with zeros); BF16X3 has the hi tile then the lo tile of each step (w = hi + lo, exact
+   * for F16/BF16); AMX_Q8_0 is X16_Q8_0 with signed quants (one 8 x 64 byte B tile per block). */
+  KN_LAYOUT_AMX_BF16 = 0x5109,
+  KN_LAYOUT_AMX_BF16X3 = 0x510A,
+  KN_LAYOUT_AMX_Q8_0 = 0x510B,
 };
 
 /* One matmul call as seen by a tile function. */
@@ -51,6 +58,9 @@ typedef struct kn_mm_kernel {
   /* Computes y[t][r] for r in [r0, r1), t in [t0, t1). thread indexes per-thread scratch. */
   void (*tile)(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int thread);
   int64_t row_align; /* tiles start at multiples of this row count */
+  /* Per-thread scratch the tile function needs beyond the default (NULL: none); the dispatcher
+   * allocates it before the tiles run. */
+  size_t (*scratch_bytes)(int64_t n_in, size_t xq_stride);
 } kn_mm_kernel;
 
 /* Attention problem (see kn_attention in kernels.h). */
@@ -78,8 +88,27 @@ static inline int64_t kn_attn_keys(const kn_attn *a, int64_t i) {
   return a->causal_base >= 0 && a->causal_base + i + 1 < a->n_kv ? a->causal_base + i + 1 : a->n_kv;
 }
 
+/* Operations of the per-operation dispatch table (kernels_dispatch in kernels.h). */
+enum {
+  KN_OP_MM_FLOAT,  /* matmul, F32/F16/BF16 weights, exact tier */
+  KN_OP_MM_FAST,   /* matmul, F16/BF16 weights, fast tier */
+  KN_OP_MM_Q8_0,
+  KN_OP_MM_Q4_0,
+  KN_OP_MM_KQUANT, /* Q4_K, Q6_K */
+  KN_OP_ATTN,      /* attention, exact tier (f32 and f16 K/V) */
+  KN_OP_ATTN_FAST, /* attention, fast tier */
+  KN_OP_ROWS,      /* norms, activations, element-wise */
+  KN_OP_COUNT
+};
+/* The kernel a variant put in charge of an operation and why (static strings, or the
+ * dispatcher's buffer when a start-up probe decided). */
+typedef struct kn_choice {
+  const char *kernel, *why;
+} kn_choice;
+
 typedef struct kn_ops {
   const char *name;
+  kn_choice choice[KN_OP_COUNT];
   /* May set w->packed / w->layout (owned by w, freed with free()). */
   qvl_status (*weight_pack)(kn_weight *w);
   /* Packing for the fast tier (NULL: the variant has no fast path, weight_pack is used). */
@@ -106,6 +135,9 @@ typedef struct kn_ops {
    * head's K/V are converted once instead of once per tile of queries. */
   size_t (*attention_fast_prep_bytes)(const kn_attn *a, int64_t *keys_per_block);
   void (*attention_fast_prep)(const kn_attn *a, int h, int64_t b, void *out);
+  /* The same for the exact tier (NULL: none): used when the fast-tier entries do not apply. */
+  size_t (*attention_prep_bytes)(const kn_attn *a, int64_t *keys_per_block);
+  void (*attention_prep)(const kn_attn *a, int h, int64_t b, void *out);
   bool attn_by_group;
   /* Peak probe: runs `iters` iterations of the kind's register-only loop; returns the operations
    * done (0: not available). NULL = no probe. */
@@ -143,6 +175,10 @@ qvl_status kn_pack_x16(kn_weight *w);
  * kn_pack_x16. Activations for it: kn_bf16p_row_bytes(n_in) bytes of bf16, zero-padded to a pair. */
 qvl_status kn_pack_x16_fast(kn_weight *w);
 #define KN_BF16P_PAIRS(n_in) (((n_in) + 1) / 2)
+/* AMX layouts (see the enum): k-steps of 32 inputs per panel. */
+#define KN_AMX_STEPS(n_in) (((n_in) + 31) / 32)
+qvl_status kn_pack_amx_bf16(kn_weight *w, bool split);
+qvl_status kn_pack_amx_q8_0(kn_weight *w);
 size_t kn_bf16p_row_bytes(int64_t n_in);
 
 /* Quantized activation rows for the X16 integer kernels (8-bit, scale d = amax / 127):
@@ -156,9 +192,15 @@ void kn_act32_quantize_c(const float *x, void *xq, int64_t n_in);
 void kn_act256_quantize_c(const float *x, void *xq, int64_t n_in);
 
 extern const kn_ops kn_ops_ref;
-/* Override the entries the ISA improves (x86/avx2.c, x86/avx512.c). */
+/* Override the entries the ISA improves, each on top of the one before: x86/avx2.c, x86/avx512.c
+ * (F/BW/VL/DQ + VNNI), x86/avx512_bf16.c (+ BF16), x86/amx.c (+ AMX tiles; the caller has the
+ * tile permission). kn_amxsim_override installs the same AMX kernels running through the portable
+ * tile model (tile_model.c), on any CPU: the test tier `amxsim`. */
 void kn_avx2_override(kn_ops *ops);
 void kn_avx512_override(kn_ops *ops);
+void kn_avx512bf16_override(kn_ops *ops);
+void kn_amx_override(kn_ops *ops);
+void kn_amxsim_override(kn_ops *ops);
 
 /* Per-thread scratch owned by the dispatcher: at least `bytes`, 64-byte aligned, kept between
  * calls (grows, never shrinks). NULL on allocation failure. */

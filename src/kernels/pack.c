@@ -234,3 +234,61 @@ qvl_status kn_pack_x16_fast(kn_weight *w) {
   w->layout = KN_LAYOUT_X16_BF16P;
   return QVL_OK;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * AMX tile layouts (KN_LAYOUT_AMX_*). Step s of panel p holds inputs 32s .. 32s+31 as the B tile
+ * of TDPBF16PS: row k (input pair 16s + k) = 16 lanes of {w[r][2k'], w[r][2k'+1]}. With split,
+ * the step is the hi tile (bf16 rounding of w) then the lo tile (bf16 rounding of w - hi): for
+ * F16 and BF16 weights hi + lo == w exactly (11 significant bits at most).
+ */
+qvl_status kn_pack_amx_bf16(kn_weight *w, bool split) {
+  if (w->type != QVL_DTYPE_F16 && w->type != QVL_DTYPE_BF16)
+    return qvl_errorf(QVL_ERR_INTERNAL, "AMX bf16 packing of a %s matrix", dtype_name(w->type));
+  int64_t np = (w->n_out + PR - 1) / PR, n_in = w->n_in, ks = KN_AMX_STEPS(n_in);
+  size_t step = split ? 2048 : 1024, panel = (size_t)ks * step;
+  if ((uint64_t)np > SIZE_MAX / panel)
+    return qvl_errorf(QVL_ERR_TOO_LARGE, "repacked weight %lld x %lld too large",
+                      (long long)w->n_out, (long long)n_in);
+  size_t total = panel * (size_t)np;
+  uint8_t *dst = NULL;
+  if (posix_memalign((void **)&dst, 64, total ? total : 64) != 0)
+    return qvl_errorf(QVL_ERR_NOMEM, "cannot allocate %zu bytes for the repacked weight", total);
+  memset(dst, 0, total);
+  const bool f16 = w->type == QVL_DTYPE_F16;
+  for (int64_t p = 0; p < np; p++) {
+    uint8_t *pd = dst + (size_t)p * panel;
+    int rows = (int)(w->n_out - p * PR < PR ? w->n_out - p * PR : PR);
+    for (int r = 0; r < rows; r++) {
+      const uint8_t *src = (const uint8_t *)w->data + (size_t)(p * PR + r) * w->row_bytes;
+      for (int64_t i = 0; i < n_in; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        float f = f16 ? fp16_to_f32(h) : bf16_to_f32(h);
+        uint16_t hi = f32_to_bf16(f);
+        size_t at = (size_t)(i / 32) * step + (size_t)((i % 32) / 2) * 64 + (size_t)r * 4 + (size_t)(i % 2) * 2;
+        memcpy(pd + at, &hi, 2);
+        if (split) {
+          uint16_t lo = f32_to_bf16(f - bf16_to_f32(hi));
+          memcpy(pd + at + 1024, &lo, 2);
+        }
+      }
+    }
+  }
+  w->packed = dst;
+  w->layout = split ? KN_LAYOUT_AMX_BF16X3 : KN_LAYOUT_AMX_BF16;
+  return QVL_OK;
+}
+
+/* X16_Q8_0 stores the quants + 128 (for vpdpbusd); TDPBSSD takes them signed. */
+qvl_status kn_pack_amx_q8_0(kn_weight *w) {
+  if (w->type != QVL_DTYPE_Q8_0)
+    return qvl_errorf(QVL_ERR_INTERNAL, "AMX Q8_0 packing of a %s matrix", dtype_name(w->type));
+  QVL_TRY(kn_pack_x16(w));
+  int64_t np = (w->n_out + PR - 1) / PR, nb = w->n_in / 32;
+  uint8_t *d = w->packed;
+  for (int64_t b = 0; b < np * nb; b++)
+    for (int i = 32; i < X16_Q8_0_BLK; i++)
+      d[(size_t)b * X16_Q8_0_BLK + i] ^= 0x80;
+  w->layout = KN_LAYOUT_AMX_Q8_0;
+  return QVL_OK;
+}

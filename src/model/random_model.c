@@ -223,6 +223,8 @@ qvl_status random_text_write(const random_text_shape *sh, qvl_dtype type, const 
     s = gguf_writer_set_u32(w, "qwen3vl.n_deepstack_layers", (uint32_t)sh->n_deepstack);
   if (s == QVL_OK)
     s = copy_tokenizer(w, tok_src, sh->n_vocab);
+  if (s == QVL_OK && sh->chat_template)
+    s = gguf_writer_set_str(w, "tokenizer.chat_template", sh->chat_template);
   if (s == QVL_OK)
     s = text_tensors(w, sh, type, seed);
   if (s == QVL_OK)

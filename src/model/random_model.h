@@ -17,6 +17,7 @@ typedef struct random_text_shape {
   int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_deepstack;
   int32_t sections[4];
   float rope_theta;
+  const char *chat_template; /* tokenizer.chat_template to write (NULL: the tokenizer source's) */
 } random_text_shape;
 
 typedef struct random_vision_shape {

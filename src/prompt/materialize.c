@@ -91,6 +91,9 @@ static qvl_status load_image(const prompt_media *md, const prompt_opts *o, promp
     return prompt_video_load(md, o, out);
   out->bytes_key = md->bytes_key;
   out->media_index = md->index;
+  out->message_index = md->message_index;
+  out->width = md->width;
+  out->height = md->height;
   out->pixels = md->pixels;
   out->resized_pixels = md->resized_pixels;
   if (o->keep_sources)
@@ -160,7 +163,9 @@ static qvl_status kept_ids(const prompt_model *m, const prompt_plan *plan, const
     cJSON *kept = history_without_turns(messages, plan->turn_of, drop, NULL);
     if (!kept)
       return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-    qvl_status s = chat_render(kept, o->tools, o->add_generation_prompt, &cp);
+    chat_render_opts ro = {.tools = o->tools, .add_generation_prompt = o->add_generation_prompt,
+                           .thinking = m->thinking, .skip_thinking = o->skip_thinking};
+    qvl_status s = chat_render_with(kept, &ro, &cp);
     cJSON_Delete(kept);
     QVL_TRY(s);
     same = cp.text.len == bytes;
@@ -178,7 +183,7 @@ static qvl_status kept_ids(const prompt_model *m, const prompt_plan *plan, const
       s = qvl_errorf(QVL_ERR_INTERNAL, "history: the kept messages render %d images, the plan kept %d", cp.n_images,
                      n_media);
     if (s == QVL_OK)
-      s = tokenizer_encode_capped(m->tok, cp.text.data, cp.text.len, 0, 0, o->stop, o->stop_user, ids, n_ids);
+      s = prompt_encode_piece(m->tok, &cp.text, cp.plain, cp.n_plain, 0, cp.text.len, o, 0, ids, n_ids);
     chat_prompt_free(&cp);
     return s;
   }

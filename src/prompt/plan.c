@@ -15,6 +15,7 @@
 
 void prompt_plan_free(prompt_plan *p) {
   buf_free(&p->text);
+  free(p->plain);
   for (int i = 0; i < p->n_spans; i++)
     free(p->spans[i].ids);
   free(p->spans);
@@ -94,6 +95,9 @@ static qvl_status plan_media(const prompt_model *m, const chat_image *ci, int i,
   if (s != QVL_OK)
     return qvl_error_prefix(s, "image %d (messages[%d]): ", i + 1, ci->message_index);
   md->pixels = (int64_t)info.width * info.height;
+  bool swap = info.orientation >= 5 && info.orientation <= 8;
+  md->width = swap ? info.height : info.width;
+  md->height = swap ? info.width : info.height;
   md->resized_pixels = (int64_t)rh * rw;
   md->n_tokens = (int64_t)(rh / IMAGE_FACTOR) * (rw / IMAGE_FACTOR);
   md->grid_t = 1;
@@ -144,6 +148,30 @@ static qvl_status cut_spans(const chat_prompt *cp, const int *turn_of, prompt_pl
   return QVL_OK;
 }
 
+qvl_status prompt_encode_piece(const tokenizer *tok, const buf *text, const text_span *plain, size_t n_plain,
+                               size_t off, size_t len, const prompt_opts *o, size_t max_ids, int32_t **ids,
+                               size_t *n_ids) {
+  if (o->content_special_tokens)
+    n_plain = 0;
+  /* the plain spans that meet [off, off + len), clipped to it and shifted to the piece */
+  size_t n = 0;
+  for (size_t i = 0; i < n_plain; i++)
+    n += plain[i].end > off && plain[i].begin < off + len;
+  text_span *mine = n ? malloc(n * sizeof *mine) : NULL;
+  if (n && !mine)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  size_t k = 0;
+  for (size_t i = 0; i < n_plain; i++) {
+    if (!(plain[i].end > off && plain[i].begin < off + len))
+      continue;
+    size_t b = plain[i].begin > off ? plain[i].begin : off, e = plain[i].end < off + len ? plain[i].end : off + len;
+    mine[k++] = (text_span){b - off, e - off};
+  }
+  qvl_status s = tokenizer_encode_spans(tok, text->data + off, len, mine, k, max_ids, o->stop, o->stop_user, ids, n_ids);
+  free(mine);
+  return s;
+}
+
 static qvl_status tokenize_spans(const prompt_model *m, const prompt_opts *o, size_t cap, prompt_plan *p) {
   size_t used = 0;
   int64_t pads = 0;
@@ -152,8 +180,8 @@ static qvl_status tokenize_spans(const prompt_model *m, const prompt_opts *o, si
     size_t left = cap ? cap - used : 0;
     if (cap && left == 0)
       return QVL_ERR_CONTEXT_OVERFLOW;
-    QVL_TRY(tokenizer_encode_capped(m->tok, p->text.data + sp->off, sp->len, 0, left, o->stop, o->stop_user, &sp->ids,
-                                    &sp->n_ids));
+    QVL_TRY(prompt_encode_piece(m->tok, &p->text, p->plain, p->n_plain, sp->off, sp->len, o, left, &sp->ids,
+                                &sp->n_ids));
     used += sp->n_ids;
     int64_t n_pad = 0;
     for (size_t j = 0; j < sp->n_ids; j++)
@@ -175,9 +203,15 @@ static qvl_status tokenize_spans(const prompt_model *m, const prompt_opts *o, si
 
 static qvl_status plan(const prompt_model *m, const cJSON *messages, const prompt_opts *o, prompt_plan *p) {
   chat_prompt cp;
-  QVL_TRY(chat_render(messages, o->tools, o->add_generation_prompt, &cp));
+  chat_render_opts ro = {.tools = o->tools, .add_generation_prompt = o->add_generation_prompt,
+                         .thinking = m->thinking, .skip_thinking = o->skip_thinking};
+  QVL_TRY(chat_render_with(messages, &ro, &cp));
   p->text = cp.text;
   memset(&cp.text, 0, sizeof cp.text);
+  p->plain = cp.plain;
+  p->n_plain = cp.n_plain;
+  cp.plain = NULL;
+  cp.n_plain = cp.cap_plain = 0;
   qvl_status s = QVL_OK;
   int n = cp.n_images, nv = 0;
   for (int i = 0; i < n; i++)

@@ -43,6 +43,7 @@ typedef struct prompt_model {
   int64_t n_embd;             /* decoder rows the vision tower writes */
   int32_t image_pad_id, vision_start_id, vision_end_id;
   int32_t video_pad_id;       /* <|video_pad|>; -1: none (videos are refused) */
+  bool thinking;              /* a reasoning model: prompts use the Thinking template (vlm.thinking) */
 } prompt_model;
 
 /* An image the caller already holds embeddings for (prompt_opts.known_image). */
@@ -67,6 +68,13 @@ typedef struct prompt_media_ref {
 
 typedef struct prompt_opts {
   bool add_generation_prompt;
+  bool skip_thinking;      /* a thinking model: the generation prompt closes an empty think block
+                            * (reasoning budget 0) */
+  /* Special-token text ("<|im_start|>system") inside user and tool content: false (the default)
+   * tokenizes it as plain text (chat_prompt.plain), so that content cannot forge a turn; true parses
+   * it into control tokens as transformers' apply_chat_template + encode does
+   * (--content-special-tokens). */
+  bool content_special_tokens;
   preprocess_opts pre;     /* min/max pixels for every image of the request */
   image_limits limits;     /* decode caps */
   image_source_opts source;
@@ -125,6 +133,9 @@ typedef struct prompt_image {
                             * file again, known before decoding it */
   rcbuf *encoded;          /* the encoded bytes, kept only when known_image skipped the decode */
   int media_index;         /* its index among the request's media (before any was dropped) */
+  int message_index;       /* the message that holds it */
+  int width, height;       /* the source as displayed (EXIF orientation applied; a video's frame
+                            * size): what the model's relative coordinates refer to */
   int64_t pixels, resized_pixels; /* from its header */
   rcbuf *source;           /* its encoded bytes, with keep_sources (else NULL) */
   /* A video (is_video): one media item of grid_t temporal groups; patches.pixel_values holds its

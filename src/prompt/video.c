@@ -116,6 +116,8 @@ qvl_status prompt_video_plan(const prompt_model *m, const chat_image *ci, int i,
   md->grid_w = c->grid_w;
   /* the decode converts one source frame at a time and keeps the sampled frames resized */
   md->pixels = (int64_t)c->info.width * c->info.height;
+  md->width = c->info.width;
+  md->height = c->info.height;
   md->resized_pixels = (int64_t)c->n * c->width * c->height;
   md->bytes_key = video_key(md->bytes, &o->video); /* also its content key (prompt_image.hash) */
   return QVL_OK;
@@ -181,6 +183,9 @@ qvl_status prompt_video_load(const prompt_media *md, const prompt_opts *o, promp
   out->bytes_key = md->bytes_key;
   out->hash = md->bytes_key;
   out->media_index = md->index;
+  out->message_index = md->message_index;
+  out->width = md->width;
+  out->height = md->height;
   out->pixels = md->pixels;
   out->resized_pixels = md->resized_pixels;
   out->grid_t = md->grid_t;

@@ -77,21 +77,47 @@ static qvl_status add_image(chat_prompt *p, const cJSON *item, int msg) {
   return QVL_OK;
 }
 
-/* Appends item.text; the template prints whatever is there, so a non-string text is an error
- * rather than a guess at Python's str() of it. */
-static qvl_status append_text_item(buf *b, const cJSON *item, int msg, int idx) {
+/* Appends text that came from a user or a tool and records it as a plain span (chat_prompt.plain);
+ * a span that continues the previous one is merged into it. */
+static qvl_status append_plain(chat_prompt *p, const char *text) {
+  size_t begin = p->text.len;
+  QVL_TRY(buf_append_str(&p->text, text));
+  if (p->text.len == begin)
+    return QVL_OK;
+  if (p->n_plain && p->plain[p->n_plain - 1].end == begin) {
+    p->plain[p->n_plain - 1].end = p->text.len;
+    return QVL_OK;
+  }
+  if (p->n_plain == p->cap_plain) {
+    size_t cap = p->cap_plain ? p->cap_plain * 2 : 8;
+    text_span *grown = realloc(p->plain, cap * sizeof *grown);
+    if (!grown)
+      return qvl_errorf(QVL_ERR_NOMEM, "out of memory listing content spans");
+    p->plain = grown;
+    p->cap_plain = cap;
+  }
+  p->plain[p->n_plain++] = (text_span){begin, p->text.len};
+  return QVL_OK;
+}
+
+/* Appends item.text (to the prompt as plain content when p is given, else to b); the template prints
+ * whatever is there, so a non-string text is an error rather than a guess at Python's str() of it. */
+static qvl_status append_text_item(buf *b, chat_prompt *p, const cJSON *item, int msg, int idx) {
   const cJSON *text = cJSON_GetObjectItemCaseSensitive(item, "text");
   if (cJSON_IsNull(text))
     return QVL_OK;
   if (!cJSON_IsString(text))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d].text must be a string", msg, idx);
-  return buf_append_str(b, text->valuestring);
+  return p ? append_plain(p, text->valuestring) : buf_append_str(b, text->valuestring);
 }
 
-/* Content of a user or tool message: string, or a list of text / image / video items. */
-static qvl_status render_media_content(chat_prompt *p, const cJSON *content, int msg) {
+/* Content of a user or tool message (and of every message in the Thinking template): string, or a
+ * list of text / image / video items, appended to b. Images are listed in p (NULL: not listed, for
+ * the Thinking template's look-ahead that only inspects the text). Text is recorded as a plain span
+ * (special-token text in it stays text) only when it goes straight into the prompt, b == &p->text. */
+static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content, int msg) {
   if (cJSON_IsString(content))
-    return buf_append_str(&p->text, content->valuestring);
+    return p && b == &p->text ? append_plain(p, content->valuestring) : buf_append_str(b, content->valuestring);
   if (!content || cJSON_IsNull(content))
     return QVL_OK;
   if (!cJSON_IsArray(content))
@@ -102,13 +128,15 @@ static qvl_status render_media_content(chat_prompt *p, const cJSON *content, int
     if (!cJSON_IsObject(item))
       return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d] must be an object", msg, idx);
     if (is_image_item(item)) {
-      QVL_TRY(buf_append_str(&p->text, VISION_PLACEHOLDER));
-      QVL_TRY(add_image(p, item, msg));
+      QVL_TRY(buf_append_str(b, VISION_PLACEHOLDER));
+      if (p)
+        QVL_TRY(add_image(p, item, msg));
     } else if (is_video_item(item)) {
-      QVL_TRY(buf_append_str(&p->text, VIDEO_PLACEHOLDER));
-      QVL_TRY(add_video(p, item, msg));
+      QVL_TRY(buf_append_str(b, VIDEO_PLACEHOLDER));
+      if (p)
+        QVL_TRY(add_video(p, item, msg));
     } else if (has_key(item, "text")) {
-      QVL_TRY(append_text_item(&p->text, item, msg, idx));
+      QVL_TRY(append_text_item(b, p && b == &p->text ? p : NULL, item, msg, idx));
     } else {
       const char *t = type_of(item);
       return qvl_errorf(QVL_ERR_INVALID_ARG,
@@ -118,6 +146,10 @@ static qvl_status render_media_content(chat_prompt *p, const cJSON *content, int
     }
   }
   return QVL_OK;
+}
+
+static qvl_status render_media_content(chat_prompt *p, const cJSON *content, int msg) {
+  return render_media_into(&p->text, p, content, msg);
 }
 
 /* System and assistant content: a string, or the text of every item that has one. */
@@ -134,7 +166,7 @@ static qvl_status render_text_content(buf *b, const cJSON *content, int msg) {
     if (!cJSON_IsObject(item))
       return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d] must be an object", msg, idx);
     if (has_key(item, "text"))
-      QVL_TRY(append_text_item(b, item, msg, idx));
+      QVL_TRY(append_text_item(b, NULL, item, msg, idx));
   }
   return QVL_OK;
 }
@@ -147,13 +179,14 @@ static bool content_truthy(const cJSON *content) {
   return false;
 }
 
-static qvl_status render_tool_calls(buf *b, const cJSON *msg_obj, int msg) {
+/* has_content: whether the first call is preceded by a newline (the Instruct template tests the
+ * message's content, the Thinking one the answer text left after its reasoning is split off). */
+static qvl_status render_tool_calls(buf *b, const cJSON *msg_obj, int msg, bool has_content) {
   const cJSON *calls = cJSON_GetObjectItemCaseSensitive(msg_obj, "tool_calls");
   if (!calls || cJSON_IsNull(calls))
     return QVL_OK;
   if (!cJSON_IsArray(calls))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].tool_calls must be an array", msg);
-  bool has_content = content_truthy(cJSON_GetObjectItemCaseSensitive(msg_obj, "content"));
   int i = 0;
   for (const cJSON *call = calls->child; call; call = call->next, i++) {
     if (i > 0 || has_content)
@@ -181,7 +214,16 @@ static const char *role_of(const cJSON *m) {
   return cJSON_IsString(r) ? r->valuestring : NULL;
 }
 
-static qvl_status render_system_block(chat_prompt *p, const cJSON *messages, const cJSON *tools) {
+/* The first message's system text: the Thinking template renders it like any content (images
+ * included), the Instruct one keeps only its text parts. */
+static qvl_status render_system_content(chat_prompt *p, const cJSON *content, const chat_render_opts *o) {
+  if (o->thinking)
+    return render_media_content(p, content, 0);
+  return render_text_content(&p->text, content, 0);
+}
+
+static qvl_status render_system_block(chat_prompt *p, const cJSON *messages, const chat_render_opts *o) {
+  const cJSON *tools = o->tools;
   const cJSON *first = messages->child;
   bool first_is_system = first && role_of(first) && !strcmp(role_of(first), "system");
   const cJSON *sys_content = first_is_system ? cJSON_GetObjectItemCaseSensitive(first, "content") : NULL;
@@ -189,7 +231,7 @@ static qvl_status render_system_block(chat_prompt *p, const cJSON *messages, con
   if (have_tools) {
     QVL_TRY(buf_append_str(&p->text, "<|im_start|>system\n"));
     if (first_is_system) {
-      QVL_TRY(render_text_content(&p->text, sys_content, 0));
+      QVL_TRY(render_system_content(p, sys_content, o));
       QVL_TRY(buf_append_str(&p->text, "\n\n"));
     }
     QVL_TRY(buf_append_str(&p->text,
@@ -207,14 +249,119 @@ static qvl_status render_system_block(chat_prompt *p, const cJSON *messages, con
                            "</tool_call><|im_end|>\n"));
   } else if (first_is_system) {
     QVL_TRY(buf_append_str(&p->text, "<|im_start|>system\n"));
-    QVL_TRY(render_text_content(&p->text, sys_content, 0));
+    QVL_TRY(render_system_content(p, sys_content, o));
     QVL_TRY(buf_append_str(&p->text, "<|im_end|>\n"));
   }
   return QVL_OK;
 }
 
-static qvl_status render_all(const cJSON *messages, const cJSON *tools, bool add_generation_prompt,
-                             chat_prompt *p) {
+/* ---- the Thinking template's assistant turns ----
+ * Python's str.strip family on '\n' only, as the template calls them. */
+static void lstrip_nl(const char **s, size_t *n) {
+  while (*n && **s == '\n')
+    (*s)++, (*n)--;
+}
+
+static void rstrip_nl(const char *s, size_t *n) {
+  while (*n && s[*n - 1] == '\n')
+    (*n)--;
+}
+
+/* Last occurrence of needle in s[0..n) (NULL if none). */
+static const char *find_last(const char *s, size_t n, const char *needle) {
+  size_t k = strlen(needle);
+  for (size_t i = n >= k ? n - k + 1 : 0; i-- > 0;)
+    if (!memcmp(s + i, needle, k))
+      return s + i;
+  return NULL;
+}
+
+static const char *find_first(const char *s, size_t n, const char *needle) {
+  size_t k = strlen(needle);
+  for (size_t i = 0; i + k <= n; i++)
+    if (!memcmp(s + i, needle, k))
+      return s + i;
+  return NULL;
+}
+
+/* The index of the last user message that is a real query (not a wrapped tool response), as the
+ * template's reverse scan finds it; the number of messages - 1 when there is none. */
+static qvl_status last_query_index(const cJSON *messages, int n, int *out) {
+  *out = n - 1;
+  int i = n - 1;
+  for (const cJSON *m = cJSON_GetArrayItem(messages, n - 1); m; m = m == messages->child ? NULL : m->prev, i--) {
+    if (strcmp(role_of(m), "user"))
+      continue;
+    buf t = {0};
+    qvl_status s = buf_append(&t, "", 0);
+    if (s == QVL_OK)
+      s = render_media_into(&t, NULL, cJSON_GetObjectItemCaseSensitive(m, "content"), i);
+    if (s != QVL_OK) {
+      buf_free(&t);
+      return s;
+    }
+    static const char open[] = "<tool_response>", close[] = "</tool_response>";
+    bool wrapped = t.len >= sizeof open - 1 && !memcmp(t.data, open, sizeof open - 1) &&
+                   t.len >= sizeof close - 1 && !memcmp(t.data + t.len - (sizeof close - 1), close, sizeof close - 1);
+    buf_free(&t);
+    if (!wrapped) {
+      *out = i;
+      return QVL_OK;
+    }
+  }
+  return QVL_OK;
+}
+
+/* An assistant message under the Thinking template: its reasoning (reasoning_content, or the text
+ * before </think> in its content) is kept only after the last user query, so earlier turns'
+ * reasoning never reaches the prompt. */
+static qvl_status render_thinking_assistant(chat_prompt *p, const cJSON *m, int i, bool after_query, bool last) {
+  buf c = {0};
+  QVL_TRY(buf_append(&c, "", 0));
+  qvl_status s = render_media_into(&c, p, cJSON_GetObjectItemCaseSensitive(m, "content"), i);
+  const char *content = c.data, *reason = "";
+  size_t n_content = c.len, n_reason = 0;
+  const cJSON *rc = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+  if (cJSON_IsString(rc)) {
+    reason = rc->valuestring;
+    n_reason = strlen(reason);
+  } else if (s == QVL_OK && find_first(c.data, c.len, "</think>")) {
+    const char *end = find_first(c.data, c.len, "</think>");
+    n_reason = (size_t)(end - c.data);
+    rstrip_nl(c.data, &n_reason);
+    const char *open = find_last(c.data, n_reason, "<think>");
+    reason = open ? open + 7 : c.data;
+    n_reason -= (size_t)(reason - c.data);
+    lstrip_nl(&reason, &n_reason);
+    const char *after = find_last(c.data, c.len, "</think>") + 8;
+    n_content = c.len - (size_t)(after - c.data);
+    content = after;
+    lstrip_nl(&content, &n_content);
+  }
+  if (s == QVL_OK)
+    s = buf_append_str(&p->text, "<|im_start|>assistant\n");
+  if (s == QVL_OK && after_query && (last || n_reason)) {
+    const char *r = reason;
+    size_t nr = n_reason;
+    lstrip_nl(&r, &nr);
+    rstrip_nl(r, &nr);
+    s = buf_append_str(&p->text, "<think>\n");
+    if (s == QVL_OK)
+      s = buf_append(&p->text, r, nr);
+    if (s == QVL_OK)
+      s = buf_append_str(&p->text, "\n</think>\n\n");
+    lstrip_nl(&content, &n_content);
+  }
+  if (s == QVL_OK)
+    s = buf_append(&p->text, content, n_content);
+  if (s == QVL_OK)
+    s = render_tool_calls(&p->text, m, i, n_content > 0);
+  buf_free(&c);
+  return s;
+}
+
+static qvl_status render_all(const cJSON *messages, const chat_render_opts *o, chat_prompt *p) {
+  const cJSON *tools = o->tools;
   if (!cJSON_IsArray(messages))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "messages must be an array");
   if (!messages->child)
@@ -237,20 +384,27 @@ static qvl_status render_all(const cJSON *messages, const cJSON *tools, bool add
   if (!p->msg_off)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   p->n_msgs = i;
-  QVL_TRY(render_system_block(p, messages, tools));
+  int n_messages = i, last_query = n_messages - 1;
+  if (o->thinking)
+    QVL_TRY(last_query_index(messages, n_messages, &last_query));
+  QVL_TRY(render_system_block(p, messages, o));
   i = 0;
   for (const cJSON *m = messages->child; m; m = m->next, i++) {
     p->msg_off[i] = p->text.len;
     const char *role = role_of(m);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-    if (!strcmp(role, "user")) {
-      QVL_TRY(buf_append_str(&p->text, "<|im_start|>user\n"));
+    if (!strcmp(role, "user") || (o->thinking && !strcmp(role, "system") && i > 0)) {
+      /* The Thinking template keeps later system messages; the Instruct one drops them. */
+      QVL_TRY(buf_printf(&p->text, "<|im_start|>%s\n", role));
       QVL_TRY(render_media_content(p, content, i));
+      QVL_TRY(buf_append_str(&p->text, "<|im_end|>\n"));
+    } else if (!strcmp(role, "assistant") && o->thinking) {
+      QVL_TRY(render_thinking_assistant(p, m, i, i > last_query, m->next == NULL));
       QVL_TRY(buf_append_str(&p->text, "<|im_end|>\n"));
     } else if (!strcmp(role, "assistant")) {
       QVL_TRY(buf_append_str(&p->text, "<|im_start|>assistant\n"));
       QVL_TRY(render_text_content(&p->text, content, i));
-      QVL_TRY(render_tool_calls(&p->text, m, i));
+      QVL_TRY(render_tool_calls(&p->text, m, i, content_truthy(content)));
       QVL_TRY(buf_append_str(&p->text, "<|im_end|>\n"));
     } else if (!strcmp(role, "tool")) {
       const char *prev = m->prev && m != messages->child ? role_of(m->prev) : NULL;
@@ -263,24 +417,44 @@ static qvl_status render_all(const cJSON *messages, const cJSON *tools, bool add
       if (!next || strcmp(next, "tool"))
         QVL_TRY(buf_append_str(&p->text, "<|im_end|>\n"));
     }
-    /* A system message renders only as the first message (above); later ones are dropped, as in
-     * the template. */
+    /* A system message renders only as the first message (above) in the Instruct template. */
   }
   p->msg_off[p->n_msgs] = p->text.len;
-  if (add_generation_prompt)
-    QVL_TRY(buf_append_str(&p->text, "<|im_start|>assistant\n"));
+  if (o->add_generation_prompt) {
+    QVL_TRY(buf_append_str(&p->text, o->thinking ? "<|im_start|>assistant\n<think>\n" : "<|im_start|>assistant\n"));
+    /* No reasoning: the empty think block the template renders for a turn without any. */
+    if (o->thinking && o->skip_thinking)
+      QVL_TRY(buf_append_str(&p->text, "\n</think>\n\n"));
+  }
   return QVL_OK;
+}
+
+qvl_status chat_render_with(const cJSON *messages, const chat_render_opts *o, chat_prompt *out) {
+  memset(out, 0, sizeof *out);
+  qvl_status s = buf_append(&out->text, "", 0);
+  if (s == QVL_OK)
+    s = render_all(messages, o, out);
+  if (s != QVL_OK)
+    chat_prompt_free(out);
+  return s;
 }
 
 qvl_status chat_render(const cJSON *messages, const cJSON *tools, bool add_generation_prompt,
                        chat_prompt *out) {
-  memset(out, 0, sizeof *out);
-  qvl_status s = buf_append(&out->text, "", 0);
-  if (s == QVL_OK)
-    s = render_all(messages, tools, add_generation_prompt, out);
-  if (s != QVL_OK)
-    chat_prompt_free(out);
-  return s;
+  chat_render_opts o = {.tools = tools, .add_generation_prompt = add_generation_prompt};
+  return chat_render_with(messages, &o, out);
+}
+
+bool chat_template_is_thinking(const char *tmpl) {
+  if (!tmpl)
+    return false;
+  /* The generation prompt is the template's last add_generation_prompt block; a reasoning model's
+   * opens a think block there. Hybrid templates (Qwen3's enable_thinking) leave the choice to the
+   * model and are not reasoning-first. */
+  const char *agp = NULL;
+  for (const char *q = strstr(tmpl, "add_generation_prompt"); q; q = strstr(q + 1, "add_generation_prompt"))
+    agp = q;
+  return agp && strstr(agp, "<think>") && !strstr(tmpl, "enable_thinking");
 }
 
 void chat_prompt_free(chat_prompt *p) {
@@ -291,6 +465,9 @@ void chat_prompt_free(chat_prompt *p) {
   free(p->msg_off);
   p->msg_off = NULL;
   p->n_msgs = 0;
+  free(p->plain);
+  p->plain = NULL;
+  p->n_plain = p->cap_plain = 0;
 }
 
 static qvl_status json_string(buf *b, const char *s) {

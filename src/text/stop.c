@@ -17,19 +17,10 @@ struct stop_state {
   int64_t max_tokens;
   buf text;
   int64_t n_tokens;
-  stop_reason reason;
+  qvl_finish reason;
+  int matched; /* 1 + index of the stop string that matched; 0: none */
   qvl_status error;
 };
-
-const char *stop_reason_name(stop_reason r) {
-  switch (r) {
-  case STOP_NONE: return "none";
-  case STOP_EOS: return "eos";
-  case STOP_STRING: return "stop_string";
-  case STOP_MAX_TOKENS: return "max_tokens";
-  }
-  return "unknown";
-}
 
 qvl_status stop_init(const stop_params *p, stop_state **out) {
   *out = NULL;
@@ -50,6 +41,7 @@ qvl_status stop_init(const stop_params *p, stop_state **out) {
   stop_state *s = calloc(1, sizeof *s);
   if (!s)
     return qvl_errorf(QVL_ERR_NOMEM, "stop conditions: out of memory");
+  s->reason = QVL_FINISH_NONE; /* -1: calloc's zero is QVL_FINISH_EOS */
   for (int i = 0; i < p->n_eos; i++)
     s->eos[i] = p->eos_ids[i];
   s->n_eos = p->n_eos;
@@ -87,27 +79,29 @@ void stop_reset(stop_state *s) {
   if (s->text.data)
     s->text.data[0] = 0;
   s->n_tokens = 0;
-  s->reason = STOP_NONE;
+  s->reason = QVL_FINISH_NONE;
+  s->matched = 0;
   s->error = QVL_OK;
 }
 
-stop_reason stop_push(stop_state *s, int32_t id, const char *bytes, size_t n) {
-  if (s->reason != STOP_NONE || s->error != QVL_OK)
+qvl_finish stop_push(stop_state *s, int32_t id, const char *bytes, size_t n) {
+  if (s->reason != QVL_FINISH_NONE || s->error != QVL_OK)
     return s->reason;
   s->n_tokens++;
   for (int i = 0; i < s->n_eos; i++)
     if (id == s->eos[i])
-      return s->reason = STOP_EOS;
+      return s->reason = QVL_FINISH_EOS;
   size_t old = s->text.len;
   if (n > 0) {
     qvl_status st = buf_append(&s->text, bytes, n);
     if (st != QVL_OK) {
       s->error = st;
-      return STOP_NONE;
+      return QVL_FINISH_NONE;
     }
   }
   /* Only matches that end in the new bytes are new; the earliest start wins. */
   size_t best = SIZE_MAX;
+  int which = 0;
   for (int i = 0; i < s->n_strings; i++) {
     size_t L = s->lens[i];
     if (L > s->text.len)
@@ -116,17 +110,19 @@ stop_reason stop_push(stop_state *s, int32_t id, const char *bytes, size_t n) {
     for (size_t p = from; p + L <= s->text.len && p < best; p++)
       if (memcmp(s->text.data + p, s->strings[i], L) == 0) {
         best = p;
+        which = i + 1;
         break;
       }
   }
   if (best != SIZE_MAX) {
     s->text.len = best;
     s->text.data[best] = 0;
-    return s->reason = STOP_STRING;
+    s->matched = which;
+    return s->reason = QVL_FINISH_STOP_STRING;
   }
   if (s->max_tokens > 0 && s->n_tokens >= s->max_tokens)
-    return s->reason = STOP_MAX_TOKENS;
-  return STOP_NONE;
+    return s->reason = QVL_FINISH_LENGTH;
+  return QVL_FINISH_NONE;
 }
 
 const char *stop_text(const stop_state *s, size_t *len) {
@@ -137,7 +133,7 @@ const char *stop_text(const stop_state *s, size_t *len) {
 
 size_t stop_ready(const stop_state *s) {
   size_t len = s->text.len;
-  if (s->reason != STOP_NONE)
+  if (s->reason != QVL_FINISH_NONE)
     return len;
   size_t hold = 0;
   const char *t = s->text.data;
@@ -157,5 +153,7 @@ size_t stop_ready(const stop_state *s) {
 }
 
 int64_t stop_n_tokens(const stop_state *s) { return s->n_tokens; }
-stop_reason stop_reason_of(const stop_state *s) { return s->reason; }
+
+qvl_finish stop_reason_of(const stop_state *s) { return s->reason; }
+int stop_matched(const stop_state *s) { return s->matched; }
 qvl_status stop_error(const stop_state *s) { return s->error; }

@@ -9,10 +9,10 @@
  *   QVL_TRY(stop_init(&sp, &st));
  *   for (;;) {
  *     id = sampler_sample(...);
- *     stop_reason r = stop_push(st, id, bytes_of(id), n_bytes);
+ *     qvl_finish r = stop_push(st, id, bytes_of(id), n_bytes);
  *     size_t len; const char *text = stop_text(st, &len);
  *     stream(text + sent, stop_ready(st) - sent); sent = stop_ready(st);
- *     if (r != STOP_NONE) break;
+ *     if (r != QVL_FINISH_NONE) break;
  *   }
  *
  * The text never contains the matched stop string, what follows it, or an EOS token's bytes.
@@ -31,15 +31,9 @@
 #define STOP_MAX_STRING_BYTES 1024
 #define STOP_MAX_EOS 16
 
-typedef enum stop_reason {
-  STOP_NONE = 0,
-  STOP_EOS,        /* an EOS id was generated */
-  STOP_STRING,     /* a stop string appeared in the text */
-  STOP_MAX_TOKENS, /* max_tokens tokens were generated */
-} stop_reason;
-
-/* "none", "eos", "stop_string", "max_tokens". */
-const char *stop_reason_name(stop_reason r);
+/* Why a generation stops is a qvl_finish (the one finish list, qvl.h): QVL_FINISH_EOS (an EOS id
+ * was generated), QVL_FINISH_STOP_STRING (a stop string appeared in the text), QVL_FINISH_LENGTH
+ * (max_tokens tokens were generated), QVL_FINISH_NONE (not stopped). */
 
 typedef struct stop_params {
   const int32_t *eos_ids;      /* [n_eos] */
@@ -57,10 +51,10 @@ void stop_free(stop_state *s);
 /* Starts a new generation with the same conditions. */
 void stop_reset(stop_state *s);
 
-/* Feeds one generated token. Returns why generation must stop now, or STOP_NONE. After a stop,
+/* Feeds one generated token. Returns why generation must stop now, or QVL_FINISH_NONE. After a stop,
  * further pushes are ignored and return the same reason. If the text cannot grow (out of memory)
  * the bytes are dropped and stop_error() returns the status: the caller must check it and abort. */
-stop_reason stop_push(stop_state *s, int32_t id, const char *bytes, size_t n);
+qvl_finish stop_push(stop_state *s, int32_t id, const char *bytes, size_t n);
 
 /* The generated text so far (see above); NUL-terminated. */
 const char *stop_text(const stop_state *s, size_t *len);
@@ -68,7 +62,9 @@ const char *stop_text(const stop_state *s, size_t *len);
 size_t stop_ready(const stop_state *s);
 /* Tokens pushed so far. */
 int64_t stop_n_tokens(const stop_state *s);
-stop_reason stop_reason_of(const stop_state *s);
+qvl_finish stop_reason_of(const stop_state *s);
+/* After QVL_FINISH_STOP_STRING: 1 + the index (in stop_params.strings) of the string that matched; else 0. */
+int stop_matched(const stop_state *s);
 /* QVL_OK, or the status of a failed allocation in stop_push (the generation should be aborted). */
 qvl_status stop_error(const stop_state *s);
 

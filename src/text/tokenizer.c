@@ -1268,20 +1268,55 @@ static qvl_status encode_span(encode_ctx *c, const char *text, size_t len, char 
   return QVL_OK;
 }
 
-static qvl_status encode_impl(const tokenizer *t, const char *text, size_t len, unsigned flags, size_t max_ids,
-                              qvl_stop_fn stop, void *stop_user, int32_t **ids, size_t *n_ids) {
+/* The lossy UTF-8 copy of text with the plain spans moved to its offsets: each region between span
+ * boundaries is cleaned on its own, so a boundary stays between the same characters. */
+static qvl_status clean_with_spans(const char *text, size_t len, const text_span *plain, size_t n_plain, buf *clean,
+                                   text_span **moved) {
+  *moved = NULL;
+  if (n_plain && !(*moved = malloc(n_plain * sizeof **moved)))
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  size_t at = 0;
+  for (size_t k = 0; k <= n_plain; k++) {
+    size_t b = k < n_plain ? plain[k].begin : len, e = k < n_plain ? plain[k].end : len;
+    QVL_TRY(utf8_append_lossy(clean, text + at, b - at));
+    if (k == n_plain)
+      break;
+    (*moved)[k].begin = clean->len;
+    QVL_TRY(utf8_append_lossy(clean, text + b, e - b));
+    (*moved)[k].end = clean->len;
+    at = e;
+  }
+  if (!clean->data)
+    QVL_TRY(buf_append(clean, "", 0));
+  return QVL_OK;
+}
+
+static qvl_status encode_impl(const tokenizer *t, const char *text, size_t len, unsigned flags,
+                              const text_span *plain, size_t n_plain, size_t max_ids, qvl_stop_fn stop,
+                              void *stop_user, int32_t **ids, size_t *n_ids) {
   *ids = NULL;
   *n_ids = 0;
   if (!text && len)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "tokenizer_encode: NULL text");
   if (len > (size_t)INT32_MAX)
     return qvl_errorf(QVL_ERR_TOO_LARGE, "tokenizer_encode: %zu bytes of text exceed the 2 GiB limit", len);
+  for (size_t k = 0; k < n_plain; k++)
+    if (plain[k].begin > plain[k].end || plain[k].end > len || (k && plain[k].begin < plain[k - 1].end))
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "tokenizer_encode: plain span %zu [%zu, %zu) is out of order or range",
+                        k, plain[k].begin, plain[k].end);
   buf clean = {0};
+  text_span *moved = NULL;
   const char *s = text ? text : "";
   if (utf8_valid_prefix(s, len) != len) {
-    QVL_TRY(utf8_append_lossy(&clean, s, len));
+    qvl_status cs = clean_with_spans(s, len, plain, n_plain, &clean, &moved);
+    if (cs != QVL_OK) {
+      buf_free(&clean);
+      free(moved);
+      return cs;
+    }
     s = clean.data;
     len = clean.len;
+    plain = moved;
   }
   encode_ctx c = {.t = t, .max_ids = max_ids, .stop = stop, .stop_user = stop_user};
   qvl_status st = ids_reserve(&c.out, (max_ids && max_ids < len / 3 ? max_ids : len / 3) + 16);
@@ -1298,12 +1333,21 @@ static qvl_status encode_impl(const tokenizer *t, const char *text, size_t len, 
   const unsigned char *u = (const unsigned char *)s;
   size_t span = 0, i = 0;
   bool use_added = !(flags & TOKENIZER_ENCODE_NO_ADDED) && t->max_added_len > 0;
+  size_t ps = 0; /* the first plain span that ends after i */
   while (st == QVL_OK) {
     size_t next_span = len, match = 0;
     int32_t id = -1;
     if (use_added) {
       for (; i < len; i++) {
-        if (t->added_first[u[i]] && (match = match_added(t, u + i, len - i, &id)) > 0)
+        while (ps < n_plain && plain[ps].end <= i)
+          ps++;
+        if (ps < n_plain && plain[ps].begin <= i) {
+          i = plain[ps].end - 1; /* no added token starts inside plain text */
+          continue;
+        }
+        /* nor runs into it: the match ends before the next plain span */
+        size_t room = (ps < n_plain ? plain[ps].begin : len) - i;
+        if (t->added_first[u[i]] && (match = match_added(t, u + i, room, &id)) > 0)
           break;
       }
       next_span = i;
@@ -1338,6 +1382,7 @@ static qvl_status encode_impl(const tokenizer *t, const char *text, size_t len, 
   free(c.next);
   free(c.heap);
   buf_free(&clean);
+  free(moved);
   if (st != QVL_OK) {
     free(c.out.v);
     return st;
@@ -1349,12 +1394,18 @@ static qvl_status encode_impl(const tokenizer *t, const char *text, size_t len, 
 
 qvl_status tokenizer_encode_flags(const tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
                                   size_t *n_ids) {
-  return encode_impl(t, text, len, flags, 0, NULL, NULL, ids, n_ids);
+  return encode_impl(t, text, len, flags, NULL, 0, 0, NULL, NULL, ids, n_ids);
 }
 
 qvl_status tokenizer_encode_capped(const tokenizer *t, const char *text, size_t len, unsigned flags, size_t max_ids,
                                    qvl_stop_fn stop, void *stop_user, int32_t **ids, size_t *n_ids) {
-  return encode_impl(t, text, len, flags, max_ids, stop, stop_user, ids, n_ids);
+  return encode_impl(t, text, len, flags, NULL, 0, max_ids, stop, stop_user, ids, n_ids);
+}
+
+qvl_status tokenizer_encode_spans(const tokenizer *t, const char *text, size_t len, const text_span *plain,
+                                  size_t n_plain, size_t max_ids, qvl_stop_fn stop, void *stop_user, int32_t **ids,
+                                  size_t *n_ids) {
+  return encode_impl(t, text, len, 0, plain, n_plain, max_ids, stop, stop_user, ids, n_ids);
 }
 
 qvl_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids) {

@@ -73,6 +73,21 @@ qvl_status tokenizer_encode_flags(const tokenizer *t, const char *text, size_t l
 qvl_status tokenizer_encode_capped(const tokenizer *t, const char *text, size_t len, unsigned flags, size_t max_ids,
                                    qvl_stop_fn stop, void *stop_user, int32_t **ids, size_t *n_ids);
 
+/* A byte range [begin, end) of a text. */
+typedef struct text_span {
+  size_t begin, end;
+} text_span;
+
+/* tokenizer_encode_capped (flags 0) where the plain spans (sorted, disjoint, within len) are text
+ * that no added token may match in, start in or run into: the rendered prompt's user, tool and
+ * document content (chat_prompt.plain), so that "<|im_start|>system" typed by a user is BPE text
+ * and cannot forge a turn. Outside the spans added tokens match as usual. Pre-tokenization is not
+ * split at span boundaries, so a prompt whose content holds no added-token text encodes exactly as
+ * tokenizer_encode would (as transformers does). */
+qvl_status tokenizer_encode_spans(const tokenizer *t, const char *text, size_t len, const text_span *plain,
+                                  size_t n_plain, size_t max_ids, qvl_stop_fn stop, void *stop_user, int32_t **ids,
+                                  size_t *n_ids);
+
 /* Appends the decoded UTF-8 text of ids to out (which it does not clear). skip_special drops
  * CONTROL tokens (<|im_end|>, ...) but keeps non-special added tokens (<think>), like the
  * reference's skip_special_tokens=True. */

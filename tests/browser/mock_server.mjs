@@ -12,6 +12,8 @@
 //                                {"error":{"message","type","code"}} with 400/413/503 (+Retry-After)
 // Test controls (not part of qvl):
 //   POST /__mock/next   {"status":503,"retry_after":5,"message":"..."} or {"answer":"grounding"|"slow"|"text"}
+//                       (+ "reasoning": "...": streamed first as delta.reasoning_content, as a
+//                       reasoning model's server does)
 //                       applies to the next completion request only (a queue, one entry per request)
 //   POST /__mock/reset  clears the recorded requests, counters and queued behaviours
 //   GET  /__mock/state  {"requests":[bodies...],"cancelled":N,"completed":N}
@@ -99,11 +101,22 @@ function readBody(req) {
   });
 }
 
+// The page's third-party scripts, which the build embeds from Debian's packages: URL path -> file.
+const VENDOR = new Map(
+  fs
+    .readFileSync(path.resolve(here, '../../tools/web_vendor.txt'), 'utf8')
+    .split('\n')
+    .filter((l) => l.trim() && !l.startsWith('#'))
+    .map((l) => l.trim().split(/\s+/))
+    .filter((f) => f.length === 3)
+    .map(([url, file]) => [url, file]),
+);
+
 function serveStatic(req, res) {
   let p = decodeURIComponent(new URL(req.url, 'http://x').pathname);
   if (p === '/') p = '/index.html';
-  const file = path.resolve(WEB, '.' + p);
-  if (!file.startsWith(WEB + path.sep)) return sendError(res, 404, 'not found', 'not_found', 'not_found');
+  const file = VENDOR.get(p) ?? path.resolve(WEB, '.' + p);
+  if (!VENDOR.has(p) && !file.startsWith(WEB + path.sep)) return sendError(res, 404, 'not found', 'not_found', 'not_found');
   fs.readFile(file, (err, data) => {
     if (err) return sendError(res, 404, `no file ${p}`, 'not_found', 'not_found');
     const ext = path.extname(file) || path.basename(file);
@@ -115,6 +128,33 @@ function serveStatic(req, res) {
     });
     res.end(data);
   });
+}
+
+// What qvl's "boxes" extension returns for an answer: its bbox_2d / point_2d objects in pixels of the
+// last image (the size from a PNG data URL's header), as the server attributes a single list.
+function pngSize(url) {
+  const m = /^data:image\/png;base64,(.{0,64})/.exec(url ?? '');
+  if (!m) return null;
+  const b = Buffer.from(m[1], 'base64');
+  return b.length >= 24 ? [b.readUInt32BE(16), b.readUInt32BE(20)] : null;
+}
+
+export function mockBoxes(text, messages) {
+  const urls = [];
+  for (const m of messages) if (Array.isArray(m.content)) for (const c of m.content) if (c.type === 'image_url') urls.push(c.image_url?.url);
+  const size = urls.length ? pngSize(urls[urls.length - 1]) : null;
+  if (!size) return [];
+  const [w, h] = size;
+  const r = (v) => Math.round(v * 10) / 10;
+  const out = [];
+  for (const s of text.match(/\{[^{}]*\}/g) ?? []) {
+    let o;
+    try { o = JSON.parse(s); } catch { continue; }
+    const image = urls.length - 1;
+    if (Array.isArray(o.bbox_2d)) out.push({ image, label: o.label ?? '', box: o.bbox_2d.map((v, i) => r((v / 1000) * (i % 2 ? h : w))) });
+    else if (Array.isArray(o.point_2d)) out.push({ image, label: o.label ?? '', point: o.point_2d.map((v, i) => r((v / 1000) * (i % 2 ? h : w))) });
+  }
+  return out;
 }
 
 function countImages(messages) {
@@ -163,7 +203,7 @@ async function completions(req, res) {
   if (body.stream !== true) {
     return sendJSON(res, 200, {
       id, object: 'chat.completion', created, model: MODEL,
-      choices: [{ index: 0, message: { role: 'assistant', content: toks.slice(0, n).join('') }, finish_reason: n < toks.length ? 'length' : 'stop' }],
+      choices: [{ index: 0, message: { role: 'assistant', content: toks.slice(0, n).join(''), ...(next.reasoning ? { reasoning_content: next.reasoning } : {}), ...(body.boxes === true ? { boxes: mockBoxes(toks.slice(0, n).join(''), body.messages) } : {}) }, finish_reason: n < toks.length ? 'length' : 'stop' }],
       usage: { prompt_tokens: Math.round(promptTokens), completion_tokens: n, total_tokens: Math.round(promptTokens) + n },
     });
   }
@@ -183,6 +223,11 @@ async function completions(req, res) {
   if (closed) return;
   write(chunk({ role: 'assistant', content: '' }));
   const tFirst = Date.now();
+  for (const piece of next.reasoning ? tokens(next.reasoning) : []) {
+    if (closed) return;
+    write(chunk({ reasoning_content: piece }));
+    await sleep(delay);
+  }
   for (let i = 0; i < n; i++) {
     if (closed) return;
     write(chunk({ content: toks[i] }));
@@ -197,6 +242,7 @@ async function completions(req, res) {
     write(chunk({ tool_calls: [{ index, function: { arguments: a.slice(0, 5) } }] }));
     write(chunk({ tool_calls: [{ index, function: { arguments: a.slice(5) } }] }));
   }
+  if (body.boxes === true) write(chunk({ boxes: mockBoxes(toks.slice(0, n).join(''), body.messages) }));
   const tEnd = Date.now();
   const prompt = Math.round(promptTokens);
   write(

@@ -444,6 +444,40 @@ test('grounding answer draws boxes and points over the image', async () => {
   eq(labels.join(','), 'red circle,blue square,green triangle,sun', 'labels');
   await checkBoxGeometry(answer);
   await shot(page, 'desktop-grounding');
+  const sent = (await mock('/__mock/state')).requests[0];
+  eq(sent.boxes, true, 'the page asks the server for boxes');
+  await page.context().close();
+});
+
+test('boxes come from the server: an answer without them draws none, a box on the second image is drawn there', async () => {
+  const png = 'data:image/png;base64,' + sceneBuf.toString('base64');
+  const page = await newPage(DESKTOP, {
+    init: {
+      fn: ({ png: dataUrl }) => {
+        const now = Date.now();
+        const img = (name) => ({ name, type: 'image/png', bytes: 1000, dataUrl, width: 800, height: 500 });
+        localStorage.setItem('qvl.conversations.v1', JSON.stringify([
+          { id: 'text-only', title: 'Text only', created: now, updated: now, messages: [
+            { role: 'user', text: 'Locate.', images: [img('scene.png')], at: now },
+            { role: 'assistant', text: '[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]', at: now },
+          ] },
+          { id: 'first', title: 'On the first image', created: now - 1, updated: now - 1, messages: [
+            { role: 'user', text: 'Compare.', images: [img('first.png'), img('second.png')], at: now },
+            { role: 'assistant', text: 'see boxes', at: now, boxes: [{ image: 0, label: 'blue square', box: [340, 180, 500, 340] }] },
+          ] },
+        ]));
+      },
+      arg: { png },
+    },
+  });
+  await page.locator('.conv-open').nth(0).click();
+  await page.locator('.msg.assistant').first().waitFor();
+  eq(await page.locator('.gbox').count(), 0, 'bbox text without server boxes: nothing drawn');
+  await page.locator('.conv-open').nth(1).click();
+  await page.locator('.gbox').first().waitFor();
+  eq(await page.locator('.ground-pick button').nth(0).getAttribute('aria-pressed'), 'true', 'drawn on the image the server named');
+  assert((await page.textContent('.ground-caption')).includes('first.png'), 'caption names it');
+  await checkBoxGeometry(page.locator('.msg.assistant'), { point: false });
   await page.context().close();
 });
 
@@ -463,8 +497,17 @@ async function checkBoxGeometry(scope, { point = true } = {}) {
   near(pt.y + pt.height / 2, img.y + 0.18 * img.height, 'point y');
 }
 
-// A stored conversation with a canned grounding answer: works against any server.
-function seedGrounding({ dataUrl, answer }) {
+// What the server's "boxes" extension gives for a canned answer on a w×h image (independent of the
+// page and of the mock): each bbox_2d / point_2d on the 0..1000 grid in pixels.
+function boxesOf(answer, w, h, image = 0) {
+  return [...answer.matchAll(/\{[^{}]*\}/g)].map((m) => JSON.parse(m[0])).map((o) => o.bbox_2d
+    ? { image, label: o.label, box: o.bbox_2d.map((v, i) => (v / 1000) * (i % 2 ? h : w)) }
+    : { image, label: o.label, point: o.point_2d.map((v, i) => (v / 1000) * (i % 2 ? h : w)) });
+}
+
+// A stored conversation with a canned grounding answer (and the boxes the server returned with it):
+// works against any server.
+function seedGrounding({ dataUrl, answer, boxes }) {
   const now = Date.now();
   localStorage.setItem(
     'qvl.conversations.v1',
@@ -476,7 +519,7 @@ function seedGrounding({ dataUrl, answer }) {
         updated: now,
         messages: [
           { role: 'user', text: 'Locate every shape.', images: [{ name: 'scene.png', type: 'image/png', bytes: 1000, dataUrl, width: 800, height: 500 }], at: now },
-          { role: 'assistant', text: answer, at: now, usage: { completion_tokens: 96 }, timings: { ttft_ms: 812, prefill_tok_s: 512.4, decode_tok_s: 21.7, image_tokens: 400, image_cache_hit: false, prefix_cache_hit: false } },
+          { role: 'assistant', text: answer, boxes, at: now, usage: { completion_tokens: 96 }, timings: { ttft_ms: 812, prefill_tok_s: 512.4, decode_tok_s: 21.7, image_tokens: 400, image_cache_hit: false, prefix_cache_hit: false } },
         ],
       },
     ]),
@@ -484,14 +527,12 @@ function seedGrounding({ dataUrl, answer }) {
 }
 
 test('box overlay from a canned answer, at desktop and phone sizes', async () => {
+  const answer =
+    'Here are the objects I found:\n\n```json\n[\n  {"bbox_2d": [125, 160, 325, 480], "label": "red circle"},\n  {"bbox_2d": [425, 360, 625, 680], "label": "blue square"},\n' +
+    '  {"bbox_2d": [750, 400, 950, 840], "label": "green triangle"},\n  {"point_2d": [875, 180], "label": "sun"}\n]\n```';
   const init = {
     fn: seedGrounding,
-    arg: {
-      dataUrl: 'data:image/png;base64,' + sceneBuf.toString('base64'),
-      answer:
-        'Here are the objects I found:\n\n```json\n[\n  {"bbox_2d": [125, 160, 325, 480], "label": "red circle"},\n  {"bbox_2d": [425, 360, 625, 680], "label": "blue square"},\n' +
-        '  {"bbox_2d": [750, 400, 950, 840], "label": "green triangle"},\n  {"point_2d": [875, 180], "label": "sun"}\n]\n```',
-    },
+    arg: { dataUrl: 'data:image/png;base64,' + sceneBuf.toString('base64'), answer, boxes: boxesOf(answer, 800, 500) },
   };
   for (const [vp, name] of [[DESKTOP, 'desktop'], [PHONE, 'phone']]) {
     const page = await newPage(vp, { init, scale: vp === PHONE ? 2 : 1 });
@@ -528,7 +569,8 @@ test('grounding with several images: drawn on the last one, switchable', async (
         const img = (name) => ({ name, type: 'image/png', bytes: 1000, dataUrl, width: 800, height: 500 });
         localStorage.setItem('qvl.conversations.v1', JSON.stringify([{ id: 'two', title: 'Two images', created: now, updated: now, messages: [
           { role: 'user', text: 'Compare.', images: [img('first.png'), img('second.png')], at: now },
-          { role: 'assistant', text: '[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]', at: now },
+          { role: 'assistant', text: '[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]', at: now,
+            boxes: [{ image: 1, label: 'blue square', box: [340, 180, 500, 340] }] },
         ] }]));
       },
       arg: { png },
@@ -744,6 +786,7 @@ test('accessibility audit (axe-core): empty, conversation, error, settings, phon
       answer: 'Found:\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```json\n[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}, {"point_2d": [875, 180], "label": "sun"}]\n```',
     },
   };
+  init.arg.boxes = boxesOf(init.arg.answer, 800, 500);
   for (const [vp, scheme] of [[DESKTOP, 'light'], [PHONE, 'light'], [DESKTOP, 'dark']]) {
     const page = await newPage(vp, { bypassCSP: true, colorScheme: scheme });
     const tag = `${vp === PHONE ? 'phone' : 'desktop'} ${scheme}`;
@@ -792,7 +835,8 @@ test('phone width: full conversation with overlay', async () => {
 });
 
 test('dark theme renders', async () => {
-  const page = await newPage(DESKTOP, { colorScheme: 'dark', init: { fn: seedGrounding, arg: { dataUrl: 'data:image/png;base64,' + sceneBuf.toString('base64'), answer: 'A **dark** test.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```json\n[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]\n```' } } });
+  const answer = 'A **dark** test.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```json\n[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]\n```';
+  const page = await newPage(DESKTOP, { colorScheme: 'dark', init: { fn: seedGrounding, arg: { dataUrl: 'data:image/png;base64,' + sceneBuf.toString('base64'), answer, boxes: boxesOf(answer, 800, 500) } } });
   await page.click('.conv-open');
   await page.locator('.gbox').first().waitFor();
   const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
@@ -888,6 +932,39 @@ test('tool calls in an answer are shown with name and pretty arguments', async (
   await page.click('.conv-open');
   eq(await page.locator('.tool-call-name').count(), 2, 'tool calls kept in the history');
   await shot(page, 'desktop-tool-calls');
+  await page.context().close();
+});
+
+test('a reasoning model: the thinking streams in a collapsible block, closed once the answer starts', async () => {
+  if (MODE !== 'mock') throw new Skip('needs the mock server');
+  await mock('/__mock/reset', {});
+  const reasoning = 'The user asks about the sky. <b>Rayleigh</b> scattering favours short wavelengths, so blue light is scattered most.';
+  await mock('/__mock/next', { answer: 'slow', reasoning, delay_ms: 60 });
+  const page = await newPage();
+  await page.fill('#prompt', 'Why is the sky blue?');
+  await page.keyboard.press('Enter');
+  const block = page.locator('.msg.assistant .reasoning');
+  await block.waitFor({ state: 'visible', timeout: 10000 });
+  await page.waitForFunction(() => document.querySelector('.reasoning-text')?.textContent.includes('scattering'), null, { timeout: 10000 });
+  eq(await block.evaluate((d) => d.open), true, 'open while the model thinks');
+  eq((await page.locator('.reasoning-summary').textContent()).startsWith('Thinking'), true, 'summary says Thinking');
+  eq(await page.locator('.msg.assistant .md').textContent(), '', 'no answer text yet');
+  await shot(page, 'desktop-reasoning-streaming');
+  const answer = await waitAnswerDone(page, 1);
+  eq(await block.evaluate((d) => d.open), false, 'closed once the answer is there');
+  eq(await page.locator('.reasoning-summary').textContent(), 'Thought', 'summary says Thought');
+  eq(await page.locator('.reasoning-text').textContent(), reasoning, 'the whole reasoning, as text');
+  eq(await page.locator('.reasoning-text b').count(), 0, 'reasoning never becomes HTML');
+  eq((await answer.locator('.md').textContent()).includes('Rayleigh'), false, 'the answer holds no reasoning');
+  await page.click('.reasoning-summary');
+  eq(await block.evaluate((d) => d.open), true, 'a click opens it');
+  await shot(page, 'desktop-reasoning-open');
+  const st = await mock('/__mock/state');
+  eq(st.requests.length, 1, 'one request');
+  await page.reload();
+  await page.click('.conv-open');
+  await page.locator('.reasoning').first().waitFor({ state: 'attached' });
+  eq(await page.locator('.reasoning-text').first().textContent(), reasoning, 'kept in the history');
   await page.context().close();
 });
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The public library: libqvl.so exports only qvl_* symbols (-fvisibility=hidden + QVL_API), every
-# function the public headers declare is exported, and examples/describe (include/qvl.h only,
+# function qvl.h declares is exported and qvl_tools.h's are not (they are the service's), ldd shows
+# none of libmicrohttpd, SQLite, libyaml, libcurl, and examples/describe (include/qvl.h only,
 # linked with libqvl.so) answers about an image exactly as `qvl run` does (greedy, same prompt).
 set -u
 BUILD=${BUILD:-build/rel}
@@ -13,13 +14,26 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# 1. Exports: only qvl_*, and all of the declared API.
+# 1. Exports: only qvl_*, and all of the declared API (qvl.h); the tools of qvl_tools.h are the
+# service's (libqvl_service.a), not the library's.
 nm -D --defined-only "$BUILD/libqvl.so" | awk '{print $3}' | sort >"$tmp/exported"
 others=$(grep -v '^qvl_' "$tmp/exported" | head -5 | tr '\n' ' ')
 if [ -s "$tmp/exported" ] && [ -z "$others" ]; then ok; else bad "libqvl.so exports non-qvl symbols: $others"; fi
-sed -n 's/^QVL_API .*[ *]\(qvl_[a-z0-9_]*\)(.*/\1/p' include/qvl.h include/qvl_tools.h | sort -u >"$tmp/declared"
+decl() { sed -n 's/^QVL_API .*[ *]\(qvl_[a-z0-9_]*\)(.*/\1/p' "$@" | sort -u; }
+decl include/qvl.h >"$tmp/declared"
 missing=$(comm -23 "$tmp/declared" "$tmp/exported" | tr '\n' ' ')
 if [ -s "$tmp/declared" ] && [ -z "$missing" ]; then ok; else bad "declared but not exported: $missing"; fi
+decl include/qvl_tools.h >"$tmp/tools"
+nm --defined-only "$BUILD/libqvl_service.a" 2>/dev/null | awk 'NF == 3 && $2 == "T" {print $3}' | sort -u >"$tmp/svc"
+in_lib=$(comm -12 "$tmp/tools" "$tmp/exported" | tr '\n' ' ')
+not_svc=$(comm -23 "$tmp/tools" "$tmp/svc" | tr '\n' ' ')
+if [ -s "$tmp/tools" ] && [ -z "$in_lib" ] && [ -z "$not_svc" ]; then ok; else
+  bad "qvl_tools.h functions in libqvl.so: '$in_lib'; missing from libqvl_service.a: '$not_svc'"; fi
+
+# 1b. The library does not pull in the service's libraries (HTTP server, SQLite, YAML, HTTP client).
+needed=$(readelf -d "$BUILD/libqvl.so" 2>/dev/null | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+svc_libs=$(ldd "$BUILD/libqvl.so" 2>/dev/null | grep -Eo 'lib(microhttpd|sqlite3|yaml|curl)[^ ]*' | sort -u | tr '\n' ' ')
+if [ -n "$needed" ] && [ -z "$svc_libs" ]; then ok; else bad "libqvl.so needs the service's libraries: '$svc_libs' (NEEDED: $needed)"; fi
 
 # 2. The example is linked dynamically against libqvl.so.
 if readelf -d "$BUILD/examples/describe" 2>/dev/null | grep -q 'NEEDED.*libqvl.so'; then ok; else bad "examples/describe does not link libqvl.so"; fi

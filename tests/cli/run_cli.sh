@@ -101,8 +101,16 @@ expect_error "unknown option" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --bogus -p hi
 expect_error "expects" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --temp abc -p hi
 expect_error "unknown command" "$QVL" frobnicate
 
+# 6. serve refuses a jobs database another program made, with a clear message, exit != 0, and the
+#    file unchanged byte for byte (issue 24: it used to add a jobs table and switch on WAL).
+python3 -c 'import sqlite3, sys
+c = sqlite3.connect(sys.argv[1]); c.execute("CREATE TABLE users(name TEXT)")
+c.execute("INSERT INTO users VALUES (?)", ("ann",)); c.commit(); c.close()' "$tmp/foreign.db"
+sum_before=$(cksum <"$tmp/foreign.db")
+expect_error "not a qvl jobs database" timeout 60 "$QVL" serve -m "$E2E/e2e-Q8_0.gguf" --host 127.0.0.1 --port 0 --jobs-db "$tmp/foreign.db"
+if [ "$(cksum <"$tmp/foreign.db")" = "$sum_before" ] && [ ! -e "$tmp/foreign.db-wal" ]; then ok; else bad "serve altered a foreign jobs db"; fi
 
-# 6. Videos (issue 23): `qvl run --video` reproduces the greedy continuation of the video_basic case
+# 7. Videos (issue 23): `qvl run --video` reproduces the greedy continuation of the video_basic case
 #    (the micro-a GGUF files, through the engine), and video errors are clear.
 MA=tests/fixtures/models/micro-a/gguf
 VC=tests/fixtures/cases/micro-a/f32/video_basic/case.json

@@ -1,12 +1,13 @@
 // qvl serve under hostile and heavy load (issue 10, docs/RELIABILITY.md): image bombs, huge prompts,
 // slowloris, connection floods, SIGTERM at awkward moments, allow-list bypasses, invalid UTF-8 in
 // error bodies, an idle burst. Every server listens on loopback; every test is bounded in time.
+import { spawn } from "node:child_process";
 import { createServer } from "node:http";
 import { connect } from "node:net";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { deflateSync } from "node:zlib";
-import { check, client, dataUrl, errorOf, metrics, postJson, root, runSuite, sleep, startServer, test, withTimeout, MODEL_ID } from "./lib.mjs";
+import { check, client, dataUrl, errorOf, metrics, postJson, root, runSuite, sleep, startServer, test, waitMetric, withTimeout, MODEL_ID } from "./lib.mjs";
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -256,6 +257,63 @@ test("flood beyond --max-connections: every socket gets an HTTP status; the rese
     await C.stop();
   }
 }, 60000);
+
+// ---- slow readers (issue 24) ----------------------------------------------------------------------
+
+// argv: port, JSON [[path, body]...]; sends each request on its own socket with a 4 KB receive buffer,
+// prints "sent", then never reads until stdin closes.
+const SLOW_CLIENTS = `
+import socket, sys, json
+socks = []
+for path, body in json.loads(sys.argv[2]):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+    b = json.dumps(body).encode()
+    s.sendall(b"POST %s HTTP/1.1\\r\\nHost: x\\r\\nContent-Type: application/json\\r\\nContent-Length: %d\\r\\n\\r\\n" % (path.encode(), len(b)) + b)
+    socks.append(s)
+print("sent", flush=True)
+sys.stdin.read()
+`;
+
+test("slow readers: streams that never read are cancelled after --write-timeout-s, their slots freed; a bystander is served", async () => {
+  const S = await startServer(["--write-timeout-s", "2", "--max-tokens", "6000", "--ctx", "8192", "--max-batch-size", "8",
+    "--queue", "16", "--max-connections-per-client", "0"]);
+  try {
+    const req = (path, body) => {
+      const b = JSON.stringify(body);
+      return `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(b)}\r\n\r\n${b}`;
+    };
+    const story = [{ role: "user", content: "Tell me a long story." }];
+    const kinds = [
+      ["/api/chat", { model: MODEL_ID, messages: story, options: { num_predict: 6000, temperature: 0 } }], // NDJSON
+      ["/v1/chat/completions", { model: MODEL_ID, messages: story, max_tokens: 6000, temperature: 0, stream: true }],
+      ["/v1/responses", { model: MODEL_ID, input: "Tell me a long story.", max_output_tokens: 6000, temperature: 0, stream: true }],
+      ["/v1/completions", { model: MODEL_ID, prompt: "Once upon a time", max_tokens: 6000, temperature: 0, stream: true }],
+    ];
+    // 20 clients that send a stream request and never read: 12 Ollama streams (the attack), 8 spread over
+    // the other streaming endpoints. Python's sockets take SO_RCVBUF before connect (node's cannot), so
+    // the window is small and the server's writes stall after a few KB, as behind a stalled client.
+    const reqs = Array.from({ length: 20 }, (_, i) => (i < 12 ? kinds[0] : kinds[i % 4]));
+    const py = spawn("python3", ["-c", SLOW_CLIENTS, String(S.port), JSON.stringify(reqs)], { stdio: ["pipe", "pipe", "inherit"] });
+    await withTimeout(new Promise((r) => py.stdout.once("data", r)), 10000, "slow clients connected");
+    await sleep(500);
+    const t0 = Date.now();
+    const r = await withTimeout(postJson(S, "/v1/chat/completions", chat("bystander", { max_tokens: 8 })), 100000, "bystander");
+    const ms = Date.now() - t0;
+    check(r.status === 200, "the bystander is answered", r.status);
+    // 20 streams in 8 slots, the bystander queued behind 12 of them: each wave stalls after a few KB of
+    // output and is cancelled 2 s later (before: every stream held its slot for its 6000 tokens)
+    check(ms < 60000, "the bystander is served in bounded time (not after the stalled streams' 6000 tokens)", { ms });
+    const m = await waitMetric(S, "qvl_slow_reader_cancels_total", (v) => v >= 8, 20000);
+    check(m >= 8, "the cancellations show in /metrics (qvl_slow_reader_cancels_total)", m);
+    const h = await fetch(S.base + "/health");
+    check(h.status === 200, "healthy afterwards", h.status);
+    py.stdin.end();
+  } finally {
+    await S.stop();
+  }
+}, 150000);
 
 // ---- time limits and SIGTERM ----------------------------------------------------------------------
 

@@ -40,8 +40,10 @@ export function dataUrl(name) {
 
 // ---- servers ---------------------------------------------------------------------------------
 
-export async function startServer(extra = [], env = {}) {
-  const args = ["serve", "-m", MODEL, "--mmproj", MMPROJ, "--port", "0", "--threads", "2", ...extra];
+// opts.model / opts.mmproj: another model (mmproj null: text only).
+export async function startServer(extra = [], env = {}, opts = {}) {
+  const mmproj = opts.mmproj === undefined ? MMPROJ : opts.mmproj;
+  const args = ["serve", "-m", opts.model || MODEL, ...(mmproj ? ["--mmproj", mmproj] : []), "--port", "0", "--threads", "2", ...extra];
   const proc = spawn(QVL, args, { env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
   let exited = null;

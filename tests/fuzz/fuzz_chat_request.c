@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     abort();
   api_result res;
   memset(&res, 0, sizeof res);
-  res.finish_reason = ENGINE_FINISH_STOP;
+  res.finish_reason = QVL_FINISH_EOS;
   buf_append(&res.text, data, size);
   char *j = api_completion_json("chatcmpl-x", 1, "m", &res);
   char *c = api_chunk_json("chatcmpl-x", 1, "m", true, res.text.data, res.text.len, NULL);

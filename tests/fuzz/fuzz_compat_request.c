@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort();
     api_result res;
     memset(&res, 0, sizeof res);
-    res.finish_reason = size % 2 ? ENGINE_FINISH_LENGTH : ENGINE_FINISH_STOP;
+    res.finish_reason = size % 2 ? QVL_FINISH_LENGTH : QVL_FINISH_EOS;
     buf_append(&res.text, data, size);
     buf out = {0};
     cr.fmt->stream_text(cr.state, &out, res.text.data, res.text.len);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/hub.h"
+#include "hub/hub.h"
 
 /* A path the cache may use: relative, no empty, "." or ".." segment, no control characters. */
 static int path_ok(const char *p) {

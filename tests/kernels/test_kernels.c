@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "kernels/tile_model.h"
 #include "test.h"
 
 /* ---- Named tolerances. Error metric for matmul element y[t][o]:
@@ -30,6 +31,10 @@ static const tol TOL_Q8K_ACT = {"q8_K activations (vpdpbusd)", 1e-5, 1.0 / 254 +
 static const tol TOL_BF16_DOT = {"bf16 dot products (vdpbf16ps), bf16 weights", 1.0 / 256 + 1e-5, 0};
 static const tol TOL_BF16_DOT_F16 = {"bf16 dot products (vdpbf16ps), f16 weights rounded to bf16",
                                      2.0 / 256 + 1e-5, 0};
+/* Exact tier on AMX, F16/BF16 weights: x = xh + xl and w = wh + wl in bf16 (w exact), products
+ * xh wh + xh wl + xl wh. Per product the error is the residual of x (at most 2^-16 |x|) and the
+ * dropped xl wl (at most 2^-16 |x w|): 2^-15 relative, plus fp32 accumulation as TOL_F32_SIMD. */
+static const tol TOL_BF16X3 = {"split bf16, three tile products (AMX exact)", 1.0 / 32768 + 1e-5, 0};
 
 /* Attention, norms and activations: |got - exact| <= rel * scale of the output (max |v| for
  * attention, |exact| + 1e-30 elementwise otherwise) + abs. */
@@ -47,12 +52,16 @@ static double rnd(void) { /* uniform in [-1, 1) */
 }
 
 static const char *isa_now;
+/* The AMX kernels run (on the hardware, or through the tile model). */
+static bool amx_now(void) { return !strcmp(isa_now, "amx") || !strcmp(isa_now, "amxsim"); }
 
 static tol matmul_tol(qvl_dtype t, kn_precision prec) {
   if (!strcmp(isa_now, "ref"))
     return TOL_REF;
-  if (prec == KN_PREC_FAST && !strcmp(isa_now, "avx512") && (t == QVL_DTYPE_F16 || t == QVL_DTYPE_BF16))
+  if (prec == KN_PREC_FAST && kernels_fast_bf16() && (t == QVL_DTYPE_F16 || t == QVL_DTYPE_BF16))
     return t == QVL_DTYPE_F16 ? TOL_BF16_DOT_F16 : TOL_BF16_DOT;
+  if (prec == KN_PREC_EXACT && amx_now() && (t == QVL_DTYPE_F16 || t == QVL_DTYPE_BF16))
+    return TOL_BF16X3;
   switch (t) {
   case QVL_DTYPE_Q8_0:
   case QVL_DTYPE_Q4_0:
@@ -100,6 +109,7 @@ static int64_t blk_of(qvl_dtype t) {
 }
 
 static double worst_ratio; /* largest error / allowed seen, for the report */
+static double worst_f32;   /* the same against TOL_F32_SIMD (for the AMX exact tier's report) */
 
 static void check_matmul_prec(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_tok, bool bias,
                               kn_precision prec) {
@@ -143,6 +153,8 @@ static void check_matmul_prec(qvl_dtype type, int64_t n_in, int64_t n_out, int64
       double err = fabs((double)y[t * n_out + o] - exact);
       if (err / allowed > worst_ratio)
         worst_ratio = err / allowed;
+      if (tl.prod == TOL_BF16X3.prod && err / (TOL_F32_SIMD.prod * sabs + 1e-30) > worst_f32)
+        worst_f32 = err / (TOL_F32_SIMD.prod * sabs + 1e-30);
       if (!(err <= allowed) && bad++ < 3)
         fprintf(stderr, "  %s %s n_in=%lld n_out=%lld tok=%lld: y[%lld][%lld]=%.9g exact %.9g "
                         "err %.3g allowed %.3g (%s)\n",
@@ -173,7 +185,7 @@ static void check_matmul_prec(qvl_dtype type, int64_t n_in, int64_t n_out, int64
   free(row);
   /* The fast tier on AVX-512 really rounds to bf16: it must differ from the exact tier somewhere
    * (otherwise the exact path ran and this test would prove nothing). */
-  if (prec == KN_PREC_FAST && !strcmp(isa_now, "avx512") && (type == QVL_DTYPE_F16 || type == QVL_DTYPE_BF16) &&
+  if (prec == KN_PREC_FAST && kernels_fast_bf16() && (type == QVL_DTYPE_F16 || type == QVL_DTYPE_BF16) &&
       n_in >= 33 && n_out >= 17) {
     kn_weight ke;
     CHECK(kn_weight_init(&ke, &w.t) == QVL_OK, "kn_weight_init: %s", qvl_last_error());
@@ -285,7 +297,7 @@ static void test_thread_invariance(const char *isa) {
  * e^(2 eps)) and fp32 accumulation (2^-12). A key dropped or misplaced costs ~1/n_kv: caught. */
 static double bf(double x) { return bf16_to_f32(f32_to_bf16((float)x)); }
 static bool attn_fast_now(int head_dim, kn_precision prec) {
-  return prec == KN_PREC_FAST && !strcmp(isa_now, "avx512") && head_dim == 64;
+  return prec == KN_PREC_FAST && kernels_fast_bf16() && head_dim == 64;
 }
 
 static void check_attention_prec(int n_head, int n_kv_head, int head_dim, int64_t n_q, int64_t n_kv,
@@ -418,7 +430,7 @@ static void test_attention_fast(void) {
   check_attention_prec(2, 1, 64, 90, 177, -1, KN_PREC_FAST);
   check_attention_prec(1, 1, 64, 65, 160, -1, KN_PREC_FAST);
   check_attention_prec(4, 2, 16, 33, 33, -1, KN_PREC_FAST); /* not 64: the exact path */
-  if (!strcmp(isa_now, "avx512")) {
+  if (kernels_fast_bf16()) {
     int64_t n = 40, st = 2 * 64;
     float *q = malloc(sizeof(float) * (size_t)(n * st)), *k = malloc(sizeof(float) * (size_t)(n * st));
     float *v = malloc(sizeof(float) * (size_t)(n * st)), *o1 = malloc(sizeof(float) * (size_t)(n * st));
@@ -660,24 +672,143 @@ static void test_out_of_memory(void) {
         "attention after the failure: %s, out %g %g", qvl_status_text(s), out[0], out[3]);
 }
 
+/* ---- The tile model itself (tile_model.h): the instructions' arithmetic on values worked out by
+ * hand, and the palette limits. */
+static void tm_cfg(kn_tilecfg *c, int rows_a, int colsb_a, int rows_b, int colsb_b) {
+  memset(c, 0, sizeof *c);
+  c->palette = 1;
+  c->rows[0] = (uint8_t)rows_a, c->colsb[0] = (uint16_t)colsb_b; /* C: M x N */
+  c->rows[1] = (uint8_t)rows_a, c->colsb[1] = (uint16_t)colsb_a; /* A: M x K */
+  c->rows[2] = (uint8_t)rows_b, c->colsb[2] = (uint16_t)colsb_b; /* B: K x N */
+}
+
+static void test_tile_model(void) {
+  uint64_t f0 = kn_tm_faults();
+  kn_tilecfg c;
+  /* TDPBF16PS, 2 x 2 output, K = 2 pairs: c[m][n] = sum_k a[m][2k] b[k][2n] + a[m][2k+1] b[k][2n+1] */
+  tm_cfg(&c, 2, 8, 2, 8);
+  kn_tm_config(&c);
+  uint16_t a[2][4], b[2][4];
+  float av[2][4] = {{1, 2, 3, 4}, {-1, 0.5f, 2, -3}}, bv[2][4] = {{1, -1, 2, 0.25f}, {3, 1, -2, 4}};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 4; j++) {
+      a[i][j] = f32_to_bf16(av[i][j]);
+      b[i][j] = f32_to_bf16(bv[i][j]);
+    }
+  float cinit[2][2] = {{10, 20}, {30, 40}}, out[2][2];
+  kn_tm_load(0, cinit, 8);
+  kn_tm_load(1, a, 8);
+  kn_tm_load(2, b, 8);
+  kn_tm_dpbf16ps(0, 1, 2);
+  kn_tm_store(0, out, 8);
+  for (int m = 0; m < 2; m++)
+    for (int n = 0; n < 2; n++) {
+      float e = cinit[m][n];
+      for (int k = 0; k < 2; k++)
+        e += av[m][2 * k] * bv[k][2 * n] + av[m][2 * k + 1] * bv[k][2 * n + 1];
+      CHECK(out[m][n] == e, "tdpbf16ps c[%d][%d] = %g, expected %g", m, n, out[m][n], e);
+    }
+  /* bf16 denormal inputs read as zero (DAZ) */
+  a[0][0] = 0x0001;
+  kn_tm_zero(0);
+  kn_tm_load(1, a, 8);
+  kn_tm_dpbf16ps(0, 1, 2);
+  kn_tm_store(0, out, 8);
+  CHECK(out[0][0] == 2.0f * -1.0f + 3.0f * 3.0f + 4.0f * 1.0f, "denormal bf16 input not read as zero: %g", out[0][0]);
+  /* TDPBSSD / TDPBUSD: one row, K = 1 group of 4 bytes, N = 1 */
+  tm_cfg(&c, 1, 4, 1, 4);
+  kn_tm_config(&c);
+  int8_t qa[4] = {-128, 127, -3, 5}, qb[4] = {-128, -128, 7, -2};
+  int32_t acc = 1000, r;
+  kn_tm_load(0, &acc, 4);
+  kn_tm_load(1, qa, 4);
+  kn_tm_load(2, qb, 4);
+  kn_tm_dpbssd(0, 1, 2);
+  kn_tm_store(0, &r, 4);
+  CHECK(r == 1000 + 16384 - 16256 - 21 - 10, "tdpbssd = %d", r);
+  kn_tm_zero(0);
+  kn_tm_dpbusd(0, 1, 2);
+  kn_tm_store(0, &r, 4);
+  CHECK(r == 128 * -128 + 127 * -128 + 253 * 7 + 5 * -2, "tdpbusd (a unsigned) = %d", r);
+  CHECK(kn_tm_faults() == f0, "no faults so far");
+  /* limits: 17 rows, 68 bytes, K mismatch, M mismatch, no configuration */
+  tm_cfg(&c, 17, 64, 16, 64);
+  kn_tm_config(&c);
+  CHECK(kn_tm_faults() == f0 + 1, "17 rows refused");
+  tm_cfg(&c, 16, 68, 16, 64);
+  kn_tm_config(&c);
+  CHECK(kn_tm_faults() == f0 + 2, "68 bytes refused");
+  tm_cfg(&c, 16, 64, 15, 64); /* a.colsb / 4 = 16 != b.rows */
+  kn_tm_config(&c);
+  kn_tm_dpbf16ps(0, 1, 2);
+  CHECK(kn_tm_faults() == f0 + 3, "K mismatch refused");
+  c.rows[2] = 16, c.rows[0] = 8; /* c.rows != a.rows */
+  kn_tm_config(&c);
+  kn_tm_dpbssd(0, 1, 2);
+  CHECK(kn_tm_faults() == f0 + 4, "M mismatch refused");
+  kn_tm_release();
+  kn_tm_zero(0);
+  CHECK(kn_tm_faults() == f0 + 5, "tile use after release refused");
+}
+
+/* The AMX Q8_0 kernel ends every block with the float step of the AVX-512 VNNI kernel and its
+ * integer sums are exact, so through the tile model it must equal avx512 bit for bit. */
+static void test_amx_q8_matches_vnni(void) {
+  if (kernels_init("avx512", 2) != QVL_OK) {
+    printf("  amxsim vs avx512 Q8_0: skipped (no AVX-512 here)\n");
+    return;
+  }
+  int64_t n_in = 320, n_out = 75, n_tok = 37;
+  test_w w;
+  make_weight(&w, QVL_DTYPE_Q8_0, n_in, n_out);
+  float *x = malloc(sizeof(float) * (size_t)(n_tok * n_in)), *y1 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+  float *y2 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+  for (int64_t i = 0; i < n_tok * n_in; i++)
+    x[i] = (float)rnd();
+  kn_weight kw;
+  CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
+  kn_matmul(&kw, x, n_tok, NULL, y1);
+  kn_weight_free(&kw);
+  CHECK(kernels_init("amxsim", 2) == QVL_OK, "amxsim");
+  CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
+  kn_matmul(&kw, x, n_tok, NULL, y2);
+  kn_weight_free(&kw);
+  CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(n_tok * n_out)), "amxsim Q8_0 differs from avx512 VNNI");
+  free(x), free(y1), free(y2);
+  free_weight(&w);
+}
+
 int main(void) {
   test_out_of_memory();
   /* Bad requests are errors, not crashes. */
   CHECK(kernels_init("sse9", 2) == QVL_ERR_INVALID_ARG, "unknown ISA rejected");
   CHECK(strstr(qvl_last_error(), "sse9") != NULL, "message names the ISA: %s", qvl_last_error());
-  const char *isas[] = {"ref", "avx2", "avx512"};
-  for (size_t ii = 0; ii < 3; ii++) {
+  const char *isas[] = {"ref", "avx2", "avx512", "avx512bf16", "amx", "amxsim"};
+  const size_t n_isas = sizeof isas / sizeof isas[0];
+  for (size_t ii = 0; ii < n_isas; ii++) {
     if (kernels_init(isas[ii], 2) != QVL_OK) {
-      printf("  %s: not available on this CPU (%s)\n", isas[ii], qvl_last_error());
+      if (!strcmp(isas[ii], "amx"))
+        printf("  amx: skipped: no AMX (%s)\n", qvl_last_error());
+      else
+        printf("  %s: not available on this CPU (%s)\n", isas[ii], qvl_last_error());
       continue;
     }
     isa_now = kernels_isa();
     CHECK(!strcmp(isa_now, isas[ii]), "kernels_isa() = %s, expected %s", isa_now, isas[ii]);
     CHECK(kernels_threads() == 2, "threads = %d", kernels_threads());
-    worst_ratio = 0;
+    kn_dispatch_row rows[16];
+    int nr = kernels_dispatch(rows, 16);
+    CHECK(nr >= 8, "%s: %d rows in the dispatch table", isa_now, nr);
+    for (int r = 0; r < nr; r++)
+      CHECK(rows[r].op && rows[r].kernel && *rows[r].kernel && rows[r].why && *rows[r].why,
+            "%s: dispatch row %d incomplete", isa_now, r);
+    worst_ratio = worst_f32 = 0;
     test_matmul();
     test_matmul_pairs();
-    printf("  %s: matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
+    printf("  %s: matmul worst error = %.3f of the allowed tolerance", isa_now, worst_ratio);
+    if (amx_now())
+      printf(" (%.3f of TOL_F32_SIMD's)", worst_f32);
+    printf("\n");
     worst_ratio = 0;
     test_matmul_fast();
     printf("  %s: fast-tier matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
@@ -689,6 +820,10 @@ int main(void) {
     test_thread_invariance(isas[ii]);
     kernels_init(isas[ii], 2);
   }
+  CHECK(kn_tm_faults() == 0, "the AMX kernels broke a tile limit of the model %llu times",
+        (unsigned long long)kn_tm_faults());
+  test_tile_model();
+  test_amx_q8_matches_vnni();
   /* Invalid weight shapes. */
   tensor bad = {.name = "w", .type = QVL_DTYPE_Q8_0, .n_dims = 2, .ne = {33, 4, 1, 1}};
   static char data[1024];

@@ -93,7 +93,7 @@ static void test_parse(void) {
 
 static cJSON *completion(const char *text, bool tools, engine_result *er) {
   er->status = QVL_OK;
-  er->finish_reason = ENGINE_FINISH_STOP;
+  er->finish_reason = QVL_FINISH_EOS;
   er->text = text;
   er->text_len = strlen(text);
   api_result r;

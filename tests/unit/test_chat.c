@@ -53,6 +53,51 @@ static void check_fixture_cases(void) {
     globfree(&g);
 }
 
+/* The Thinking template: every case of chat_thinking_cases.json (rendered by Jinja2 from the real
+ * template text, tools/gen_thinking_cases.py) must come out of the C renderer byte for byte. */
+static void check_thinking_cases(void) {
+  cJSON *cases = read_json("tests/unit/chat_thinking_cases.json");
+  CHECK(cJSON_GetArraySize(cases) >= 10, "expected the thinking cases");
+  const cJSON *c;
+  cJSON_ArrayForEach(c, cases) {
+    const char *name = cJSON_GetObjectItem(c, "name")->valuestring;
+    const cJSON *tools = cJSON_GetObjectItem(c, "tools");
+    chat_render_opts o = {.tools = cJSON_IsNull(tools) ? NULL : tools,
+                          .add_generation_prompt = cJSON_IsTrue(cJSON_GetObjectItem(c, "add_generation_prompt")),
+                          .thinking = true};
+    chat_prompt p;
+    qvl_status s = chat_render_with(cJSON_GetObjectItem(c, "messages"), &o, &p);
+    CHECK(s == QVL_OK, "%s: %s", name, qvl_last_error());
+    if (s != QVL_OK)
+      continue;
+    const char *want = cJSON_GetObjectItem(c, "prompt")->valuestring;
+    CHECK(!strcmp(p.text.data, want), "thinking case '%s': rendered\n[%s]\nexpected\n[%s]", name, p.text.data, want);
+    chat_prompt_free(&p);
+  }
+  cJSON_Delete(cases);
+  /* Budget 0: the generation prompt closes the think block the template opens, empty. */
+  cJSON *m = cJSON_Parse("[{\"role\":\"user\",\"content\":\"hi\"}]");
+  chat_render_opts o = {.add_generation_prompt = true, .thinking = true, .skip_thinking = true};
+  chat_prompt p;
+  CHECK(chat_render_with(m, &o, &p) == QVL_OK, "%s", qvl_last_error());
+  CHECK(!strcmp(p.text.data, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        "skip_thinking: [%s]", p.text.data);
+  chat_prompt_free(&p);
+  cJSON_Delete(m);
+  /* Detection from the template text, not a name. */
+  buf t = {0};
+  CHECK(buf_read_file("tests/fixtures/tokenizer/qwen3vl_thinking_chat_template.jinja", 1 << 20, &t) == QVL_OK, "read");
+  CHECK(chat_template_is_thinking(t.data), "the Thinking template is a reasoning model's");
+  buf_free(&t);
+  CHECK(buf_read_file("tests/fixtures/tokenizer/qwen3vl_instruct_chat_template.jinja", 1 << 20, &t) == QVL_OK, "read");
+  CHECK(!chat_template_is_thinking(t.data), "the Instruct template is not");
+  buf_free(&t);
+  CHECK(!chat_template_is_thinking(NULL), "no template is not");
+  CHECK(!chat_template_is_thinking("{%- if add_generation_prompt %}<|im_start|>assistant\n{%- if enable_thinking is "
+                                   "false %}<think>\n\n</think>\n\n{%- endif %}{%- endif %}"),
+        "a hybrid template (enable_thinking) is not reasoning-first");
+}
+
 static void expect_render(const char *messages_json, const char *tools_json, bool agp,
                           const char *want) {
   cJSON *m = cJSON_Parse(messages_json);
@@ -82,6 +127,7 @@ static void expect_error(const char *messages_json, const char *needle) {
 
 int main(void) {
   check_fixture_cases();
+  check_thinking_cases();
   /* Expected strings below are written from the template text by hand. */
   expect_render("[{\"role\":\"system\",\"content\":\"\"},{\"role\":\"user\",\"content\":\"hi\"}]", NULL, true,
                 "<|im_start|>system\n<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");

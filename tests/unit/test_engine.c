@@ -466,6 +466,77 @@ static void test_image_cache(const vlm *m) {
   cJSON_Delete(q2);
 }
 
+/* What the result tells about the prompt's images, seen during the callback. */
+typedef struct images_seen {
+  job j;
+  int n;
+  vlm_image first, last; /* width, height, message_index are read */
+} images_seen;
+
+static void on_done_images(void *user, const engine_result *r) {
+  images_seen *s = user;
+  s->n = r->n_images;
+  if (r->n_images > 0 && r->images) {
+    s->first = r->images[0];
+    s->last = r->images[r->n_images - 1];
+  }
+  on_done(&s->j, r);
+}
+
+/* count_only: the prompt is built and counted, nothing runs; a stop string's index is reported;
+ * the prompt's images come with their displayed sizes (EXIF applied) and messages. */
+static void test_count_stop_images(const vlm *m) {
+  engine_config c = small_config();
+  engine *e = NULL;
+  CHECK(engine_start(m, &c, &e) == QVL_OK, "engine_start: %s", qvl_last_error());
+  cJSON *q = conv1(IMG("rgb_333x250.png"), "What is in this image?");
+  cJSON_AddItemToArray(q, user_msg(IMG("exif6_96x64.jpg"), "And this one?"));
+  vlm_prompt_opts o = test_prompt_opts();
+  vlm_prompt p;
+  CHECK(vlm_prompt_build(m, q, &o, &p) == QVL_OK, "prompt: %s", qvl_last_error());
+  gen_params g = greedy(8);
+  images_seen cnt = {0};
+  engine_request rq = {.messages = q, .prompt = test_prompt_opts(), .gen = g, .on_done = on_done_images, .user = &cnt,
+                       .count_only = true};
+  uint64_t id = 99;
+  CHECK(engine_submit(e, &rq, &id) == QVL_OK, "count: %s", qvl_last_error());
+  CHECK(cnt.j.done && cnt.j.n_done_calls == 1 && id == 0, "count_only: answered within engine_submit, no id");
+  CHECK(cnt.j.res.status == QVL_OK && cnt.j.res.prompt_tokens == p.n && cnt.j.res.image_tokens == p.n_img &&
+            cnt.j.res.completion_tokens == 0,
+        "count_only: %lld prompt tokens (%lld built), %lld image tokens, nothing generated",
+        (long long)cnt.j.res.prompt_tokens, (long long)p.n, (long long)cnt.j.res.image_tokens);
+  CHECK(cnt.n == 2 && cnt.first.width == 333 && cnt.first.height == 250 && cnt.first.message_index == 0 &&
+            cnt.last.width == 64 && cnt.last.height == 96 && cnt.last.message_index == 1,
+        "images: %d, %dx%d (msg %d), %dx%d (msg %d): the EXIF-6 96x64 file shows 64x96", cnt.n, cnt.first.width,
+        cnt.first.height, cnt.first.message_index, cnt.last.width, cnt.last.height, cnt.last.message_index);
+  vlm_prompt_free(&p);
+  engine_stats st;
+  engine_get_stats(e, &st);
+  CHECK(st.requests_done == 0 && st.queued == 0, "a count is no request of the engine");
+
+  /* the greedy answer, then again with its 4th byte (and a string that never comes) as stop strings */
+  job free_run = {0};
+  g.ignore_eos = false;
+  CHECK(submit(e, q, &g, &free_run, NULL) == QVL_OK && wait_done(&free_run, 60), "free run");
+  CHECK(free_run.res.stop_match == 0, "no stop string: stop_match 0");
+  if (strlen(free_run.text) >= 4) {
+    char at[2] = {free_run.text[3], 0};
+    const char *stops[] = {"\x01never", at};
+    gen_params gs = g;
+    gs.stop = stops;
+    gs.n_stop = 2;
+    job stopped = {0};
+    CHECK(submit(e, q, &gs, &stopped, NULL) == QVL_OK && wait_done(&stopped, 60), "stopped run");
+    CHECK(stopped.res.stop_match == 2 && strlen(stopped.text) <= 3, "stop_match names the second string (%d), text '%s'",
+          stopped.res.stop_match, stopped.text);
+    job_free(&stopped);
+  }
+  engine_stop(e, true);
+  job_free(&free_run);
+  job_free(&cnt.j);
+  cJSON_Delete(q);
+}
+
 /* known_image for the test: announces what *user says (a real image's key, or a wrong one). */
 static bool known_as(void *user, uint64_t bytes_key, vlm_known_image *out) {
   (void)bytes_key;
@@ -613,9 +684,9 @@ static void test_backpressure(const vlm *m) {
   double t0 = time_now_s();
   engine_cancel(e, ids[0]);
   CHECK(wait_done(&jobs[0], 10), "cancelled request finished");
-  CHECK(jobs[0].res.status == QVL_ERR_CANCELLED && jobs[0].res.finish_reason == ENGINE_FINISH_CANCELLED &&
+  CHECK(jobs[0].res.status == QVL_ERR_CANCELLED && jobs[0].res.finish_reason == QVL_FINISH_CANCELLED &&
             jobs[0].res.completion_tokens < g.max_tokens,
-        "cancel: status %s, reason %s, %lld tokens", qvl_status_text(jobs[0].res.status), engine_finish_name(jobs[0].res.finish_reason),
+        "cancel: status %s, reason %s, %lld tokens", qvl_status_text(jobs[0].res.status), qvl_finish_name(jobs[0].res.finish_reason),
         (long long)jobs[0].res.completion_tokens);
   CHECK(time_now_s() - t0 < 2.0, "cancel took effect within a step (%.0f ms)", (time_now_s() - t0) * 1e3);
   while (pieces_of(&jobs[1]) == 0 && !jobs[1].done) {
@@ -872,6 +943,7 @@ int main(void) {
     test_prefix_cache(m);
     test_backpressure(m);
     test_timeout_and_stop(m);
+    test_count_stop_images(m);
   }
   vlm_free(m);
   return TEST_SUMMARY("test_engine");

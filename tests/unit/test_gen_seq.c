@@ -5,7 +5,7 @@
  *  - a partial stop string is held back, released when the next token rules it out, and a full
  *    match ends the generation with the stop string and what follows removed;
  *  - control tokens add no visible text; EOS stops (or not, with ignore_eos);
- *  - max_tokens stops with STOP_MAX_TOKENS; a stream that says stop cancels with the token recorded;
+ *  - max_tokens stops with QVL_FINISH_LENGTH; a stream that says stop cancels with the token recorded;
  *  - logprobs of a one-hot distribution: the chosen token ~ 0, its first alternative far below.
  */
 #include <math.h>
@@ -123,7 +123,7 @@ static void test_stop_strings(const vlm *m, float *lg, int64_t V) {
   push(g, lg, V, N, &c, &done);
   CHECK(!done && strcmp(c.text, "aEx") == 0, "'EN' held back (streamed '%s')", c.text);
   CHECK(push(g, lg, V, D, &c, &done) == QVL_OK && done, "'END' stops");
-  CHECK(gen_seq_reason(g) == STOP_STRING, "reason stop_string (%s)", stop_reason_name(gen_seq_reason(g)));
+  CHECK(gen_seq_reason(g) == QVL_FINISH_STOP_STRING, "reason stop_string (%s)", qvl_finish_name(gen_seq_reason(g)));
   size_t len;
   CHECK(strcmp(gen_seq_text(g, &len), "aEx") == 0 && strcmp(c.text, "aEx") == 0,
         "the stop string is not in the text or the stream ('%s')", c.text);
@@ -149,7 +149,7 @@ static void test_special_eos_limits(const vlm *m, float *lg, int64_t V) {
     push(g, lg, V, x, &c, &done);
     push(g, lg, V, im_start, &c, &done);
     CHECK(!done && strcmp(c.text, "x") == 0, "a control token is not visible (streamed '%s')", c.text);
-    CHECK(push(g, lg, V, m->eos_ids[0], &c, &done) == QVL_OK && done && gen_seq_reason(g) == STOP_EOS, "EOS stops");
+    CHECK(push(g, lg, V, m->eos_ids[0], &c, &done) == QVL_OK && done && gen_seq_reason(g) == QVL_FINISH_EOS, "EOS stops");
     size_t len;
     CHECK(strcmp(gen_seq_text(g, &len), "x") == 0, "EOS adds no text");
     gen_seq_free(g);
@@ -163,8 +163,8 @@ static void test_special_eos_limits(const vlm *m, float *lg, int64_t V) {
     CHECK(push(g, lg, V, m->eos_ids[0], &c, &done) == QVL_OK && !done, "ignore_eos: EOS does not stop");
     push(g, lg, V, x, &c, &done);
     CHECK(!done, "2 of 3");
-    CHECK(push(g, lg, V, x, &c, &done) == QVL_OK && done && gen_seq_reason(g) == STOP_MAX_TOKENS,
-          "max_tokens stops (%s)", stop_reason_name(gen_seq_reason(g)));
+    CHECK(push(g, lg, V, x, &c, &done) == QVL_OK && done && gen_seq_reason(g) == QVL_FINISH_LENGTH,
+          "max_tokens stops (%s)", qvl_finish_name(gen_seq_reason(g)));
     gen_seq_free(g);
   }
   /* a stream that says stop: cancelled, the token recorded */
@@ -202,6 +202,110 @@ static void test_special_eos_limits(const vlm *m, float *lg, int64_t V) {
   CHECK(gen_seq_init(&gc, &bad) == QVL_ERR_INVALID_ARG && !bad, "an empty stop string is refused");
 }
 
+/* Reasoning: two channels, the think block's newlines trimmed, "</think>" never shown, stop strings
+ * and the answer's leading newlines applied to the answer only, and a budget that forces the close. */
+typedef struct two_channels {
+  capture answer, reason;
+} two_channels;
+
+static bool on_answer2(void *user, const char *t, size_t n) { return on_text(&((two_channels *)user)->answer, t, n); }
+static bool on_reason2(void *user, const char *t, size_t n) { return on_text(&((two_channels *)user)->reason, t, n); }
+
+static gen_seq *make_reasoning(const vlm *m, gen_params *gp) {
+  int32_t prompt[1] = {id_of(m, "a")};
+  gp->reasoning = true;
+  gen_seq_config gc = gen_seq_config_of(m, gp, prompt, 1);
+  gc.reasoning_stream = on_reason2;
+  gen_seq *g = NULL;
+  CHECK(gen_seq_init(&gc, &g) == QVL_OK, "gen_seq_init: %s", qvl_last_error());
+  return g;
+}
+
+static qvl_status push2(gen_seq *g, float *logits, int64_t V, int32_t want, int32_t favour, two_channels *c,
+                        bool *done) {
+  for (int64_t i = 0; i < V; i++)
+    logits[i] = 0.0f;
+  logits[favour] = 50.0f;
+  int32_t got = -1;
+  qvl_status s = gen_seq_next(g, logits, on_answer2, c, &got, done);
+  CHECK(s != QVL_OK || got == want, "token %d, expected %d", got, want);
+  return s;
+}
+
+static void test_reasoning(const vlm *m, float *lg, int64_t V) {
+  int32_t x = id_of(m, "x"), nl = id_of(m, "\n"), nn = id_of(m, "\n\n"), close = id_of(m, "</think>"),
+          lt = id_of(m, "</"), y = id_of(m, "y"), E = id_of(m, "E");
+  CHECK(m->n_think_close >= 2 && m->n_think_close <= 8, "the close is tokenized (%d ids)", m->n_think_close);
+  gen_params gp = gen_params_default();
+  gp.max_tokens = 32;
+  const char *stops[1] = {"x"}; /* in the reasoning it must not stop; in the answer it must */
+  gp.stop = stops;
+  gp.n_stop = 1;
+  gen_seq *g = make_reasoning(m, &gp);
+  if (!g)
+    return;
+  two_channels c = {0};
+  bool done = false;
+  push2(g, lg, V, nl, nl, &c, &done);
+  CHECK(c.reason.len == 0, "the block's leading newline is trimmed");
+  push2(g, lg, V, x, x, &c, &done);
+  CHECK(!done && !strcmp(c.reason.text, "x"), "reasoning streams on its channel, stop strings do not apply ('%s')",
+        c.reason.text);
+  push2(g, lg, V, lt, lt, &c, &done);
+  CHECK(!strcmp(c.reason.text, "x"), "a possible start of </think> is held back ('%s')", c.reason.text);
+  push2(g, lg, V, y, y, &c, &done);
+  CHECK(!strcmp(c.reason.text, "x</y"), "and released when ruled out ('%s')", c.reason.text);
+  push2(g, lg, V, nl, nl, &c, &done);
+  push2(g, lg, V, close, close, &c, &done);
+  CHECK(!strcmp(c.reason.text, "x</y") && c.answer.len == 0, "the close and the newline before it are not shown "
+        "(reasoning '%s', answer '%s')", c.reason.text, c.answer.text);
+  push2(g, lg, V, nn, nn, &c, &done);
+  CHECK(c.answer.len == 0, "the answer's leading newlines are trimmed ('%s')", c.answer.text);
+  push2(g, lg, V, E, E, &c, &done);
+  push2(g, lg, V, nl, nl, &c, &done);
+  CHECK(!done && !strcmp(c.answer.text, "E\n"), "answer on its channel ('%s')", c.answer.text);
+  CHECK(push2(g, lg, V, x, x, &c, &done) == QVL_OK && done && gen_seq_reason(g) == QVL_FINISH_STOP_STRING,
+        "a stop string ends the answer");
+  size_t len;
+  CHECK(!strcmp(gen_seq_reasoning(g, &len), "x</y") && len == 4, "gen_seq_reasoning ('%s')", gen_seq_reasoning(g, &len));
+  CHECK(!strcmp(gen_seq_text(g, &len), "E\n"), "gen_seq_text ('%s')", gen_seq_text(g, &len));
+  CHECK(gen_seq_reasoning_tokens(g) == 6, "6 tokens inside the block (%lld)", (long long)gen_seq_reasoning_tokens(g));
+  gen_seq_free(g);
+
+  /* A budget of 2: after two reasoning tokens the close is forced whatever the logits say. */
+  gp = gen_params_default();
+  gp.max_tokens = 32;
+  gp.reasoning_budget = 2;
+  g = make_reasoning(m, &gp);
+  if (!g)
+    return;
+  memset(&c, 0, sizeof c);
+  push2(g, lg, V, x, x, &c, &done);
+  push2(g, lg, V, y, y, &c, &done);
+  for (int i = 0; i < m->n_think_close; i++)
+    push2(g, lg, V, m->think_close[i], x, &c, &done);
+  CHECK(!strcmp(c.reason.text, "xy") && c.answer.len == 0, "forced close (reasoning '%s', answer '%s')", c.reason.text,
+        c.answer.text);
+  push2(g, lg, V, x, x, &c, &done);
+  CHECK(!strcmp(c.answer.text, "x"), "then the answer is sampled ('%s')", c.answer.text);
+  gen_seq_free(g);
+
+  /* EOS inside the block: the reasoning so far, no answer, reason eos. */
+  gp = gen_params_default();
+  gp.max_tokens = 8;
+  g = make_reasoning(m, &gp);
+  if (!g)
+    return;
+  memset(&c, 0, sizeof c);
+  push2(g, lg, V, x, x, &c, &done);
+  push2(g, lg, V, nl, nl, &c, &done);
+  CHECK(push2(g, lg, V, m->eos_ids[0], m->eos_ids[0], &c, &done) == QVL_OK && done && gen_seq_reason(g) == QVL_FINISH_EOS,
+        "EOS stops inside the block");
+  CHECK(!strcmp(c.reason.text, "x") && !strcmp(gen_seq_reasoning(g, &len), "x") && c.answer.len == 0,
+        "reasoning '%s', answer '%s'", c.reason.text, c.answer.text);
+  gen_seq_free(g);
+}
+
 int main(void) {
   if (kernels_init(NULL, 0) != QVL_OK) {
     fprintf(stderr, "kernels_init: %s\n", qvl_last_error());
@@ -218,6 +322,7 @@ int main(void) {
       test_split_utf8(m, lg, V);
       test_stop_strings(m, lg, V);
       test_special_eos_limits(m, lg, V);
+      test_reasoning(m, lg, V);
     }
     free(lg);
   }

@@ -1,7 +1,11 @@
 /* The guards against hostile input that need no server: URL normalisation (server/url.h) and the
  * allow list on normal forms, the image decoding budget (image/budget.h), header-first pixel checks
  * in the prompt builder's building blocks (image_probe) and the capped tokenizer's stop check. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -12,6 +16,8 @@
 #include "image/budget.h"
 #include "server/fetch/fetch.h"
 #include "server/fetch/url.h"
+#include "server/http/cors.h"
+#include "server/http/write_watch.h"
 #include "text/tokenizer.h"
 #include "test.h"
 
@@ -213,7 +219,100 @@ static void test_capped_tokenizer(void) {
   tokenizer_free(t);
 }
 
+/* Issue 24 item 6: a preflight echoes only RFC 7230 token characters of the asked headers. */
+static void test_cors_filter(void) {
+  struct {
+    const char *in, *out;
+  } cases[] = {
+      {"authorization, content-type, x-stainless-os", "authorization, content-type, x-stainless-os"},
+      {"  Authorization ,Content-Type,,  ", "Authorization, Content-Type"},
+      {"x-ok, x-bad\x01, x-\xff\xfe, x-also-ok", "x-ok, x-also-ok"},
+      {"x-a\r\nSet-Cookie: a=b", ""},
+      {"x-a, two words, \"quoted\", x-b", "x-a, x-b"},
+      {"", ""},
+      {"\t", ""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char out[CORS_ALLOW_HEADERS_CAP];
+    size_t n = cors_filter_headers(cases[i].in, out, sizeof out);
+    CHECK(n == strlen(out) && !strcmp(out, cases[i].out), "cors filter case %zu: '%s'", i, out);
+  }
+  /* a long value is cut at an element boundary within the cap */
+  char big[8192], out[CORS_ALLOW_HEADERS_CAP];
+  size_t k = 0;
+  for (int i = 0; i < 600; i++)
+    k += (size_t)snprintf(big + k, sizeof big - k, "x-h%d,", i);
+  size_t n = cors_filter_headers(big, out, sizeof out);
+  CHECK(n > 0 && n < sizeof out && out[n - 1] != ',' && out[n - 1] != ' ', "capped at %zu bytes", n);
+  for (size_t i = 0; i < n; i++)
+    CHECK(out[i] >= 0x20 && out[i] < 0x7f, "printable ASCII only");
+}
+
+/* A loopback TCP pair whose client has a small receive buffer; *srv is non-blocking. */
+static bool tcp_pair(int *srv, int *cli) {
+  int l = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 1) || getsockname(l, (struct sockaddr *)&a, &al))
+    return false;
+  *cli = socket(AF_INET, SOCK_STREAM, 0);
+  int rcv = 4096;
+  setsockopt(*cli, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
+  if (connect(*cli, (struct sockaddr *)&a, sizeof a))
+    return false;
+  *srv = accept(l, NULL, NULL);
+  close(l);
+  return *srv >= 0 && fcntl(*srv, F_SETFL, O_NONBLOCK) == 0;
+}
+
+/* Issue 24 item 4: a stream is stalled when nothing was handed over for the timeout and the socket
+ * still holds bytes the client did not take; an engine pause with everything delivered is not. */
+static void test_write_watch(void) {
+  int srv = -1, cli = -1;
+  CHECK(tcp_pair(&srv, &cli), "loopback pair");
+  write_watch w = {0};
+  CHECK(!write_watch_stalled(&w, srv, 100, 1), "not armed: never stalled");
+  write_watch_start(&w, srv, 0);
+  int sz = 0;
+  socklen_t sl = sizeof sz;
+  getsockopt(srv, SOL_SOCKET, SO_SNDBUF, &sz, &sl);
+  CHECK(sz <= 4 * WRITE_WATCH_SNDBUF, "the stream socket's send buffer is small: %d", sz);
+  char chunk[1024] = {0};
+  /* a little output, all delivered: a long pause (the engine's) is not the client's fault */
+  CHECK(write(srv, chunk, 100) == 100, "write");
+  char got[200];
+  usleep(20000);
+  CHECK(read(cli, got, sizeof got) == 100, "the client reads it");
+  usleep(20000);
+  CHECK(!write_watch_stalled(&w, srv, 5, 1), "an empty socket queue after a pause: not stalled");
+  CHECK(!write_watch_stalled(&w, srv, 5.5, 1), "progress was recorded at that look");
+  /* the client stops reading: fill both buffers */
+  size_t sent = 0;
+  for (int i = 0; i < 100000; i++) {
+    ssize_t n = write(srv, chunk, sizeof chunk);
+    if (n <= 0)
+      break;
+    sent += (size_t)n;
+  }
+  usleep(20000);
+  CHECK(sent > 0 && sent < (1u << 20), "the buffers take %zu bytes, then writes would block", sent);
+  write_watch_progress(&w, 10); /* the last bytes handed over at t=10 */
+  CHECK(!write_watch_stalled(&w, srv, 10.5, 1), "within the timeout: not stalled");
+  CHECK(write_watch_stalled(&w, srv, 11.5, 1), "no progress for the timeout, bytes still queued: stalled");
+  CHECK(!write_watch_stalled(&w, srv, 100, 0), "timeout 0: never");
+  /* the client reads some: progress again, then stalled again once it stops */
+  char big[8192];
+  CHECK(read(cli, big, sizeof big) > 0, "the client reads a little");
+  usleep(20000);
+  CHECK(!write_watch_stalled(&w, srv, 13, 1), "the queue shrank since the last look: progress");
+  CHECK(write_watch_stalled(&w, srv, 14.5, 1), "and no more since: stalled");
+  close(srv);
+  close(cli);
+}
+
 int main(void) {
+  test_write_watch();
+  test_cors_filter();
   test_capped_tokenizer();
   test_url();
   test_allow_list_normal_forms();

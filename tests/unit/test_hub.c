@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
-#include "model/hub.h"
+#include "hub/hub.h"
 #include "model/verify.h"
 #include "test.h"
 

@@ -94,7 +94,23 @@ static void test_spans_tokenize_like_the_whole(const vlm *m) {
   CHECK(prompt_plan_build(&m->pm, a, &o, &plan) == QVL_OK, "plan: %s", qvl_last_error());
   int32_t *whole = NULL;
   size_t n_whole = 0;
-  CHECK(tokenizer_encode(m->tok, plan.text.data, plan.text.len, &whole, &n_whole) == QVL_OK, "encode");
+  /* the whole text as one piece, user and tool content kept plain (chat_prompt.plain): the typed
+   * <|im_start|> is text, not a turn marker */
+  CHECK(tokenizer_encode_spans(m->tok, plan.text.data, plan.text.len, plan.plain, plan.n_plain, 0, NULL, NULL, &whole,
+                               &n_whole) == QVL_OK,
+        "encode");
+  int32_t *raw = NULL;
+  size_t n_raw = 0;
+  CHECK(tokenizer_encode(m->tok, plan.text.data, plan.text.len, &raw, &n_raw) == QVL_OK, "encode raw");
+  int32_t im_start = tokenizer_find(m->tok, "<|im_start|>");
+  int markers = 0, raw_markers = 0;
+  for (size_t j = 0; j < n_whole; j++)
+    markers += whole[j] == im_start;
+  for (size_t j = 0; j < n_raw; j++)
+    raw_markers += raw[j] == im_start;
+  CHECK(im_start >= 0 && markers + 1 == raw_markers, "the typed <|im_start|> stays text (%d markers, %d without spans)",
+        markers, raw_markers);
+  free(raw);
   size_t at = 0;
   bool same = true;
   int media = 0;

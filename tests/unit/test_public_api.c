@@ -5,9 +5,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "capi/request_impl.h"
 #include "qvl.h"
+#include "qvl_tools.h"
 #include "test.h"
 
 #define E2E "tests/fixtures/models/e2e/gguf/"
@@ -93,6 +95,9 @@ typedef struct run {
   char streamed[4096];
   size_t n_streamed;
   char text[4096];
+  char reasoning[4096], streamed_reasoning[4096];
+  size_t n_streamed_reasoning;
+  int n_reasoning_pieces_after_text; /* reasoning streamed after answer text had begun */
   int32_t ids[64];
   int64_t n_ids;
   qvl_status status;
@@ -109,12 +114,25 @@ static bool on_text(void *user, const char *text, size_t len) {
   return true;
 }
 
+static bool on_reasoning(void *user, const char *text, size_t len) {
+  run *r = user;
+  if (r->n_streamed > 0)
+    r->n_reasoning_pieces_after_text++;
+  if (r->n_streamed_reasoning + len < sizeof r->streamed_reasoning) {
+    memcpy(r->streamed_reasoning + r->n_streamed_reasoning, text, len);
+    r->n_streamed_reasoning += len;
+  }
+  return true;
+}
+
 static void on_done(void *user, const qvl_result *res) {
   run *r = user;
   pthread_mutex_lock(&r->mu);
   size_t len;
   const char *t = qvl_result_text(res, &len);
   snprintf(r->text, sizeof r->text, "%.*s", (int)len, t);
+  t = qvl_result_reasoning(res, &len);
+  snprintf(r->reasoning, sizeof r->reasoning, "%.*s", (int)len, t);
   int64_t n;
   const int32_t *ids = qvl_result_ids(res, &n);
   r->n_ids = n < 64 ? n : 64;
@@ -126,6 +144,54 @@ static void on_done(void *user, const qvl_result *res) {
   r->done = true;
   pthread_cond_signal(&r->cv);
   pthread_mutex_unlock(&r->mu);
+}
+
+/* Submits rq (freed here) and waits for on_done into *r. */
+static qvl_status run_one(qvl_engine *e, qvl_request *rq, run *r) {
+  memset(r, 0, sizeof *r);
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  qvl_request_set_callbacks(rq, on_text, on_done, r);
+  qvl_status s = qvl_engine_submit(e, rq, NULL);
+  qvl_request_free(rq);
+  pthread_mutex_lock(&r->mu);
+  while (s == QVL_OK && !r->done)
+    pthread_cond_wait(&r->cv, &r->mu);
+  pthread_mutex_unlock(&r->mu);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+  return s;
+}
+
+/* The engine reports which condition ended a request (the finish list, from gen_seq up): a stop
+ * string found in the greedy answer ends the same request as QVL_FINISH_STOP_STRING, the text cut
+ * before it; the answer without it ends as EOS or LENGTH. */
+static void test_finish_stop_string(qvl_engine *e) {
+  static const char *q = "Count from one to ten in words, separated by spaces.";
+  run a, b;
+  qvl_request *rq = NULL;
+  qvl_request_new(&rq);
+  qvl_request_add_message(rq, "user", q);
+  qvl_request_set_max_tokens(rq, 16);
+  CHECK(run_one(e, rq, &a) == QVL_OK && a.status == QVL_OK, "first run: %s", qvl_last_error());
+  CHECK(a.finish == QVL_FINISH_EOS || a.finish == QVL_FINISH_LENGTH, "no stop string: %s", qvl_finish_name(a.finish));
+  size_t n = strlen(a.text);
+  if (n < 3) {
+    CHECK(false, "the greedy answer is too short to cut: '%s'", a.text);
+    return;
+  }
+  char stop[8];
+  snprintf(stop, sizeof stop, "%.2s", a.text + n / 2); /* first occurrence at or before n / 2 */
+  const char *at = strstr(a.text, stop);
+  qvl_request_new(&rq);
+  qvl_request_add_message(rq, "user", q);
+  qvl_request_set_max_tokens(rq, 16);
+  qvl_request_add_stop(rq, stop);
+  CHECK(run_one(e, rq, &b) == QVL_OK && b.status == QVL_OK, "second run: %s", qvl_last_error());
+  CHECK(b.finish == QVL_FINISH_STOP_STRING, "finish %s, want stop_string (stop '%s' in '%s')", qvl_finish_name(b.finish),
+        stop, a.text);
+  CHECK(strlen(b.text) == (size_t)(at - a.text) && !strncmp(b.text, a.text, strlen(b.text)), "text cut at the stop: '%s'",
+        b.text);
 }
 
 static void test_engine(void) {
@@ -171,6 +237,8 @@ static void test_engine(void) {
     pthread_mutex_destroy(&r.mu);
     pthread_cond_destroy(&r.cv);
   }
+  if (e)
+    test_finish_stop_string(e);
   /* prompt errors come back from submit, with a message, and no callback runs */
   qvl_request *rq = NULL;
   qvl_request_new(&rq);
@@ -254,11 +322,96 @@ static void test_video(void) {
   qvl_model_free(m);
 }
 
+/* One request through an engine with a reasoning budget; waits for on_done. */
+static void run_reasoning(qvl_engine *e, int64_t budget, int64_t max_tokens, run *r) {
+  memset(r, 0, sizeof *r);
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  qvl_request *rq = NULL;
+  qvl_request_new(&rq);
+  qvl_request_add_message(rq, "user", "Why is the sky blue?");
+  qvl_request_set_max_tokens(rq, max_tokens);
+  qvl_request_set_reasoning_budget(rq, budget);
+  qvl_request_set_callbacks(rq, on_text, on_done, r);
+  qvl_request_set_reasoning_callback(rq, on_reasoning);
+  qvl_status s = qvl_engine_submit(e, rq, NULL);
+  qvl_request_free(rq);
+  CHECK(s == QVL_OK, "submit: %s", qvl_last_error());
+  pthread_mutex_lock(&r->mu);
+  while (s == QVL_OK && !r->done)
+    pthread_cond_wait(&r->cv, &r->mu);
+  pthread_mutex_unlock(&r->mu);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+}
+
+/* A reasoning model: a tiny random GGUF whose tokenizer.chat_template is the real Qwen3-VL Thinking
+ * template (qvl make-random --chat-template). Random weights never close the think block on their
+ * own, so the budget decides where the answer starts. */
+static void test_reasoning(void) {
+  char dir[] = "/tmp/qvl-test-think-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+  char path[128];
+  snprintf(path, sizeof path, "%s/think.gguf", dir);
+  qvl_random_opts ro = {.tokenizer_from = E2E "e2e-Q8_0.gguf", .out_text = path, .text_type = "q8_0", .seed = 7,
+                        .tiny = true, .chat_template = "tests/fixtures/tokenizer/qwen3vl_thinking_chat_template.jinja"};
+  CHECK(qvl_make_random(&ro) == QVL_OK, "make-random: %s", qvl_last_error());
+  qvl_model_params mp;
+  qvl_model_params_default(&mp);
+  mp.threads = 2;
+  qvl_model *m = NULL, *plain = NULL;
+  CHECK(qvl_model_load(path, NULL, &mp, &m) == QVL_OK, "load: %s", qvl_last_error());
+  CHECK(qvl_model_load(E2E "e2e-Q8_0.gguf", NULL, &mp, &plain) == QVL_OK, "load: %s", qvl_last_error());
+  unlink(path);
+  rmdir(dir);
+  if (!m || !plain) {
+    qvl_model_free(m);
+    qvl_model_free(plain);
+    return;
+  }
+  CHECK(qvl_model_is_reasoning(m), "the Thinking template makes a reasoning model");
+  CHECK(!qvl_model_is_reasoning(plain), "the Instruct template does not");
+  qvl_engine *e = NULL;
+  CHECK(qvl_engine_start(m, NULL, &e) == QVL_OK, "start: %s", qvl_last_error());
+  run r;
+  for (int64_t budget = 2; e && budget <= 5; budget += 3) {
+    run_reasoning(e, budget, 16, &r);
+    CHECK(r.status == QVL_OK, "status %d", r.status);
+    /* budget tokens, then the forced "\n</think>" (the close's last newlines belong to the answer) */
+    CHECK(r.usage.reasoning_tokens >= budget + 1 && r.usage.reasoning_tokens <= budget + 3,
+          "budget %lld: %lld reasoning tokens", (long long)budget, (long long)r.usage.reasoning_tokens);
+    CHECK(r.usage.completion_tokens == 16 || r.finish == QVL_FINISH_EOS, "the answer follows (%lld tokens)",
+          (long long)r.usage.completion_tokens);
+    CHECK(r.n_streamed_reasoning == strlen(r.reasoning) && !memcmp(r.streamed_reasoning, r.reasoning, r.n_streamed_reasoning),
+          "streamed reasoning = result reasoning ('%s' vs '%s')", r.streamed_reasoning, r.reasoning);
+    CHECK(r.n_streamed == strlen(r.text) && !memcmp(r.streamed, r.text, r.n_streamed), "streamed = result text");
+    CHECK(!strstr(r.text, "</think>") && !strstr(r.reasoning, "</think>"), "the tags are on neither channel");
+    CHECK(r.n_reasoning_pieces_after_text == 0, "reasoning comes before the answer");
+    CHECK(r.usage.prompt_tokens > 5, "prompt");
+  }
+  /* Budget 0: the prompt closes an empty think block; everything is answer. */
+  run_reasoning(e, 0, 6, &r);
+  CHECK(r.status == QVL_OK && r.usage.reasoning_tokens == 0 && r.reasoning[0] == 0 && r.n_streamed_reasoning == 0,
+        "budget 0: no reasoning (%lld tokens, '%s')", (long long)r.usage.reasoning_tokens, r.reasoning);
+  int64_t prompt0 = r.usage.prompt_tokens;
+  run_reasoning(e, -1, 6, &r);
+  /* "<think>" "\n"  becomes  "<think>" "\n\n" "</think>" "\n\n": two more prompt tokens */
+  CHECK(r.usage.prompt_tokens + 2 == prompt0, "budget 0 closes the empty block in the prompt (%lld vs %lld)",
+        (long long)r.usage.prompt_tokens, (long long)prompt0);
+  CHECK(r.usage.reasoning_tokens == r.usage.completion_tokens && r.text[0] == 0,
+        "unbounded: all reasoning here (%lld of %lld)", (long long)r.usage.reasoning_tokens,
+        (long long)r.usage.completion_tokens);
+  qvl_engine_stop(e, true);
+  qvl_model_free(m);
+  qvl_model_free(plain);
+}
+
 int main(void) {
   test_video();
   test_request();
   test_data_url();
   test_tokenizer();
   test_engine();
+  test_reasoning();
   return TEST_SUMMARY("public_api");
 }

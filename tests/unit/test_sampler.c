@@ -335,47 +335,47 @@ static void test_stop(void) {
   const char *strs[2] = {"\n\nUser", "###"};
   stop_state *s = make_stop(eos, 2, strs, 2, 0);
   size_t len;
-  CHECK(stop_push(s, 1, "Hello", 5) == STOP_NONE && stop_ready(s) == 5, "plain");
-  CHECK(stop_push(s, 2, "\n", 1) == STOP_NONE && stop_ready(s) == 5, "held: could start a stop string");
-  CHECK(stop_push(s, 3, "\nUs", 3) == STOP_NONE && stop_ready(s) == 5, "still held");
-  CHECK(stop_push(s, 4, "er: x", 5) == STOP_STRING, "match across tokens");
+  CHECK(stop_push(s, 1, "Hello", 5) == QVL_FINISH_NONE && stop_ready(s) == 5, "plain");
+  CHECK(stop_push(s, 2, "\n", 1) == QVL_FINISH_NONE && stop_ready(s) == 5, "held: could start a stop string");
+  CHECK(stop_push(s, 3, "\nUs", 3) == QVL_FINISH_NONE && stop_ready(s) == 5, "still held");
+  CHECK(stop_push(s, 4, "er: x", 5) == QVL_FINISH_STOP_STRING, "match across tokens");
   CHECK(strcmp(stop_text(s, &len), "Hello") == 0 && len == 5 && stop_ready(s) == 5, "cut before the stop string");
-  CHECK(stop_push(s, 5, "more", 4) == STOP_STRING && stop_n_tokens(s) == 4, "ignored after stop");
+  CHECK(stop_push(s, 5, "more", 4) == QVL_FINISH_STOP_STRING && stop_n_tokens(s) == 4, "ignored after stop");
 
   stop_reset(s);
-  CHECK(stop_push(s, 1, "a\n", 2) == STOP_NONE && stop_ready(s) == 1, "reset");
-  CHECK(stop_push(s, 2, "b", 1) == STOP_NONE && stop_ready(s) == 3, "prefix broken: released");
-  CHECK(stop_push(s, 151645, "<|im_end|>", 10) == STOP_EOS, "eos");
+  CHECK(stop_push(s, 1, "a\n", 2) == QVL_FINISH_NONE && stop_ready(s) == 1, "reset");
+  CHECK(stop_push(s, 2, "b", 1) == QVL_FINISH_NONE && stop_ready(s) == 3, "prefix broken: released");
+  CHECK(stop_push(s, 151645, "<|im_end|>", 10) == QVL_FINISH_EOS, "eos");
   CHECK(strcmp(stop_text(s, NULL), "a\nb") == 0 && stop_ready(s) == 3, "eos bytes not in text");
-  CHECK(strcmp(stop_reason_name(stop_reason_of(s)), "eos") == 0, "name");
+  CHECK(strcmp(qvl_finish_name(stop_reason_of(s)), "eos") == 0, "name");
   stop_free(s);
 
   /* The earliest match wins, also when a longer string starts first. */
   const char *two[2] = {"bc", "abcd"};
   s = make_stop(NULL, 0, two, 2, 0);
-  CHECK(stop_push(s, 1, "xabcdy", 6) == STOP_STRING && strcmp(stop_text(s, NULL), "x") == 0, "earliest: %s",
+  CHECK(stop_push(s, 1, "xabcdy", 6) == QVL_FINISH_STOP_STRING && strcmp(stop_text(s, NULL), "x") == 0, "earliest: %s",
         stop_text(s, NULL));
   stop_free(s);
 
   /* Token limit; everything is ready once stopped. */
   const char *z[1] = {"zz"};
   s = make_stop(NULL, 0, z, 1, 3);
-  CHECK(stop_push(s, 1, "a", 1) == STOP_NONE && stop_push(s, 2, "z", 1) == STOP_NONE && stop_ready(s) == 1, "hold z");
-  CHECK(stop_push(s, 3, "", 0) == STOP_MAX_TOKENS && stop_ready(s) == 2, "max tokens flushes");
+  CHECK(stop_push(s, 1, "a", 1) == QVL_FINISH_NONE && stop_push(s, 2, "z", 1) == QVL_FINISH_NONE && stop_ready(s) == 1, "hold z");
+  CHECK(stop_push(s, 3, "", 0) == QVL_FINISH_LENGTH && stop_ready(s) == 2, "max tokens flushes");
   stop_free(s);
 
   /* Incomplete UTF-8 is held back (e with acute = C3 A9; a 4-byte emoji F0 9F 98 80). */
   s = make_stop(NULL, 0, NULL, 0, 0);
-  CHECK(stop_push(s, 1, "\xC3", 1) == STOP_NONE && stop_ready(s) == 0, "lead byte held");
-  CHECK(stop_push(s, 2, "\xA9", 1) == STOP_NONE && stop_ready(s) == 2, "complete");
-  CHECK(stop_push(s, 3, "\xF0\x9F", 2) == STOP_NONE && stop_ready(s) == 2, "partial 4-byte held");
-  CHECK(stop_push(s, 4, "\x98\x80", 2) == STOP_NONE && stop_ready(s) == 6, "4-byte complete");
+  CHECK(stop_push(s, 1, "\xC3", 1) == QVL_FINISH_NONE && stop_ready(s) == 0, "lead byte held");
+  CHECK(stop_push(s, 2, "\xA9", 1) == QVL_FINISH_NONE && stop_ready(s) == 2, "complete");
+  CHECK(stop_push(s, 3, "\xF0\x9F", 2) == QVL_FINISH_NONE && stop_ready(s) == 2, "partial 4-byte held");
+  CHECK(stop_push(s, 4, "\x98\x80", 2) == QVL_FINISH_NONE && stop_ready(s) == 6, "4-byte complete");
   stop_free(s);
 
   /* A stop string inside one token, with bytes of the token before it kept. */
   const char *nl[1] = {"END"};
   s = make_stop(NULL, 0, nl, 1, 0);
-  CHECK(stop_push(s, 1, "abcENDdef", 9) == STOP_STRING && strcmp(stop_text(s, NULL), "abc") == 0, "inside token");
+  CHECK(stop_push(s, 1, "abcENDdef", 9) == QVL_FINISH_STOP_STRING && strcmp(stop_text(s, NULL), "abc") == 0, "inside token");
   stop_free(s);
 
   /* Invalid conditions. */

@@ -332,7 +332,7 @@ static void test_responses(void) {
   engine_result er;
   memset(&er, 0, sizeof er);
   er.status = QVL_OK;
-  er.finish_reason = ENGINE_FINISH_LENGTH;
+  er.finish_reason = QVL_FINISH_LENGTH;
   er.prompt_tokens = 12;
   er.completion_tokens = 5;
   er.image_tokens = 4;
@@ -426,15 +426,31 @@ static void test_responses(void) {
   cJSON_Delete(j);
   free(s);
 
-  CHECK(!strcmp(api_finish_reason(ENGINE_FINISH_LENGTH), "length") && !strcmp(api_finish_reason(ENGINE_FINISH_STOP), "stop") &&
-            api_finish_reason(ENGINE_FINISH_NONE) == NULL,
+  CHECK(!strcmp(finish_openai(QVL_FINISH_LENGTH), "length") && !strcmp(finish_openai(QVL_FINISH_EOS), "stop") &&
+            !strcmp(finish_openai(QVL_FINISH_STOP_STRING), "stop") && finish_openai(QVL_FINISH_NONE) == NULL,
         "finish reasons");
-  CHECK(!strcmp(api_finish_reason(ENGINE_FINISH_CANCELLED), "stop") && !strcmp(api_finish_reason(ENGINE_FINISH_ERROR), "stop"),
+  CHECK(!strcmp(finish_openai(QVL_FINISH_CANCELLED), "stop") && !strcmp(finish_openai(QVL_FINISH_ERROR), "stop"),
         "OpenAI has no word for cancelled or failed: the body's status says it");
-  CHECK(!strcmp(engine_finish_name(ENGINE_FINISH_STOP), "stop") && !strcmp(engine_finish_name(ENGINE_FINISH_LENGTH), "length") &&
-            !strcmp(engine_finish_name(ENGINE_FINISH_CANCELLED), "cancelled") &&
-            !strcmp(engine_finish_name(ENGINE_FINISH_ERROR), "error") && engine_finish_name(ENGINE_FINISH_NONE) == NULL,
-        "the engine's own words");
+  CHECK(!strcmp(qvl_finish_name(QVL_FINISH_EOS), "eos") && !strcmp(qvl_finish_name(QVL_FINISH_STOP_STRING), "stop_string") &&
+            !strcmp(qvl_finish_name(QVL_FINISH_LENGTH), "length") &&
+            !strcmp(qvl_finish_name(QVL_FINISH_CANCELLED), "cancelled") &&
+            !strcmp(qvl_finish_name(QVL_FINISH_ERROR), "error") && !strcmp(qvl_finish_name(QVL_FINISH_NONE), "none") &&
+            !strcmp(qvl_finish_name((qvl_finish)99), "error"),
+        "the list's own words");
+  CHECK(QVL_FINISH_EOS == 0 && QVL_FINISH_STOP_STRING == 1 && QVL_FINISH_LENGTH == 2 && QVL_FINISH_CANCELLED == 3 &&
+            QVL_FINISH_ERROR == 4 && QVL_FINISH_NONE == -1,
+        "the public values of 0.1.0 kept");
+  CHECK(!strcmp(finish_ollama(QVL_FINISH_LENGTH), "length") && !strcmp(finish_ollama(QVL_FINISH_EOS), "stop") &&
+            !strcmp(finish_ollama(QVL_FINISH_STOP_STRING), "stop") && finish_ollama(QVL_FINISH_NONE) == NULL,
+        "Ollama's done_reason");
+  CHECK(!strcmp(finish_responses(QVL_FINISH_LENGTH), "incomplete") && !strcmp(finish_responses(QVL_FINISH_EOS), "completed") &&
+            !strcmp(finish_responses(QVL_FINISH_STOP_STRING), "completed") &&
+            !strcmp(finish_responses(QVL_FINISH_ERROR), "failed") && finish_responses(QVL_FINISH_NONE) == NULL,
+        "the Responses status");
+  CHECK(!strcmp(finish_anthropic(QVL_FINISH_LENGTH), "max_tokens") && !strcmp(finish_anthropic(QVL_FINISH_EOS), "end_turn") &&
+            !strcmp(finish_anthropic(QVL_FINISH_STOP_STRING), "stop_sequence") && finish_anthropic(QVL_FINISH_NONE) == NULL &&
+            finish_anthropic((qvl_finish)99) == NULL,
+        "Anthropic's stop_reason");
 
   buf b = {0};
   CHECK(sse_append(&b, "{\"a\":1}") == QVL_OK && sse_append_done(&b) == QVL_OK, "sse");

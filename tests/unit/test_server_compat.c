@@ -95,7 +95,7 @@ static double num_at(const cJSON *j, const char *name) {
 
 static bool eq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 
-static api_result result_of(const char *text, engine_finish finish) {
+static api_result result_of(const char *text, qvl_finish finish) {
   api_result r;
   memset(&r, 0, sizeof r);
   r.status = QVL_OK;
@@ -221,7 +221,7 @@ static void test_responses_sampling_echo(void) {
     api_error e;
     const char *body = "{\"input\":\"hi\"}";
     CHECK(responses_translate(body, strlen(body), &c, &cr, &e), "translate: %s", e.message);
-    api_result r = result_of("x", ENGINE_FINISH_STOP);
+    api_result r = result_of("x", QVL_FINISH_EOS);
     char *json = run_format(&cr, false, NULL, &r);
     const char *want_t = i ? "\"temperature\":0.3," : "\"temperature\":0.7,";
     const char *want_p = i ? "\"top_p\":0.55," : "\"top_p\":0.8,";
@@ -241,7 +241,7 @@ static void test_responses_format_and_store(void) {
   api_error e;
   const char *body = "{\"input\":\"first\",\"instructions\":\"sys\",\"max_output_tokens\":3,\"metadata\":{\"k\":\"v\"}}";
   CHECK(responses_translate(body, strlen(body), &c, &cr, &e), "translate");
-  api_result r = result_of("one two", ENGINE_FINISH_LENGTH);
+  api_result r = result_of("one two", QVL_FINISH_LENGTH);
   char *json = run_format(&cr, false, NULL, &r);
   cJSON *o = json ? cJSON_Parse(json) : NULL;
   CHECK(o && eq(str_at(o, "object"), "response") && !strncmp(str_at(o, "id"), "resp_", 5) &&
@@ -279,7 +279,7 @@ static void test_responses_format_and_store(void) {
 
   /* streamed: the event sequence, numbered, and the stored answer */
   const char *pieces[] = {"thr", "ee", NULL};
-  r = result_of("three", ENGINE_FINISH_STOP);
+  r = result_of("three", QVL_FINISH_EOS);
   char *sse = run_format(&cr, true, pieces, &r);
   const char *order[] = {"response.created", "response.in_progress", "response.output_item.added",
                          "response.content_part.added", "response.output_text.delta", "response.output_text.delta",
@@ -330,7 +330,7 @@ static void test_responses_format_and_store(void) {
   /* a failure after the stream started */
   body = "{\"input\":\"x\",\"stream\":true}";
   CHECK(responses_translate(body, strlen(body), &c, &cr, &e), "translate");
-  r = result_of("", ENGINE_FINISH_ERROR);
+  r = result_of("", QVL_FINISH_ERROR);
   r.status = QVL_ERR_TIMEOUT;
   snprintf(r.error, sizeof r.error, "took too long");
   const char *one[] = {"a", NULL};
@@ -350,7 +350,7 @@ static void test_responses_format_and_store(void) {
 
 /* A result as the engine leaves it for a request with tools (parse_tools on). */
 static api_result tool_result(const char *text) {
-  api_result r = result_of(text, ENGINE_FINISH_STOP);
+  api_result r = result_of(text, QVL_FINISH_EOS);
   r.agent.parse_tools = true;
   return r;
 }
@@ -533,7 +533,7 @@ static void test_responses_tools(void) {
   /* logprobs: the chat's entries in output_text.logprobs, also in the streamed .done events */
   const char *lpb = "{\"input\":\"x\",\"include\":[\"message.output_text.logprobs\"],\"top_logprobs\":1}";
   CHECK(responses_translate(lpb, strlen(lpb), &c, &cr, &(api_error){0}), "translate");
-  r = result_of("Hi!", ENGINE_FINISH_STOP);
+  r = result_of("Hi!", QVL_FINISH_EOS);
   add_logprobs(&r);
   json = run_format(&cr, false, NULL, &r);
   o = json ? cJSON_Parse(json) : NULL;
@@ -557,7 +557,7 @@ static void test_responses_tools(void) {
   free(sse);
   api_result_free(&r);
   compat_request_free(&cr);
-  r = result_of("Hi!", ENGINE_FINISH_STOP);
+  r = result_of("Hi!", QVL_FINISH_EOS);
   add_logprobs(&r);
   r.agent.logprobs = false; /* not asked: [] as before */
   CHECK(responses_translate("{\"input\":\"x\"}", 13, &c, &cr, &(api_error){0}), "translate");
@@ -726,7 +726,7 @@ static void test_completions(void) {
   CHECK(cr.raw && eq(cr.raw_text, "Once") && cr.raw_len == 4 && !cr.raw_ids, "a string prompt is raw text");
   CHECK(chat && num_at(chat, "max_tokens") == COMPLETIONS_DEFAULT_MAX_TOKENS, "max_tokens defaults to 16");
   cJSON_Delete(chat);
-  api_result r = result_of(" upon", ENGINE_FINISH_STOP);
+  api_result r = result_of(" upon", QVL_FINISH_EOS);
   char *json = run_format(&cr, false, NULL, &r);
   cJSON *o = json ? cJSON_Parse(json) : NULL;
   CHECK(o && eq(str_at(o, "object"), "text_completion") && eq(str_at(o, "choices.0.text"), "Once upon") &&
@@ -741,7 +741,7 @@ static void test_completions(void) {
   CHECK(cr.raw && cr.n_raw_ids == 3 && cr.raw_ids[2] == 7 && !cr.raw_text, "[[ids]] -> raw ids");
   cJSON_Delete(chat);
   const char *pieces[] = {"a", "b", NULL};
-  r = result_of("ab", ENGINE_FINISH_LENGTH);
+  r = result_of("ab", QVL_FINISH_LENGTH);
   char *sse = run_format(&cr, true, pieces, &r);
   CHECK(sse && strstr(sse, "\"text\":\"a\"") && strstr(sse, "\"finish_reason\":\"length\"") &&
             strstr(sse, "\"usage\":{") && strstr(sse, "data: [DONE]\n\n"),
@@ -787,7 +787,7 @@ static void test_ollama(void) {
             num_at(chat, "top_k") == 5 && eq(str_at(chat, "stop.0"), "x") && !cJSON_GetObjectItem(chat, "num_ctx"),
         "options -> sampling fields; runtime options dropped");
   cJSON_Delete(chat);
-  api_result r = result_of("hi", ENGINE_FINISH_STOP);
+  api_result r = result_of("hi", QVL_FINISH_EOS);
   r.t.decode_ms = 2;
   r.t.prefill_ms = 1;
   char *json = run_format(&cr, false, NULL, &r);
@@ -818,7 +818,7 @@ static void test_ollama(void) {
             cJSON_IsFalse(cJSON_GetObjectItem(chat, "stream")) && !cr.raw,
         "generate: system + prompt with an image");
   cJSON_Delete(chat);
-  r = result_of("because", ENGINE_FINISH_LENGTH);
+  r = result_of("because", QVL_FINISH_LENGTH);
   json = run_format(&cr, false, NULL, &r);
   CHECK(json && strstr(json, "\"response\":\"because\"") && strstr(json, "\"done_reason\":\"length\""), "generate answer");
   free(json);
@@ -944,7 +944,7 @@ static void test_chat_extras(void) {
     api_chat_request_free(&req);
 
   /* the final chunk with usage, for clients that do not ask (--stream-usage) */
-  api_result r = result_of("x", ENGINE_FINISH_STOP);
+  api_result r = result_of("x", QVL_FINISH_EOS);
   char *chunk = api_chunk_json("chatcmpl-1", 1, "m", false, NULL, 0, "stop");
   chunk = compat_chunk_add_usage(chunk, "chatcmpl-1", 1, "m", &r);
   cJSON *o = chunk ? cJSON_Parse(chunk) : NULL;
@@ -991,7 +991,7 @@ static void test_responses_processed_media(void) {
                      "\"data:image/png;base64,QkJCQg==\"},{\"type\":\"input_text\",\"text\":\"two\"}]}]}";
   CHECK(responses_translate(body, strlen(body), &c, &cr, &e), "translate: %s", e.message);
   CHECK(cr.keep_media && !cr.resolve_media, "a stored request keeps its images' bytes; nothing to resolve yet");
-  api_result r = result_of("ok", ENGINE_FINISH_STOP);
+  api_result r = result_of("ok", QVL_FINISH_EOS);
   buf b0 = {0}, b1 = {0};
   buf_append_str(&b0, "0123456789");
   buf_append_str(&b1, "abcdefghijklmnopqrst");
@@ -1036,7 +1036,7 @@ static void test_responses_processed_media(void) {
   CHECK(cr.resolve_media && !cr.resolve_media(cr.resolve_user, 0x3333, &ref), "an unknown key is not resolved");
   cJSON_Delete(chat);
   /* its answer reports no media (say the policy dropped them): the keys stay backed by the table */
-  r = result_of("again ok", ENGINE_FINISH_STOP);
+  r = result_of("again ok", QVL_FINISH_EOS);
   json = run_format(&cr, false, NULL, &r);
   o = json ? cJSON_Parse(json) : NULL;
   snprintf(id, sizeof id, "%s", o ? str_at(o, "id") : "");
@@ -1065,6 +1065,37 @@ static void test_responses_processed_media(void) {
                  &c, 400, "text.format", "nested");
   expect_refused(responses_translate, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_object\",\"x\":1}}}", &c,
                  400, "text.format", "'x'");
+}
+
+/* Refused with a 400 either by the translator (fn) or by the chat parser on what it made (fn NULL: a
+ * chat body); msg_part must be in the message. */
+static void refused_400(compat_translate_fn fn, const char *body, const char *msg_part) {
+  api_error e;
+  memset(&e, 0, sizeof e);
+  compat_request cr;
+  memset(&cr, 0, sizeof cr);
+  resp_store *st = NULL;
+  resp_store_init(16, 1 << 20, 60, &st);
+  compat_ctx c = ctx_with(st);
+  bool ok = true;
+  const char *chat = body;
+  size_t len = strlen(body);
+  if (fn) {
+    ok = fn(body, len, &c, &cr, &e);
+    chat = cr.chat_body;
+    len = cr.chat_len;
+  }
+  if (ok && chat) {
+    api_limits l = limits();
+    api_chat_request req;
+    ok = api_chat_parse(chat, len, &l, &req, &e);
+    if (ok)
+      api_chat_request_free(&req);
+  }
+  CHECK(!ok && e.http == 400 && strstr(e.message, msg_part), "refused with 400 '%s': %s -> %s", msg_part, body,
+        ok ? "accepted" : e.message);
+  compat_request_free(&cr);
+  resp_store_free(st);
 }
 
 /* Tool-call arguments reach every dialect as the model wrote them (issue 22): integers beyond 2^53
@@ -1108,7 +1139,67 @@ static void test_exact_arguments(void) {
   resp_store_free(st);
 }
 
+/* Issue 24 item 6: tool names are ^[a-zA-Z0-9_-]{1,64}$ on every path (a NUL no longer cuts a name
+ * short), and every boolean field is type-checked alike. */
+static void test_names_and_booleans(void) {
+  const char *U = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+  char b[1024];
+  snprintf(b, sizeof b, "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\\u0000evil\"}}]}", U);
+  refused_400(NULL, b, "name");
+  snprintf(b, sizeof b, "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a.b\"}}]}", U);
+  refused_400(NULL, b, "name");
+  snprintf(b, sizeof b, "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"%065d\"}}]}", U, 0);
+  refused_400(NULL, b, "name");
+  snprintf(b, sizeof b,
+           "{%s,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get\"}}],"
+           "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get\\u0000x\"}}}",
+           U);
+  refused_400(NULL, b, "name");
+  refused_400(responses_translate, "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"get\\u0000evil\"}]}",
+              "name");
+  refused_400(ollama_chat_translate,
+              "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+              "\"function\":{\"name\":\"get\\u0000evil\"}}]}",
+              "name");
+  /* a NUL in content is not a cut either: it arrives as U+FFFD */
+  api_limits l = limits();
+  api_chat_request req;
+  api_error e;
+  const char *nul = "{\"messages\":[{\"role\":\"user\",\"content\":\"ab\\u0000cd \\\\u0000 kept\"}]}";
+  bool ok = api_chat_parse(nul, strlen(nul), &l, &req, &e);
+  CHECK(ok, "content with a NUL escape parses: %s", e.message);
+  if (ok) {
+    const char *text = cJSON_GetStringValue(
+        cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(req.root, "messages"), 0), "content"));
+    CHECK(text && !strcmp(text, "ab\xef\xbf\xbd" "cd \\u0000 kept"), "NUL -> U+FFFD, an escaped backslash kept: %s",
+          text ? text : "?");
+    api_chat_request_free(&req);
+  }
+
+  /* booleans: "yes" is refused wherever a boolean belongs */
+  snprintf(b, sizeof b, "{%s,\"stream\":\"yes\"}", U);
+  refused_400(NULL, b, "boolean");
+  snprintf(b, sizeof b, "{%s,\"stream\":true,\"stream_options\":{\"include_usage\":\"yes\"}}", U);
+  refused_400(NULL, b, "boolean");
+  snprintf(b, sizeof b, "{%s,\"logprobs\":\"yes\"}", U);
+  refused_400(NULL, b, "boolean");
+  snprintf(b, sizeof b, "{%s,\"parallel_tool_calls\":1}", U);
+  refused_400(NULL, b, "boolean");
+  refused_400(responses_translate, "{\"input\":\"x\",\"stream\":\"yes\"}", "boolean");
+  refused_400(responses_translate, "{\"input\":\"x\",\"store\":\"yes\"}", "boolean");
+  refused_400(responses_translate, "{\"input\":\"x\",\"parallel_tool_calls\":\"yes\"}", "boolean");
+  refused_400(completions_translate, "{\"prompt\":\"x\",\"echo\":\"yes\"}", "boolean");
+  refused_400(completions_translate, "{\"prompt\":\"x\",\"stream\":true,\"stream_options\":{\"include_usage\":\"yes\"}}",
+              "boolean");
+  refused_400(ollama_generate_translate, "{\"prompt\":\"x\",\"raw\":\"yes\"}", "boolean");
+  refused_400(ollama_generate_translate, "{\"prompt\":\"x\",\"raw\":1}", "boolean");
+  refused_400(ollama_generate_translate, "{\"prompt\":\"x\",\"stream\":\"yes\"}", "boolean");
+  refused_400(ollama_chat_translate, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"think\":\"yes\"}",
+              "boolean");
+}
+
 int main(void) {
+  test_names_and_booleans();
   test_exact_arguments();
   test_responses_translate();
   test_responses_format_and_store();

@@ -102,7 +102,7 @@ static void fake_stats(void *ctx, engine_stats *out) {
     out->hist_bounds_ms[i] = 100.0 * (i + 1);
 }
 
-static void finish(fake_req *q, qvl_status st, engine_finish reason, const char *err) {
+static void finish(fake_req *q, qvl_status st, qvl_finish reason, const char *err) {
   engine_result res;
   memset(&res, 0, sizeof res);
   res.status = st;
@@ -154,11 +154,11 @@ static void *fake_main(void *arg) {
     for (int i = 0; i < n_done; i++) {
       fake_req *q = done[i];
       if (q->cancel)
-        finish(q, QVL_ERR_CANCELLED, ENGINE_FINISH_CANCELLED, "cancelled");
+        finish(q, QVL_ERR_CANCELLED, QVL_FINISH_CANCELLED, "cancelled");
       else if (q->fail_late)
-        finish(q, QVL_ERR_INVALID_ARG, ENGINE_FINISH_ERROR, "image 1: corrupt PNG data");
+        finish(q, QVL_ERR_INVALID_ARG, QVL_FINISH_ERROR, "image 1: corrupt PNG data");
       else
-        finish(q, QVL_OK, ENGINE_FINISH_STOP, NULL);
+        finish(q, QVL_OK, QVL_FINISH_EOS, NULL);
     }
     usleep(1000);
   }
@@ -793,7 +793,7 @@ int main(void) {
   port = server_port(s);
   CHECK(port > 0, "bound port %d", port);
   test_loading();
-  server_backend be = {fake_submit, fake_cancel, fake_stats, NULL, NULL, NULL};
+  server_backend be = {fake_submit, fake_cancel, fake_stats, NULL, NULL, NULL, NULL};
   const char *ids[] = {"fake-model", "qvl"};
   server_set_ready(s, &be, ids, 2);
   test_basic();

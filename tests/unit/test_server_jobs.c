@@ -1,11 +1,14 @@
 /* The async jobs store: states, results, expiry after the ttl, the cap on stored jobs; owners,
  * DELETE, listing (issue 10); replica ids and the SQLite file across a restart (issue 14). */
 #include <cjson/cJSON.h>
+#include <sqlite3.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "server/jobs/jobs.h"
 #include "test.h"
 
@@ -207,6 +210,213 @@ static void test_db(void) {
   rmdir(dir);
 }
 
+/* ---- issue 24 item 5: crafted job stores ---------------------------------------------------- */
+
+static void rm_db(const char *path) {
+  char p[300];
+  unlink(path);
+  snprintf(p, sizeof p, "%s-wal", path);
+  unlink(p);
+  snprintf(p, sizeof p, "%s-shm", path);
+  unlink(p);
+  snprintf(p, sizeof p, "%s-journal", path);
+  unlink(p);
+}
+
+static bool sql_file(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  bool ok = sqlite3_open(path, &db) == SQLITE_OK && sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK;
+  if (!ok)
+    fprintf(stderr, "sqlite: %s\n", db ? sqlite3_errmsg(db) : "?");
+  sqlite3_close(db);
+  return ok;
+}
+
+static int64_t sql_count(const char *path, const char *sql) {
+  sqlite3 *db = NULL;
+  sqlite3_stmt *q = NULL;
+  int64_t n = -1;
+  if (sqlite3_open(path, &db) == SQLITE_OK && sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK &&
+      sqlite3_step(q) == SQLITE_ROW)
+    n = sqlite3_column_int64(q, 0);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+  return n;
+}
+
+/* A database another program made (or a newer schema) is refused and left byte for byte. */
+static void test_db_foreign(const char *dir) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/other.db", dir);
+  struct {
+    const char *sql, *what;
+  } cases[] = {
+      {"CREATE TABLE users(name TEXT); INSERT INTO users VALUES('ann');", "another program's tables"},
+      {"PRAGMA application_id = 1234; CREATE TABLE jobs(x);", "another application id"},
+      {"PRAGMA application_id = 1903586410; PRAGMA user_version = 7; CREATE TABLE jobs(id TEXT PRIMARY KEY NOT NULL,"
+       " owner TEXT NOT NULL, state INTEGER NOT NULL, created INTEGER NOT NULL, finished REAL NOT NULL DEFAULT 0,"
+       " json TEXT, seq INTEGER NOT NULL);",
+       "a newer schema version"},
+      {"CREATE TABLE jobs(id TEXT, owner TEXT, state INTEGER, created INTEGER, finished REAL, json TEXT, seq INTEGER);",
+       "a jobs table of another shape"},
+      {"PRAGMA journal_mode=DELETE; CREATE TABLE t(a); CREATE INDEX ti ON t(a);", "tables and an index"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    rm_db(path);
+    CHECK(sql_file(path, cases[c].sql), "craft %s", cases[c].what);
+    buf before = {0}, after = {0};
+    CHECK(buf_read_file(path, 1 << 20, &before) == QVL_OK, "read");
+    jobs_opts o = {10, 100, path, NULL};
+    jobs *j = NULL;
+    qvl_status st = jobs_open(&o, 0, &j);
+    CHECK(st != QVL_OK && !j && strstr(qvl_last_error(), "not a qvl jobs database"), "%s refused: %s", cases[c].what,
+          qvl_last_error());
+    jobs_free(j);
+    CHECK(buf_read_file(path, 1 << 20, &after) == QVL_OK, "read again");
+    CHECK(before.len == after.len && !memcmp(before.data, after.data, before.len), "%s: file unchanged byte for byte",
+          cases[c].what);
+    char wal[300];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    CHECK(access(wal, F_OK) != 0, "%s: no WAL file created", cases[c].what);
+    buf_free(&before);
+    buf_free(&after);
+  }
+  /* the first qvl versions wrote no marks: their file (nothing but our jobs table) is adopted */
+  rm_db(path);
+  CHECK(sql_file(path, "CREATE TABLE IF NOT EXISTS jobs ( id TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL, state "
+                       "INTEGER NOT NULL, created INTEGER NOT NULL, finished REAL NOT NULL DEFAULT 0, json TEXT, seq "
+                       "INTEGER NOT NULL);"
+                       "INSERT INTO jobs VALUES('job-0123456789abcdef01234567', '', 2, 1700000000, 1700000001.5, "
+                       "'{\"ok\":1}', 5);"),
+        "craft a legacy file");
+  jobs_opts o = {10, 1e12, path, NULL};
+  jobs *j = NULL;
+  CHECK(jobs_open(&o, 0, &j) == QVL_OK, "a legacy qvl file is ours: %s", qvl_last_error());
+  char *s = jobs_get_json(j, "job-0123456789abcdef01234567", 0);
+  CHECK(s && strstr(s, "\"ok\":1"), "its job loads: %s", s ? s : "(none)");
+  free(s);
+  jobs_free(j);
+  CHECK(sql_count(path, "PRAGMA application_id") == 1903586410 && sql_count(path, "PRAGMA user_version") == 1,
+        "and now carries the qvl marks");
+  /* a new file gets the marks too */
+  rm_db(path);
+  j = NULL;
+  CHECK(jobs_open(&o, 0, &j) == QVL_OK, "new file");
+  jobs_free(j);
+  CHECK(sql_count(path, "PRAGMA application_id") == 1903586410, "a new file carries the application id");
+  rm_db(path);
+}
+
+/* Rows are validated on load: bad ones are skipped, good ones served, all output is JSON. */
+static void test_db_bad_rows(const char *dir) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/rows.db", dir);
+  rm_db(path);
+  jobs_opts o = {100, 1e12, path, NULL};
+  jobs *j = NULL;
+  CHECK(jobs_open(&o, 0, &j) == QVL_OK, "new db");
+  jobs_free(j);
+  const char *owner = "0123456789abcdef0123456789abcdef";
+  char sql[4096];
+  snprintf(sql, sizeof sql,
+           "INSERT INTO jobs VALUES('job-good1', '%s', 2, 1700000000, 1700000001, '{\"a\":1}', 3);"
+           "INSERT INTO jobs VALUES('job-maxseq', '%s', 2, 1700000000, 1700000001, '{}', 9223372036854775807);"
+           "INSERT INTO jobs VALUES('job-notjson', '%s', 2, 1700000000, 1700000001, '{\"a\":', 4);"
+           "INSERT INTO jobs VALUES('job-array', '%s', 2, 1700000000, 1700000001, '[1]', 5);"
+           "INSERT INTO jobs VALUES('job-blob', '%s', 2, 1700000000, 1700000001, x'7b7d', 6);"
+           "INSERT INTO jobs VALUES('job-q\"uote', '%s', 2, 1700000000, 1700000001, '{}', 7);"
+           "INSERT INTO jobs VALUES(CAST(x'6a6f622d6e756c00782d7979' AS TEXT), '%s', 2, 1700000000, 1700000001, '{}', 8);"
+           "INSERT INTO jobs VALUES('job-state9', '%s', 9, 1700000000, 1700000001, '{}', 9);"
+           "INSERT INTO jobs VALUES('job-textnum', '%s', 2, 'yesterday', 1700000001, '{}', 10);"
+           "INSERT INTO jobs VALUES('job-badowner', 'Z', 2, 1700000000, 1700000001, '{}', 11);"
+           "INSERT INTO jobs VALUES('job-nanfin', '%s', 2, 1700000000, 1e999, '{}', 12);"
+           "INSERT INTO jobs VALUES('job-negseq', '%s', 2, 1700000000, 1700000001, '{}', -5);"
+           "INSERT INTO jobs VALUES('job-dupseq', '%s', 2, 1700000000, 1700000001, '{}', 3);"
+           "INSERT INTO jobs VALUES('job-badutf8', '%s', 2, 1700000000, 1700000001, CAST(x'7b2261223a2280227d' AS TEXT), 13);"
+           "INSERT INTO jobs VALUES('job-pending', '%s', 0, 1700000000, 0, x'00ff', 14);"
+           "INSERT INTO jobs VALUES('job-good2', '%s', 1, 1700000000, 0, NULL, 15);",
+           owner, owner, owner, owner, owner, owner, owner, owner, owner, owner, owner, owner, owner, owner, owner);
+  CHECK(sql_file(path, sql), "craft rows");
+  j = NULL;
+  CHECK(jobs_open(&o, 0, &j) == QVL_OK, "a file with bad rows opens: %s", qvl_last_error());
+  cJSON *list = parse_free(jobs_list_json(j, owner, 0, 100, NULL));
+  CHECK(list != NULL, "GET /v1/jobs is valid JSON");
+  cJSON *data = cJSON_GetObjectItem(list, "data");
+  int n = cJSON_GetArraySize(data);
+  CHECK(n == 2, "only the 2 good rows load: %d", n);
+  for (int i = 0; i < n; i++) {
+    const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(data, i), "id"));
+    CHECK(id && (!strcmp(id, "job-good1") || !strcmp(id, "job-good2")), "loaded: %s", id ? id : "?");
+  }
+  cJSON_Delete(list);
+  cJSON *x = parse_free(jobs_get_json(j, "job-good1", 0));
+  CHECK(x && cJSON_GetObjectItem(cJSON_GetObjectItem(x, "result"), "a"), "a good row's result is served");
+  cJSON_Delete(x);
+  char *s = jobs_get_json(j, "job-notjson", 0);
+  CHECK(!s, "a row whose result is not JSON is not served");
+  free(s);
+  /* the sequence continues after the largest valid seq: no overflow, new job listed first */
+  char fresh[JOBS_ID_CAP];
+  CHECK(jobs_add_owned(j, 0, owner, fresh) == QVL_OK, "add");
+  list = parse_free(jobs_list_json(j, owner, 0, 1, NULL));
+  const char *first = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(list, "data"), 0), "id"));
+  CHECK(first && !strcmp(first, fresh), "the new job lists first");
+  cJSON_Delete(list);
+  jobs_free(j);
+  CHECK(sql_count(path, "SELECT count(*) FROM jobs WHERE id = 'job-maxseq'") == 1, "bad rows are left in the file");
+  rm_db(path);
+
+  /* output is escaped even for an id that reached the store some other way */
+  CHECK(jobs_init(10, 100, &j) == QVL_OK, "memory store");
+  jobs_db_row r = {"job-\"},{\"x\\\n", "", 2, 1, 1, "{}", 1};
+  CHECK(jobs_import(j, &r, 0, 1) == QVL_OK, "import");
+  list = parse_free(jobs_list_json(j, "", 0, 10, NULL));
+  first = list ? cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(list, "data"), 0), "id")) : NULL;
+  CHECK(first && !strcmp(first, r.id), "an id with quotes, backslash and newline is escaped");
+  cJSON_Delete(list);
+  jobs_db_row big = {"job-a", "", 2, 1, 1, "{}", INT64_MAX};
+  CHECK(jobs_import(j, &big, 0, 1) == QVL_OK, "import seq INT64_MAX (ignored)");
+  int64_t stored, pending;
+  jobs_counts(j, 0, &stored, &pending);
+  CHECK(stored == 1, "seq INT64_MAX is not imported");
+  jobs_free(j);
+}
+
+/* Trimming a file far over --max-jobs is linear (was: 200k rows took 120 s, quadratic). */
+static void test_db_trim(const char *dir) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/big.db", dir);
+  rm_db(path);
+  jobs_opts o = {10, 1e12, path, NULL};
+  jobs *j = NULL;
+  CHECK(jobs_open(&o, 0, &j) == QVL_OK, "new db");
+  jobs_free(j);
+  CHECK(sql_file(path, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000) "
+                       "INSERT INTO jobs SELECT printf('job-%024x', i), '', 2, 1700000000, 1700000001, '{}', i FROM n;"),
+        "200,000 rows");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  j = NULL;
+  CHECK(jobs_open(&o, 0, &j) == QVL_OK, "open: %s", qvl_last_error());
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  /* a generous bound that only a quadratic trim misses (seconds here; 120 s before) */
+  CHECK(s < 30, "200k rows trimmed to 10 in %.1f s", s);
+  printf("  200,000 rows trimmed to 10 at open in %.2f s\n", s);
+  int64_t stored, pending;
+  jobs_counts(j, 0, &stored, &pending);
+  CHECK(stored == 10, "10 kept: %lld", (long long)stored);
+  char *x = jobs_get_json(j, "job-000000000000000000030d40", 0);
+  CHECK(x != NULL, "the newest (seq 200000) is kept");
+  free(x);
+  x = jobs_get_json(j, "job-000000000000000000030d36", 0);
+  CHECK(x == NULL, "the 11th newest is gone");
+  free(x);
+  jobs_free(j);
+  CHECK(sql_count(path, "SELECT count(*) FROM jobs") == 10, "and gone from the file");
+  rm_db(path);
+}
+
 int main(void) {
   jobs *j = NULL;
   CHECK(jobs_init(0, 10, &j) != QVL_OK && j == NULL, "max_jobs 0 refused");
@@ -260,5 +470,11 @@ int main(void) {
   jobs_free(NULL);
   test_owners();
   test_db();
+  char dir[] = "/tmp/qvl-jobs24-XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "temp dir");
+  test_db_foreign(dir);
+  test_db_bad_rows(dir);
+  test_db_trim(dir);
+  rmdir(dir);
   return TEST_SUMMARY("server_jobs");
 }

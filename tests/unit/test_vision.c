@@ -260,7 +260,7 @@ static void run_case(const char *dir) {
     if (strcmp(kernels_isa(), "ref") != 0 && !(cJSON_IsString(mtype) && strcmp(mtype->valuestring, "F32") == 0))
       group = "llama_style";
     double floor = 0;
-    if (prec == KN_PREC_FAST && !strcmp(kernels_isa(), "avx512") && cJSON_IsString(mtype) &&
+    if (prec == KN_PREC_FAST && kernels_fast_bf16() && cJSON_IsString(mtype) &&
         !strcmp(mtype->valuestring, "F16"))
       floor = 2.5e-2;
     const cJSON *tols = cJSON_GetObjectItemCaseSensitive(cj, "tolerances");

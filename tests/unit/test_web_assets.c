@@ -1,5 +1,6 @@
-/* The embedded web UI table (tools/embed.c + src/server/web_assets.c) against the files in web/:
- * every file there must be served, byte for byte, at its path, with a sensible content type. */
+/* The embedded web UI table (tools/embed.c + src/server/web_assets.c) against the files in web/
+ * and the third-party scripts of tools/web_vendor.txt (from Debian's packages): every one must be
+ * served, byte for byte, at its path, with a sensible content type. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,23 @@
 #include "test.h"
 
 static int n_files_on_disk;
+
+/* Compares one file with the asset served at url. */
+static void check_file(const char *file, const char *url) {
+  n_files_on_disk++;
+  buf b = {0};
+  CHECK(buf_read_file(file, 16u << 20, &b) == QVL_OK, "read %s", file);
+  const web_asset *a = web_asset_find(url);
+  CHECK(a != NULL, "%s is not embedded at %s", file, url);
+  if (a) {
+    CHECK(strcmp(a->path, url) == 0, "path %s vs %s", a->path, url);
+    CHECK(a->len == b.len, "%s: embedded %zu bytes, file has %zu", url, a->len, b.len);
+    CHECK(a->len == b.len && memcmp(a->data, b.data, b.len) == 0, "%s: bytes differ", url);
+    CHECK(a->data[a->len] == 0, "%s: no trailing NUL", url);
+    CHECK(a->etag[0] == '"' && strlen(a->etag) == 18, "%s: etag %s", url, a->etag);
+  }
+  buf_free(&b);
+}
 
 /* Walks web/ (relative to the repo root, where tests run) and compares each file with its asset. */
 static void check_dir(const char *dir) {
@@ -30,22 +48,26 @@ static void check_dir(const char *dir) {
       check_dir(file);
       continue;
     }
-    n_files_on_disk++;
-    buf b = {0};
-    CHECK(buf_read_file(file, 16u << 20, &b) == QVL_OK, "read %s", file);
-    const char *url = file + strlen("web");
-    const web_asset *a = web_asset_find(url);
-    CHECK(a != NULL, "%s is not embedded at %s", file, url);
-    if (a) {
-      CHECK(strcmp(a->path, url) == 0, "path %s vs %s", a->path, url);
-      CHECK(a->len == b.len, "%s: embedded %zu bytes, file has %zu", url, a->len, b.len);
-      CHECK(a->len == b.len && memcmp(a->data, b.data, b.len) == 0, "%s: bytes differ", url);
-      CHECK(a->data[a->len] == 0, "%s: no trailing NUL", url);
-      CHECK(a->etag[0] == '"' && strlen(a->etag) == 18, "%s: etag %s", url, a->etag);
-    }
-    buf_free(&b);
+    check_file(file, file + strlen("web"));
   }
   closedir(d);
+}
+
+/* The lines "URL FILE PACKAGE" of tools/web_vendor.txt. */
+static void check_vendor(void) {
+  FILE *f = fopen("tools/web_vendor.txt", "r");
+  CHECK(f != NULL, "cannot open tools/web_vendor.txt (run from the repository root)");
+  if (!f)
+    return;
+  char line[1024], url[256], file[512], pkg[128];
+  int n = 0;
+  while (fgets(line, sizeof line, f))
+    if (line[0] != '#' && sscanf(line, "%255s %511s %127s", url, file, pkg) == 3) {
+      check_file(file, url);
+      n++;
+    }
+  fclose(f);
+  CHECK(n >= 2, "%d scripts in tools/web_vendor.txt", n);
 }
 
 static const char *type_of(const char *path) {
@@ -55,7 +77,8 @@ static const char *type_of(const char *path) {
 
 int main(void) {
   check_dir("web");
-  CHECK((size_t)n_files_on_disk == web_assets_count, "%d files in web/, %zu embedded", n_files_on_disk,
+  check_vendor();
+  CHECK((size_t)n_files_on_disk == web_assets_count, "%d files in web/ and tools/web_vendor.txt, %zu embedded", n_files_on_disk,
         web_assets_count);
   for (size_t i = 1; i < web_assets_count; i++)
     CHECK(strcmp(web_assets[i - 1].path, web_assets[i].path) < 0, "table not sorted at %zu", i);

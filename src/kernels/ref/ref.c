@@ -181,6 +181,16 @@ static void ref_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int t
 
 const kn_ops kn_ops_ref = {
     .name = "ref",
+    .choice = {
+        [KN_OP_MM_FLOAT] = {"ref", "scalar: weights dequantized exactly, double accumulation (the oracle)"},
+        [KN_OP_MM_FAST] = {"ref", "scalar: no fast path, as exact"},
+        [KN_OP_MM_Q8_0] = {"ref", "scalar, exact dequantization"},
+        [KN_OP_MM_Q4_0] = {"ref", "scalar, exact dequantization"},
+        [KN_OP_MM_KQUANT] = {"ref", "scalar, exact dequantization"},
+        [KN_OP_ATTN] = {"ref", "scalar online softmax"},
+        [KN_OP_ATTN_FAST] = {"ref", "scalar: no fast path, as exact"},
+        [KN_OP_ROWS] = {"ref", "scalar, double where it matters"},
+    },
     .weight_pack = ref_weight_pack,
     .mm_select = ref_mm_select,
     .weight_row = ref_weight_row,

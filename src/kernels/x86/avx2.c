@@ -16,10 +16,8 @@
 #include <string.h>
 
 #include "kernels/kernels_impl.h"
-
-#define INLINE static inline __attribute__((always_inline))
-/* Fixed-count loops are unrolled so that indices become constants and arrays stay in registers. */
-#define UNROLL _Pragma("GCC unroll 16")
+#include "kernels/x86/simd_common.h"
+#include "tensor/dtype.h"
 
 INLINE __m256i bcast4(const int8_t *p) {
   int32_t v;
@@ -231,11 +229,13 @@ INLINE void panel_store(const kn_mm *m, int64_t p, int64_t t, int TT, __m256 acc
 #define Q6K_BODY(TT) \
   panel_q6_K(PANEL_PTR(w, (size_t)(w->n_in / 256) * X16_Q6_K_SB), XQ(t), m->xq_stride, w->n_in, TT, acc)
 
-DEFINE_RUN(run_f_4, 4, FLOAT_BODY(4))
-DEFINE_RUN(run_f_2, 2, FLOAT_BODY(2))
+DEFINE_RUN(run_f_6, 6, FLOAT_BODY(6))
+DEFINE_RUN(run_f_3, 3, FLOAT_BODY(3))
 DEFINE_RUN(run_f_1, 1, FLOAT_BODY(1))
+DEFINE_RUN(run_q8_4, 4, Q80_BODY(4, false))
 DEFINE_RUN(run_q8_2, 2, Q80_BODY(2, false))
 DEFINE_RUN(run_q8_1, 1, Q80_BODY(1, false))
+DEFINE_RUN(run_q4_4, 4, Q80_BODY(4, true))
 DEFINE_RUN(run_q4_2, 2, Q80_BODY(2, true))
 DEFINE_RUN(run_q4_1, 1, Q80_BODY(1, true))
 DEFINE_RUN(run_q4k_1, 1, Q4K_BODY(1))
@@ -260,17 +260,19 @@ static void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int
     static const panel_fn run[] = {__VA_ARGS__};                                              \
     tile_generic(m, r0, r1, t0, t1, run, MAX);                                                \
   }
-DEFINE_TILE(tile_float, 4, run_f_4, run_f_2, run_f_1)
-DEFINE_TILE(tile_q8_0, 2, run_q8_2, run_q8_1)
-DEFINE_TILE(tile_q4_0, 2, run_q4_2, run_q4_1)
+/* 16 rows x 6 tokens: 12 accumulators + 2 weight vectors + 1 broadcast of the 16 ymm registers
+ * (4 tokens left the FMA units half idle behind the loads and conversions). */
+DEFINE_TILE(tile_float, 6, run_f_6, run_f_3, run_f_1)
+DEFINE_TILE(tile_q8_0, 4, run_q8_4, run_q8_2, run_q8_1)
+DEFINE_TILE(tile_q4_0, 4, run_q4_4, run_q4_2, run_q4_1)
 DEFINE_TILE(tile_q4_K, 1, run_q4k_1)
 DEFINE_TILE(tile_q6_K, 1, run_q6k_1)
 
-static const kn_mm_kernel mm_float = {NULL, NULL, tile_float, PR};
-static const kn_mm_kernel mm_q8_0 = {kn_act32_bytes, kn_act32_quantize_c, tile_q8_0, PR};
-static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, kn_act32_quantize_c, tile_q4_0, PR};
-static const kn_mm_kernel mm_q4_K = {kn_act256_bytes, kn_act256_quantize_c, tile_q4_K, PR};
-static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, kn_act256_quantize_c, tile_q6_K, PR};
+static const kn_mm_kernel mm_float = {NULL, NULL, tile_float, PR, NULL};
+static const kn_mm_kernel mm_q8_0 = {kn_act32_bytes, kn_act32_quantize_c, tile_q8_0, PR, NULL};
+static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, kn_act32_quantize_c, tile_q4_0, PR, NULL};
+static const kn_mm_kernel mm_q4_K = {kn_act256_bytes, kn_act256_quantize_c, tile_q4_K, PR, NULL};
+static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, kn_act256_quantize_c, tile_q6_K, PR, NULL};
 
 static const kn_mm_kernel *avx2_mm_select(const kn_weight *w, int64_t n_tokens) {
   (void)n_tokens;
@@ -292,22 +294,13 @@ static const kn_mm_kernel *avx2_mm_select(const kn_weight *w, int64_t n_tokens) 
  * Element-wise
  */
 
-/* exp(x), about 1 ulp (Cephes expf polynomial); 2^n built in the exponent field, so x is clamped
+/* exp(x), about 1 ulp (KN_EXP_CORE); 2^n built in the exponent field, so x is clamped
  * to the range where that is a normal float (results below 1.2e-38 come out as 1.2e-38, far
  * below anything the callers can see). */
+#define ROUND256(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 INLINE __m256 exp256(__m256 x) {
   x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f)), _mm256_set1_ps(-87.3365478515625f));
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  KN_EXP_CORE(__m256, _mm256, ROUND256, x, n, p);
   __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   /* n can be 128 at the top of the range: split 2^n = 2^(n-1) * 2 */
   return _mm256_mul_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_sub_epi32(e, _mm256_set1_epi32(1 << 23)))),
@@ -406,7 +399,144 @@ INLINE void attention8(const kn_attn *a, int h, int64_t q0, int64_t q1, int thre
   }
 }
 
+/* head_dim 64, f32 K/V (the vision tower): the task's keys are first transposed into blocks of 8
+ * (kt[block][d][8], in per-thread scratch, 1/256 of the task's arithmetic), so the 8 scores of a
+ * block are 8-lane FMAs with q[d] broadcast (8 chains over d), the softmax of the block is one
+ * exp256 (plus one when the maximum grows), and p v is 8 FMAs per key: no horizontal sum or
+ * scalar exp per key (the per-key loop below ran at ~5% of the FP32 FMA peak). */
+#define ATT2_HD 64
+#define ATT2_BLK_BYTES (sizeof(float) * 2 * 8 * ATT2_HD) /* kt[64][8], then v[8][64] */
+
+/* Keys j0 .. j0 + 7 of KV head kvh (those below n: the rest zero): kt[d][8] and v[8][64], fp32
+ * (f16 K/V widened exactly, so both paths do the same arithmetic on the same values). */
+INLINE float kv_val(const kn_attn *a, bool v, int64_t e) {
+  if (a->k16)
+    return fp16_to_f32((v ? a->v16 : a->k16)[e]);
+  return (v ? a->v : a->k)[e];
+}
+static void t8_block(const kn_attn *a, int kvh, int64_t j0, int64_t n, float *out) {
+  enum { HD = ATT2_HD };
+  float *kt = out, *vo = out + 8 * HD;
+  for (int jj = 0; jj < 8; jj++) {
+    int64_t j = j0 + jj, e = j * a->kv_stride + (int64_t)kvh * HD;
+    for (int d = 0; d < HD; d++) {
+      kt[d * 8 + jj] = j < n ? kv_val(a, false, e + d) : 0.0f;
+      vo[jj * HD + d] = j < n ? kv_val(a, true, e + d) : 0.0f;
+    }
+  }
+}
+
+/* The dispatcher's one conversion per call (kn_ops.attention_prep): the strided K/V rows of a
+ * 3000-patch tower are 3000 pages per head, and converting them per task of 64 queries took a
+ * quarter of the time in TLB and cache misses. */
+static size_t avx2_attention_prep_bytes(const kn_attn *a, int64_t *keys_per_block) {
+  if (a->head_dim != ATT2_HD)
+    return 0;
+  *keys_per_block = 8;
+  return ATT2_BLK_BYTES;
+}
+static void avx2_attention_prep(const kn_attn *a, int kvh, int64_t b, void *out) {
+  t8_block(a, kvh, b * 8, a->n_kv, out);
+}
+
+static bool attention_t8(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+  enum { HD = ATT2_HD, NV = HD / 8 };
+  int kvh = h / (a->n_head / a->n_kv_head);
+  const char *blocks;
+  if (a->kv_prep) {
+    blocks = (const char *)a->kv_prep + (size_t)kvh * (size_t)a->kv_prep_blocks * a->kv_prep_block_bytes;
+  } else {
+    int64_t kmax = 0;
+    for (int64_t i = q0; i < q1; i++)
+      if (kn_attn_keys(a, i) > kmax)
+        kmax = kn_attn_keys(a, i);
+    int64_t nblk = (kmax + 7) / 8;
+    char *buf = kn_scratch(thread, ATT2_BLK_BYTES * (size_t)nblk + 64);
+    if (!buf)
+      return false;
+    for (int64_t b = 0; b < nblk; b++)
+      t8_block(a, kvh, b * 8, kmax, (float *)(buf + (size_t)b * ATT2_BLK_BYTES));
+    blocks = buf;
+  }
+  const __m256 ninf = _mm256_set1_ps(-INFINITY);
+  for (int64_t i = q0; i < q1; i++) {
+    int64_t n_keys = kn_attn_keys(a, i);
+    const float *q = a->q + i * a->q_stride + (int64_t)h * HD;
+    float qs[HD];
+    for (int d = 0; d < HD; d++)
+      qs[d] = q[d] * a->scale;
+    /* The output row lives in memory between blocks: the 8 score chains and the 8 output vectors
+     * do not fit the 16 ymm registers together, and 8 loads + 8 stores per 128 FMAs are cheap. */
+    float accm[HD];
+    __m256 lv = _mm256_setzero_ps();
+    memset(accm, 0, sizeof accm);
+    float m = -INFINITY;
+    for (int64_t j0 = 0; j0 < n_keys; j0 += 8) {
+      const float *kt_b = (const float *)(blocks + (size_t)(j0 / 8) * ATT2_BLK_BYTES), *vt_b = kt_b + 8 * HD;
+      __m256 s8[8];
+      UNROLL
+      for (int c = 0; c < 8; c++)
+        s8[c] = _mm256_mul_ps(_mm256_broadcast_ss(qs + c), _mm256_loadu_ps(kt_b + 8 * c));
+      for (int d0 = 8; d0 < HD; d0 += 8) /* 8 chains: the FMA latency is covered */
+        UNROLL
+        for (int c = 0; c < 8; c++)
+          s8[c] = _mm256_fmadd_ps(_mm256_broadcast_ss(qs + d0 + c), _mm256_loadu_ps(kt_b + 8 * (d0 + c)), s8[c]);
+      __m256 sv = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s8[0], s8[1]), _mm256_add_ps(s8[2], s8[3])),
+                                _mm256_add_ps(_mm256_add_ps(s8[4], s8[5]), _mm256_add_ps(s8[6], s8[7])));
+      int nb = (int)(n_keys - j0 < 8 ? n_keys - j0 : 8);
+      if (nb < 8) {
+        const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        sv = _mm256_blendv_ps(ninf, sv, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nb), lane)));
+      }
+      __m256 mx = _mm256_max_ps(sv, _mm256_permute2f128_ps(sv, sv, 1));
+      mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, 0x4E));
+      mx = _mm256_max_ps(mx, _mm256_shuffle_ps(mx, mx, 0xB1));
+      float bm = _mm256_cvtss_f32(mx);
+      __m256 acc[NV];
+      UNROLL
+      for (int k = 0; k < NV; k++)
+        acc[k] = _mm256_loadu_ps(accm + 8 * k);
+      if (bm > m) {
+        __m256 c = exp256(_mm256_set1_ps(m - bm)); /* 0 for the first block (m = -inf) */
+        lv = _mm256_mul_ps(lv, c);
+        UNROLL
+        for (int k = 0; k < NV; k++)
+          acc[k] = _mm256_mul_ps(acc[k], c);
+        m = bm;
+      }
+      __m256 p = exp256(_mm256_sub_ps(sv, _mm256_set1_ps(m)));
+      if (nb < 8) /* exp256 clamps its argument: -inf keys must give exactly 0 */
+        p = _mm256_and_ps(p, _mm256_cmp_ps(sv, ninf, _CMP_NEQ_OQ));
+      lv = _mm256_add_ps(lv, p);
+      float ps[8];
+      _mm256_storeu_ps(ps, p);
+      for (int jj = 0; jj < nb; jj++) {
+        const float *v = vt_b + jj * HD;
+        __m256 pj = _mm256_broadcast_ss(ps + jj);
+        UNROLL
+        for (int k = 0; k < NV; k++)
+          acc[k] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * k), acc[k]);
+      }
+      UNROLL
+      for (int k = 0; k < NV; k++)
+        _mm256_storeu_ps(accm + 8 * k, acc[k]);
+    }
+    __m128 l4 = _mm_add_ps(_mm256_castps256_ps128(lv), _mm256_extractf128_ps(lv, 1));
+    l4 = _mm_add_ps(l4, _mm_movehl_ps(l4, l4));
+    l4 = _mm_add_ss(l4, _mm_movehdup_ps(l4));
+    float l = _mm_cvtss_f32(l4);
+    __m256 il = _mm256_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
+    float *o = a->out + i * a->out_stride + (int64_t)h * HD;
+    UNROLL
+    for (int k = 0; k < NV; k++)
+      _mm256_storeu_ps(o + 8 * k, _mm256_mul_ps(_mm256_loadu_ps(accm + 8 * k), il));
+  }
+  return true;
+}
+
 static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+  if (a->head_dim == ATT2_HD && attention_t8(a, h, q0, q1, thread))
+    return;
   if (a->head_dim % 8 != 0)
     kn_ops_ref.attention(a, h, q0, q1, thread);
   else if (a->k16)
@@ -424,7 +554,33 @@ static void avx2_to_f16(const float *x, uint16_t *y, int64_t n) {
     kn_ops_ref.to_f16(x + i, y + i, n - i);
 }
 
+PEAK_PROBE_N(peak_f32, __m256, 12, _mm256_set1_ps(1e-3f * (float)i),
+             _mm256_fmadd_ps(v[i], _mm256_set1_ps(0.999f), _mm256_set1_ps(1e-7f)), _mm256_add_ps(s, v[i]))
+/* the int8 chains: v = v + madd(maddubs(w, x_i), 1) with x_i = v's low bytes, so each step depends
+ * on the previous one and nothing can be hoisted */
+PEAK_PROBE_N(peak_int8, __m256i, 8, _mm256_set1_epi32(i),
+             _mm256_add_epi32(v[i], dot4(_mm256_set1_epi8(3), v[i])), _mm256_add_epi32(s, v[i]))
+
+/* fp32: 8 lanes x 1 FMA; int8: vpmaddubsw + vpmaddwd + vpaddd = 32 multiply-adds per 3 instructions
+ * (what the Q8_0/Q4_0 kernels issue per 4-quant group) */
+static double avx2_peak_loop(kn_peak_kind kind, int64_t iters) {
+  if (kind == KN_PEAK_F32_FMA)
+    return peak_f32(iters) * 12 * 8 * 2;
+  if (kind == KN_PEAK_INT8_DOT)
+    return peak_int8(iters) * 8 * 32 * 2;
+  return 0;
+}
+
 void kn_avx2_override(kn_ops *ops) {
+  ops->peak_loop = avx2_peak_loop;
+  ops->choice[KN_OP_MM_FLOAT] = (kn_choice){"avx2 fma 16x6", "FP32 FMA, F16 widened by F16C in the panel loads"};
+  ops->choice[KN_OP_MM_FAST] = (kn_choice){"avx2 fma 16x6", "no bf16 dot product: the exact FP32 FMA kernel"};
+  ops->choice[KN_OP_MM_Q8_0] = (kn_choice){"avx2 maddubs", "int8 blocks, vpmaddubsw + vpmaddwd"};
+  ops->choice[KN_OP_MM_Q4_0] = (kn_choice){"avx2 maddubs", "int8 blocks, vpmaddubsw + vpmaddwd"};
+  ops->choice[KN_OP_MM_KQUANT] = (kn_choice){"avx2 maddubs", "int8 super-blocks, vpmaddubsw + vpmaddwd"};
+  ops->choice[KN_OP_ATTN] = (kn_choice){"avx2 8-key blocks", "head_dim 64 f32 K/V: transposed 8-key blocks; else per key"};
+  ops->choice[KN_OP_ATTN_FAST] = (kn_choice){"avx2 8-key blocks", "no bf16 dot product: as exact"};
+  ops->choice[KN_OP_ROWS] = (kn_choice){"avx2", "8 lanes (norms: scalar double)"};
   ops->to_f16 = avx2_to_f16;
   ops->weight_pack = kn_pack_x16;
   ops->mm_select = avx2_mm_select;
@@ -432,6 +588,8 @@ void kn_avx2_override(kn_ops *ops) {
   ops->silu_mul = avx2_silu_mul;
   ops->add = avx2_add;
   ops->attention = avx2_attention;
+  ops->attention_prep_bytes = avx2_attention_prep_bytes;
+  ops->attention_prep = avx2_attention_prep;
 }
 
 #else

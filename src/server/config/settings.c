@@ -66,6 +66,8 @@ static const setting settings[] = {
     S_INT("default_max_pixels", default_max_pixels, 1024, IMAGE_HF_MAX_PIXELS,
           "resize target when a request gives no max_pixels (at most --max-pixels)"),
     S_INT("max_tokens", max_tokens, 1, 1 << 24, "generated tokens: cap and default"),
+    S_INT("reasoning_budget", reasoning_budget, -1, 1 << 24,
+          "a reasoning model's thinking tokens when a request does not say (-1: unbounded, 0: no thinking)"),
     S_INT("max_prompt_tokens", max_prompt_tokens, 0, 1 << 24, "prompt tokens per request, images included (0: ctx only)"),
     S_LIST("api_key", api_keys, "accepted API key (repeatable); none: no authentication"),
     S_STR("api_key_file", api_key_file, NULL, "file with one API key per line"),
@@ -73,6 +75,7 @@ static const setting settings[] = {
     S_INT("image_fetch_timeout_s", image_fetch_timeout_s, 1, 3600, "time limit of one image download"),
     S_LIST("cors_origin", cors_origin, "origin a browser page may call from, e.g. https://app.example.com or * (repeatable)"),
     S_BOOL("stream_usage", stream_usage, "usage on the last chunk of every chat stream, even without include_usage"),
+    S_BOOL("boxes", boxes, "grounding boxes/points of every answer in image pixels (message.boxes) unless a request says \"boxes\": false"),
     S_INT("job_ttl_s", job_ttl_s, 1, 86400 * 30, "how long finished jobs are kept"),
     S_INT("max_jobs", max_jobs, 1, 1000000, "stored jobs, finished or not"),
     /* operations (issue 13) */
@@ -96,6 +99,11 @@ static const setting settings[] = {
     S_INT("max_connections_per_client", max_connections_per_client, 0, 4096,
           "connections from one client address (429 above; 0: no cap, e.g. behind a proxy)"),
     S_INT("drain_timeout_s", drain_timeout_s, 0, 86400, "SIGTERM: time for accepted requests to finish before they are cancelled"),
+    S_INT("write_timeout_s", write_timeout_s, 0, 86400,
+          "a stream whose client reads nothing this long is cancelled and its batch slot freed (0: never)"),
+    S_BOOL("content_special_tokens", content_special_tokens,
+           "parse special-token text typed in user/tool content (<|im_start|>...) as control tokens, as transformers does "
+           "(default: plain text, so content cannot forge a turn)"),
 };
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
 
@@ -124,6 +132,7 @@ void server_config_init(server_config *c) {
   c->max_pixels = 4 << 20;
   c->default_max_pixels = IMAGE_CPU_DEFAULT_MAX_PIXELS;
   c->max_tokens = 2048;
+  c->reasoning_budget = -1;
   c->image_fetch_timeout_s = 10;
   c->job_ttl_s = 3600;
   c->max_jobs = 1024;
@@ -138,6 +147,7 @@ void server_config_init(server_config *c) {
   c->body_timeout_s = 60;
   c->max_connections_per_client = 32;
   c->drain_timeout_s = 30;
+  c->write_timeout_s = 30;
 }
 
 static void list_clear(char ***items, int *n) {

@@ -51,6 +51,7 @@ typedef struct server_config {
   int64_t default_max_pixels; /* resize target when a request does not say (<= max_pixels) */
   int64_t max_tokens;      /* cap on generated tokens; also the default when a request gives none */
   int64_t max_prompt_tokens; /* cap on prompt tokens, images included; 0 = only ctx limits it */
+  int64_t reasoning_budget;  /* a reasoning model's default budget (-1 unbounded, 0 no thinking) */
   /* access */
   char **api_keys;         /* [n_api_keys]; none = no authentication */
   int n_api_keys;
@@ -61,6 +62,7 @@ typedef struct server_config {
   char **cors_origin;      /* [n_cors_origin] origins browsers may call from ("*": any); none: no CORS */
   int n_cors_origin;
   bool stream_usage;       /* usage on the last chunk of every chat stream, asked for or not (default true) */
+  bool boxes;              /* "boxes" of requests that do not say (boxes.h; default false) */
   /* jobs */
   int64_t job_ttl_s, max_jobs;
   /* operations (issue 13): context policy, CPU placement, logging */
@@ -82,6 +84,9 @@ typedef struct server_config {
   int64_t header_timeout_s, body_timeout_s; /* deadlines for a request's headers and body */
   int64_t max_connections_per_client;       /* per client address (0 = no cap) */
   int64_t drain_timeout_s;    /* SIGTERM: how long accepted requests may take before they are cancelled */
+  int64_t write_timeout_s;    /* a stream whose client reads nothing this long is cancelled (0: never) */
+  bool content_special_tokens; /* parse "<|im_start|>" etc. typed in user/tool content as control
+                                * tokens (HF's behaviour); default false: plain text */
   /* the config file that was read (NULL = none) */
   char *config;
 } server_config;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/finish.h"
+
 typedef struct cmpl_state {
   char id[48];
   char model[128];
@@ -121,15 +123,13 @@ bool completions_translate(const char *body, size_t len, const compat_ctx *ctx, 
                   "'logprobs' is not supported on /v1/completions yet");
     goto done;
   }
-  const cJSON *echo = cJSON_GetObjectItemCaseSensitive(root, "echo");
-  if (echo && !cJSON_IsNull(echo) && !cJSON_IsBool(echo)) {
-    bad(e, "echo", "must be a boolean");
+  bool echo = false;
+  if (!api_get_bool(root, "echo", NULL, &echo, e))
     goto done;
-  }
   if (!take_prompt(cJSON_GetObjectItemCaseSensitive(root, "prompt"), out, e))
     goto done;
   out->raw = true;
-  if (cJSON_IsTrue(echo)) {
+  if (echo) {
     if (!out->raw_text) {
       api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "echo",
                     "'echo' works with a text prompt only (not token ids)");
@@ -144,7 +144,8 @@ bool completions_translate(const char *body, size_t len, const compat_ctx *ctx, 
   if (!cJSON_GetObjectItemCaseSensitive(chat, "max_tokens"))
     cJSON_AddNumberToObject(chat, "max_tokens", COMPLETIONS_DEFAULT_MAX_TOKENS);
   const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
-  st->include_usage = cJSON_IsObject(so) && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(so, "include_usage"));
+  if (cJSON_IsObject(so) && !api_get_bool(so, "include_usage", "stream_options.include_usage", &st->include_usage, e))
+    goto done;
   /* The chat parser wants messages: a placeholder, never rendered (the engine takes the raw prompt). */
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "role", "user");
@@ -201,7 +202,7 @@ static char *result_json(void *state, const api_result *r) {
   if (st->echo)
     buf_append(&b, st->echo, st->echo_len);
   buf_append(&b, r->text.data ? r->text.data : "", r->text.len);
-  const char *fr = api_finish_reason(r->finish_reason);
+  const char *fr = finish_openai(r->finish_reason);
   add_choice(o, api_text_json(b.data, b.len), fr ? fr : "stop");
   buf_free(&b);
   add_usage(o, r);
@@ -249,7 +250,7 @@ static void stream_end(void *state, buf *out, const api_result *r) {
   if (st->echo)
     stream_text(state, out, "", 0);
   cJSON *o = base(st);
-  const char *fr = api_finish_reason(r->finish_reason);
+  const char *fr = finish_openai(r->finish_reason);
   add_choice(o, cJSON_CreateString(""), fr ? fr : "stop");
   if (!st->include_usage && st->stream_usage)
     add_usage(o, r);

@@ -34,7 +34,16 @@ cJSON *compat_parse_body(const char *body, size_t len, api_error *e) {
     return NULL;
   }
   const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+  bool nomem = false;
+  char *nul_free = api_json_nul_escapes(body, len, &nomem); /* see chat_wire.h: no silent cuts */
+  if (nomem) {
+    api_error_status(e, QVL_ERR_NOMEM, NULL, NULL, "out of memory");
+    return NULL;
+  }
+  cJSON *root = cJSON_ParseWithLengthOpts(nul_free ? nul_free : body, len, &end, false);
+  if (nul_free && end)
+    end = body + (end - nul_free);
+  free(nul_free);
   if (!root) {
     size_t at = end && end >= body ? (size_t)(end - body) : 0;
     api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_json", NULL,

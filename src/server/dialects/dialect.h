@@ -41,6 +41,7 @@ typedef struct compat_ctx {
   resp_store *responses;  /* stored responses for previous_response_id (NULL: none) */
   bool stream_usage;      /* --stream-usage */
   const sampler_params *sampling; /* the model's default sampling (NULL: Qwen3-VL's), for echoes */
+  bool reasoning_model;   /* the model reasons (its chat template opens a think block) */
 } compat_ctx;
 
 /* How a result is written in an endpoint's shape. The state is the translator's. */
@@ -50,9 +51,14 @@ typedef struct compat_format {
   char *(*result_json)(void *state, const api_result *r);
   /* An error body in this API's shape (malloc'd JSON); e->http is the status. */
   char *(*error_json)(void *state, const api_error *e);
+  /* The HTTP status this API answers for an error of ours (NULL: e->http as it is). */
+  int (*error_http)(int http);
   /* Streaming: appends what one piece of generated text becomes (the first call may also write
    * the stream's opening events). */
   void (*stream_text)(void *state, buf *out, const char *text, size_t len);
+  /* Streaming: a piece of a reasoning model's reasoning (all of it comes before the first text);
+   * NULL: the API has no place for reasoning and it is not streamed. */
+  void (*stream_reasoning)(void *state, buf *out, const char *text, size_t len);
   /* Streaming: appends the end of the stream: the finish and usage, or the error of a request that
    * failed after it started (r->status != QVL_OK). */
   void (*stream_end)(void *state, buf *out, const api_result *r);
@@ -68,6 +74,7 @@ typedef struct compat_request {
   int32_t *raw_ids;       /* [n_raw_ids] malloc'd */
   int64_t n_raw_ids;
   bool raw;               /* the prompt is raw_text / raw_ids; the chat body carries only settings */
+  bool count_only;        /* count the prompt's tokens, generate nothing (engine_request.count_only) */
   char *reply_body;       /* set: answer this JSON with reply_status instead of generating (malloc'd) */
   int reply_status;
   char id[48];            /* the answer's id (resp_..., cmpl-...), also the request's id in the log */

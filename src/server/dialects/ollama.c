@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/finish.h"
 #include "server/openai/json_raw.h"
 
 typedef struct ollama_state {
@@ -15,6 +16,7 @@ typedef struct ollama_state {
   bool hold_tools;  /* tools may be called: text that may begin a call is held (compat_hold) */
   compat_hold hold;
   buf sent;         /* the text streamed so far */
+  bool logprobs;    /* "logprobs": true: the answer carries them (on the last line of a stream) */
 } ollama_state;
 
 static void state_free(void *p) {
@@ -173,6 +175,25 @@ static bool translate_options(const cJSON *root, cJSON *chat, api_error *e) {
 }
 
 /* What /api/chat and /api/generate share: model, stream, options, format, keep_alive, think. */
+/* "logprobs": true and "top_logprobs": 0..20 (alternatives per token; only with logprobs, as Ollama
+ * has it) -> the chat's logprobs / top_logprobs. */
+static bool translate_logprobs(const cJSON *root, cJSON *chat, ollama_state *st, api_error *e) {
+  const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs"),
+              *top = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
+  if (lp && !cJSON_IsNull(lp) && !cJSON_IsBool(lp))
+    return bad(e, "logprobs", "'logprobs' must be a boolean");
+  if (top && !cJSON_IsNull(top) &&
+      (!cJSON_IsNumber(top) || top->valuedouble != floor(top->valuedouble) || top->valuedouble < 0 || top->valuedouble > 20))
+    return bad(e, "top_logprobs", "'top_logprobs' must be an integer from 0 to 20");
+  if (!cJSON_IsTrue(lp))
+    return true;
+  st->logprobs = true;
+  cJSON_AddBoolToObject(chat, "logprobs", true);
+  if (cJSON_IsNumber(top) && top->valuedouble > 0)
+    cJSON_AddNumberToObject(chat, "top_logprobs", top->valuedouble);
+  return true;
+}
+
 static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *chat, ollama_state *st, api_error *e) {
   const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
   if (cJSON_IsString(model)) {
@@ -189,15 +210,29 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   } else {
     snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");
   }
-  const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
-  if (stream && !cJSON_IsNull(stream) && !cJSON_IsBool(stream))
-    return bad(e, "stream", "'stream' must be a boolean");
-  cJSON_AddBoolToObject(chat, "stream", !cJSON_IsFalse(stream)); /* Ollama streams unless told not to */
+  bool stream = true; /* Ollama streams unless told not to */
+  if (!api_get_bool(root, "stream", NULL, &stream, e))
+    return false;
+  cJSON_AddBoolToObject(chat, "stream", stream);
+  /* think: false -> no reasoning (budget 0), true -> the default, "low" / "medium" / "high" -> the
+   * chat's reasoning_effort (so it is not a plain boolean field; its type is checked first, alike
+   * for every model). A model that does not reason refuses anything but false. */
   const cJSON *think = cJSON_GetObjectItemCaseSensitive(root, "think");
-  if (think && !cJSON_IsNull(think) && !cJSON_IsFalse(think)) {
+  bool think_level = cJSON_IsString(think) && (!strcmp(think->valuestring, "low") ||
+                                               !strcmp(think->valuestring, "medium") ||
+                                               !strcmp(think->valuestring, "high"));
+  if (think && !cJSON_IsNull(think) && !cJSON_IsBool(think) && !think_level)
+    return bad(e, "think", "'think' must be a boolean or one of \"low\", \"medium\", \"high\"");
+  if (think && !cJSON_IsNull(think) && !cJSON_IsFalse(think) && !ctx->reasoning_model) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "think",
                   "'think' is not supported: the model does not think aloud");
     return false;
+  }
+  if (ctx->reasoning_model && think && !cJSON_IsNull(think)) {
+    if (cJSON_IsFalse(think))
+      cJSON_AddNumberToObject(chat, "max_reasoning_tokens", 0);
+    else if (think_level)
+      cJSON_AddStringToObject(chat, "reasoning_effort", think->valuestring);
   }
   const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
   if (cJSON_IsString(format) && !strcmp(format->valuestring, "json")) {
@@ -211,7 +246,7 @@ static bool translate_common(const cJSON *root, const compat_ctx *ctx, cJSON *ch
   } else if (format && !cJSON_IsNull(format) && !(cJSON_IsString(format) && !format->valuestring[0])) {
     return bad(e, "format", "'format' must be \"json\" or a JSON schema object");
   }
-  return translate_options(root, chat, e); /* keep_alive: accepted, the model stays loaded */
+  return translate_logprobs(root, chat, st, e) && translate_options(root, chat, e); /* keep_alive: accepted */
 }
 
 /* An assistant message's Ollama tool_calls [{function: {name, arguments: {...}}}] -> the chat's
@@ -324,6 +359,9 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
                      cJSON_GetObjectItemCaseSensitive(m, "images"), param, e))
       goto done;
     cJSON *added = cJSON_GetArrayItem(out_msgs, i);
+    const cJSON *thinking = cJSON_GetObjectItemCaseSensitive(m, "thinking");
+    if (cJSON_IsString(thinking) && !strcmp(role->valuestring, "assistant")) /* an earlier answer's reasoning */
+      cJSON_AddStringToObject(added, "reasoning_content", thinking->valuestring);
     if (has_calls && !translate_tool_calls(tc, i, added, param, e))
       goto done;
     if (!strcmp(role->valuestring, "tool") && cJSON_IsString(tcid))
@@ -357,8 +395,10 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
     goto done;
   const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt"),
               *system = cJSON_GetObjectItemCaseSensitive(root, "system"),
-              *images = cJSON_GetObjectItemCaseSensitive(root, "images"),
-              *raw = cJSON_GetObjectItemCaseSensitive(root, "raw");
+              *images = cJSON_GetObjectItemCaseSensitive(root, "images");
+  bool raw = false;
+  if (!api_get_bool(root, "raw", NULL, &raw, e))
+    goto done;
   if ((prompt && !cJSON_IsNull(prompt) && !cJSON_IsString(prompt)) ||
       (system && !cJSON_IsNull(system) && !cJSON_IsString(system))) {
     bad(e, "prompt", "'prompt' and 'system' must be strings");
@@ -382,7 +422,7 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
     ok = out->reply_body != NULL;
     goto done;
   }
-  if (cJSON_IsTrue(raw)) {
+  if (raw) {
     if (has_images) {
       api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "raw",
                     "raw prompts cannot carry images (the template places them)");
@@ -409,7 +449,17 @@ done:
 
 /* ---- answers --------------------------------------------------------------------------------- */
 
+/* An answer line; thinking (may be NULL) is the reasoning, on message.thinking (chat) or thinking
+ * (generate) as Ollama puts it. */
+static cJSON *answer_with(const ollama_state *st, const char *text, size_t len, const char *thinking, size_t n_thinking,
+                          bool done);
+
 static cJSON *answer(const ollama_state *st, const char *text, size_t len, bool done) {
+  return answer_with(st, text, len, NULL, 0, done);
+}
+
+static cJSON *answer_with(const ollama_state *st, const char *text, size_t len, const char *thinking, size_t n_thinking,
+                          bool done) {
   char ts[48];
   now_rfc3339(ts, sizeof ts);
   cJSON *o = cJSON_CreateObject();
@@ -417,10 +467,14 @@ static cJSON *answer(const ollama_state *st, const char *text, size_t len, bool 
   cJSON_AddStringToObject(o, "created_at", ts);
   if (st->generate) {
     cJSON_AddItemToObject(o, "response", api_text_json(text, len));
+    if (thinking)
+      cJSON_AddItemToObject(o, "thinking", api_text_json(thinking, n_thinking));
   } else {
     cJSON *m = cJSON_AddObjectToObject(o, "message");
     cJSON_AddStringToObject(m, "role", "assistant");
     cJSON_AddItemToObject(m, "content", api_text_json(text, len));
+    if (thinking)
+      cJSON_AddItemToObject(m, "thinking", api_text_json(thinking, n_thinking));
   }
   cJSON_AddBoolToObject(o, "done", done);
   return o;
@@ -452,7 +506,10 @@ static void add_tool_calls(cJSON *o, const cJSON *calls) {
 
 /* The counts and durations (nanoseconds) of the last object. */
 /* Ollama's done_reason: "length" at num_predict, else "stop" (as Ollama says for a finished turn). */
-static const char *done_reason(engine_finish f) { return f == ENGINE_FINISH_LENGTH ? "length" : "stop"; }
+static const char *done_reason(qvl_finish f) {
+  const char *w = finish_ollama(f);
+  return w ? w : "stop";
+}
 
 static void add_stats(cJSON *o, const api_result *r) {
   cJSON_AddStringToObject(o, "done_reason", done_reason(r->finish_reason));
@@ -472,10 +529,32 @@ static char *print(cJSON *o) {
   return s;
 }
 
+/* The chat's logprobs entries ({token, logprob, bytes, top_logprobs}) are Ollama's Logprob shape;
+ * top_logprobs is left out when none were asked for, as Ollama omits it. */
+static void add_logprobs(cJSON *o, const ollama_state *st, const cJSON *choice) {
+  const cJSON *lp = st->logprobs ? compat_choice_logprobs(choice) : NULL;
+  if (!lp)
+    return;
+  cJSON *out = cJSON_AddArrayToObject(o, "logprobs");
+  for (const cJSON *t = lp->child; t; t = t->next) {
+    cJSON *d = cJSON_Duplicate(t, true);
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(d, "top_logprobs");
+    if (!cJSON_IsArray(top) || !top->child)
+      cJSON_DeleteItemFromObjectCaseSensitive(d, "top_logprobs");
+    cJSON_AddItemToArray(out, d);
+  }
+}
+
 static char *result_json(void *state, const api_result *r) {
   ollama_state *st = state;
+  const char *th = r->reasoning.len ? r->reasoning.data : NULL;
   if (!st->hold_tools) {
-    cJSON *o = answer(st, r->text.data, r->text.len, true);
+    cJSON *o = answer_with(st, r->text.data, r->text.len, th, r->reasoning.len, true);
+    if (st->logprobs) {
+      cJSON *choice = compat_chat_choice(r);
+      add_logprobs(o, st, choice);
+      cJSON_Delete(choice);
+    }
     add_stats(o, r);
     return print(o);
   }
@@ -483,8 +562,9 @@ static char *result_json(void *state, const api_result *r) {
    * done_reason "stop" for them) */
   cJSON *choice = compat_chat_choice(r);
   const char *text = compat_choice_content(choice);
-  cJSON *o = answer(st, text, strlen(text), true);
+  cJSON *o = answer_with(st, text, strlen(text), th, r->reasoning.len, true);
   add_tool_calls(o, compat_choice_tool_calls(choice));
+  add_logprobs(o, st, choice);
   add_stats(o, r);
   cJSON_Delete(choice);
   return print(o);
@@ -514,6 +594,11 @@ static void stream_text(void *state, buf *out, const char *text, size_t len) {
   append_line(out, print(answer(st, text, len, false)));
 }
 
+static void stream_thinking(void *state, buf *out, const char *text, size_t len) {
+  ollama_state *st = state;
+  append_line(out, print(answer_with(st, "", 0, text, len, false)));
+}
+
 static void stream_end(void *state, buf *out, const api_result *r) {
   ollama_state *st = state;
   if (r->status != QVL_OK) {
@@ -537,6 +622,11 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     cJSON_Delete(choice);
   }
   cJSON *o = answer(st, "", 0, true);
+  if (st->logprobs) { /* known at the end: all of them on the last line */
+    cJSON *choice = compat_chat_choice(r);
+    add_logprobs(o, st, choice);
+    cJSON_Delete(choice);
+  }
   add_stats(o, r);
   append_line(out, print(o));
 }
@@ -546,6 +636,7 @@ const compat_format ollama_format = {
     .result_json = result_json,
     .error_json = error_json,
     .stream_text = stream_text,
+    .stream_reasoning = stream_thinking,
     .stream_end = stream_end,
     .free_state = state_free,
 };
@@ -658,6 +749,8 @@ char *ollama_info(const char *path, const char *method, const char *body, size_t
     cJSON *caps = cJSON_AddArrayToObject(o, "capabilities");
     cJSON_AddItemToArray(caps, cJSON_CreateString("completion"));
     cJSON_AddItemToArray(caps, cJSON_CreateString("vision"));
+    if (ctx->reasoning_model)
+      cJSON_AddItemToArray(caps, cJSON_CreateString("thinking"));
     char ts[48];
     unix_rfc3339(ctx->started, ts, sizeof ts);
     cJSON_AddStringToObject(o, "modified_at", ts);

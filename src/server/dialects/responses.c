@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/finish.h"
 #include "base/timing.h"
 #include "engine/model_sampling.h"
 #include "server/dialects/responses_store.h"
@@ -27,7 +28,11 @@ typedef struct resp_state {
   bool hold_tools;      /* tools may be called: text that may begin a call is held (compat_hold) */
   compat_hold hold;
   buf text;             /* streamed text so far */
+  bool reasoning_model; /* reasoning streams as a reasoning item before the message */
+  bool rs_open, rs_done; /* the reasoning item's opening / closing events are out */
+  buf reasoning;        /* streamed reasoning so far */
   float temperature, top_p; /* what a request without them samples with (the model's defaults) */
+  int64_t max_tool_calls; /* at most this many function_call items (-1: no cap) */
 } resp_state;
 
 /* The shortest decimal that reads back as f, as a double ("0.7" for 0.7f, not 0.699999988). */
@@ -50,6 +55,7 @@ static void state_free(void *p) {
   resp_media_unref(st->media);
   compat_hold_free(&st->hold);
   buf_free(&st->text);
+  buf_free(&st->reasoning);
   free(st);
 }
 
@@ -262,6 +268,11 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, const 
     add_message(msgs, m);
     return true;
   }
+  /* An earlier answer's reasoning item, sent back as clients replay output items: with a reasoning
+   * model accepted and left out, as the Thinking template leaves earlier turns' reasoning out of the
+   * prompt (a model that does not reason made none: refused below). */
+  if (!strcmp(t, "reasoning") && ctx->reasoning_model)
+    return true;
   if (!strcmp(t, "function_call")) { /* an earlier tool call of the model */
     const cJSON *cid = cJSON_GetObjectItemCaseSensitive(it, "call_id"),
                 *name = cJSON_GetObjectItemCaseSensitive(it, "name"),
@@ -312,7 +323,7 @@ static bool translate_item(const cJSON *it, int i, const compat_ctx *ctx, const 
   if (strcmp(t, "message")) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", param,
                   "%s: input items of type '%s' are not supported (supported: message, item_reference, function_call, "
-                  "function_call_output)",
+                  "function_call_output; reasoning with a reasoning model)",
                   param, t);
     return false;
   }
@@ -461,8 +472,6 @@ static const char *const refused[][2] = {
     {"background", "responses run in the foreground only"},
     {"conversation", "use previous_response_id"},
     {"prompt", "no stored prompt templates"},
-    {"reasoning", "the model has no reasoning settings"},
-    {"max_tool_calls", NULL},
     {"prompt_cache_options", "the prefix cache is automatic"},
     {"prompt_cache_retention", "the prefix cache is automatic"},
 };
@@ -471,7 +480,7 @@ static const char *const refused[][2] = {
 static const char *const passed[] = {"temperature", "top_p",  "top_k", "min_p", "presence_penalty", "frequency_penalty",
                                      "repetition_penalty", "seed", "stop", "min_pixels", "max_pixels", "logit_bias",
                                      "parallel_tool_calls", "history", "video", "mm_processor_kwargs",
-                                     "media_io_kwargs"};
+                                     "media_io_kwargs", "max_reasoning_tokens", "boxes"};
 
 /* `include` (only the output text's logprobs exist here) and `top_logprobs` -> the chat's logprobs. */
 static bool translate_logprobs(const cJSON *root, cJSON *chat, api_error *e) {
@@ -536,6 +545,21 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
     if (!compat_refuse_field(root, refused[i][0], true, refused[i][1], e))
       goto done;
+  /* reasoning.effort -> the chat's reasoning_effort (a model that does not reason refuses it) */
+  const cJSON *rsn = cJSON_GetObjectItemCaseSensitive(root, "reasoning");
+  if (!ctx->reasoning_model &&
+      !compat_refuse_field(root, "reasoning", true, "the model has no reasoning (its chat template opens no think block)", e))
+    goto done;
+  if (ctx->reasoning_model && rsn && !cJSON_IsNull(rsn)) {
+    const cJSON *effort = cJSON_GetObjectItemCaseSensitive(rsn, "effort");
+    if (!cJSON_IsObject(rsn)) {
+      bad(e, "reasoning", "invalid_type", "'reasoning' must be an object");
+      goto done;
+    }
+    if (effort && !cJSON_IsNull(effort))
+      cJSON_AddItemToObject(chat, "reasoning_effort", cJSON_Duplicate(effort, true));
+  }
+  st->reasoning_model = ctx->reasoning_model;
   const cJSON *trunc = cJSON_GetObjectItemCaseSensitive(root, "truncation");
   if (trunc && !cJSON_IsNull(trunc) && !(cJSON_IsString(trunc) && !strcmp(trunc->valuestring, "disabled"))) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "truncation",
@@ -545,18 +569,11 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   }
 
   compat_copy_field(chat, "model", root, "model");
-  const cJSON *stream = cJSON_GetObjectItemCaseSensitive(root, "stream");
-  if (stream && !cJSON_IsNull(stream) && !cJSON_IsBool(stream)) {
-    bad(e, "stream", "invalid_type", "'stream' must be a boolean");
+  bool stream = false, store = true; /* OpenAI's default for store is true */
+  if (!api_get_bool(root, "stream", NULL, &stream, e) || !api_get_bool(root, "store", NULL, &store, e))
     goto done;
-  }
-  cJSON_AddBoolToObject(chat, "stream", cJSON_IsTrue(stream));
-  const cJSON *store = cJSON_GetObjectItemCaseSensitive(root, "store");
-  if (store && !cJSON_IsNull(store) && !cJSON_IsBool(store)) {
-    bad(e, "store", "invalid_type", "'store' must be a boolean");
-    goto done;
-  }
-  bool storing = !cJSON_IsFalse(store) && ctx->responses; /* OpenAI's default is true */
+  cJSON_AddBoolToObject(chat, "stream", stream);
+  bool storing = store && ctx->responses;
 
   const cJSON *instr = cJSON_GetObjectItemCaseSensitive(root, "instructions");
   if (instr && !cJSON_IsNull(instr) && !cJSON_IsString(instr)) {
@@ -637,15 +654,34 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
     compat_copy_field(chat, passed[i], root, passed[i]);
   if (!translate_tools(root, chat, e) || !translate_text(root, chat, e) || !translate_logprobs(root, chat, e))
     goto done;
+  /* max_tool_calls: 0 means no calls (tool_choice none), 1 one call (parallel_tool_calls false), N
+   * the first N of the model's calls (answer_choice) */
+  st->max_tool_calls = -1;
+  const cJSON *mtc = cJSON_GetObjectItemCaseSensitive(root, "max_tool_calls");
+  if (mtc && !cJSON_IsNull(mtc)) {
+    if (!cJSON_IsNumber(mtc) || mtc->valuedouble < 0 || mtc->valuedouble > 1e9 ||
+        mtc->valuedouble != (double)(int64_t)mtc->valuedouble) {
+      bad(e, "max_tool_calls", "invalid_value", "'max_tool_calls' must be an integer >= 0");
+      goto done;
+    }
+    st->max_tool_calls = (int64_t)mtc->valuedouble;
+    if (st->max_tool_calls == 0 && cJSON_GetObjectItemCaseSensitive(chat, "tools")) {
+      cJSON_DeleteItemFromObjectCaseSensitive(chat, "tool_choice");
+      cJSON_AddStringToObject(chat, "tool_choice", "none");
+    } else if (st->max_tool_calls == 1) {
+      cJSON_DeleteItemFromObjectCaseSensitive(chat, "parallel_tool_calls");
+      cJSON_AddBoolToObject(chat, "parallel_tool_calls", false);
+    }
+  }
   const cJSON *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
   st->hold_tools = cJSON_GetObjectItemCaseSensitive(chat, "tools") &&
                    !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")); /* the chat's parse_tools */
 
   /* what the response object repeats of the request */
   st->echo = cJSON_CreateObject();
-  static const char *const echoed[] = {"instructions", "max_output_tokens", "previous_response_id", "temperature",
+  static const char *const echoed[] = {"instructions", "max_output_tokens", "max_tool_calls", "previous_response_id", "temperature",
                                        "top_p", "metadata", "user", "tool_choice", "tools", "text", "parallel_tool_calls",
-                                       "top_logprobs"};
+                                       "top_logprobs", "reasoning"};
   for (size_t i = 0; i < sizeof echoed / sizeof echoed[0]; i++)
     compat_copy_field(st->echo, echoed[i], root, echoed[i]);
   cJSON_AddBoolToObject(st->echo, "store", storing);
@@ -749,12 +785,41 @@ static cJSON *call_item(const resp_state *st, int i, const cJSON *call, const ch
 
 /* The Responses API's words for a finish: "incomplete" (reason max_output_tokens) at the length
  * limit, else "completed" (failures have their own status, "failed"). */
-static bool cut_short(const api_result *r) { return r && r->finish_reason == ENGINE_FINISH_LENGTH; }
+static bool cut_short(const api_result *r) {
+  const char *status = r ? finish_responses(r->finish_reason) : NULL;
+  return status && !strcmp(status, "incomplete");
+}
 
 /* status: "in_progress", "completed", "incomplete", "failed". r: NULL while in progress. */
 /* The output items of a finished answer: the message with the text (left out when the model only
  * called tools), then a function_call item per call. */
-static void add_output(cJSON *output, const resp_state *st, const cJSON *choice, bool cut) {
+static cJSON *reasoning_part(const char *text, size_t len) {
+  cJSON *p = cJSON_CreateObject();
+  cJSON_AddStringToObject(p, "type", "reasoning_text");
+  cJSON_AddItemToObject(p, "text", api_text_json(text, len));
+  return p;
+}
+
+static void reasoning_item_id(const resp_state *st, char *out, size_t cap) { snprintf(out, cap, "rs_%.40s", st->hex); }
+
+/* The reasoning item: the model's reasoning as one reasoning_text part (no summary is made). */
+static cJSON *reasoning_item(const resp_state *st, const char *status, const char *text, size_t len, bool with_part) {
+  char id[RESP_STORE_ID_CAP];
+  reasoning_item_id(st, id, sizeof id);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "id", id);
+  cJSON_AddStringToObject(o, "type", "reasoning");
+  cJSON_AddArrayToObject(o, "summary");
+  cJSON *content = cJSON_AddArrayToObject(o, "content");
+  if (with_part)
+    cJSON_AddItemToArray(content, reasoning_part(text, len));
+  cJSON_AddStringToObject(o, "status", status);
+  return o;
+}
+
+static void add_output(cJSON *output, const resp_state *st, const cJSON *choice, bool cut, const api_result *r) {
+  if (r->reasoning.len)
+    cJSON_AddItemToArray(output, reasoning_item(st, "completed", r->reasoning.data, r->reasoning.len, true));
   const cJSON *calls = compat_choice_tool_calls(choice);
   const char *text = compat_choice_content(choice);
   if (!calls || text[0])
@@ -764,7 +829,18 @@ static void add_output(cJSON *output, const resp_state *st, const cJSON *choice,
     cJSON_AddItemToArray(output, call_item(st, i, c, "completed"));
 }
 
-/* choice: the chat's view of the answer (compat_chat_choice); NULL while in progress or failed. */
+/* The chat's view of the answer (compat_chat_choice) with at most max_tool_calls calls. */
+static cJSON *answer_choice(const resp_state *st, const api_result *r) {
+  cJSON *choice = compat_chat_choice(r);
+  cJSON *calls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "message"), "tool_calls");
+  while (st->max_tool_calls >= 0 && cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > st->max_tool_calls)
+    cJSON_DeleteItemFromArray(calls, cJSON_GetArraySize(calls) - 1);
+  if (cJSON_IsArray(calls) && !calls->child) /* none left: content as the chat says it without calls */
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "message"), "tool_calls");
+  return choice;
+}
+
+/* choice: the chat's view of the answer (answer_choice); NULL while in progress or failed. */
 static cJSON *response_object(const resp_state *st, const char *status, const api_result *r, const api_error *err,
                               const cJSON *choice) {
   cJSON *o = cJSON_CreateObject();
@@ -786,14 +862,19 @@ static cJSON *response_object(const resp_state *st, const char *status, const ap
   const cJSON *echo = st->echo;
   add_or_default(o, echo, "instructions", cJSON_CreateNull());
   add_or_default(o, echo, "max_output_tokens", cJSON_CreateNull());
+  add_or_default(o, echo, "max_tool_calls", cJSON_CreateNull());
   cJSON_AddStringToObject(o, "model", st->model);
   cJSON *output = cJSON_AddArrayToObject(o, "output");
   if (r && !err && choice)
-    add_output(output, st, choice, cut_short(r));
+    add_output(output, st, choice, cut_short(r), r);
+  const cJSON *boxes = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(choice, "message"), "boxes");
+  if (r && !err && boxes) /* qvl's extension (boxes.h) */
+    cJSON_AddItemToObject(o, "boxes", cJSON_Duplicate(boxes, true));
   add_or_default(o, echo, "parallel_tool_calls", cJSON_CreateTrue());
   add_or_default(o, echo, "previous_response_id", cJSON_CreateNull());
+  const cJSON *asked = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(echo, "reasoning"), "effort");
   cJSON *reasoning = cJSON_AddObjectToObject(o, "reasoning");
-  cJSON_AddNullToObject(reasoning, "effort");
+  cJSON_AddItemToObject(reasoning, "effort", cJSON_IsString(asked) ? cJSON_CreateString(asked->valuestring) : cJSON_CreateNull());
   cJSON_AddNullToObject(reasoning, "summary");
   add_or_default(o, echo, "store", cJSON_CreateFalse());
   add_or_default(o, echo, "temperature", cJSON_CreateNumber(float_decimal(st->temperature)));
@@ -810,7 +891,8 @@ static cJSON *response_object(const resp_state *st, const char *status, const ap
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "input_tokens_details"), "cached_tokens",
                             (double)r->cached_prompt_tokens);
     cJSON_AddNumberToObject(u, "output_tokens", (double)r->completion_tokens);
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens", 0);
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "output_tokens_details"), "reasoning_tokens",
+                            (double)r->reasoning_tokens);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(r->prompt_tokens + r->completion_tokens));
   } else {
     cJSON_AddNullToObject(o, "usage");
@@ -917,7 +999,7 @@ static void remember(resp_state *st, const api_result *r, const cJSON *choice) {
 
 static char *result_json(void *state, const api_result *r) {
   resp_state *st = state;
-  cJSON *choice = compat_chat_choice(r);
+  cJSON *choice = answer_choice(st, r);
   remember(st, r, choice);
   cJSON *o = response_object(st, cut_short(r) ? "incomplete" : "completed", r, NULL, choice);
   char *s = cJSON_PrintUnformatted(o);
@@ -948,10 +1030,13 @@ static void emit(resp_state *st, buf *out, const char *type, cJSON *o) {
   free(s);
 }
 
+/* The message's output index: after the reasoning item when there is one. */
+static int msg_index(const resp_state *st) { return st->rs_open ? 1 : 0; }
+
 static cJSON *indexed(const resp_state *st, bool with_content) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "item_id", st->msg_id);
-  cJSON_AddNumberToObject(o, "output_index", 0);
+  cJSON_AddNumberToObject(o, "output_index", msg_index(st));
   if (with_content)
     cJSON_AddNumberToObject(o, "content_index", 0);
   return o;
@@ -963,7 +1048,7 @@ static void open_message(resp_state *st, buf *out) {
     return;
   st->msg_open = true;
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddNumberToObject(o, "output_index", 0);
+  cJSON_AddNumberToObject(o, "output_index", msg_index(st));
   cJSON_AddItemToObject(o, "item", message_item(st, "in_progress", NULL, NULL, false));
   emit(st, out, "response.output_item.added", o);
   o = indexed(st, true);
@@ -981,13 +1066,66 @@ static void stream_open(resp_state *st, buf *out) {
   o = cJSON_CreateObject();
   cJSON_AddItemToObject(o, "response", response_object(st, "in_progress", NULL, NULL, NULL));
   emit(st, out, "response.in_progress", o);
-  if (!st->hold_tools) /* with tools the message opens with its first text: a call may come first */
+  /* with tools the message opens with its first text: a call may come first; a reasoning model's
+   * reasoning item comes first */
+  if (!st->hold_tools && !st->reasoning_model)
     open_message(st, out);
+}
+
+static cJSON *rs_indexed(const resp_state *st) {
+  char id[RESP_STORE_ID_CAP];
+  reasoning_item_id(st, id, sizeof id);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "item_id", id);
+  cJSON_AddNumberToObject(o, "output_index", 0);
+  cJSON_AddNumberToObject(o, "content_index", 0);
+  return o;
+}
+
+static void stream_reasoning(void *state, buf *out, const char *text, size_t len) {
+  resp_state *st = state;
+  stream_open(st, out);
+  if (!len || st->rs_done)
+    return;
+  if (!st->rs_open) {
+    st->rs_open = true;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "output_index", 0);
+    cJSON_AddItemToObject(o, "item", reasoning_item(st, "in_progress", NULL, 0, false));
+    emit(st, out, "response.output_item.added", o);
+    o = rs_indexed(st);
+    cJSON_AddItemToObject(o, "part", reasoning_part("", 0));
+    emit(st, out, "response.content_part.added", o);
+  }
+  buf_append(&st->reasoning, text, len);
+  cJSON *o = rs_indexed(st);
+  cJSON_AddItemToObject(o, "delta", api_text_json(text, len));
+  emit(st, out, "response.reasoning_text.delta", o);
+}
+
+/* The reasoning item's closing events, once, before the message (r: the result when known). */
+static void close_reasoning(resp_state *st, buf *out, const api_result *r) {
+  if (!st->rs_open || st->rs_done)
+    return;
+  st->rs_done = true;
+  const char *t = r ? r->reasoning.data : st->reasoning.data;
+  size_t n = r ? r->reasoning.len : st->reasoning.len;
+  cJSON *o = rs_indexed(st);
+  cJSON_AddItemToObject(o, "text", api_text_json(t, n));
+  emit(st, out, "response.reasoning_text.done", o);
+  o = rs_indexed(st);
+  cJSON_AddItemToObject(o, "part", reasoning_part(t, n));
+  emit(st, out, "response.content_part.done", o);
+  o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "output_index", 0);
+  cJSON_AddItemToObject(o, "item", reasoning_item(st, "completed", t, n, true));
+  emit(st, out, "response.output_item.done", o);
 }
 
 static void text_delta(resp_state *st, buf *out, const char *text, size_t len) {
   if (!len)
     return;
+  close_reasoning(st, out, NULL);
   open_message(st, out);
   buf_append(&st->text, text, len);
   cJSON *o = indexed(st, true);
@@ -1063,14 +1201,17 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     return;
   }
   bool cut = cut_short(r);
-  cJSON *choice = compat_chat_choice(r);
+  cJSON *choice = answer_choice(st, r);
   const cJSON *calls = compat_choice_tool_calls(choice);
   const char *text = compat_choice_content(choice);
   const char *rest = compat_unsent(text, &st->text); /* what the hold kept back */
+  if (r->reasoning.len && !st->rs_open) /* (reasoning not streamed piece by piece) */
+    stream_reasoning(st, out, r->reasoning.data, r->reasoning.len);
+  close_reasoning(st, out, r);
   text_delta(st, out, rest, strlen(rest));
   if (!calls)
     open_message(st, out); /* an answer without calls always has its message, empty or not */
-  int at = 0;
+  int at = msg_index(st);
   if (st->msg_open) {
     cJSON *lp = text_logprobs(choice);
     cJSON *o = indexed(st, true);
@@ -1081,10 +1222,10 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     cJSON_AddItemToObject(o, "part", text_part(text, cJSON_Duplicate(lp, true)));
     emit(st, out, "response.content_part.done", o);
     o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "output_index", 0);
+    cJSON_AddNumberToObject(o, "output_index", msg_index(st));
     cJSON_AddItemToObject(o, "item", message_item(st, cut ? "incomplete" : "completed", text, lp, true));
     emit(st, out, "response.output_item.done", o);
-    at = 1;
+    at = msg_index(st) + 1;
   }
   int i = 0;
   for (const cJSON *c = calls ? calls->child : NULL; c; c = c->next, i++)
@@ -1101,6 +1242,7 @@ const compat_format responses_format = {
     .result_json = result_json,
     .error_json = error_json,
     .stream_text = stream_text,
+    .stream_reasoning = stream_reasoning,
     .stream_end = stream_end,
     .free_state = state_free,
 };

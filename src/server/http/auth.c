@@ -4,16 +4,26 @@
 #include <string.h>
 #include <strings.h>
 
+/* The caller's API key: "Authorization: Bearer KEY" (OpenAI) or "x-api-key: KEY" (Anthropic);
+ * NULL when neither is there. */
+static const char *caller_key(struct MHD_Connection *c) {
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+  if (h && !strncasecmp(h, "Bearer ", 7)) {
+    h += 7;
+    while (*h == ' ')
+      h++;
+    return h;
+  }
+  return MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+}
+
 bool auth_key_ok(server *s, struct MHD_Connection *c) {
   const server_config *cfg = s->cfg;
   if (cfg->n_api_keys == 0)
     return true;
-  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-  if (!h || strncasecmp(h, "Bearer ", 7))
+  const char *h = caller_key(c);
+  if (!h)
     return false;
-  h += 7;
-  while (*h == ' ')
-    h++;
   size_t n = strlen(h);
   bool ok = false;
   for (int i = 0; i < cfg->n_api_keys; i++) {
@@ -32,11 +42,8 @@ bool auth_key_ok(server *s, struct MHD_Connection *c) {
  * Called after auth_key_ok, so the token is one of the configured keys. */
 void auth_owner(server *s, struct MHD_Connection *c, char out[JOBS_OWNER_CAP]) {
   out[0] = '\0';
-  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-  if (s->cfg->n_api_keys == 0 || !h || strncasecmp(h, "Bearer ", 7))
+  const char *h = caller_key(c);
+  if (s->cfg->n_api_keys == 0 || !h)
     return;
-  h += 7;
-  while (*h == ' ')
-    h++;
   jobs_owner_of(h, out);
 }

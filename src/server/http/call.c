@@ -8,6 +8,7 @@
 #include "server/http/call.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@ void call_unref(call *k) {
   if (k->fmt && k->fmt->free_state)
     k->fmt->free_state(k->fmt_state);
   buf_free(&k->pending);
+  buf_free(&k->pending_reasoning);
   buf_free(&k->held);
   buf_free(&k->out);
   pthread_mutex_destroy(&k->mu);
@@ -72,12 +74,21 @@ void call_unref(call *k) {
 
 /* ---- engine callbacks (engine thread: quick, no engine calls but cancel) --------------------- */
 
-static bool on_text(void *user, const char *text, size_t len) {
-  call *k = user;
+/* A piece of answer (into pending) or reasoning (into pending_reasoning) for the streaming side. */
+static bool take_piece(call *k, buf *into, const char *text, size_t len) {
   pthread_mutex_lock(&k->mu);
   bool keep = !k->cancelled;
+  if (keep && write_watch_stalled(&k->watch, k->fd, time_now_s(), (double)k->srv->cfg->write_timeout_s)) {
+    /* the client has not read for --write-timeout-s: free the batch slot (false cancels) and end
+     * the connection, whose writes could only wait */
+    k->cancelled = k->slow = true;
+    keep = false;
+    atomic_fetch_add(&k->srv->slow_readers, 1);
+    if (k->fd >= 0)
+      shutdown(k->fd, SHUT_RDWR);
+  }
   if (keep) {
-    if (buf_append(&k->pending, text, len) != QVL_OK)
+    if (buf_append(into, text, len) != QVL_OK)
       keep = false;
     bool first = !k->any_text;
     k->any_text = true;
@@ -89,6 +100,15 @@ static bool on_text(void *user, const char *text, size_t len) {
   return keep;
 }
 
+static bool on_text(void *user, const char *text, size_t len) {
+  call *k = user;
+  return take_piece(k, &k->pending, text, len);
+}
+
+static bool on_reasoning(void *user, const char *text, size_t len) {
+  call *k = user;
+  return take_piece(k, &k->pending_reasoning, text, len);
+}
 
 static void on_done(void *user, const engine_result *r) {
   call *k = user;
@@ -98,7 +118,7 @@ static void on_done(void *user, const engine_result *r) {
     snprintf(k->result.error, sizeof k->result.error, "out of memory copying the result");
   }
   k->result.agent = k->agent;
-  if (k->result.status == QVL_OK && r->finish_reason == ENGINE_FINISH_CANCELLED) {
+  if (k->result.status == QVL_OK && r->finish_reason == QVL_FINISH_CANCELLED) {
     k->result.status = QVL_ERR_CANCELLED;
     snprintf(k->result.error, sizeof k->result.error, "the request was cancelled");
   }
@@ -129,7 +149,7 @@ bool call_client_gone(int fd) {
   return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-static void fill_limits(server *s, api_limits *lim) {
+void call_fill_limits(server *s, api_limits *lim) {
   const server_config *cfg = s->cfg;
   memset(lim, 0, sizeof *lim);
   lim->max_tokens = cfg->max_tokens;
@@ -144,6 +164,9 @@ static void fill_limits(server *s, api_limits *lim) {
   lim->max_videos = (int)cfg->max_videos;
   lim->video_max_frames = cfg->video_max_frames;
   lim->video_max_pixels = cfg->video_max_pixels;
+  lim->reasoning_model = s->be.model && s->be.model->thinking;
+  lim->reasoning_budget = cfg->reasoning_budget;
+  lim->boxes = s->cfg->boxes;
 }
 
 /* The stop check of a request's pre-processing (image fetch/decode, tokenizing, budget waits), on
@@ -165,7 +188,7 @@ static qvl_status prep_stop(void *user) {
 /* Parses and submits (be_lock read-held by the caller). On failure fills e and returns NULL. */
 call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_error *e) {
   api_limits lim;
-  fill_limits(s, &lim);
+  call_fill_limits(s, &lim);
   api_chat_request req;
   lim.max_images = -1; /* checked by chat_history_parse: trimming may drop images */
   if (cr ? !api_chat_parse(cr->chat_body, cr->chat_len, &lim, &req, e)
@@ -242,12 +265,14 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   er.prompt.max_video_frames = s->cfg->video_max_frames;
   er.prompt.video_limits.max_bytes = (size_t)s->cfg->max_video_mb << 20;
   er.prompt.video_limits.max_seconds = (double)s->cfg->video_max_seconds;
+  er.prompt.content_special_tokens = s->cfg->content_special_tokens;
   er.prompt.budget = s->budget;
   er.prompt.stop = prep_stop;
   er.prompt.stop_user = k;
   er.gen = req.gen;
   er.gen.n_ctx = s->cfg->ctx;
   er.on_text = on_text;
+  er.on_reasoning = on_reasoning;
   er.on_done = on_done;
   er.user = k;
   k->hpol = hpol;
@@ -263,6 +288,7 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   req.grammar = NULL;
   er.logprobs = req.agent.logprobs;
   er.top_logprobs = req.agent.top_logprobs;
+  er.count_only = cr && cr->count_only;
   k->agent = req.agent;
   k->refs++; /* the engine's reference, dropped in on_done */
   qvl_status st = s->be.submit(s->be.ctx, &er, &k->engine_id);

@@ -17,6 +17,7 @@
 #include "server/dialects/dialect.h"
 #include "server/http/request.h"
 #include "server/http/session.h"
+#include "server/http/write_watch.h"
 #include "server/openai/api_error.h"
 #include "server/openai/result.h"
 
@@ -29,6 +30,7 @@ typedef struct call {
   bool done, cancelled, any_text;
   api_result result;
   buf pending;              /* text from on_text not yet sent */
+  buf pending_reasoning;    /* reasoning from on_reasoning not yet sent (it precedes all text) */
   /* response */
   char id[48];
   char model[128];
@@ -55,6 +57,8 @@ typedef struct call {
   api_agent_opts agent;     /* tool calls / logprobs in the response */
   bool tool_seen;           /* stream: a <tool_call> began; no more content deltas */
   buf held;                 /* stream: text that may begin a <tool_call>, not sent yet */
+  write_watch watch;        /* stream: is the client reading? (--write-timeout-s) */
+  bool slow;                /* stream: cancelled because its client stopped reading */
 } call;
 
 /* Drops a reference; the last one frees the call and wakes a waiting drain. */
@@ -63,6 +67,8 @@ void call_unref(call *k);
  * (be_lock read-held by the caller). job: stored as an async job. Returns the call with the
  * caller's reference, or NULL with e filled. */
 call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_error *e);
+/* The request limits of this server's chat requests (settings, model ids, the model's defaults). */
+void call_fill_limits(server *s, api_limits *lim);
 /* Whether the client on fd has hung up (POLLRDHUP; false for fd < 0). */
 bool call_client_gone(int fd);
 

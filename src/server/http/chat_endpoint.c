@@ -87,7 +87,7 @@ enum MHD_Result chat_endpoint_serve(struct MHD_Connection *c, server *s, conn_re
   pthread_mutex_lock(&k->mu);
   k->fd = ci ? ci->connect_fd : -1;
   /* Non-streaming: until done. Streaming: until there is something to send. */
-  while (!k->done && !(k->stream && k->pending.len)) {
+  while (!k->done && !(k->stream && (k->pending.len || k->pending_reasoning.len))) {
     cond_wait_ms(&k->cv, &k->mu, WAIT_SLICE_MS);
     if (!k->done && !k->cancelled && call_client_gone(k->fd)) {
       k->cancelled = true;

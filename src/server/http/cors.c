@@ -53,14 +53,52 @@ bool cors_is_preflight(const server_config *c, struct MHD_Connection *conn, cons
          MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Method") != NULL;
 }
 
-void cors_preflight_headers(const server_config *c, struct MHD_Connection *conn, const char **out) {
+static bool tchar(unsigned char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         (ch && strchr("!#$%&'*+-.^_`|~", ch));
+}
+
+size_t cors_filter_headers(const char *asked, char *out, size_t cap) {
+  size_t len = 0;
+  if (cap)
+    out[0] = '\0';
+  for (const char *p = asked ? asked : ""; *p;) {
+    while (*p == ' ' || *p == '\t' || *p == ',')
+      p++;
+    const char *start = p;
+    while (*p && *p != ',')
+      p++;
+    const char *end = p;
+    while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+      end--;
+    size_t n = (size_t)(end - start);
+    bool token = n > 0;
+    for (size_t i = 0; token && i < n; i++)
+      token = tchar((unsigned char)start[i]);
+    /* an element that is not a token is dropped, not the whole value: the browser gets the rest */
+    if (!token || len + (len ? 2 : 0) + n + 1 > cap)
+      continue;
+    if (len) {
+      memcpy(out + len, ", ", 2);
+      len += 2;
+    }
+    memcpy(out + len, start, n);
+    len += n;
+    out[len] = '\0';
+  }
+  return len;
+}
+
+void cors_preflight_headers(const server_config *c, struct MHD_Connection *conn, const char **out,
+                            char scratch[CORS_ALLOW_HEADERS_CAP]) {
   (void)c;
   int n = 0;
   out[n++] = "Access-Control-Allow-Methods";
   out[n++] = "GET, HEAD, POST, DELETE, OPTIONS";
   const char *asked = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
   out[n++] = "Access-Control-Allow-Headers";
-  out[n++] = asked && *asked ? asked : "Authorization, Content-Type";
+  /* only token characters are echoed: never a control byte, CR/LF or non-UTF-8 from the request */
+  out[n++] = cors_filter_headers(asked, scratch, CORS_ALLOW_HEADERS_CAP) ? scratch : "Authorization, Content-Type";
   out[n++] = "Access-Control-Max-Age";
   out[n++] = "600";
   out[n] = NULL;

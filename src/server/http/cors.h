@@ -26,8 +26,16 @@ const char *cors_match(const server_config *c, const char *origin);
 void cors_add_headers(const server_config *c, struct MHD_Connection *conn, struct MHD_Response *resp);
 /* An OPTIONS preflight from an allowed origin. */
 bool cors_is_preflight(const server_config *c, struct MHD_Connection *conn, const char *method);
+#define CORS_ALLOW_HEADERS_CAP 1024 /* bytes of the Access-Control-Allow-Headers value echoed */
+
 /* The preflight's extra headers as NULL-terminated name/value pairs (out: CORS_PREFLIGHT_HEADERS*2+1;
- * the values point into the request or static strings). */
-void cors_preflight_headers(const server_config *c, struct MHD_Connection *conn, const char **out);
+ * the values point into scratch (CORS_ALLOW_HEADERS_CAP bytes) or static strings). */
+void cors_preflight_headers(const server_config *c, struct MHD_Connection *conn, const char **out,
+                            char scratch[CORS_ALLOW_HEADERS_CAP]);
+/* The comma-separated header names of an Access-Control-Request-Headers value that are RFC 7230
+ * tokens (tchar: ALPHA DIGIT !#$%&'*+-.^_`|~), joined by ", " into out (cap bytes, NUL included);
+ * an element with any other byte (control, non-ASCII, space inside, quote...) is dropped, and
+ * elements that do not fit are dropped too. Returns the length written (0: nothing usable). */
+size_t cors_filter_headers(const char *asked, char *out, size_t cap);
 
 #endif

@@ -11,6 +11,9 @@
 enum MHD_Result dialect_endpoints_responses(struct MHD_Connection *c, server *s, conn_req *r, const request_target *t);
 enum MHD_Result dialect_endpoints_completions(struct MHD_Connection *c, server *s, conn_req *r,
                                               const request_target *t);
+/* Everything under /v1/messages (Anthropic's Messages API), any method; checks the API key itself
+ * (x-api-key or Bearer; errors in Anthropic's shape). */
+enum MHD_Result dialect_endpoints_messages(struct MHD_Connection *c, server *s, conn_req *r, const request_target *t);
 /* Everything under /api/, any method; checks the API key itself (errors in Ollama's shape). */
 enum MHD_Result dialect_endpoints_ollama(struct MHD_Connection *c, server *s, conn_req *r, const request_target *t);
 

@@ -99,6 +99,7 @@ enum MHD_Result endpoints_metrics(struct MHD_Connection *c, server *s, conn_req 
     ms.http_responses[i] = atomic_load(&s->http_class[i]);
   ms.rejected_busy = atomic_load(&s->rejected_busy);
   ms.disconnects = atomic_load(&s->disconnects);
+  ms.slow_readers = atomic_load(&s->slow_readers);
   jobs_counts(s->jobs, time_now_s(), &ms.jobs_stored, &ms.jobs_pending);
   ms.rss_bytes = metrics_rss_bytes();
   ms.rss_peak_bytes = metrics_rss_peak_bytes();
@@ -145,6 +146,7 @@ enum MHD_Result endpoints_asset(struct MHD_Connection *c, server *s, conn_req *r
 /* A CORS preflight from an allowed origin (cors.h): 204 with what the browser asked to send. */
 enum MHD_Result endpoints_preflight(struct MHD_Connection *c, server *s, conn_req *r) {
   const char *hdr[CORS_PREFLIGHT_HEADERS * 2 + 1];
-  cors_preflight_headers(s->cfg, c, hdr);
+  char allow[CORS_ALLOW_HEADERS_CAP];
+  cors_preflight_headers(s->cfg, c, hdr, allow);
   return reply(c, s, r, 204, NULL, NULL, 0, hdr);
 }

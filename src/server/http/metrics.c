@@ -79,6 +79,8 @@ qvl_status metrics_format(buf *b, const engine_stats *st, const metrics_server *
                  (double)s->rejected_busy));
   QVL_TRY(metric(b, "qvl_client_disconnects_total", "counter", "Requests cancelled because the client disconnected",
                  (double)s->disconnects));
+  QVL_TRY(metric(b, "qvl_slow_reader_cancels_total", "counter",
+                 "Streams cancelled because the client read nothing for write_timeout_s", (double)s->slow_readers));
   QVL_TRY(metric(b, "qvl_jobs_stored", "gauge", "Async jobs stored (finished or not)", (double)s->jobs_stored));
   QVL_TRY(metric(b, "qvl_jobs_pending", "gauge", "Async jobs queued or running", (double)s->jobs_pending));
   if (s->rss_peak_bytes > 0)

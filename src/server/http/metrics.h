@@ -18,6 +18,7 @@ typedef struct metrics_server {
   uint64_t http_responses[6];  /* by status class: [1] 1xx .. [5] 5xx */
   uint64_t rejected_busy;      /* 503 answers because the queue was full */
   uint64_t disconnects;        /* requests cancelled because the client went away */
+  uint64_t slow_readers;       /* streams cancelled because the client stopped reading (--write-timeout-s) */
   int64_t jobs_stored, jobs_pending;
   int64_t rss_bytes;           /* resident memory (metrics_rss_bytes) */
   int64_t rss_peak_bytes;      /* its peak since the start (metrics_rss_peak_bytes; 0: not shown) */

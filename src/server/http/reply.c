@@ -91,5 +91,6 @@ enum MHD_Result reply_error_as(struct MHD_Connection *c, server *s, conn_req *r,
   if (!fmt || !fmt->error_json)
     return reply_error(c, s, r, e, NULL);
   static const char *const retry[] = {"Retry-After", "2", NULL}, *const bearer[] = {"WWW-Authenticate", "Bearer", NULL};
-  return reply_json(c, s, r, e->http, fmt->error_json(state, e), e->http == qvl_status_http(QVL_ERR_BUSY) ? retry : e->http == 401 ? bearer : NULL);
+  int http = fmt->error_http ? fmt->error_http(e->http) : e->http; /* Anthropic: 503 -> 529 */
+  return reply_json(c, s, r, http, fmt->error_json(state, e), e->http == qvl_status_http(QVL_ERR_BUSY) ? retry : e->http == 401 ? bearer : NULL);
 }

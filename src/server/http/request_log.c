@@ -6,7 +6,7 @@
 
 #include "base/logsink.h"
 #include "base/timing.h"
-#include "engine/finish.h"
+#include "base/finish.h"
 
 static double now_ms(double t0) { return (time_now_s() - t0) * 1e3; }
 
@@ -34,7 +34,7 @@ void request_log_write(const req_log *l) {
                   "image_cache_hits=%d image_cache_misses=%d queue_ms=%.1f ttft_ms=%.1f decode_tok_s=%.2f finish=%s",
                   (long long)r->prompt_tokens, (long long)r->completion_tokens, (long long)r->image_tokens,
                   (long long)r->cached_prompt_tokens, r->image_cache_hits, r->image_cache_misses, r->t.queue_ms,
-                  r->t.ttft_ms, r->t.decode_tok_s, r->finish_reason ? engine_finish_name(r->finish_reason) : "none");
+                  r->t.ttft_ms, r->t.decode_tok_s, qvl_finish_name(r->finish_reason));
   if (n < 0)
     return;
   if ((size_t)n >= sizeof line - 1)

@@ -11,11 +11,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/dialects/messages.h"
 #include "server/http/auth.h"
 #include "server/http/chat_endpoint.h"
 #include "server/http/cors.h"
 #include "server/http/dialect_endpoints.h"
 #include "server/http/endpoints.h"
+#include "server/http/prompt_endpoints.h"
 #include "server/http/reply.h"
 #include "server/http/web_assets.h"
 #include "server/jobs/jobs_http.h"
@@ -31,6 +33,7 @@ enum {
 enum {
   ROUTE_PREFIX = 1, /* path is a prefix; the handler gets the rest of the URL in t->rest */
   ROUTE_KEY = 2,    /* needs the API key (implied for every /v1/ URL) */
+  ROUTE_OWN_KEY = 4, /* the handler checks the key itself (its API's 401 shape) */
 };
 
 typedef struct route {
@@ -49,6 +52,7 @@ static const route routes[] = {
     {"/livez", 0, ROUTE_GET, endpoints_livez},
     {"/metrics", 0, ROUTE_GET, endpoints_metrics},
     {"/api/", ROUTE_PREFIX, ROUTE_ANY, dialect_endpoints_ollama}, /* checks the key itself */
+    {"/v1/messages", ROUTE_PREFIX | ROUTE_OWN_KEY, ROUTE_ANY, dialect_endpoints_messages}, /* Anthropic's */
     {"/v1/chat/completions", 0, ROUTE_POST, chat_endpoint_chat},
     {"/v1/responses", 0, ROUTE_POST, dialect_endpoints_responses},
     {"/v1/completions", 0, ROUTE_POST, dialect_endpoints_completions},
@@ -58,6 +62,9 @@ static const route routes[] = {
     {"/v1/jobs/", ROUTE_PREFIX, ROUTE_DELETE, jobs_http_delete},
     {"/v1/models", 0, ROUTE_GET, endpoints_models},
     {"/v1/models/", ROUTE_PREFIX, ROUTE_GET, endpoints_model},
+    {"/tokenize", ROUTE_KEY, ROUTE_POST, prompt_endpoints_tokenize},
+    {"/detokenize", ROUTE_KEY, ROUTE_POST, prompt_endpoints_detokenize},
+    {"/apply-template", ROUTE_KEY, ROUTE_POST, prompt_endpoints_apply_template},
 };
 
 #define N_ROUTES (sizeof routes / sizeof routes[0])
@@ -109,6 +116,8 @@ enum MHD_Result router_dispatch(struct MHD_Connection *c, server *s, conn_req *r
     api_error_status(&e, QVL_ERR_TOO_LARGE, "request_too_large", NULL,
                      "the request body is larger than %lld MiB (max_body_mb)", (long long)s->cfg->max_body_mb);
     static const char *const close_hdr[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
+    if (!strncmp(url, "/v1/messages", 12)) /* Anthropic's error shape */
+      return reply_json(c, s, r, e.http, messages_format.error_json(NULL, &e), close_hdr);
     return reply_error(c, s, r, &e, close_hdr);
   }
   if (r->close_after && strcmp(url, "/health") && strcmp(url, "/metrics"))
@@ -122,10 +131,11 @@ enum MHD_Result router_dispatch(struct MHD_Connection *c, server *s, conn_req *r
     if (route_matches(&routes[i], url))
       found = &routes[i];
   bool key_area = !strncmp(url, ROUTER_KEY_AREA, strlen(ROUTER_KEY_AREA));
-  if ((key_area || (found && (found->flags & ROUTE_KEY))) && !auth_key_ok(s, c)) {
+  bool own_key = found && (found->flags & ROUTE_OWN_KEY);
+  if ((key_area || (found && (found->flags & ROUTE_KEY))) && !own_key && !auth_key_ok(s, c)) {
     api_error e;
     api_error_set(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
-                  "Incorrect or missing API key: send 'Authorization: Bearer KEY'");
+                  "Incorrect or missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
     return reply_error(c, s, r, &e, NULL);
   }
   unsigned m = method_bit(method);

@@ -39,6 +39,9 @@ typedef struct server_backend {
   /* Tier the vision tower was prepared in ("exact" / "fast"), NULL without a tower: a request's
    * "precision" must name it (the tower keeps one prepared copy of its weights, docs/API.md). */
   const char *vision_precision;
+  /* The loaded model (tokenizer and chat template for /tokenize, /detokenize, /apply-template; whether
+   * it reasons); NULL: those endpoints answer 503. */
+  const vlm *model;
 } server_backend;
 
 typedef struct server server;

@@ -55,7 +55,7 @@ struct server {
   conn_guard *guard;
   image_budget *budget;
 
-  _Atomic uint64_t http_class[6], rejected_busy, disconnects, seq;
+  _Atomic uint64_t http_class[6], rejected_busy, disconnects, slow_readers, seq;
 };
 
 #endif

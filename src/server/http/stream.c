@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/cond.h"
+#include "base/timing.h"
 #include "server/http/backend.h"
 #include "server/http/cors.h"
 #include "server/http/reply.h"
@@ -23,6 +24,21 @@
 
 /* Formats what is due into k->out (mutex held). */
 static void stream_format(call *k) {
+  if (k->pending_reasoning.len) { /* reasoning comes before any answer text */
+    if (k->fmt && k->fmt->stream_reasoning) {
+      k->fmt->stream_reasoning(k->fmt_state, &k->out, k->pending_reasoning.data, k->pending_reasoning.len);
+    } else if (!k->fmt) {
+      char *j = api_reasoning_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending_reasoning.data,
+                                         k->pending_reasoning.len);
+      if (j)
+        sse_append(&k->out, j);
+      free(j);
+      k->sent_role = true;
+    }
+    k->pending_reasoning.len = 0;
+    k->pending_reasoning.data[0] = '\0';
+    return;
+  }
   if (k->fmt) { /* another API's stream shape (dialects/dialect.h) */
     if (k->pending.len) {
       k->fmt->stream_text(k->fmt_state, &k->out, k->pending.data, k->pending.len);
@@ -114,6 +130,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max) {
         n = max;
       memcpy(dst, k->out.data + k->out_off, n);
       k->out_off += n;
+      write_watch_progress(&k->watch, time_now_s());
       pthread_mutex_unlock(&k->mu);
       return (ssize_t)n;
     }
@@ -123,12 +140,16 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *dst, size_t max) {
       pthread_mutex_unlock(&k->mu);
       return MHD_CONTENT_READER_END_OF_STREAM;
     }
-    if (k->pending.len || k->done) {
+    if (k->slow) {
+      pthread_mutex_unlock(&k->mu);
+      return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (k->pending.len || k->pending_reasoning.len || k->done) {
       stream_format(k);
       continue;
     }
     cond_wait_ms(&k->cv, &k->mu, WAIT_SLICE_MS);
-    if (!k->pending.len && !k->done && call_client_gone(k->fd)) {
+    if (!k->pending.len && !k->pending_reasoning.len && !k->done && call_client_gone(k->fd)) {
       pthread_mutex_unlock(&k->mu);
       return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free cancels the request */
     }
@@ -142,6 +163,9 @@ static void stream_free(void *cls) {
   bool cancel = !k->done && !k->cancelled;
   if (cancel)
     k->cancelled = true;
+  /* libmicrohttpd closes the socket after this: its number may soon be another connection's, so
+   * nothing (the slow-reader shutdown in on_text) may use it any more */
+  k->fd = -1;
   bool complete = k->finished && k->out_off >= k->out.len;
   /* 499 (nginx's code, QVL_ERR_CANCELLED's): the client closed the connection */
   k->log.status = complete ? 200 : qvl_status_http(QVL_ERR_CANCELLED);
@@ -178,6 +202,9 @@ enum MHD_Result stream_respond(struct MHD_Connection *c, server *s, conn_req *r,
   MHD_add_response_header(resp, "X-Qvl-Session", k->session);
   reply_common_headers(resp);
   cors_add_headers(s->cfg, c, resp);
+  pthread_mutex_lock(&k->mu);
+  write_watch_start(&k->watch, k->fd, time_now_s()); /* from here on the client is to read */
+  pthread_mutex_unlock(&k->mu);
   enum MHD_Result ret = MHD_queue_response(c, 200, resp);
   MHD_destroy_response(resp); /* the stream's reference to k is released in stream_free */
   r->responded = true;

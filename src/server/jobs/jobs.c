@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "server/openai/chat_wire.h"
 #include "server/jobs/jobs_db.h"
@@ -167,14 +168,13 @@ static qvl_status grow(jobs *j) {
 typedef struct load_ctx {
   jobs *j;
   double now, now_unix;
+  int64_t dup_seq; /* rows whose seq repeats an earlier one's: skipped */
 } load_ctx;
 
-static qvl_status load_row(void *user, const jobs_db_row *r) {
-  load_ctx *L = user;
-  jobs *j = L->j;
+qvl_status jobs_import(jobs *j, const jobs_db_row *r, double now, double now_unix) {
   if (strlen(r->id) >= JOBS_ID_CAP || strlen(r->owner) >= JOBS_OWNER_CAP || r->state < JOB_QUEUED ||
-      r->state > JOB_FAILED)
-    return QVL_OK; /* not a row this program wrote: skipped */
+      r->state > JOB_FAILED || r->seq < 1 || r->seq >= INT64_MAX)
+    return QVL_OK; /* jobs_db_row_check refuses these already; kept so that no caller can overflow */
   QVL_TRY(grow(j));
   job *x = &j->items[j->n];
   memset(x, 0, sizeof *x);
@@ -186,23 +186,58 @@ static qvl_status load_row(void *user, const jobs_db_row *r) {
   if (r->json && !(x->json = strdup(r->json)))
     return qvl_errorf(QVL_ERR_NOMEM, "jobs: out of memory");
   if (finished(x)) {
-    x->finished_unix = r->finished_unix;
+    /* a finish time in the future (a clock set back, a crafted row) would keep the job forever */
+    x->finished_unix = r->finished_unix < now_unix ? r->finished_unix : now_unix;
     /* the ttl counts from the wall-clock finish, across the restart */
-    x->finished = L->now - (L->now_unix - r->finished_unix);
+    x->finished = now - (now_unix - x->finished_unix);
   } else {
     /* its request is gone with the process that held it */
     free(x->json);
     if (!(x->json = strdup(INTERRUPTED_JSON)))
       return qvl_errorf(QVL_ERR_NOMEM, "jobs: out of memory");
     x->state = JOB_FAILED;
-    x->finished = L->now;
-    x->finished_unix = L->now_unix;
+    x->finished = now;
+    x->finished_unix = now_unix;
     db_put(j, x);
   }
   j->n++;
   if (x->seq >= j->next_seq)
     j->next_seq = x->seq + 1;
   return QVL_OK;
+}
+
+static qvl_status load_row(void *user, const jobs_db_row *r) {
+  load_ctx *L = user;
+  /* rows come in seq order: a repeated seq would make listings skip or repeat jobs */
+  if (L->j->n && r->seq <= L->j->items[L->j->n - 1].seq) {
+    if (++L->dup_seq <= 10)
+      log_warn("jobs db: job %s skipped: its seq %lld repeats an earlier job's", r->id, (long long)r->seq);
+    return QVL_OK;
+  }
+  return jobs_import(L->j, r, L->now, L->now_unix);
+}
+
+/* Start-up trimming, linear: items are in seq order after the load; the expired ones and then the
+ * oldest beyond max_jobs go, the rest keep their order, and the deletes share one transaction. */
+static void trim_loaded(jobs *j, double now) {
+  int64_t live = 0;
+  for (int64_t i = 0; i < j->n; i++)
+    live += !(finished(&j->items[i]) && now - j->items[i].finished >= j->ttl_s);
+  int64_t excess = live > j->max_jobs ? live - j->max_jobs : 0;
+  int64_t kept = 0;
+  for (int64_t i = 0; i < j->n; i++) {
+    job *x = &j->items[i];
+    bool expired = finished(x) && now - x->finished >= j->ttl_s;
+    bool over = !expired && excess > 0;
+    excess -= over;
+    if (expired || over) {
+      db_delete(j, x->id);
+      free(x->json);
+    } else {
+      j->items[kept++] = *x;
+    }
+  }
+  j->n = kept;
 }
 
 qvl_status jobs_open(const jobs_opts *o, double now, jobs **out) {
@@ -225,22 +260,23 @@ qvl_status jobs_open(const jobs_opts *o, double now, jobs **out) {
     snprintf(j->replica, sizeof j->replica, "%s", o->replica);
   if (o->db_path) {
     qvl_status st = jobs_db_open(o->db_path, &j->db);
+    bool in_tx = false;
+    if (st == QVL_OK && (st = jobs_db_begin(j->db)) == QVL_OK)
+      in_tx = true;
     if (st == QVL_OK) {
-      load_ctx L = {j, now, wall_now()};
-      st = jobs_db_load(j->db, load_row, &L);
+      load_ctx L = {j, now, wall_now(), 0};
+      int64_t skipped = 0;
+      st = jobs_db_load(j->db, load_row, &L, &skipped);
+      if (L.dup_seq > 10)
+        log_warn("jobs db: %lld jobs with a repeated seq skipped", (long long)L.dup_seq);
     }
+    if (st == QVL_OK)
+      trim_loaded(j, now); /* also what a smaller --max-jobs than the file was written with drops */
+    if (in_tx && st == QVL_OK)
+      st = jobs_db_commit(j->db);
     if (st != QVL_OK) {
       jobs_free(j);
       return st;
-    }
-    expire(j, now);
-    /* a smaller --max-jobs than the file was written with: the oldest jobs go */
-    while (j->n > j->max_jobs) {
-      int64_t oldest = 0;
-      for (int64_t i = 1; i < j->n; i++)
-        if (j->items[i].seq < j->items[oldest].seq)
-          oldest = i;
-      drop(j, oldest);
     }
   }
   *out = j;
@@ -351,10 +387,27 @@ void jobs_finish(jobs *j, const char *id, double now, bool ok, char *json) {
 
 /* ---- reads ---------------------------------------------------------------------------------------- */
 
-/* ids are [a-z0-9-] only, so they need no JSON escaping */
+/* A JSON string of s: ids are [a-z0-9-] when this program made them, but a stored file is not
+ * trusted to hold only those (jobs_db_row_check refuses others; this keeps the output valid JSON
+ * whatever reaches it). */
+static void json_str(buf *b, const char *s) {
+  buf_append_str(b, "\"");
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      buf_printf(b, "\\%c", *p);
+    else if (*p < 0x20 || *p >= 0x7f)
+      buf_printf(b, "\\u%04x", *p < 0x7f ? *p : 0xfffd);
+    else
+      buf_append(b, p, 1);
+  }
+  buf_append_str(b, "\"");
+}
+
 static void job_json(buf *b, const job *x, bool with_result) {
-  buf_printf(b, "{\"id\":\"%s\",\"object\":\"job\",\"status\":\"%s\",\"created\":%lld", x->id,
-             job_state_name(x->state), (long long)x->created);
+  buf_append_str(b, "{\"id\":");
+  json_str(b, x->id);
+  buf_printf(b, ",\"object\":\"job\",\"status\":\"%s\",\"created\":%lld", job_state_name(x->state),
+             (long long)x->created);
   if (with_result && finished(x))
     buf_printf(b, ",\"%s\":%s", x->state == JOB_DONE ? "result" : "error", x->json ? x->json : "null");
 }

@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "qvl.h"
+#include "server/jobs/jobs_db.h"
 
 #define JOBS_ID_CAP 64
 #define JOBS_REPLICA_MAX 24 /* characters of a replica name: [a-z0-9-] */
@@ -54,6 +55,10 @@ qvl_status jobs_open(const jobs_opts *o, double now, jobs **out);
 /* jobs_open in memory, without a replica name. */
 qvl_status jobs_init(int64_t max_jobs, double ttl_s, jobs **out);
 void jobs_free(jobs *j);
+/* Adds one stored row (what jobs_open does for each row of the file that jobs_db_row_check
+ * accepted; the fuzz target drives it directly): a pending job becomes failed, job_interrupted; a
+ * finish time after now_unix counts as now_unix. */
+qvl_status jobs_import(jobs *j, const jobs_db_row *r, double now, double now_unix);
 
 /* The owner string of an API key: hex of the first 16 bytes of its SHA-256; "" for no key. */
 void jobs_owner_of(const char *api_key, char out[JOBS_OWNER_CAP]);

@@ -1,6 +1,8 @@
 /* Tools, response_format and logprobs on chat completions (see api_agents.h). */
 #include "server/openai/agents.h"
 
+#include "server/openai/boxes.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +11,8 @@
 
 #include "base/status.h"
 #include "server/openai/api_error.h"
-#include "server/openai/finish_reason.h"
+#include "server/openai/json_field.h"
+#include "base/finish.h"
 #include "server/openai/json_raw.h"
 #include "server/openai/result.h"
 #include "server/openai/sse.h"
@@ -33,14 +36,15 @@ static bool schema_error(api_error *e, const char *param) {
               qvl_last_error());
 }
 
-/* OpenAI's function names: 1..64 of [a-zA-Z0-9_-]. */
+/* OpenAI's function names: ^[a-zA-Z0-9_-]{1,64}$. A NUL inside a JSON string arrives as U+FFFD
+ * (api_json_nul_escapes), so "get\u0000x" fails here instead of passing as "get". */
 static bool name_ok(const char *s) {
   size_t n = strlen(s);
   if (n == 0 || n > 64)
     return false;
   for (size_t i = 0; i < n; i++)
     if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
-          s[i] == '_' || s[i] == '-' || s[i] == '.'))
+          s[i] == '_' || s[i] == '-'))
       return false;
   return true;
 }
@@ -92,10 +96,8 @@ bool api_agents_parse(cJSON *root, api_agent_opts *o, const cJSON **tools_out, g
   memset(o, 0, sizeof *o);
   *tools_out = NULL;
   *g = NULL;
-  const cJSON *lp = field(root, "logprobs");
-  if (lp && !cJSON_IsBool(lp))
-    return fail(e, "logprobs", "invalid_type", "'logprobs' must be a boolean");
-  o->logprobs = cJSON_IsTrue(lp);
+  if (!api_get_bool(root, "logprobs", NULL, &o->logprobs, e))
+    return false;
   const cJSON *tlp = field(root, "top_logprobs");
   if (tlp) {
     if (!cJSON_IsNumber(tlp) || tlp->valuedouble != floor(tlp->valuedouble) || tlp->valuedouble < 0 ||
@@ -145,8 +147,9 @@ bool api_agents_parse(cJSON *root, api_agent_opts *o, const cJSON **tools_out, g
     } else if (cJSON_IsObject(choice)) {
       const cJSON *fn = field(choice, "function");
       const cJSON *nm = fn ? field(fn, "name") : field(choice, "name"); /* function_call: {"name"} */
-      if (!cJSON_IsString(nm))
-        return fail(e, choice_param, "invalid_value", "a named tool_choice needs function.name");
+      if (!cJSON_IsString(nm) || !name_ok(nm->valuestring))
+        return fail(e, choice_param, "invalid_value",
+                    "a named tool_choice needs function.name of 1..64 letters, digits, '_' or '-'");
       mode = "named";
       named = nm->valuestring;
     } else {
@@ -156,12 +159,8 @@ bool api_agents_parse(cJSON *root, api_agent_opts *o, const cJSON **tools_out, g
       return fail(e, choice_param, "invalid_value", "'tool_choice' asks for a tool call but 'tools' is empty");
   }
   bool parallel = true;
-  const cJSON *par = field(root, "parallel_tool_calls");
-  if (par) {
-    if (!cJSON_IsBool(par))
-      return fail(e, "parallel_tool_calls", "invalid_type", "'parallel_tool_calls' must be a boolean");
-    parallel = cJSON_IsTrue(par);
-  }
+  if (!api_get_bool(root, "parallel_tool_calls", NULL, &parallel, e))
+    return false;
   if (have_tools)
     *tools_out = tools;
   o->parse_tools = have_tools && strcmp(mode, "none");
@@ -393,17 +392,20 @@ void api_agents_decorate(cJSON *choice, const api_result *r) {
         cJSON_AddStringToObject(f, "arguments", calls[i].arguments ? calls[i].arguments : "{}");
         cJSON_AddItemToArray(tc, c);
       }
-      if (r->finish_reason == ENGINE_FINISH_STOP || r->finish_reason == ENGINE_FINISH_NONE)
+      if (r->finish_reason == QVL_FINISH_EOS || r->finish_reason == QVL_FINISH_STOP_STRING ||
+          r->finish_reason == QVL_FINISH_NONE)
         cJSON_ReplaceItemInObjectCaseSensitive(choice, "finish_reason", cJSON_CreateString("tool_calls"));
       free_calls(calls, n);
     }
   }
   if (r->agent.logprobs && r->lp.off)
     cJSON_ReplaceItemInObjectCaseSensitive(choice, "logprobs", logprobs_object(&r->lp));
+  if (r->agent.boxes && m)
+    cJSON_AddItemToObject(m, "boxes", boxes_from_text(r->text.data, r->text.len, r->images, r->n_images));
 }
 
 const char *api_agents_finish_reason(const api_result *r) {
-  const char *fr = api_finish_reason(r->finish_reason);
+  const char *fr = finish_openai(r->finish_reason);
   if (r->agent.parse_tools && (!fr || !strcmp(fr, "stop"))) {
     parsed_call calls[API_MAX_TOOLS];
     size_t clen;
@@ -505,6 +507,14 @@ void api_agents_stream_tail(buf *out, const char *id, int64_t created, const cha
     cJSON *choice, *o = chunk_base(id, created, model, &choice);
     cJSON_AddObjectToObject(choice, "delta");
     cJSON_AddItemToObject(choice, "logprobs", logprobs_object(&r->lp));
+    cJSON_AddNullToObject(choice, "finish_reason");
+    emit_chunk(out, o);
+  }
+  if (r->agent.boxes) { /* known at the end: one chunk with delta.boxes */
+    cJSON *choice, *o = chunk_base(id, created, model, &choice);
+    cJSON *d = cJSON_AddObjectToObject(choice, "delta");
+    cJSON_AddItemToObject(d, "boxes", boxes_from_text(r->text.data, r->text.len, r->images, r->n_images));
+    cJSON_AddNullToObject(choice, "logprobs");
     cJSON_AddNullToObject(choice, "finish_reason");
     emit_chunk(out, o);
   }

@@ -28,6 +28,7 @@ typedef struct api_agent_opts {
   bool logprobs;
   int top_logprobs;   /* 0..20 */
   bool parse_tools;   /* tools given and tool_choice not "none": <tool_call> output becomes tool_calls */
+  bool boxes;         /* "boxes": the answer's bbox_2d / point_2d in pixels as message.boxes (boxes.h) */
 } api_agent_opts;
 
 /* What the engine reports for logprobs, copied out of engine_result. */
@@ -51,7 +52,7 @@ bool api_agents_parse(cJSON *root, api_agent_opts *o, const cJSON **tools, gramm
 bool api_logprobs_copy(api_logprobs *d, const engine_result *r);
 void api_logprobs_free(api_logprobs *l);
 
-/* Fills the choice (message content / tool_calls, finish_reason, logprobs) of a finished
+/* Fills the choice (message content / tool_calls, finish_reason, logprobs, boxes) of a finished
  * chat.completion built by api_completion_object. */
 void api_agents_decorate(cJSON *choice, const api_result *r);
 
@@ -62,7 +63,7 @@ size_t api_tool_text_safe(const char *text, size_t len, bool *tool_seen);
 /* The chunks a stream sends after the content, before the finish chunk: the tool calls (index,
  * id, type, name, then the arguments in fragments) and the logprobs. Appends SSE events to out. */
 void api_agents_stream_tail(buf *out, const char *id, int64_t created, const char *model, const api_result *r);
-/* finish_reason for r: "tool_calls" when the output held tool calls, else as api_finish_reason. */
+/* finish_reason for r: "tool_calls" when the output held tool calls, else as finish_openai. */
 const char *api_agents_finish_reason(const api_result *r);
 
 #endif

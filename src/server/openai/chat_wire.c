@@ -1,6 +1,7 @@
 /* The OpenAI chat API as JSON (see api.h). */
 #include "server/openai/chat_wire.h"
 #include "server/openai/video_wire.h"
+#include "server/openai/json_field.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include "engine/model_sampling.h"
 #include "server/openai/client_fields.h"
 #include "server/openai/history_field.h"
+#include "server/openai/reasoning_field.h"
 #include "text/sampler.h"
 #include "text/unicode.h"
 
@@ -92,13 +94,7 @@ static bool get_int(const cJSON *root, const char *name, double lo, double hi, i
 }
 
 static bool get_bool(const cJSON *root, const char *name, bool *out, api_error *e) {
-  const cJSON *j = field(root, name);
-  if (!j)
-    return true;
-  if (!cJSON_IsBool(j))
-    return bad_type(e, name, "a boolean", j);
-  *out = cJSON_IsTrue(j);
-  return true;
+  return api_get_bool(root, name, NULL, out, e);
 }
 
 static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images, int *n_videos, api_error *e) {
@@ -227,7 +223,20 @@ static uint64_t random_u64(void) {
 bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_chat_request *out, api_error *e) {
   memset(out, 0, sizeof *out);
   const char *end = NULL;
+  bool nomem = false;
+  char *nul_free = api_json_nul_escapes(body, len, &nomem);
+  if (nomem) {
+    api_error_status(e, QVL_ERR_NOMEM, NULL, NULL, "out of memory");
+    return false;
+  }
+  const char *orig = body;
+  if (nul_free)
+    body = nul_free;
   cJSON *root = len ? cJSON_ParseWithLengthOpts(body, len, &end, false) : NULL;
+  if (nul_free && end)
+    end = orig + (end - body); /* the position in the caller's bytes */
+  free(nul_free);
+  body = orig;
   if (!root) {
     size_t at = end ? (size_t)(end - body) : (cJSON_GetErrorPtr() ? (size_t)(cJSON_GetErrorPtr() - body) : 0);
     if (at > len)
@@ -317,6 +326,9 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   /* tools, tool_choice, functions, response_format, logprobs (api_agents.c) */
   if (!api_agents_parse(root, &out->agent, &out->tools, &out->grammar, e))
     goto fail;
+  out->agent.boxes = lim->boxes; /* "boxes": grounding answers in pixels (boxes.h) */
+  if (!get_bool(root, "boxes", &out->agent.boxes, e))
+    goto fail;
 
   /* Sampling: absent fields take the model's recommended settings (engine/model_sampling.h). */
   gen_params *g = &out->gen;
@@ -343,6 +355,8 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   sp->repetition_penalty = (float)repetition;
   sp->seed = seeded ? (uint64_t)seed : random_u64();
   if (!api_parse_logit_bias(root, sp, e) || !api_refuse_unhonoured(root, e))
+    goto fail;
+  if (!api_reasoning_parse(root, lim->reasoning_model, lim->reasoning_budget, &g->reasoning_budget, e))
     goto fail;
   if (sampler_check_params(sp) != QVL_OK) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", NULL, "%s", qvl_last_error());
@@ -438,6 +452,9 @@ static void add_usage(cJSON *o, const api_result *r) {
   cJSON_AddNumberToObject(u, "total_tokens", (double)(r->prompt_tokens + r->completion_tokens));
   cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
   cJSON_AddNumberToObject(d, "cached_tokens", (double)r->cached_prompt_tokens);
+  if (r->reasoning_tokens > 0)
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "completion_tokens_details"), "reasoning_tokens",
+                            (double)r->reasoning_tokens);
   chat_history_add_usage(u, &r->history);
   cJSON *t = cJSON_AddObjectToObject(o, "timings");
   cJSON_AddNumberToObject(t, "ttft_ms", r->t.ttft_ms);
@@ -489,9 +506,11 @@ cJSON *api_completion_object(const char *id, int64_t created, const char *model,
   cJSON *m = cJSON_AddObjectToObject(c, "message");
   cJSON_AddStringToObject(m, "role", "assistant");
   cJSON_AddItemToObject(m, "content", string_n(r->text.data ? r->text.data : "", r->text.len));
+  if (r->reasoning.len)
+    cJSON_AddItemToObject(m, "reasoning_content", string_n(r->reasoning.data, r->reasoning.len));
   cJSON_AddNullToObject(m, "refusal");
   cJSON_AddNullToObject(c, "logprobs");
-  const char *fr = api_finish_reason(r->finish_reason);
+  const char *fr = finish_openai(r->finish_reason);
   cJSON_AddStringToObject(c, "finish_reason", fr ? fr : "stop");
   api_agents_decorate(c, r);
   cJSON_AddItemToArray(choices, c);
@@ -522,6 +541,24 @@ char *api_chunk_json(const char *id, int64_t created, const char *model, bool ro
     cJSON_AddStringToObject(c, "finish_reason", finish_reason);
   else
     cJSON_AddNullToObject(c, "finish_reason");
+  cJSON_AddItemToArray(choices, c);
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+char *api_reasoning_chunk_json(const char *id, int64_t created, const char *model, bool role, const char *text,
+                               size_t len) {
+  cJSON *o = base_object(id, "chat.completion.chunk", created, model);
+  cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+  cJSON *c = cJSON_CreateObject();
+  cJSON_AddNumberToObject(c, "index", 0);
+  cJSON *d = cJSON_AddObjectToObject(c, "delta");
+  if (role)
+    cJSON_AddStringToObject(d, "role", "assistant");
+  cJSON_AddItemToObject(d, "reasoning_content", string_n(text, len));
+  cJSON_AddNullToObject(c, "logprobs");
+  cJSON_AddNullToObject(c, "finish_reason");
   cJSON_AddItemToArray(choices, c);
   char *s = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);

@@ -16,8 +16,9 @@
 #include "engine/generate.h"
 #include "qvl.h"
 #include "server/openai/agents.h"
+#include "server/openai/json_field.h"
 #include "server/openai/api_error.h"
-#include "server/openai/finish_reason.h"
+#include "base/finish.h"
 #include "server/openai/result.h"
 #include "server/openai/sse.h"
 
@@ -39,6 +40,9 @@ typedef struct api_limits {
   int max_videos;              /* videos per request (0: not checked here) */
   int64_t video_max_frames;    /* sampled frames a request may ask for (0: HF's 768) */
   int64_t video_max_pixels;    /* cap on a request's video max_pixels (0: HF's 786432) */
+  bool reasoning_model;        /* the model reasons: reasoning fields are honoured (else refused) */
+  int64_t reasoning_budget;    /* the server's default budget (--reasoning-budget; -1 unbounded) */
+  bool boxes;                  /* "boxes" when the request does not say (--boxes) */
 } api_limits;
 
 typedef struct api_chat_request {
@@ -60,6 +64,7 @@ typedef struct api_chat_request {
 /* Parses and validates a /v1/chat/completions body. On failure fills err (400/404) and returns
  * false; on success the request owns the parsed JSON (free with api_chat_request_free). */
 bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_chat_request *out, api_error *err);
+
 void api_chat_request_free(api_chat_request *r);
 
 /* A JSON string of generated text: each ill-formed UTF-8 sequence (and NUL) becomes U+FFFD. */
@@ -72,6 +77,10 @@ cJSON *api_completion_object(const char *id, int64_t created, const char *model,
  * finish_reason and an empty delta. */
 char *api_chunk_json(const char *id, int64_t created, const char *model, bool role, const char *content,
                      size_t content_len, const char *finish_reason);
+/* A chunk whose delta carries reasoning_content (llama-server's and vLLM's field), with role on the
+ * first chunk. */
+char *api_reasoning_chunk_json(const char *id, int64_t created, const char *model, bool role, const char *text,
+                               size_t len);
 /* The usage chunk of stream_options.include_usage: choices [] and usage (+ timings). */
 char *api_usage_chunk_json(const char *id, int64_t created, const char *model, const api_result *r);
 

@@ -73,7 +73,6 @@ bool api_refuse_unhonoured(const cJSON *root, api_error *e) {
   static const char *const fields[][2] = {
       {"audio", "qvl answers in text only"},
       {"prediction", "no predicted outputs"},
-      {"reasoning_effort", "the model has no reasoning settings"},
       {"web_search_options", "no web search"},
       {"verbosity", "no verbosity control"},
   };

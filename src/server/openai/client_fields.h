@@ -7,7 +7,7 @@
  *   - `logit_bias` {"TOKEN_ID": bias in [-100, 100], ...} (at most SAMPLER_MAX_BIAS entries),
  *     added to the logits before sampling (-100 in effect bans a token, +100 forces it);
  *   - fields of OpenAI's platform that qvl does not honour (audio output, predicted outputs,
- *     reasoning effort, web search, verbosity, non-text modalities) answer 400 naming them instead of
+ *     web search, verbosity, non-text modalities) answer 400 naming them instead of
  *     being ignored.
  */
 #ifndef QVL_SERVER_API_EXTRA_H

@@ -10,6 +10,7 @@ bool api_result_copy(api_result *d, const engine_result *r) {
   d->status = r->status;
   snprintf(d->error, sizeof d->error, "%s", r->error);
   d->finish_reason = r->finish_reason;
+  d->stop_match = r->stop_match;
   d->prompt_tokens = r->prompt_tokens;
   d->completion_tokens = r->completion_tokens;
   d->image_tokens = r->image_tokens;
@@ -19,6 +20,9 @@ bool api_result_copy(api_result *d, const engine_result *r) {
   d->t = r->t;
   d->history = r->history;
   if (buf_append(&d->text, r->text ? r->text : "", r->text ? r->text_len : 0) != QVL_OK)
+    return false;
+  d->reasoning_tokens = r->reasoning_tokens;
+  if (buf_append(&d->reasoning, r->reasoning ? r->reasoning : "", r->reasoning ? r->reasoning_len : 0) != QVL_OK)
     return false;
   if (!api_logprobs_copy(&d->lp, r))
     return false;
@@ -33,6 +37,13 @@ bool api_result_copy(api_result *d, const engine_result *r) {
                                       .bytes = rcbuf_ref(im->source)}};
   }
   d->n_media = r->n_images;
+  if (r->n_images > 0 && r->images) {
+    if (!(d->images = malloc(sizeof *d->images * (size_t)r->n_images)))
+      return false;
+    for (int i = 0; i < r->n_images; i++)
+      d->images[i] = (engine_image){r->images[i].width, r->images[i].height, r->images[i].message_index};
+    d->n_images = r->n_images;
+  }
   return true;
 }
 
@@ -40,10 +51,14 @@ void api_result_free(api_result *r) {
   if (!r)
     return;
   buf_free(&r->text);
+  buf_free(&r->reasoning);
   api_logprobs_free(&r->lp);
   for (int i = 0; i < r->n_media; i++)
     rcbuf_unref(r->media[i].ref.bytes);
   free(r->media);
   r->media = NULL;
   r->n_media = 0;
+  free(r->images);
+  r->images = NULL;
+  r->n_images = 0;
 }

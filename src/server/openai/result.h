@@ -25,16 +25,21 @@ typedef struct api_media {
 typedef struct api_result {
   qvl_status status;
   char error[512];
-  engine_finish finish_reason;
+  qvl_finish finish_reason;
+  int stop_match;              /* engine_result.stop_match */
   int64_t prompt_tokens, completion_tokens, image_tokens, cached_prompt_tokens;
   int image_cache_hits, image_cache_misses;
   engine_timings t;
   buf text;
+  buf reasoning;               /* a reasoning model's reasoning ("" otherwise) */
+  int64_t reasoning_tokens;    /* of completion_tokens, those inside the think block */
   history_report history;
-  api_agent_opts agent;        /* set by the caller: how to render tool calls and logprobs */
+  api_agent_opts agent;        /* set by the caller: how to render tool calls, logprobs and boxes */
   api_logprobs lp;
   api_media *media;            /* [n_media] the images kept in the prompt */
   int n_media;
+  int n_images;
+  engine_image *images;        /* [n_images] the prompt's images (engine_result.images; boxes) */
 } api_result;
 
 /* Copies r (the text too); false when out of memory. */

@@ -1,0 +1,57 @@
+/*
+ * Helpers shared by the x86 variant files (avx2.c, avx512.c, avx512_bf16.c, amx.c). Everything
+ * here is static inline and written with macros over the vector type, so each file compiles it
+ * with its own -m flags: one source for the exp polynomial instead of a copy per ISA file.
+ */
+#ifndef QVL_KERNELS_X86_SIMD_COMMON_H
+#define QVL_KERNELS_X86_SIMD_COMMON_H
+
+#define INLINE static inline __attribute__((always_inline))
+/* Fixed-count loops are unrolled so that indices become constants and arrays stay in registers. */
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* exp(x) range reduction and polynomial, about 1 ulp: x = n ln2 + r with |r| <= ln2/2 (ln2 split
+ * in two parts so n ln2 is exact enough), degree-6 Cephes expf polynomial for e^r. V is the
+ * vector type, P the intrinsic prefix (_mm256 / _mm512), ROUND rounds to the nearest integer.
+ * Leaves n (as float) and p = e^r; the caller scales by 2^n its own way (the ISA decides how). */
+#define KN_EXP_CORE(V, P, ROUND, x, n, p)                                   \
+  V n = ROUND(P##_mul_ps(x, P##_set1_ps(1.44269504088896341f)));            \
+  V p;                                                                      \
+  do {                                                                      \
+    V r_ = P##_fnmadd_ps(n, P##_set1_ps(0.693359375f), x);                  \
+    r_ = P##_fnmadd_ps(n, P##_set1_ps(-2.12194440e-4f), r_);                \
+    p = P##_set1_ps(1.9875691500e-4f);                                      \
+    p = P##_fmadd_ps(p, r_, P##_set1_ps(1.3981999507e-3f));                 \
+    p = P##_fmadd_ps(p, r_, P##_set1_ps(8.3334519073e-3f));                 \
+    p = P##_fmadd_ps(p, r_, P##_set1_ps(4.1665795894e-2f));                 \
+    p = P##_fmadd_ps(p, r_, P##_set1_ps(1.6666665459e-1f));                 \
+    p = P##_fmadd_ps(p, r_, P##_set1_ps(5.0000001201e-1f));                 \
+    p = P##_fmadd_ps(p, P##_mul_ps(r_, r_), P##_add_ps(r_, P##_set1_ps(1.0f))); \
+  } while (0)
+
+/* Peak probe: N independent accumulators (enough to cover the latency of each instruction at two
+ * per cycle, few enough to stay in registers with the constants: 16 of 32 zmm, 12 of 16 ymm), one
+ * function per kind; the results are summed and stored so the loop cannot be dropped. Returns the
+ * number of instructions issued per chain (iters). */
+#define PEAK_PROBE_N(NAME, T, N, INIT, STEP, SUM)                 \
+  static __attribute__((noinline)) double NAME(int64_t iters) {  \
+    T v[N];                                                       \
+    UNROLL                                                        \
+    for (int i = 0; i < N; i++)                                   \
+      v[i] = INIT;                                                \
+    for (int64_t it = 0; it < iters; it++) {                      \
+      UNROLL                                                      \
+      for (int i = 0; i < N; i++)                                 \
+        v[i] = STEP;                                              \
+    }                                                             \
+    T s = v[0];                                                   \
+    UNROLL                                                        \
+    for (int i = 1; i < N; i++)                                   \
+      s = SUM;                                                    \
+    volatile T sink = s;                                          \
+    (void)sink;                                                   \
+    return (double)iters;                                         \
+  }
+#define PEAK_PROBE(NAME, T, INIT, STEP, SUM) PEAK_PROBE_N(NAME, T, 16, INIT, STEP, SUM)
+
+#endif
