@@ -57,6 +57,8 @@ static bool resolve_stored(const char *url, const prompt_opts *o, prompt_media *
   md->n_tokens = ref.n_tokens;
   md->pixels = ref.pixels;
   md->resized_pixels = ref.resized_pixels;
+  md->width = ref.width;
+  md->height = ref.height;
   *s = QVL_OK;
   return true;
 }

@@ -61,6 +61,7 @@ typedef struct prompt_media_ref {
   uint64_t hash;          /* pixel hash when known, else 0 */
   int grid_t, grid_h, grid_w;
   int64_t n_tokens, pixels, resized_pixels;
+  int width, height;      /* as displayed (prompt_image.width/height; 0: unknown) */
   rcbuf *bytes;           /* borrowed: the planner takes its own reference */
 } prompt_media_ref;
 

@@ -34,6 +34,7 @@ bool api_result_copy(api_result *d, const engine_result *r) {
                               .ref = {.bytes_key = im->bytes_key, .hash = im->hash, .grid_t = im->grid_t,
                                       .grid_h = im->grid_h, .grid_w = im->grid_w, .n_tokens = im->n_tokens,
                                       .pixels = im->pixels, .resized_pixels = im->resized_pixels,
+                                      .width = im->width, .height = im->height,
                                       .bytes = rcbuf_ref(im->source)}};
   }
   d->n_media = r->n_images;
