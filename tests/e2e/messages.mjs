@@ -210,9 +210,18 @@ test("auth and errors: x-api-key or Bearer, and the SDK's error classes", async 
   }
   const r = await postJson(A, "/v1/messages/batches", {}, ["-H", `x-api-key: ${KEY}`]);
   check(r.status === 404 && JSON.parse(r.body).error.type === "not_found_error", "an unknown messages endpoint: 404 not_found_error", r);
-  const thinking = await ant().messages.create({ model: MODEL_ID, max_tokens: 64, thinking: { type: "enabled", budget_tokens: 16 },
+  // the model does not reason: thinking enabled is refused naming it, disabled is what it does anyway
+  try {
+    await ant().messages.create({ model: MODEL_ID, max_tokens: 64, thinking: { type: "enabled", budget_tokens: 16 },
+      messages: [{ role: "user", content: "hi" }] });
+    check(false, "thinking enabled: refused");
+  } catch (e) {
+    check(e instanceof Anthropic.BadRequestError && e.error?.error?.type === "invalid_request_error" &&
+      /thinking/.test(e.error?.error?.message), "thinking enabled on a model that does not reason: 400 naming thinking", [e.status, e.error]);
+  }
+  const thinking = await ant().messages.create({ model: MODEL_ID, max_tokens: 8, thinking: { type: "disabled" },
     messages: [{ role: "user", content: "hi" }] });
-  check(thinking.content.every((b) => b.type === "text"), "thinking is accepted (the model does not reason: no thinking blocks)", thinking.content);
+  check(thinking.content.every((b) => b.type === "text"), "thinking disabled is accepted (no thinking blocks)", thinking.content);
 });
 
 test("a full server: 529 overloaded_error (the SDK's InternalServerError) with Retry-After", async () => {

@@ -4,7 +4,7 @@
 // logit_bias on one token makes the text exact: 4 reasoning tokens, the forced "\n</think>\n\n",
 // then the answer. Checked through the openai client (chat, streaming, Responses and its events),
 // the AI SDK (reasoning from reasoning_content), the ollama client (think, message.thinking), the
-// budget fields, and /tokenize, /detokenize, /apply-template (the C renderer against Jinja2's
+// budget fields, the Anthropic SDK (thinking blocks and their stream events), and /tokenize, /detokenize, /apply-template (the C renderer against Jinja2's
 // rendering of the real template, tests/unit/chat_thinking_cases.json).
 import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { generateText, streamText } from "ai";
 import { Ollama } from "ollama";
+import Anthropic from "@anthropic-ai/sdk";
 import { QVL, MODEL, root, check, startServer, client, postJson, errorOf, test, runSuite } from "./lib.mjs";
 
 const dir = mkdtempSync(join(tmpdir(), "qvl-e2e-think-"));
@@ -111,6 +112,31 @@ test("Responses: a reasoning item before the message, and its streaming events",
   const again = await c.responses.create({ model: ID, input: [{ role: "user", content: "Why?" }, ...r.output.map((o) => ({ ...o })),
     { role: "user", content: "And?" }], max_output_tokens: 2, temperature: 0 });
   check(again.status === "incomplete" || again.status === "completed", "input with a reasoning item", again.status);
+});
+
+test("Anthropic SDK: thinking budget_tokens, a thinking block first, thinking_delta and signature_delta", async () => {
+  const a = new Anthropic({ baseURL: S.base, apiKey: "none", maxRetries: 0, timeout: 120000 });
+  const ask = { model: ID, max_tokens: 12, temperature: 0, logit_bias: bias, messages: [{ role: "user", content: "Why is the sky blue?" }] };
+  const r = await a.messages.create({ ...ask, thinking: { type: "enabled", budget_tokens: 3 } });
+  check(r.content.length === 2 && r.content[0].type === "thinking" && r.content[0].thinking === WORD.repeat(3) &&
+    r.content[0].signature === "", "content[0]: the thinking block, budget_tokens 3", r.content);
+  check(r.content[1].type === "text" && r.content[1].text === WORD.repeat(6), "content[1]: the answer", r.content);
+  check(r.usage.output_tokens === 12 && r.stop_reason === "max_tokens", "output_tokens counts the reasoning", r.usage);
+  const off = await a.messages.create({ ...ask, max_tokens: 5, thinking: { type: "disabled" } });
+  check(off.content.length === 1 && off.content[0].type === "text" && off.content[0].text === WORD.repeat(5), "disabled: no thinking", off.content);
+  const s = a.messages.stream({ ...ask, thinking: { type: "enabled", budget_tokens: 4 } });
+  let thinking = "", text = "", order = "", signature = null;
+  s.on("thinking", (d) => { thinking += d; order += "t"; });
+  s.on("text", (d) => { text += d; order += "x"; });
+  s.on("streamEvent", (ev) => { if (ev.type === "content_block_delta" && ev.delta.type === "signature_delta") { signature = ev.delta.signature; order += "s"; } });
+  const m = await s.finalMessage();
+  check(m.content[0]?.type === "thinking" && m.content[0].thinking === WORD.repeat(4) && m.content[1]?.text === WORD.repeat(5),
+    "finalMessage: the thinking block, then the text", m.content);
+  check(thinking === WORD.repeat(4) && text === WORD.repeat(5) && /^t+sx+$/.test(order) && signature === "",
+    "thinking deltas, the signature, then text", { thinking, text, order, signature });
+  let bad = null;
+  try { await a.messages.create({ ...ask, thinking: { type: "enabled", budget_tokens: 12 } }); } catch (e) { bad = e; }
+  check(bad instanceof Anthropic.BadRequestError && /budget_tokens/.test(bad.error?.error?.message), "budget_tokens >= max_tokens: 400", bad?.error);
 });
 
 test("ollama client: think and message.thinking, streamed and not", async () => {

@@ -11,6 +11,7 @@
 #include "text/stop.h"
 
 static const char *const ids[] = {"e2e-Q8_0.gguf", "qvl"};
+static bool g_reasoning; /* the served model reasons (ctx and limits) */
 
 static api_limits limits(void) {
   api_limits l;
@@ -22,6 +23,8 @@ static api_limits limits(void) {
   l.default_min_pixels = 65536;
   l.model_ids = ids;
   l.n_model_ids = 2;
+  l.reasoning_model = g_reasoning;
+  l.reasoning_budget = -1;
   return l;
 }
 
@@ -30,6 +33,7 @@ static compat_ctx ctx(void) {
   memset(&c, 0, sizeof c);
   c.model_id = "e2e-Q8_0.gguf";
   c.created = 1764540000;
+  c.reasoning_model = g_reasoning;
   return c;
 }
 
@@ -94,6 +98,7 @@ static bool str_is(const cJSON *o, const char *path, const char *want) {
 
 static void test_translate(void) {
   compat_request cr;
+  g_reasoning = true; /* (thinking enabled is refused by a model that does not reason) */
   cJSON *chat = translate(messages_translate,
                           "{\"model\":\"e2e-Q8_0.gguf\",\"max_tokens\":7,\"system\":[{\"type\":\"text\",\"text\":\"Be "
                           "brief.\"},{\"type\":\"text\",\"text\":\"Be kind.\",\"cache_control\":{\"type\":\"ephemeral\"}}],"
@@ -120,8 +125,11 @@ static void test_translate(void) {
   CHECK(cJSON_GetObjectItemCaseSensitive(chat, "top_k")->valuedouble == 5, "top_k passes");
   CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(chat, "stream")), "stream");
   CHECK(!strncmp(cr.id, "msg_", 4), "id %s", cr.id);
+  const cJSON *mrt = cJSON_GetObjectItemCaseSensitive(chat, "max_reasoning_tokens");
+  CHECK(cJSON_IsNumber(mrt) && mrt->valuedouble == 3, "thinking.budget_tokens -> max_reasoning_tokens");
   cJSON_Delete(chat);
   compat_request_free(&cr);
+  g_reasoning = false;
 }
 
 static const char *const tool_body =
@@ -210,6 +218,9 @@ static void test_refusals(void) {
   refused("{\"model\":\"qvl\",\"max_tokens\":10,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":10},\"messages\":[{"
           "\"role\":\"user\",\"content\":\"x\"}]}",
           400, "thinking.budget_tokens", NULL);
+  refused("{\"model\":\"qvl\",\"max_tokens\":10,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":5},\"messages\":[{"
+          "\"role\":\"user\",\"content\":\"x\"}]}",
+          400, "thinking", "no reasoning");
   refused("{\"model\":\"qvl\",\"max_tokens\":3,\"mcp_servers\":[{\"url\":\"x\"}],\"messages\":[{\"role\":\"user\","
           "\"content\":\"x\"}]}",
           400, "mcp_servers", NULL);
@@ -424,8 +435,129 @@ static void test_stop_matched(void) {
   stop_free(s);
 }
 
+/* thinking on a reasoning model: the budget mapping, the thinking block first, and the stream's
+ * thinking block (thinking_delta pieces, signature_delta, stop) before the text block at index 1. */
+static void test_thinking(void) {
+  g_reasoning = true;
+  static const char *const bodies[][2] = {
+      {"{\"model\":\"qvl\",\"max_tokens\":50,\"thinking\":{\"type\":\"disabled\"},\"messages\":[{\"role\":\"user\","
+       "\"content\":\"x\"}]}",
+       "0"},
+      {"{\"model\":\"qvl\",\"max_tokens\":50,\"thinking\":{\"type\":\"adaptive\"},\"messages\":[{\"role\":\"user\","
+       "\"content\":\"x\"}]}",
+       NULL},
+      {"{\"model\":\"qvl\",\"max_tokens\":50,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", NULL},
+  };
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+    compat_request cr;
+    cJSON *chat = translate(messages_translate, bodies[i][0], &cr);
+    const cJSON *mrt = cJSON_GetObjectItemCaseSensitive(chat, "max_reasoning_tokens");
+    if (bodies[i][1])
+      CHECK(cJSON_IsNumber(mrt) && mrt->valuedouble == atof(bodies[i][1]), "%s: budget %s", bodies[i][0], bodies[i][1]);
+    else
+      CHECK(chat && !mrt, "%s: the default budget", bodies[i][0]);
+    cJSON_Delete(chat);
+    compat_request_free(&cr);
+  }
+  /* count_tokens has no max_tokens: any budget is accepted */
+  compat_request cr;
+  cJSON *chat = translate(messages_count_translate,
+                          "{\"model\":\"qvl\",\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2048},"
+                          "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                          &cr);
+  CHECK(chat != NULL, "count_tokens with thinking");
+  cJSON_Delete(chat);
+  compat_request_free(&cr);
+
+  chat = translate(messages_translate,
+                   "{\"model\":\"qvl\",\"max_tokens\":50,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":20},"
+                   "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                   &cr);
+  cJSON_Delete(chat);
+  api_result r;
+  result_of(&r, "Paris.", QVL_FINISH_EOS, false);
+  buf_append_str(&r.reasoning, "Let me think.");
+  r.reasoning_tokens = 4;
+  char *j = cr.fmt->result_json(cr.state, &r);
+  cJSON *o = cJSON_Parse(j);
+  CHECK(str_is(o, "content.0.type", "thinking") && str_is(o, "content.0.thinking", "Let me think.") &&
+            str_is(o, "content.0.signature", ""),
+        "thinking block first: %s", j);
+  CHECK(str_is(o, "content.1.type", "text") && str_is(o, "content.1.text", "Paris.") &&
+            cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "content")) == 2,
+        "then the text block: %s", j);
+  CHECK(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "usage"), "output_tokens")->valuedouble == 6,
+        "output_tokens counts the reasoning too (completion_tokens): %s", j);
+  cJSON_Delete(o);
+  free(j);
+
+  buf out = {0};
+  cr.fmt->stream_reasoning(cr.state, &out, "Let me ", 7);
+  cr.fmt->stream_reasoning(cr.state, &out, "think.", 6);
+  cr.fmt->stream_text(cr.state, &out, "Paris.", 6);
+  cr.fmt->stream_end(cr.state, &out, &r);
+  const char *want[][3] = {
+      {"message_start", NULL, NULL},
+      {"content_block_start", "content_block.type", "thinking"},
+      {"ping", NULL, NULL},
+      {"content_block_delta", "delta.thinking", "Let me "},
+      {"content_block_delta", "delta.thinking", "think."},
+      {"content_block_delta", "delta.type", "signature_delta"},
+      {"content_block_stop", NULL, NULL},
+      {"content_block_start", "content_block.type", "text"},
+      {"content_block_delta", "delta.text", "Paris."},
+      {"content_block_stop", NULL, NULL},
+      {"message_delta", "delta.stop_reason", "end_turn"},
+      {"message_stop", NULL, NULL},
+  };
+  const int index[] = {-1, 0, -1, 0, 0, 0, 0, 1, 1, 1, -1, -1};
+  size_t n = 0, want_n = sizeof want / sizeof want[0];
+  const char *ev = NULL;
+  for (char *line = out.data, *nl; line && (nl = strchr(line, '\n')); line = nl + 1) {
+    *nl = 0;
+    if (!strncmp(line, "event: ", 7)) {
+      ev = line + 7;
+    } else if (!strncmp(line, "data: ", 6)) {
+      cJSON *d = cJSON_Parse(line + 6);
+      if (n < want_n) {
+        CHECK(ev && !strcmp(ev, want[n][0]) && str_is(d, "type", want[n][0]), "event %zu: %s, expected %s", n,
+              ev ? ev : "", want[n][0]);
+        if (want[n][1])
+          CHECK(str_is(d, want[n][1], want[n][2]), "event %zu: %s is not '%s': %s", n, want[n][1], want[n][2],
+                line + 6);
+        const cJSON *ix = cJSON_GetObjectItemCaseSensitive(d, "index");
+        if (index[n] >= 0)
+          CHECK(cJSON_IsNumber(ix) && ix->valuedouble == index[n], "event %zu: index %d: %s", n, index[n], line + 6);
+        if (n == 5)
+          CHECK(str_is(d, "delta.signature", ""), "signature_delta: %s", line + 6);
+      }
+      n++;
+      cJSON_Delete(d);
+    }
+  }
+  CHECK(n == want_n, "%zu events, expected %zu", n, want_n);
+  buf_free(&out);
+
+  /* reasoning the stream never saw piece by piece: stream_end sends it in the thinking block first */
+  compat_request_free(&cr);
+  chat = translate(messages_translate,
+                   "{\"model\":\"qvl\",\"max_tokens\":50,\"stream\":true,\"messages\":[{\"role\":\"user\","
+                   "\"content\":\"x\"}]}",
+                   &cr);
+  cJSON_Delete(chat);
+  cr.fmt->stream_end(cr.state, &out, &r);
+  const char *th = out.data ? strstr(out.data, "\"thinking_delta\",\"thinking\":\"Let me think.\"") : NULL;
+  const char *tx = out.data ? strstr(out.data, "\"text_delta\",\"text\":\"Paris.\"") : NULL;
+  CHECK(th && tx && th < tx, "thinking, then text at the end: %s", out.data ? out.data : "");
+  buf_free(&out);
+  api_result_free(&r);
+  compat_request_free(&cr);
+  g_reasoning = false;
+}
+
 int main(void) {
   test_translate();
+  test_thinking();
   test_tools();
   test_refusals();
   test_answer();

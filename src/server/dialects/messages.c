@@ -2,6 +2,7 @@
 #include "server/dialects/messages.h"
 
 #include "server/openai/json_raw.h"
+#include "server/openai/reasoning_field.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ typedef struct msgs_state {
   bool hold_tools;      /* tools may be called: text that may begin a call is held (compat_hold) */
   compat_hold hold;
   buf sent;             /* text streamed so far */
+  buf thinking;         /* reasoning streamed so far (the thinking block's text) */
   /* streaming */
   bool started;         /* message_start is out */
   bool pinged;
@@ -37,6 +39,7 @@ static void state_free(void *p) {
     free(st->stops[i]);
   compat_hold_free(&st->hold);
   buf_free(&st->sent);
+  buf_free(&st->thinking);
   free(st);
 }
 
@@ -519,9 +522,12 @@ static bool translate_tools(const cJSON *root, cJSON *chat, api_error *e) {
   return true;
 }
 
-/* `thinking`: {type: enabled, budget_tokens} / {type: disabled} / {type: adaptive}. Checked, then
- * accepted: the served model does not reason (messages.h). */
-static bool check_thinking(const cJSON *root, int64_t max_tokens, api_error *e) {
+/* `thinking`: {type: enabled, budget_tokens: N} -> the chat's max_reasoning_tokens N (Anthropic asks
+ * N >= 1024; smaller budgets are accepted, a small model's reasoning is short), {type: disabled} ->
+ * 0 (the template's empty think block), {type: adaptive} or absent -> the server's default budget.
+ * A model that does not reason refuses "enabled" (as the other dialects refuse reasoning fields);
+ * disabled and adaptive are what it does anyway. max_tokens < 0: not given (count_tokens). */
+static bool check_thinking(const cJSON *root, const compat_ctx *ctx, int64_t max_tokens, cJSON *chat, api_error *e) {
   const cJSON *th = get(root, "thinking");
   if (!present(th))
     return true;
@@ -531,11 +537,24 @@ static bool check_thinking(const cJSON *root, int64_t max_tokens, api_error *e) 
   if (!strcmp(type->valuestring, "enabled")) {
     const cJSON *b = get(th, "budget_tokens");
     if (!cJSON_IsNumber(b) || b->valuedouble != floor(b->valuedouble) || b->valuedouble < 1 ||
-        b->valuedouble >= (double)max_tokens)
+        (max_tokens >= 0 && b->valuedouble >= (double)max_tokens) || b->valuedouble > 1e15)
       return bad(e, "thinking.budget_tokens", "must be an integer >= 1 and less than max_tokens");
+    if (!ctx->reasoning_model) {
+      api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "thinking",
+                       "thinking: 'enabled' is not supported: the model has no reasoning (its chat template opens "
+                       "no think block)");
+      return false;
+    }
+    double n = b->valuedouble < API_REASONING_MAX ? b->valuedouble : API_REASONING_MAX;
+    cJSON_AddNumberToObject(chat, "max_reasoning_tokens", n);
     return true;
   }
-  if (strcmp(type->valuestring, "disabled") && strcmp(type->valuestring, "adaptive"))
+  if (!strcmp(type->valuestring, "disabled")) {
+    if (ctx->reasoning_model)
+      cJSON_AddNumberToObject(chat, "max_reasoning_tokens", 0);
+    return true;
+  }
+  if (strcmp(type->valuestring, "adaptive"))
     return bad(e, "thinking.type", "must be enabled, disabled or adaptive");
   return true;
 }
@@ -607,7 +626,7 @@ static bool translate(const char *body, size_t len, const compat_ctx *ctx, compa
     max_tokens = (int64_t)mt->valuedouble;
   }
   cJSON_AddNumberToObject(chat, "max_tokens", count ? 1 : (double)max_tokens);
-  if (!check_thinking(root, max_tokens, e))
+  if (!check_thinking(root, ctx, count && !present(mt) ? -1 : max_tokens, chat, e))
     goto done;
 
   const cJSON *stream = get(root, "stream");
@@ -698,6 +717,16 @@ static cJSON *tool_block(const msgs_state *st, int i, const cJSON *call, bool wi
   return b;
 }
 
+/* The reasoning as a thinking block. qvl signs nothing: the signature is always "" (a client that
+ * sends the block back has it dropped from the prompt, signed or not). */
+static cJSON *thinking_block(const char *text, size_t len) {
+  cJSON *b = cJSON_CreateObject();
+  cJSON_AddStringToObject(b, "type", "thinking");
+  cJSON_AddItemToObject(b, "thinking", api_text_json(text, len));
+  cJSON_AddStringToObject(b, "signature", "");
+  return b;
+}
+
 static cJSON *text_block(const char *text, size_t len) {
   cJSON *b = cJSON_CreateObject();
   cJSON_AddStringToObject(b, "type", "text");
@@ -740,6 +769,8 @@ static cJSON *message_object(const msgs_state *st, const api_result *r, const cJ
   if (r && choice) {
     const cJSON *calls = compat_choice_tool_calls(choice);
     const char *text = compat_choice_content(choice);
+    if (r->reasoning.len) /* the reasoning comes first, as Anthropic's thinking block does */
+      cJSON_AddItemToArray(content, thinking_block(r->reasoning.data, r->reasoning.len));
     if (!calls || text[0])
       cJSON_AddItemToArray(content, text_block(text, strlen(text)));
     int i = 0;
@@ -844,9 +875,38 @@ static void block_delta(msgs_state *st, buf *out, cJSON *delta) {
   emit(out, "content_block_delta", o);
 }
 
+/* Ends the thinking block when it is open: its signature_delta ("", see thinking_block), then
+ * content_block_stop. */
+static void thinking_stop(msgs_state *st, buf *out) {
+  if (st->open != BLOCK_THINKING)
+    return;
+  cJSON *d = cJSON_CreateObject();
+  cJSON_AddStringToObject(d, "type", "signature_delta");
+  cJSON_AddStringToObject(d, "signature", "");
+  block_delta(st, out, d);
+  block_stop(st, out);
+}
+
+/* A piece of reasoning: the thinking block (opened by the first piece, always block 0, as all the
+ * reasoning comes before the answer) gets a thinking_delta. */
+static void stream_reasoning(void *state, buf *out, const char *text, size_t len) {
+  msgs_state *st = state;
+  stream_open(st, out);
+  if (!len || (st->open != BLOCK_THINKING && st->next_block > 0))
+    return; /* (never: reasoning after the answer began) */
+  if (st->open != BLOCK_THINKING)
+    block_start(st, out, BLOCK_THINKING, thinking_block("", 0));
+  buf_append(&st->thinking, text, len);
+  cJSON *d = cJSON_CreateObject();
+  cJSON_AddStringToObject(d, "type", "thinking_delta");
+  cJSON_AddItemToObject(d, "thinking", api_text_json(text, len));
+  block_delta(st, out, d);
+}
+
 static void text_delta(msgs_state *st, buf *out, const char *text, size_t len) {
   if (!len)
     return;
+  thinking_stop(st, out);
   if (st->open != BLOCK_TEXT)
     block_start(st, out, BLOCK_TEXT, text_block("", 0));
   buf_append(&st->sent, text, len);
@@ -899,6 +959,11 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     emit(out, "error", o);
     return;
   }
+  if (r->reasoning.len) { /* reasoning not streamed piece by piece (yet): the rest of it */
+    const char *more = compat_unsent(r->reasoning.data, &st->thinking);
+    stream_reasoning(st, out, more, strlen(more));
+  }
+  thinking_stop(st, out);
   cJSON *choice = compat_chat_choice(r);
   const cJSON *calls = compat_choice_tool_calls(choice);
   const char *text = compat_choice_content(choice);
@@ -934,6 +999,7 @@ const compat_format messages_format = {
     .error_json = error_json,
     .error_http = messages_error_http,
     .stream_text = stream_text,
+    .stream_reasoning = stream_reasoning,
     .stream_end = stream_end,
     .free_state = state_free,
 };
