@@ -35,7 +35,11 @@ static uint64_t bytes_key_of(const rcbuf *bytes, const prompt_opts *o) {
   return k ? k : 1; /* 0 means "no key" to the image cache */
 }
 
-/* A stored conversation's media item: its facts come from the store, nothing is read again. */
+static qvl_status size_from_header(const prompt_opts *o, prompt_media *md);
+
+/* A stored conversation's media item: its facts come from the store, nothing is fetched again.
+ * When this request preprocesses images otherwise (its min/max pixels give another key), only the
+ * header is read again from the kept bytes. */
 static bool resolve_stored(const char *url, const prompt_opts *o, prompt_media *md, qvl_status *s) {
   size_t n = strlen(PROMPT_MEDIA_SCHEME);
   if (strncasecmp(url, PROMPT_MEDIA_SCHEME, n) != 0)
@@ -49,6 +53,10 @@ static bool resolve_stored(const char *url, const prompt_opts *o, prompt_media *
     return true;
   }
   md->bytes = rcbuf_ref(ref.bytes);
+  if (bytes_key_of(ref.bytes, o) != ref.bytes_key) {
+    *s = size_from_header(o, md);
+    return true;
+  }
   md->bytes_key = ref.bytes_key;
   md->hash = ref.hash;
   md->grid_t = ref.grid_t;
@@ -81,21 +89,24 @@ static qvl_status plan_media(const prompt_model *m, const chat_image *ci, int i,
     src.stop_user = o->stop_user;
   }
   buf bytes = {0};
-  image_info info = {0};
   s = image_source_read(ci->url, &src, &bytes);
-  if (s == QVL_OK)
-    s = image_probe(bytes.data, bytes.len, &o->limits, &info);
-  int rh = 0, rw = 0;
-  if (s == QVL_OK) {
-    bool swap = info.orientation >= 5 && info.orientation <= 8;
-    int h = swap ? info.width : info.height, w = swap ? info.height : info.width;
-    s = image_smart_resize(h, w, o->pre.min_pixels, o->pre.max_pixels, IMAGE_FACTOR, &rh, &rw);
-  }
   if (s == QVL_OK && !(md->bytes = rcbuf_take(&bytes)))
     s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   buf_free(&bytes);
+  if (s == QVL_OK)
+    s = size_from_header(o, md);
   if (s != QVL_OK)
     return qvl_error_prefix(s, "image %d (messages[%d]): ", i + 1, ci->message_index);
+  return QVL_OK;
+}
+
+/* The item's size from its header: source pixels, the smart_resize grid and its tokens. */
+static qvl_status size_from_header(const prompt_opts *o, prompt_media *md) {
+  image_info info = {0};
+  QVL_TRY(image_probe(md->bytes->data, md->bytes->len, &o->limits, &info));
+  bool swap = info.orientation >= 5 && info.orientation <= 8;
+  int h = swap ? info.width : info.height, w = swap ? info.height : info.width, rh = 0, rw = 0;
+  QVL_TRY(image_smart_resize(h, w, o->pre.min_pixels, o->pre.max_pixels, IMAGE_FACTOR, &rh, &rw));
   md->pixels = (int64_t)info.width * info.height;
   bool swap = info.orientation >= 5 && info.orientation <= 8;
   md->width = swap ? info.height : info.width;
@@ -106,6 +117,7 @@ static qvl_status plan_media(const prompt_model *m, const chat_image *ci, int i,
   md->grid_h = rh / IMAGE_PATCH_SIZE;
   md->grid_w = rw / IMAGE_PATCH_SIZE;
   md->bytes_key = bytes_key_of(md->bytes, o);
+  md->hash = 0;
   return QVL_OK;
 }
 
