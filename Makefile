@@ -11,10 +11,13 @@ BUILD ?= build/$(if $(filter 1,$(SAN)),san,rel)$(if $(filter clang,$(notdir $(CC
 
 # libqvl (the model, the engine, the C API) links only LIB_PKGS; the service (server, commands, hub
 # downloads) adds SVC_PKGS in its own archive; the command line adds APP_PKGS (docs/ARCHITECTURE.md).
-LIB_PKGS := libjpeg libpng libwebp libcjson libcrypto libxxhash
+# FFmpeg's libraries are the library's: the engine decodes the videos of a request (src/video/).
+# zlib is only the tests' (tests/mkv_write.h compresses Matroska frames).
+LIB_PKGS := libjpeg libpng libwebp libcjson libcrypto libxxhash libavformat libavcodec libswscale libavutil
 SVC_PKGS := libcurl libmicrohttpd yaml-0.1 sqlite3
 APP_PKGS := libedit
-PKGS := $(LIB_PKGS) $(SVC_PKGS) $(APP_PKGS)
+TEST_PKGS := zlib
+PKGS := $(LIB_PKGS) $(SVC_PKGS) $(APP_PKGS) $(TEST_PKGS)
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 LIB_PKG_LIBS := $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)

@@ -54,11 +54,15 @@ int cmd_bench(int argc, char **argv) {
       o.image_stages = true;
     else if (arg_flag(argv, i, "--stream-gap", NULL))
       o.stream_gap = true;
+    else if (arg_flag(argv, i, "--video", NULL))
+      o.video_only = true;
+    else if (arg_value(argc, argv, &i, "--video-file", NULL, &v))
+      o.video_file = v;
     else if (arg_flag(argv, i, "--help", "-h")) {
       printf("usage: qvl bench -m MODEL.gguf [--mmproj MMPROJ.gguf] [-t N] [--prefill 512] [--decode 128]\n"
              "                 [--batch 1,2,4,8] [--batch-steps 32] [--skip-vision] [--no-constrained] [--json]\n"
              "                 [--precision exact|fast] [--kv-type f16|f32] [--decode-at 512,4096] [--image-stages]\n"
-             "                 [--stream-gap]\n"
+             "                 [--stream-gap] [--video] [--video-file CLIP]\n"
              "  --decode-at     also decode --decode tokens after N cached positions (tok/s and CPU ms per token)\n"
              "  the constrained rows decode batch 1 and 8 with and without a nested JSON-schema mask\n"
              "  --image-stages  only the image path, both precision tiers: vision encode of 448x448,\n"
@@ -66,7 +70,10 @@ int cmd_bench(int argc, char **argv) {
              "                  time to first token of a 1024x768 question stage by stage\n"
              "  --stream-gap    only the largest gap between two tokens of a stream while another\n"
              "                  request's 1024x768 image is encoded: sliced (vision_layers_per_step) vs\n"
-             "                  the whole image in one step\n");
+             "                  the whole image in one step\n"
+             "  --video         only the video row: a synthetic 10 s 640x360 30 fps H.264 clip sampled at\n"
+             "                  2 fps: demux, decode of the sampled frames, vision encode, prefill, TTFT\n"
+             "  --video-file F  that row on the clip F instead\n");
       return 0;
     } else {
       fprintf(stderr, "qvl bench: unknown option '%s'\n", argv[i]);

@@ -37,6 +37,7 @@ static void chat_usage(FILE *f) {
           "       qvl chat --hf REPO[:QUANT] [--offline] [options]\n"
           "A conversation in the terminal. Type a message and Enter; commands:\n"
           "  /image PATH    attach an image to the next message (repeatable)\n"
+          "  /video PATH    attach a video (MP4, MKV, WebM, GIF; 2 frames per second) to the next message\n"
           "  /reset         start a new conversation\n"
           "  /save FILE     write the conversation as JSON (OpenAI messages)\n"
           "  /stats         tokens, time to first token, tok/s, cache hits\n"
@@ -73,7 +74,8 @@ typedef struct chat {
   const qvl_model *m;
   const char *system;
   cJSON *msgs;                       /* OpenAI messages so far */
-  char *pending[CHAT_MAX_IMAGES];    /* images for the next message (paths, owned) */
+  char *pending[CHAT_MAX_IMAGES];    /* images and videos for the next message (paths, owned) */
+  bool pending_video[CHAT_MAX_IMAGES];
   int n_pending;
   bool has_vision;
   gen_opts gen;                      /* max_tokens is the cap */
@@ -101,24 +103,27 @@ static void chat_reset(chat *c) {
   c->n_pending = 0;
 }
 
-static bool add_image(chat *c, const char *path, bool quiet) {
+static bool add_media(chat *c, const char *path, bool quiet, bool video) {
   if (!c->has_vision) {
-    fprintf(stderr, "qvl chat: images need the vision projector (--mmproj MMPROJ.gguf)\n");
+    fprintf(stderr, "qvl chat: %s need the vision projector (--mmproj MMPROJ.gguf)\n", video ? "videos" : "images");
     return false;
   }
   if (c->n_pending == CHAT_MAX_IMAGES) {
-    fprintf(stderr, "qvl chat: at most %d images per message\n", CHAT_MAX_IMAGES);
+    fprintf(stderr, "qvl chat: at most %d images and videos per message\n", CHAT_MAX_IMAGES);
     return false;
   }
   if (access(path, R_OK) != 0) {
     fprintf(stderr, "qvl chat: %s: %s\n", path, strerror(errno));
     return false;
   }
+  c->pending_video[c->n_pending] = video;
   c->pending[c->n_pending++] = strdup(path);
   if (!quiet)
-    fprintf(stderr, "[image %d attached to the next message: %s]\n", c->n_pending, path);
+    fprintf(stderr, "[%s %d attached to the next message: %s]\n", video ? "video" : "image", c->n_pending, path);
   return true;
 }
+
+static bool add_image(chat *c, const char *path, bool quiet) { return add_media(c, path, quiet, false); }
 
 static void print_stats(const chat *c) {
   qvl_engine_stats st;
@@ -161,8 +166,9 @@ static void turn(chat *c, const char *text, bool tty) {
     cJSON *content = cJSON_AddArrayToObject(u, "content");
     for (int i = 0; i < c->n_pending; i++) {
       cJSON *part = cJSON_CreateObject();
-      cJSON_AddStringToObject(part, "type", "image_url");
-      cJSON_AddStringToObject(cJSON_AddObjectToObject(part, "image_url"), "url", c->pending[i]);
+      const char *kind = c->pending_video[i] ? "video_url" : "image_url";
+      cJSON_AddStringToObject(part, "type", kind);
+      cJSON_AddStringToObject(cJSON_AddObjectToObject(part, kind), "url", c->pending[i]);
       cJSON_AddItemToArray(content, part);
     }
     cJSON *tp = cJSON_CreateObject();
@@ -258,6 +264,11 @@ static bool handle_line(chat *c, char *line, bool tty) {
         fprintf(stderr, "usage: /image PATH\n");
       else
         add_image(c, arg, false);
+    } else if (!strcmp(p, "/video")) {
+      if (!arg || !*arg)
+        fprintf(stderr, "usage: /video PATH\n");
+      else
+        add_media(c, arg, false, true);
     } else if (!strcmp(p, "/reset")) {
       chat_reset(c);
       fprintf(stderr, "[new conversation]\n");

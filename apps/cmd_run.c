@@ -16,7 +16,7 @@
 
 static void run_usage(FILE *f) {
   fprintf(f,
-          "usage: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image FILE]... -p PROMPT [options]\n"
+          "usage: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image FILE]... [--video FILE]... -p PROMPT [options]\n"
           "       qvl run -m HF_DIR ...   (a Hugging Face model directory: config.json, safetensors, ...)\n"
           "       qvl run --hf REPO[:QUANT] [--offline] ... (download into the cache on first use)\n"
           "  --dtype T               re-encode the weight matrices at load: f32 bf16 f16 q8_0 q4_0 q4_k\n"
@@ -34,6 +34,11 @@ static void run_usage(FILE *f) {
           "  --reasoning-budget N    a reasoning model's thinking tokens (-1 unbounded, 0 none)\n"
           "  --hide-reasoning        do not print the reasoning (shown dimmed on a terminal, else on stderr)\n"
           "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
+          "  --video FILE            a clip (MP4/MOV, MKV/WebM, animated GIF), sent with the images in order\n"
+          "  --video-fps F           frames sampled per second of video (default 2)\n"
+          "  --video-frames N        sample exactly N frames instead\n"
+          "  --video-min-pixels N, --video-max-pixels N   pixels of all sampled frames together\n"
+          "                          (default 131072 .. 786432)\n"
           "  -t, --threads N         worker threads (default: physical cores)\n"
           "  --precision exact|fast  vision tower arithmetic (default fast: bf16 dot products on\n"
           "                          F16/BF16 mmproj weights; exact: fp32 as transformers)\n"
@@ -107,17 +112,29 @@ static void print_json(const answer *a) {
 
 /* The request of the command line: a raw prompt, or a system message and one user message with
  * the images before the text. */
+typedef struct video_opts {
+  double fps;
+  int frames;
+  int64_t min_pixels, max_pixels;
+} video_opts;
+
+static video_opts g_video; /* --video-fps, --video-frames, --video-max-pixels */
+static bool g_is_video[MAX_IMAGES];
+
 static qvl_status build_request(qvl_request *rq, const qvl_model *m, bool raw, const char *system, const char *prompt,
                                 const char **images, int n_images, const gen_opts *g, int64_t min_px, int64_t max_px) {
   qvl_status s = gen_opts_apply(g, m, rq);
   qvl_request_set_pixels(rq, min_px, max_px);
+  if (s == QVL_OK)
+    s = qvl_request_set_video_sampling(rq, g_video.fps, g_video.frames, 0);
+  qvl_request_set_video_pixels(rq, g_video.min_pixels, g_video.max_pixels);
   if (s == QVL_OK && raw)
     return qvl_request_set_raw_prompt(rq, prompt, strlen(prompt));
   qvl_request_allow_files(rq, true);
   if (s == QVL_OK && system)
     s = qvl_request_add_message(rq, "system", system);
   for (int i = 0; s == QVL_OK && i < n_images; i++)
-    s = qvl_request_add_image_file(rq, images[i]);
+    s = g_is_video[i] ? qvl_request_add_video_file(rq, images[i]) : qvl_request_add_image_file(rq, images[i]);
   return s == QVL_OK ? qvl_request_add_message(rq, "user", prompt) : s;
 }
 
@@ -198,13 +215,27 @@ int cmd_run(int argc, char **argv) {
       mp.dtype = v;
     } else if (arg_flag(argv, i, "--offline", NULL))
       offline = true;
-    else if (arg_value(argc, argv, &i, "--image", NULL, &v)) {
+    else if (arg_value(argc, argv, &i, "--image", NULL, &v) || arg_value(argc, argv, &i, "--video", NULL, &v)) {
       if (n_images == MAX_IMAGES) {
-        fprintf(stderr, "qvl run: at most %d images\n", MAX_IMAGES);
+        fprintf(stderr, "qvl run: at most %d images and videos\n", MAX_IMAGES);
         return 2;
       }
+      /* "--video F" or "--video=F" */
+      g_is_video[n_images] = (v == argv[i] && !strcmp(argv[i - 1], "--video")) || !strncmp(argv[i], "--video=", 8);
       images[n_images++] = v;
-    } else if (arg_value(argc, argv, &i, "--prompt", "-p", &v))
+    } else if (arg_value(argc, argv, &i, "--video-fps", NULL, &v)) {
+      char *end;
+      g_video.fps = strtod(v, &end);
+      if (*end || !(g_video.fps > 0 && g_video.fps <= 1000)) {
+        fprintf(stderr, "qvl run: --video-fps '%s': expected a number of frames per second in (0, 1000]\n", v);
+        return 2;
+      }
+    } else if (arg_value(argc, argv, &i, "--video-frames", NULL, &v))
+      g_video.frames = (int)arg_int("--video-frames", v, 2, 768);
+    else if (arg_value(argc, argv, &i, "--video-max-pixels", NULL, &v))
+      g_video.max_pixels = arg_int("--video-max-pixels", v, 1, INT64_MAX);
+    else if (arg_value(argc, argv, &i, "--video-min-pixels", NULL, &v))
+      g_video.min_pixels = arg_int("--video-min-pixels", v, 1, INT64_MAX); else if (arg_value(argc, argv, &i, "--prompt", "-p", &v))
       prompt = v;
     else if (arg_value(argc, argv, &i, "--system", NULL, &v))
       system = v;
@@ -247,15 +278,19 @@ int cmd_run(int argc, char **argv) {
     return 2;
   }
   if (raw && (n_images || system)) {
-    fprintf(stderr, "qvl run: --raw takes the prompt as is; it cannot be combined with --image or --system\n");
+    fprintf(stderr, "qvl run: --raw takes the prompt as is; it cannot be combined with --image, --video or --system\n");
     return 2;
   }
   if (min_px > (max_px ? max_px : qvl_default_max_pixels())) {
     fprintf(stderr, "qvl run: --min-pixels is larger than --max-pixels\n");
     return 2;
   }
+  if (g_video.fps > 0 && g_video.frames > 0) {
+    fprintf(stderr, "qvl run: --video-fps and --video-frames exclude each other\n");
+    return 2;
+  }
   if (n_images && !mmproj && !qvl_path_is_hf_dir(model)) {
-    fprintf(stderr, "qvl run: --image needs the vision projector: --mmproj MMPROJ.gguf\n");
+    fprintf(stderr, "qvl run: --image and --video need the vision projector: --mmproj MMPROJ.gguf\n");
     return 2;
   }
   char *stdin_prompt = NULL;

@@ -10,6 +10,7 @@
  *     qvl_engine_start(m, NULL, &e);
  *     qvl_request_new(&rq);
  *     qvl_request_add_image_file(rq, "cat.jpg");         // attached to the next user message
+ *     (or qvl_request_add_video_file(rq, "clip.mp4"): a video, sampled at 2 frames per second)
  *     qvl_request_add_message(rq, "user", "What is in this picture?");
  *     qvl_request_set_callbacks(rq, on_text, on_done, &my_state);
  *     qvl_engine_submit(e, rq, NULL);                    // on_text streams, on_done once
@@ -140,6 +141,9 @@ QVL_API bool qvl_path_is_hf_dir(const char *path);
 /* An encoded image (PNG, JPEG or WebP, told by its first bytes) as a data: URL for a message's
  * image_url, NUL-terminated (free with qvl_free). QVL_ERR_NOMEM. Any thread. */
 QVL_API qvl_status qvl_image_data_url(const void *data, size_t len, char **url);
+/* An encoded video (MP4/MOV, Matroska/WebM, animated GIF; told by its bytes when read) as a data:
+ * URL for a message's video_url, NUL-terminated (free with qvl_free). QVL_ERR_NOMEM. Any thread. */
+QVL_API qvl_status qvl_video_data_url(const void *data, size_t len, char **url);
 
 /* ---- tokenizer -------------------------------------------------------------------------------
  * A loaded model's tokenizer (qvl_model_tokenizer; owned by the model), or one loaded alone
@@ -248,6 +252,18 @@ QVL_API qvl_status qvl_request_add_message(qvl_request *r, const char *role, con
  * enables local files for this request), or encoded bytes (PNG, JPEG, WebP; copied now). */
 QVL_API qvl_status qvl_request_add_image_file(qvl_request *r, const char *path);
 QVL_API qvl_status qvl_request_add_image_bytes(qvl_request *r, const void *data, size_t len);
+/* Queues a video for the next user message (in order with the images): a file (enables local
+ * files for this request) or encoded bytes (copied now). Its frames are sampled at 2 per second
+ * (4..768 frames) unless qvl_request_set_video_sampling says otherwise; docs/VIDEO.md. */
+QVL_API qvl_status qvl_request_add_video_file(qvl_request *r, const char *path);
+QVL_API qvl_status qvl_request_add_video_bytes(qvl_request *r, const void *data, size_t len);
+/* Frames sampled from every video of the request: fps (> 0) or an exact num_frames (> 0), not
+ * both (0 keeps the current one); max_frames caps the fps rule (0: keep, default 768).
+ * QVL_ERR_INVALID_ARG for negative values, both given, or fps above 1000. */
+QVL_API qvl_status qvl_request_set_video_sampling(qvl_request *r, double fps, int num_frames, int max_frames);
+/* Pixel bounds of a video's sampled frames together (frames x height x width, HF's video
+ * min/max_pixels; defaults 131072 / 786432; 0 keeps the current one). */
+QVL_API void qvl_request_set_video_pixels(qvl_request *r, int64_t min_pixels, int64_t max_pixels);
 /* A raw prompt instead of the messages: the text as is, no chat template, no images (copied). */
 QVL_API qvl_status qvl_request_set_raw_prompt(qvl_request *r, const char *text, size_t len);
 /* Image URLs that are local paths are read (the caller trusts the messages). */

@@ -86,6 +86,8 @@ typedef struct qvl_bench_opts {
   bool constrained;           /* the constrained-decoding rows */
   bool json, skip_vision, image_stages;
   bool stream_gap;            /* only: a stream's largest token gap while a 1024x768 image is encoded */
+  bool video_only;            /* only the video row: a 10 s 640x360 clip at 2 fps (issue 23) */
+  const char *video_file;     /* that row on this clip instead of the synthetic one (NULL: synthetic) */
 } qvl_bench_opts;
 
 /* prefill 512, decode 128, 32 batch steps, batches 1 2 4 8, constrained rows on. */

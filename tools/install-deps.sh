@@ -10,10 +10,11 @@ want_test=0
 
 # Library pkg-config names (see PKGS in the Makefile) and the Debian/Ubuntu packages that provide them;
 # libjs-marked and node-dompurify are the web page's scripts (tools/web_vendor.txt).
-PC_NAMES="libjpeg libpng libwebp libcjson libcurl libcrypto libmicrohttpd libxxhash yaml-0.1 libedit sqlite3"
+PC_NAMES="libjpeg libpng libwebp libcjson libcurl libcrypto libmicrohttpd libxxhash yaml-0.1 libedit sqlite3
+  libavformat libavcodec libswscale libavutil zlib"
 BUILD_PACKAGES="build-essential pkg-config ca-certificates libjpeg-dev libpng-dev libwebp-dev libcjson-dev
   libmicrohttpd-dev libyaml-dev libxxhash-dev libcurl4-openssl-dev libssl-dev libedit-dev libsqlite3-dev
-  libjs-marked node-dompurify"
+  libavformat-dev libavcodec-dev libswscale-dev libavutil-dev zlib1g-dev libjs-marked node-dompurify"
 TEST_PACKAGES="clang curl chromium tmux nginx haproxy"
 
 need=()

@@ -79,6 +79,26 @@ int64_t qvl_model_n_ctx_train(const qvl_model *m) { return m->v->text->hp.n_ctx_
 
 bool qvl_path_is_hf_dir(const char *path) { return path && hf_model_is_dir(path); }
 
+qvl_status qvl_video_data_url(const void *data, size_t len, char **url) {
+  const uint8_t *b = data;
+  /* the media type says what the bytes are to other readers; qvl itself sniffs the container */
+  const char *mime = len >= 8 && !memcmp(b + 4, "ftyp", 4)                            ? "video/mp4"
+                     : len >= 4 && b[0] == 0x1a && b[1] == 0x45 && b[2] == 0xdf && b[3] == 0xa3 ? "video/x-matroska"
+                     : len >= 6 && !memcmp(b, "GIF8", 4)                              ? "image/gif"
+                                                                                       : "application/octet-stream";
+  *url = NULL;
+  buf u = {0};
+  qvl_status s = buf_printf(&u, "data:%s;base64,", mime);
+  if (s == QVL_OK)
+    s = base64_encode(data, len, &u);
+  if (s != QVL_OK) {
+    buf_free(&u);
+    return s;
+  }
+  *url = u.data;
+  return QVL_OK;
+}
+
 qvl_status qvl_image_data_url(const void *data, size_t len, char **url) {
   *url = NULL;
   const unsigned char *b = data;

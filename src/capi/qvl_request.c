@@ -53,18 +53,12 @@ qvl_status qvl_request_add_message(qvl_request *r, const char *role, const char 
   if (ok && !images) {
     ok = cJSON_AddStringToObject(m, "content", text ? text : "") != NULL;
   } else if (ok) {
-    /* the images first, then the text, as `qvl run --image F -p TEXT` always sent them */
+    /* the images and videos first (in the order added), then the text, as `qvl run --image F -p
+     * TEXT` always sent them; pending holds the finished content parts */
     cJSON *content = cJSON_AddArrayToObject(m, "content");
     ok = content != NULL;
-    cJSON *url;
-    cJSON_ArrayForEach(url, r->pending) {
-      cJSON *part = cJSON_CreateObject();
-      cJSON *iu = part && cJSON_AddStringToObject(part, "type", "image_url") ? cJSON_AddObjectToObject(part, "image_url")
-                                                                              : NULL;
-      ok = ok && iu && cJSON_AddStringToObject(iu, "url", url->valuestring);
-      if (part)
-        cJSON_AddItemToArray(content, part);
-    }
+    while (ok && cJSON_GetArraySize(r->pending) > 0)
+      cJSON_AddItemToArray(content, cJSON_DetachItemFromArray(r->pending, 0));
     cJSON *tp = cJSON_CreateObject();
     ok = ok && tp && cJSON_AddStringToObject(tp, "type", "text") && cJSON_AddStringToObject(tp, "text", text ? text : "");
     if (tp)
@@ -84,13 +78,19 @@ qvl_status qvl_request_add_message(qvl_request *r, const char *role, const char 
   return QVL_OK;
 }
 
-static qvl_status add_pending(qvl_request *r, const char *url) {
-  cJSON *s = cJSON_CreateString(url);
-  if (!s)
+/* A content part {"type": KIND, KIND: {"url": URL}} for the next user message. */
+static qvl_status add_pending_part(qvl_request *r, const char *kind, const char *url) {
+  cJSON *part = cJSON_CreateObject();
+  cJSON *u = part && cJSON_AddStringToObject(part, "type", kind) ? cJSON_AddObjectToObject(part, kind) : NULL;
+  if (!u || !cJSON_AddStringToObject(u, "url", url)) {
+    cJSON_Delete(part);
     return oom();
-  cJSON_AddItemToArray(r->pending, s);
+  }
+  cJSON_AddItemToArray(r->pending, part);
   return QVL_OK;
 }
+
+static qvl_status add_pending(qvl_request *r, const char *url) { return add_pending_part(r, "image_url", url); }
 
 qvl_status qvl_request_add_image_file(qvl_request *r, const char *path) {
   if (!path || !*path)
@@ -106,6 +106,45 @@ qvl_status qvl_request_add_image_bytes(qvl_request *r, const void *data, size_t 
   qvl_status s = add_pending(r, url);
   free(url);
   return s;
+}
+
+qvl_status qvl_request_add_video_file(qvl_request *r, const char *path) {
+  if (!path || !*path)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "video: empty path");
+  QVL_TRY(add_pending_part(r, "video_url", path));
+  r->po.source.allow_files = true;
+  return QVL_OK;
+}
+
+qvl_status qvl_request_add_video_bytes(qvl_request *r, const void *data, size_t len) {
+  char *url = NULL;
+  QVL_TRY(qvl_video_data_url(data, len, &url));
+  qvl_status s = add_pending_part(r, "video_url", url);
+  free(url);
+  return s;
+}
+
+qvl_status qvl_request_set_video_sampling(qvl_request *r, double fps, int num_frames, int max_frames) {
+  if (fps < 0 || num_frames < 0 || max_frames < 0 || fps > 1000 || (fps > 0 && num_frames > 0))
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "video sampling: fps %g and num_frames %d (one of them, not negative)",
+                      fps, num_frames);
+  if (num_frames > 0) {
+    r->po.video.num_frames = num_frames;
+    r->po.video.fps = 0;
+  } else if (fps > 0) {
+    r->po.video.fps = fps;
+    r->po.video.num_frames = 0;
+  }
+  if (max_frames > 0)
+    r->po.video.max_frames = max_frames;
+  return QVL_OK;
+}
+
+void qvl_request_set_video_pixels(qvl_request *r, int64_t min_pixels, int64_t max_pixels) {
+  if (min_pixels > 0)
+    r->po.video.min_pixels = min_pixels;
+  if (max_pixels > 0)
+    r->po.video.max_pixels = max_pixels;
 }
 
 qvl_status qvl_request_set_raw_prompt(qvl_request *r, const char *text, size_t len) {
@@ -197,7 +236,7 @@ void qvl_request_set_reasoning_budget(qvl_request *r, int64_t n) { r->gen.reason
 qvl_status request_to_engine(const qvl_request *r, engine_request *out) {
   engine_request_init(out);
   if (cJSON_GetArraySize(r->pending) > 0)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "request: images were added after the last user message");
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "request: images or videos were added after the last user message");
   if (r->has_raw) {
     out->raw_text = r->raw;
     out->raw_len = r->raw_len;

@@ -17,6 +17,7 @@
 #include "commands/bench_constrained.h"
 #include "commands/bench_gap.h"
 #include "commands/bench_image.h"
+#include "commands/bench_video.h"
 #include "engine/generate.h"
 #include "engine/vlm.h"
 #include "kernels/kernels.h"
@@ -462,6 +463,9 @@ qvl_status qvl_bench(const qvl_bench_opts *opts) {
   if (o.stream_gap) { /* only this row: it costs two encodes of the image */
     st = m->vision ? bench_stream_gap(m, out)
                    : qvl_errorf(QVL_ERR_INVALID_ARG, "--stream-gap needs a vision tower (--mmproj)");
+  } else if (o.video_only) {
+    st = m->vision ? bench_video(m, o.video_file, out)
+                   : qvl_errorf(QVL_ERR_INVALID_ARG, "--video needs a vision tower (--mmproj)");
   } else {
     st = bench_images(m, &o, out);
     if (st == QVL_OK && o.n_decode_at > 0)
@@ -470,6 +474,8 @@ qvl_status qvl_bench(const qvl_bench_opts *opts) {
       st = bench_prefill_decode(m, &o, out);
     if (st == QVL_OK && m->vision && !o.skip_vision)
       st = bench_ttft(m, out);
+    if (st == QVL_OK && m->vision && !o.skip_vision)
+      st = bench_video(m, o.video_file, out);
     if (st == QVL_OK)
       st = bench_batch(m, &o, out);
     if (st == QVL_OK && o.constrained) {

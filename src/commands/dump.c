@@ -35,7 +35,8 @@ static void on_trace(void *user, const char *name, const float *data, int64_t ro
   if (d->err != QVL_OK)
     return;
   /* The per-image vision outputs are written from the prompt (as image_embeds.i / deepstack.i.k). */
-  if (!strcmp(name, "image_embeds") || !strncmp(name, "deepstack.", 10))
+  if (!strcmp(name, "image_embeds") || !strncmp(name, "deepstack.", 10) || !strcmp(name, "video_image_embeds") ||
+      !strncmp(name, "video_deepstack.", 16))
     return;
   for (int i = 0; i < d->n_pend; i++) {
     struct pending *p = &d->pend[i];
@@ -82,49 +83,131 @@ static const char *json_str(const cJSON *o, const char *key) {
   return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+static qvl_status add_grids(st_writer *w, const char *name, const vlm_prompt *p, bool videos) {
+  int n = 0;
+  for (int i = 0; i < p->n_images; i++)
+    n += p->images[i].is_video == videos;
+  if (n == 0)
+    return QVL_OK;
+  int32_t *thw = malloc(sizeof *thw * 3 * (size_t)n);
+  if (!thw)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  int k = 0;
+  for (int i = 0; i < p->n_images; i++) {
+    if (p->images[i].is_video != videos)
+      continue;
+    thw[3 * k] = p->images[i].grid_t;
+    thw[3 * k + 1] = p->images[i].grid_h;
+    thw[3 * k + 2] = p->images[i].grid_w;
+    k++;
+  }
+  int64_t shape[2] = {n, 3};
+  qvl_status s = st_writer_add(w, name, ST_I32, 2, shape, thw);
+  free(thw);
+  return s;
+}
+
+/* A video's preprocessing stages (every decoded frame, indices, resized frames, pixel values). */
+static qvl_status write_video(st_writer *w, const vlm_image *im, int j) {
+  const video_clip *c = &im->clip;
+  char name[64];
+  if (c->all_rgb) {
+    int64_t shape[4] = {c->info.total_frames, c->info.height, c->info.width, 3};
+    snprintf(name, sizeof name, "video_rgb.%d", j);
+    QVL_TRY(st_writer_add(w, name, ST_U8, 4, shape, c->all_rgb));
+  }
+  int32_t *idx = malloc(sizeof *idx * (size_t)c->n);
+  if (!idx)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < c->n; i++)
+    idx[i] = (int32_t)c->indices[i];
+  int64_t n = c->n;
+  snprintf(name, sizeof name, "video_frame_indices.%d", j);
+  qvl_status s = st_writer_add(w, name, ST_I32, 1, &n, idx);
+  free(idx);
+  QVL_TRY(s);
+  if (c->resized) {
+    int64_t shape[4] = {c->n, c->height, c->width, 3};
+    snprintf(name, sizeof name, "video_resized.%d", j);
+    QVL_TRY(st_writer_add(w, name, ST_U8, 4, shape, c->resized));
+  }
+  snprintf(name, sizeof name, "pixel_values_videos.%d", j);
+  return add_f32(w, name, im->patches.pixel_values, im->patches.n_patches, IMAGE_PATCH_DIM);
+}
+
 static qvl_status write_prompt_tensors(st_writer *w, const vlm *m, const vlm_prompt *p) {
   int64_t n = p->n;
   QVL_TRY(st_writer_add(w, "input_ids", ST_I32, 1, &n, p->ids));
   int64_t d = m->text->hp.n_embd;
-  if (p->n_images > 0) {
-    int32_t *thw = malloc(sizeof *thw * 3 * (size_t)p->n_images);
-    if (!thw)
+  QVL_TRY(add_grids(w, "image_grid_thw", p, false));
+  QVL_TRY(add_grids(w, "video_grid_thw", p, true));
+  if (p->n_videos > 0) {
+    /* mm_token_type_ids: 0 text, 1 image pad, 2 video pad */
+    int32_t *tt = malloc(sizeof *tt * (size_t)(n ? n : 1));
+    if (!tt)
       return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < p->n_images; i++) {
-      thw[3 * i] = p->images[i].grid_t;
-      thw[3 * i + 1] = p->images[i].grid_h;
-      thw[3 * i + 2] = p->images[i].grid_w;
-    }
-    int64_t shape[2] = {p->n_images, 3};
-    qvl_status s = st_writer_add(w, "image_grid_thw", ST_I32, 2, shape, thw);
-    free(thw);
+    for (int64_t i = 0; i < n; i++)
+      tt[i] = p->ids[i] == m->image_pad_id ? 1 : p->ids[i] == m->video_pad_id ? 2 : 0;
+    qvl_status s = st_writer_add(w, "mm_token_type_ids", ST_I32, 1, &n, tt);
+    free(tt);
     QVL_TRY(s);
   }
-  int64_t row0 = 0;
+  int ni = 0, nv = 0;
   for (int i = 0; i < p->n_images; i++) {
     const vlm_image *im = &p->images[i];
     char name[64];
-    int64_t ds[3] = {im->decoded.height, im->decoded.width, 3};
-    snprintf(name, sizeof name, "image_rgb.%d", i);
-    QVL_TRY(st_writer_add(w, name, ST_U8, 3, ds, im->decoded.data));
-    int64_t rs[3] = {im->patches.resized.height, im->patches.resized.width, 3};
-    snprintf(name, sizeof name, "image_resized.%d", i);
-    QVL_TRY(st_writer_add(w, name, ST_U8, 3, rs, im->patches.resized.data));
-    snprintf(name, sizeof name, "pixel_values.%d", i);
-    QVL_TRY(add_f32(w, name, im->patches.pixel_values, im->patches.n_patches, IMAGE_PATCH_DIM));
-    snprintf(name, sizeof name, "image_embeds.%d", i);
-    QVL_TRY(add_f32(w, name, p->img_embd + row0 * d, im->n_tokens, d));
-    for (int64_t k = 0; k < p->n_deepstack; k++) {
-      snprintf(name, sizeof name, "deepstack.%d.%lld", i, (long long)k);
-      QVL_TRY(add_f32(w, name, p->deepstack + (k * p->n_img + row0) * d, im->n_tokens, d));
+    const char *emb = im->is_video ? "video_embeds" : "image_embeds", *dsn = im->is_video ? "video_deepstack" : "deepstack";
+    int j = im->is_video ? nv++ : ni++;
+    if (im->is_video) {
+      QVL_TRY(write_video(w, im, j));
+    } else {
+      int64_t ds[3] = {im->decoded.height, im->decoded.width, 3};
+      snprintf(name, sizeof name, "image_rgb.%d", j);
+      QVL_TRY(st_writer_add(w, name, ST_U8, 3, ds, im->decoded.data));
+      int64_t rs[3] = {im->patches.resized.height, im->patches.resized.width, 3};
+      snprintf(name, sizeof name, "image_resized.%d", j);
+      QVL_TRY(st_writer_add(w, name, ST_U8, 3, rs, im->patches.resized.data));
+      snprintf(name, sizeof name, "pixel_values.%d", j);
+      QVL_TRY(add_f32(w, name, im->patches.pixel_values, im->patches.n_patches, IMAGE_PATCH_DIM));
     }
-    row0 += im->n_tokens;
+    snprintf(name, sizeof name, "%s.%d", emb, j);
+    QVL_TRY(add_f32(w, name, p->img_embd + im->row0 * d, im->n_tokens, d));
+    for (int64_t k = 0; k < p->n_deepstack; k++) {
+      snprintf(name, sizeof name, "%s.%d.%lld", dsn, j, (long long)k);
+      QVL_TRY(add_f32(w, name, p->deepstack + (k * p->n_img + im->row0) * d, im->n_tokens, d));
+    }
   }
   int64_t ps[2] = {3, n};
   QVL_TRY(st_writer_add(w, "position_ids", ST_I32, 2, ps, p->pos));
   int32_t delta = (int32_t)p->rope_delta;
   int64_t one = 1;
   return st_writer_add(w, "rope_delta", ST_I32, 1, &one, &delta);
+}
+
+/* The case's video settings: video_sampling {fps | num_frames, min_frames, max_frames} and
+ * video_min_pixels / video_max_pixels. */
+static void video_opts_from_case(const cJSON *c, vlm_prompt_opts *o) {
+  const cJSON *vs = cJSON_GetObjectItemCaseSensitive(c, "video_sampling");
+  const cJSON *fps = cJSON_GetObjectItemCaseSensitive(vs, "fps");
+  const cJSON *nf = cJSON_GetObjectItemCaseSensitive(vs, "num_frames");
+  const cJSON *mnf = cJSON_GetObjectItemCaseSensitive(vs, "min_frames");
+  const cJSON *mxf = cJSON_GetObjectItemCaseSensitive(vs, "max_frames");
+  if (cJSON_IsNumber(nf)) {
+    o->video.num_frames = nf->valueint;
+    o->video.fps = 0;
+  } else if (cJSON_IsNumber(fps)) {
+    o->video.fps = fps->valuedouble;
+  }
+  if (cJSON_IsNumber(mnf))
+    o->video.min_frames = mnf->valueint;
+  if (cJSON_IsNumber(mxf))
+    o->video.max_frames = mxf->valueint;
+  const cJSON *mn = cJSON_GetObjectItemCaseSensitive(c, "video_min_pixels");
+  const cJSON *mx = cJSON_GetObjectItemCaseSensitive(c, "video_max_pixels");
+  if (cJSON_IsNumber(mn))
+    o->video.min_pixels = (int64_t)mn->valuedouble;
+  if (cJSON_IsNumber(mx))
+    o->video.max_pixels = (int64_t)mx->valuedouble;
 }
 
 qvl_status qvl_dump_case(const char *case_path, const char *out_path, bool use_hf) {
@@ -182,6 +265,7 @@ qvl_status qvl_dump_case(const char *case_path, const char *out_path, bool use_h
       o.pre.min_pixels = (int64_t)mn->valuedouble;
     if (cJSON_IsNumber(mx))
       o.pre.max_pixels = (int64_t)mx->valuedouble;
+    video_opts_from_case(c, &o);
     o.source.allow_files = true;
     o.source.base_dir = dir;
     o.keep_images = true;

@@ -34,7 +34,6 @@ typedef enum rq_state { RQ_NEW, RQ_VISION, RQ_PREFILL, RQ_DECODE } rq_state;
 
 typedef struct request {
   uint64_t id;
-  engine_image *imgs;      /* [p.n_images] what res.images points at */
   struct request *next;    /* queue link */
   /* Set under e->mu by engine_cancel / engine_stop, with an atomic store: a grammar mask polls it
    * without the lock (mask_poll). Kept apart from the fields the engine thread reads without the
@@ -129,7 +128,6 @@ static void request_free(request *r) {
   for (int i = 0; i < STOP_MAX_STRINGS; i++)
     free(r->stop[i]);
   vlm_prompt_free(&r->p);
-  free(r->imgs);
   free(r->keys);
   decoder_seq_free(r->seq);
   gen_seq_free(r->gs);
@@ -211,8 +209,8 @@ static void deliver(request *r) {
   r->res.reasoning_len = r->gs ? len : 0;
   r->res.reasoning_tokens = r->gs ? gen_seq_reasoning_tokens(r->gs) : 0;
   r->res.ids = r->gs ? gen_seq_ids(r->gs, &n_ids) : no_ids;
-  r->res.media = r->p.images;
-  r->res.n_media = r->p.n_images;
+  r->res.images = r->p.images;
+  r->res.n_images = r->p.n_images;
   if (r->gs)
     gen_seq_logprobs(r->gs, &lp, &top_ids, &top_lp);
   buf lpt = {0};
@@ -371,30 +369,7 @@ static qvl_status request_prompt(engine *e, const engine_request *rq, request *r
     s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW,
                    "prompt of %lld tokens + %lld to generate exceeds the context of %lld tokens",
                    (long long)r->p.n, (long long)g->max_tokens, (long long)e->c.n_ctx);
-  if (s == QVL_OK && r->p.n_images > 0) { /* the images' sizes outlive the prompt's pixels */
-    if (!(r->imgs = calloc((size_t)r->p.n_images, sizeof *r->imgs)))
-      s = qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
-    for (int i = 0; s == QVL_OK && i < r->p.n_images; i++)
-      r->imgs[i] = (engine_image){r->p.images[i].width, r->p.images[i].height, r->p.images[i].message_index};
-    r->res.images = r->imgs;
-    r->res.n_images = r->imgs ? r->p.n_images : 0;
-  }
   return s;
-}
-
-/* count_only: the prompt is built and checked, and that is the answer (r is freed). */
-static qvl_status answer_count(const engine_request *rq, request *r) {
-  r->res.status = QVL_OK;
-  r->res.finish_reason = QVL_FINISH_EOS;
-  r->res.prompt_tokens = r->p.n;
-  r->res.image_tokens = r->p.n_img;
-  r->res.text = "";
-  r->res.t.prompt_ms = (time_now_s() - r->t_submit) * 1e3;
-  r->res.t.preprocess_ms = r->p.preprocess_ms;
-  rq->on_done(rq->user, &r->res);
-  r->gram = rq->grammar; /* owned from submit on: freed with the request */
-  request_free(r);
-  return QVL_OK;
 }
 
 /* Whether its memory can ever fit the budget (the admission itself waits in the engine loop), and
@@ -458,7 +433,7 @@ static qvl_status enqueue(engine *e, const engine_request *rq, request *r, uint6
   return QVL_OK;
 }
 
-/* check -> prompt -> admit -> enqueue (count_only: check -> prompt -> answer). */
+/* check -> prompt -> admit -> enqueue. */
 static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   if (id)
     *id = 0;
@@ -467,8 +442,22 @@ static qvl_status submit(engine *e, const engine_request *rq, uint64_t *id) {
   request *r = NULL;
   QVL_TRY(request_new(e, rq, &r));
   qvl_status s = request_prompt(e, rq, r);
-  if (s == QVL_OK && rq->count_only)
-    return answer_count(rq, r);
+  if (s == QVL_OK && rq->count_only) { /* the prompt is built and checked: that is the answer */
+    r->res.status = QVL_OK;
+    r->res.finish_reason = QVL_FINISH_EOS;
+    r->res.prompt_tokens = r->p.n;
+    r->res.image_tokens = r->p.n_img;
+    r->res.text = "";
+    r->res.reasoning = "";
+    r->res.images = r->p.images;
+    r->res.n_images = r->p.n_images;
+    r->res.t.prompt_ms = (time_now_s() - r->t_submit) * 1e3;
+    r->res.t.preprocess_ms = r->p.preprocess_ms;
+    rq->on_done(rq->user, &r->res);
+    r->gram = rq->grammar; /* owned from submit on: freed with the request */
+    request_free(r);
+    return QVL_OK;
+  }
   if (s == QVL_OK)
     s = request_admissible(e, r);
   if (s != QVL_OK) {

@@ -67,9 +67,10 @@ typedef struct engine_timings {
   double setup_ms;           /* engine: sequence, sampler, prefix-cache restore before the first step */
 } engine_timings;
 
-/* An image of a request's prompt, for answers that point into it (boxes). */
+/* An image of a request's prompt, for answers that point into it (boxes): a copy of its
+ * prompt_image's size and message. */
 typedef struct engine_image {
-  int width, height;         /* as displayed (EXIF orientation applied) */
+  int width, height;         /* as displayed (EXIF orientation applied; a video's frame size) */
   int message_index;         /* the message that holds it */
 } engine_image;
 
@@ -91,12 +92,11 @@ typedef struct engine_result {
   int64_t reasoning_tokens;  /* of completion_tokens, those inside the think block */
   const int32_t *ids;        /* [completion_tokens] generated ids, EOS included (valid during the callback) */
   history_report history;    /* what the context policy dropped (engine_request.history) */
+  /* The prompt's images and videos as processed (hash, grid, tokens; their encoded bytes with
+   * prompt.keep_sources; size as displayed and message, for answers that point into them: boxes),
+   * valid during the callback: what a stored conversation keeps. */
+  const prompt_image *images;
   int n_images;
-  const engine_image *images; /* [n_images] the prompt's images in order (valid during the callback) */
-  /* The prompt's images as processed (hash, grid, tokens; their encoded bytes with
-   * prompt.keep_sources), valid during the callback: what a stored conversation keeps. */
-  const prompt_image *media;
-  int n_media;
   uint64_t admitted_step;    /* the engine-loop iteration that admitted it: requests that start in the
                               * same step share it (dynamic batching, max_wait_ms); 0 = never ran */
   /* With engine_request.logprobs (else NULL / 0), valid during the callback: */

@@ -170,6 +170,7 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
     m->image_pad_id = require_token(m->tok, "<|image_pad|>", label, &s);
     m->vision_start_id = require_token(m->tok, "<|vision_start|>", label, &s);
     m->vision_end_id = require_token(m->tok, "<|vision_end|>", label, &s);
+    m->video_pad_id = tokenizer_find(m->tok, "<|video_pad|>");
     int32_t im_end = tokenizer_find(m->tok, "<|im_end|>");
     int32_t eot = tokenizer_find(m->tok, "<|endoftext|>");
     if (im_end >= 0)
@@ -178,10 +179,6 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
       m->eos_ids[m->n_eos++] = eot;
     if (m->n_eos == 0 && tokenizer_eos_id(m->tok) >= 0)
       m->eos_ids[m->n_eos++] = tokenizer_eos_id(m->tok);
-    m->pm = (prompt_model){.tok = m->tok, .vision = m->vision != NULL, .n_deepstack = m->vision ? m->vision->n_deepstack : 0,
-                           .n_embd = m->text->hp.n_embd,
-                           .image_pad_id = m->image_pad_id, .vision_start_id = m->vision_start_id,
-                           .vision_end_id = m->vision_end_id, .thinking = m->thinking};
     int32_t *close = NULL;
     size_t n_close = 0;
     if (s == QVL_OK && tokenizer_encode(m->tok, "\n</think>\n\n", 11, &close, &n_close) == QVL_OK &&
@@ -191,6 +188,10 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
     }
     free(close);
     qvl_error_clear();
+    m->pm = (prompt_model){.tok = m->tok, .vision = m->vision, .n_embd = m->text->hp.n_embd,
+                           .image_pad_id = m->image_pad_id, .vision_start_id = m->vision_start_id,
+                           .vision_end_id = m->vision_end_id, .video_pad_id = m->video_pad_id,
+                           .thinking = m->thinking};
     if (s == QVL_OK && tokenizer_vocab_size(m->tok) > m->text->hp.n_vocab)
       s = qvl_errorf(QVL_ERR_MISMATCH, "%s: tokenizer has %d tokens but the embedding only %lld rows", label,
                      tokenizer_vocab_size(m->tok), (long long)m->text->hp.n_vocab);
@@ -219,45 +220,8 @@ void vlm_prompt_free(vlm_prompt *p) { prompt_free(p); }
 decoder_input vlm_prompt_input(const vlm_prompt *p) { return prompt_input(p); }
 
 qvl_status vlm_prompt_build(const vlm *m, const cJSON *messages, const vlm_prompt_opts *o, vlm_prompt *out) {
-  QVL_TRY(prompt_build(&m->pm, messages, o, out));
-  for (int i = 0; !o->defer_vision && !o->defer_rows && i < out->n_images; i++) {
-    qvl_status s = vlm_prompt_encode_image(m, out, i, o);
-    if (s != QVL_OK) {
-      prompt_free(out);
-      return s;
-    }
-  }
-  return QVL_OK;
+  return prompt_build(&m->pm, messages, o, out);
 }
-
-qvl_status vlm_prompt_encode_image(const vlm *v, vlm_prompt *p, int i, const vlm_prompt_opts *o) {
-  const prompt_model *m = &v->pm;
-  if (i < 0 || i >= p->n_images || !p->img_embd || p->images[i].row0 < p->rows0 || !p->images[i].patches.pixel_values)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "image %d: nothing to encode (already encoded or not deferred)", i + 1);
-  int64_t d = m->n_embd;
-  vlm_image *im = &p->images[i];
-  int64_t nt = im->n_tokens;
-  double t0 = time_now_s();
-  float *ds_tmp = malloc(sizeof *ds_tmp * (size_t)(nt * d * (p->n_deepstack ? p->n_deepstack : 1)));
-  if (!ds_tmp)
-    return qvl_errorf(QVL_ERR_NOMEM, "out of memory for image %d's DeepStack features", i + 1);
-  qvl_status s = vision_encode(v->vision, im->patches.pixel_values, im->grid_t, im->grid_h, im->grid_w,
-                               prompt_image_rows(m, p, i), ds_tmp, o->trace, o->trace_user);
-  if (s != QVL_OK) {
-    free(ds_tmp);
-    return qvl_error_prefix(s, "image %d: ", i + 1);
-  }
-  prompt_put_deepstack(m, p, i, ds_tmp);
-  free(ds_tmp);
-  if (!o->keep_images) {
-    free(im->patches.pixel_values);
-    im->patches.pixel_values = NULL;
-  }
-  p->vision_ms += (time_now_s() - t0) * 1e3;
-  return QVL_OK;
-}
-
-
 
 qvl_status vlm_prompt_from_ids(const vlm *m, const int32_t *ids, int64_t n, vlm_prompt *out) {
   return prompt_from_ids(&m->pm, ids, n, out);

@@ -45,16 +45,17 @@ typedef struct vlm {
   tokenizer *tok;
   hf_model *hf;         /* the HF directory loaded (settings: hf_model_config), or NULL for GGUF */
   int32_t image_pad_id, vision_start_id, vision_end_id;
+  int32_t video_pad_id; /* <|video_pad|>, or -1 when the vocabulary has none (videos refused) */
   int32_t eos_ids[2]; /* <|im_end|>, <|endoftext|> (-1 when absent) */
   int n_eos;
   sampler_params sampling; /* the model's recommended sampling, for requests that do not say
                             * (engine/model_sampling.h) */
-  prompt_model pm;         /* what the prompt layer needs of it (prompt/prompt.h) */
   bool thinking;           /* a reasoning model: its chat template (GGUF tokenizer.chat_template or
                             * the HF directory's) opens <think> in the generation prompt
                             * (chat_template_is_thinking); prompts use the Thinking template */
   int32_t think_close[8];  /* "\n</think>\n\n" tokenized: what a reasoning budget forces */
   int n_think_close;       /* 0 when the vocabulary cannot say it in 8 tokens */
+  prompt_model pm;         /* what the prompt layer needs of it (prompt/prompt.h) */
 } vlm;
 
 /* Loads GGUF files, or an HF directory given as p->model (a directory with a config.json). */
@@ -76,9 +77,5 @@ qvl_status vlm_prompt_from_text(const vlm *m, const char *text, size_t len, vlm_
 qvl_status vlm_prompt_from_ids(const vlm *m, const int32_t *ids, int64_t n, vlm_prompt *out);
 void vlm_prompt_free(vlm_prompt *p);
 decoder_input vlm_prompt_input(const vlm_prompt *p);
-/* Runs the vision tower on image i of a prompt built with defer_vision, filling its rows of
- * img_embd and deepstack (adds to p->vision_ms; frees its pixel_values unless keep_images). Only
- * one thread may run model code at a time. */
-qvl_status vlm_prompt_encode_image(const vlm *m, vlm_prompt *p, int i, const vlm_prompt_opts *o);
 
 #endif

@@ -1,6 +1,7 @@
 /* Materializing a planned prompt: decode the kept media once, expand, positions, vision (prompt.h). */
 #include "prompt/prompt.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -9,6 +10,7 @@
 #include "base/timing.h"
 #include "prompt/history.h"
 #include "prompt/plan.h"
+#include "prompt/video.h"
 #include "text/chat.h"
 #include "text/mrope.h"
 
@@ -17,6 +19,8 @@ void prompt_opts_default(prompt_opts *o) {
   o->add_generation_prompt = true;
   preprocess_opts_default(&o->pre);
   image_limits_default(&o->limits);
+  video_sampling_default(&o->video);
+  video_limits_default(&o->video_limits);
 }
 
 void prompt_free(prompt_built *p) {
@@ -27,6 +31,7 @@ void prompt_free(prompt_built *p) {
     image_patches_free(&p->images[i].patches);
     rcbuf_unref(p->images[i].encoded);
     rcbuf_unref(p->images[i].source);
+    video_clip_free(&p->images[i].clip);
   }
   free(p->images);
   free(p->img_idx);
@@ -68,6 +73,8 @@ static qvl_status pixel_hash(const image_rgb *rgb, const prompt_opts *o, uint64_
 static bool known_media(const prompt_media *md, const prompt_opts *o, prompt_known_image *k) {
   if (!o->defer_vision || o->keep_images)
     return false;
+  if (md->kind == PROMPT_MEDIA_VIDEO) /* asked by prompt_video_load */
+    return o->known_image && o->known_image(o->known_user, md->bytes_key, k);
   if (o->known_image && o->known_image(o->known_user, md->bytes_key, k))
     return true;
   if (md->hash) {
@@ -80,13 +87,15 @@ static bool known_media(const prompt_media *md, const prompt_opts *o, prompt_kno
 /* Decodes and preprocesses the item (under a decode slot of the budget), or keeps a reference to
  * its bytes when it is known. */
 static qvl_status load_image(const prompt_media *md, const prompt_opts *o, prompt_image *out) {
+  if (md->kind == PROMPT_MEDIA_VIDEO)
+    return prompt_video_load(md, o, out);
   out->bytes_key = md->bytes_key;
   out->media_index = md->index;
-  out->pixels = md->pixels;
-  out->resized_pixels = md->resized_pixels;
+  out->message_index = md->message_index;
   out->width = md->width;
   out->height = md->height;
-  out->message_index = md->message_index;
+  out->pixels = md->pixels;
+  out->resized_pixels = md->resized_pixels;
   if (o->keep_sources)
     out->source = rcbuf_ref(md->bytes);
   prompt_known_image k;
@@ -174,8 +183,7 @@ static qvl_status kept_ids(const prompt_model *m, const prompt_plan *plan, const
       s = qvl_errorf(QVL_ERR_INTERNAL, "history: the kept messages render %d images, the plan kept %d", cp.n_images,
                      n_media);
     if (s == QVL_OK)
-      s = tokenizer_encode_spans(m->tok, cp.text.data, cp.text.len, o->content_special_tokens ? NULL : cp.plain,
-                                 o->content_special_tokens ? 0 : cp.n_plain, 0, o->stop, o->stop_user, ids, n_ids);
+      s = prompt_encode_piece(m->tok, &cp.text, cp.plain, cp.n_plain, 0, cp.text.len, o, 0, ids, n_ids);
     chat_prompt_free(&cp);
     return s;
   }
@@ -201,12 +209,20 @@ static qvl_status expand_pads(const prompt_model *m, const int32_t *ids, size_t 
                               int64_t *n_out) {
   int64_t total = 0, pads = 0;
   for (size_t i = 0; i < n; i++) {
-    if (ids[i] == m->image_pad_id) {
+    bool vpad = m->video_pad_id >= 0 && ids[i] == m->video_pad_id;
+    if (ids[i] == m->image_pad_id || vpad) {
       if (pads >= p->n_images)
         return qvl_errorf(QVL_ERR_INVALID_ARG,
-                          "the prompt text contains more <|image_pad|> tokens than there are images (%d)",
+                          "the prompt text contains more <|image_pad|> / <|video_pad|> tokens than there are images "
+                          "and videos (%d)",
                           p->n_images);
-      total += p->images[pads++].n_tokens;
+      const prompt_image *im = &p->images[pads++];
+      if (im->is_video != vpad)
+        return qvl_errorf(QVL_ERR_INVALID_ARG, "the prompt's placeholders do not match its images and videos");
+      int64_t nt = im->n_tokens;
+      if (vpad)
+        QVL_TRY(prompt_video_tokens(m, &im->clip, NULL, 0, &nt));
+      total += nt;
     } else {
       total++;
     }
@@ -219,7 +235,15 @@ static qvl_status expand_pads(const prompt_model *m, const int32_t *ids, size_t 
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory for a prompt of %lld tokens", (long long)total);
   int64_t k = 0, img = 0;
   for (size_t i = 0; i < n; i++) {
-    if (ids[i] == m->image_pad_id) {
+    if (m->video_pad_id >= 0 && ids[i] == m->video_pad_id) {
+      int64_t nt = 0;
+      qvl_status s = prompt_video_tokens(m, &p->images[img++].clip, e + k, total - k, &nt);
+      if (s != QVL_OK) {
+        free(e);
+        return s;
+      }
+      k += nt;
+    } else if (ids[i] == m->image_pad_id) {
       for (int64_t j = 0; j < p->images[img].n_tokens; j++)
         e[k++] = m->image_pad_id;
       img++;
@@ -234,13 +258,13 @@ static qvl_status expand_pads(const prompt_model *m, const int32_t *ids, size_t 
 
 /* The image token indices and every image's first row. */
 static qvl_status index_images(const prompt_model *m, prompt_built *p) {
-  p->n_deepstack = m->n_deepstack;
+  p->n_deepstack = m->vision->n_deepstack;
   p->img_idx = malloc(sizeof *p->img_idx * (size_t)(p->n_img ? p->n_img : 1));
   if (!p->img_idx)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory for %lld image tokens", (long long)p->n_img);
   int64_t k = 0;
   for (int64_t i = 0; i < p->n; i++)
-    if (p->ids[i] == m->image_pad_id)
+    if (p->ids[i] == m->image_pad_id || (m->video_pad_id >= 0 && p->ids[i] == m->video_pad_id))
       p->img_idx[k++] = i;
   int64_t row0 = 0;
   for (int i = 0; i < p->n_images; i++) {
@@ -254,7 +278,7 @@ int64_t prompt_rows_bytes(const prompt_model *m, const prompt_built *p, int firs
   if (first >= p->n_images || !m->vision)
     return 0;
   int64_t rows = p->n_img - p->images[first].row0;
-  return rows * m->n_embd * (int64_t)sizeof(float) * (1 + m->n_deepstack);
+  return rows * m->n_embd * (int64_t)sizeof(float) * (1 + m->vision->n_deepstack);
 }
 
 qvl_status prompt_alloc_rows(const prompt_model *m, prompt_built *p, int first) {
@@ -283,6 +307,8 @@ float *prompt_image_deepstack(const prompt_model *m, prompt_built *p, int i) {
 qvl_status prompt_image_decode_deferred(const prompt_opts *o, prompt_image *im, int i) {
   if (im->patches.pixel_values)
     return QVL_OK;
+  if (im->is_video)
+    return prompt_video_decode_deferred(o, im, i);
   if (!im->encoded)
     return qvl_errorf(QVL_ERR_INTERNAL, "image %d: neither pixels nor encoded bytes are left", i + 1);
   if (o->on_decode)
@@ -311,6 +337,48 @@ void prompt_put_deepstack(const prompt_model *m, prompt_built *p, int i, const f
   int64_t d = m->n_embd, nt = p->images[i].n_tokens, row = p->images[i].row0 - p->rows0, stride = p->n_img - p->rows0;
   for (int64_t l = 0; l < p->n_deepstack; l++)
     memcpy(p->deepstack + (l * stride + row) * d, levels + l * nt * d, sizeof(float) * (size_t)(nt * d));
+}
+
+/* The tower's trace of a video call goes out under the fixtures' video names (video_vision_*). */
+typedef struct video_trace {
+  trace_fn fn;
+  void *user;
+} video_trace;
+
+static void video_trace_fn(void *user, const char *name, const float *data, int64_t rows, int64_t cols) {
+  video_trace *vt = user;
+  char vname[96];
+  snprintf(vname, sizeof vname, "video_%s", name);
+  vt->fn(vt->user, vname, data, rows, cols);
+}
+
+qvl_status prompt_encode_image(const prompt_model *m, prompt_built *p, int i, const prompt_opts *o) {
+  if (i < 0 || i >= p->n_images || !p->img_embd || p->images[i].row0 < p->rows0 || !p->images[i].patches.pixel_values)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "image %d: nothing to encode (already encoded or not deferred)", i + 1);
+  int64_t d = m->n_embd;
+  prompt_image *im = &p->images[i];
+  int64_t nt = im->n_tokens;
+  double t0 = time_now_s();
+  float *ds_tmp = malloc(sizeof *ds_tmp * (size_t)(nt * d * (p->n_deepstack ? p->n_deepstack : 1)));
+  if (!ds_tmp)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory for image %d's DeepStack features", i + 1);
+  video_trace vt = {o->trace, o->trace_user};
+  bool vtr = im->is_video && o->trace;
+  qvl_status s = vision_encode(m->vision, im->patches.pixel_values, im->grid_t, im->grid_h, im->grid_w,
+                               prompt_image_rows(m, p, i), ds_tmp, vtr ? video_trace_fn : o->trace,
+                               vtr ? (void *)&vt : o->trace_user);
+  if (s != QVL_OK) {
+    free(ds_tmp);
+    return qvl_error_prefix(s, "%s %d: ", im->is_video ? "video" : "image", i + 1);
+  }
+  prompt_put_deepstack(m, p, i, ds_tmp);
+  free(ds_tmp);
+  if (!o->keep_images) {
+    free(im->patches.pixel_values);
+    im->patches.pixel_values = NULL;
+  }
+  p->vision_ms += (time_now_s() - t0) * 1e3;
+  return QVL_OK;
 }
 
 /* Decodes the kept media: the pixels of those that need a decode are reserved first. */
@@ -361,25 +429,42 @@ static qvl_status materialize(const prompt_model *m, const prompt_plan *plan, co
   free(ids);
   if (s != QVL_OK)
     return s;
-  for (int i = 0; i < p->n_images; i++)
+  /* one M-RoPE grid per pad run: an image's, or one (1, h, w) per temporal group of a video */
+  int64_t n_runs = 0;
+  for (int i = 0; i < p->n_images; i++) {
     p->n_img += p->images[i].n_tokens;
+    p->n_videos += p->images[i].is_video;
+    n_runs += p->images[i].is_video ? p->images[i].grid_t : 1;
+  }
   p->pos = malloc(sizeof *p->pos * 3 * (size_t)(p->n ? p->n : 1));
-  mrope_image *grids = calloc((size_t)(p->n_images ? p->n_images : 1), sizeof *grids);
+  mrope_image *grids = calloc((size_t)(n_runs ? n_runs : 1), sizeof *grids);
   if (!p->pos || !grids) {
     free(grids);
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   }
-  for (int i = 0; i < p->n_images; i++)
-    grids[i] = (mrope_image){p->images[i].grid_t, p->images[i].grid_h, p->images[i].grid_w};
-  s = mrope_positions(p->ids, p->n, m->image_pad_id, m->vision_start_id, grids, p->n_images, IMAGE_MERGE_SIZE,
-                      p->pos, &p->rope_delta);
+  int64_t r = 0;
+  for (int i = 0; i < p->n_images; i++) {
+    const prompt_image *im = &p->images[i];
+    if (im->is_video)
+      for (int g = 0; g < im->grid_t; g++)
+        grids[r++] = (mrope_image){1, im->grid_h, im->grid_w};
+    else
+      grids[r++] = (mrope_image){im->grid_t, im->grid_h, im->grid_w};
+  }
+  s = mrope_positions_mm(p->ids, p->n, m->image_pad_id, m->video_pad_id, m->vision_start_id, grids, (int)n_runs,
+                         IMAGE_MERGE_SIZE, p->pos, &p->rope_delta);
   free(grids);
   if (s != QVL_OK || p->n_images == 0)
     return s;
   QVL_TRY(index_images(m, p));
   if (o->defer_rows)
     return QVL_OK;
-  return prompt_alloc_rows(m, p, 0);
+  QVL_TRY(prompt_alloc_rows(m, p, 0));
+  if (o->defer_vision)
+    return QVL_OK;
+  for (int i = 0; i < p->n_images; i++)
+    QVL_TRY(prompt_encode_image(m, p, i, o));
+  return QVL_OK;
 }
 
 qvl_status prompt_materialize(const prompt_model *m, const prompt_plan *plan, const cJSON *messages, int drop,
@@ -415,8 +500,9 @@ qvl_status prompt_from_ids(const prompt_model *m, const int32_t *ids, int64_t n,
     if (ids[i] < 0 || ids[i] >= vocab)
       return qvl_errorf(QVL_ERR_INVALID_ARG, "token id %d at %lld is outside the vocabulary (0..%d)", ids[i],
                         (long long)i, vocab - 1);
-    if (ids[i] == m->image_pad_id)
-      return qvl_errorf(QVL_ERR_INVALID_ARG, "a raw prompt cannot contain <|image_pad|> (no image is attached)");
+    if (ids[i] == m->image_pad_id || (m->video_pad_id >= 0 && ids[i] == m->video_pad_id))
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "a raw prompt cannot contain <|image_pad|> or <|video_pad|> (no image "
+                        "or video is attached)");
   }
   out->ids = malloc(sizeof *out->ids * (size_t)(n ? n : 1));
   qvl_status s = QVL_OK;
@@ -438,8 +524,9 @@ qvl_status prompt_from_text(const prompt_model *m, const char *text, size_t len,
   qvl_status s = tokenizer_encode(m->tok, text, len, &out->ids, &n);
   out->n = (int64_t)n;
   for (size_t i = 0; s == QVL_OK && i < n; i++)
-    if (out->ids[i] == m->image_pad_id)
-      s = qvl_errorf(QVL_ERR_INVALID_ARG, "a raw prompt cannot contain <|image_pad|> (no image is attached)");
+    if (out->ids[i] == m->image_pad_id || (m->video_pad_id >= 0 && out->ids[i] == m->video_pad_id))
+      s = qvl_errorf(QVL_ERR_INVALID_ARG, "a raw prompt cannot contain <|image_pad|> or <|video_pad|> (no image "
+                     "or video is attached)");
   if (s == QVL_OK)
     s = raw_positions(m, out);
   if (s != QVL_OK)

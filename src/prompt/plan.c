@@ -10,15 +10,19 @@
 
 #include "base/status.h"
 #include "prompt/history.h"
+#include "prompt/video.h"
 #include "text/chat.h"
 
 void prompt_plan_free(prompt_plan *p) {
   buf_free(&p->text);
+  free(p->plain);
   for (int i = 0; i < p->n_spans; i++)
     free(p->spans[i].ids);
   free(p->spans);
-  for (int i = 0; i < p->n_media; i++)
+  for (int i = 0; i < p->n_media; i++) {
     rcbuf_unref(p->media[i].bytes);
+    prompt_video_plan_free(&p->media[i]);
+  }
   free(p->media);
   free(p->turn_of);
   memset(p, 0, sizeof *p);
@@ -68,7 +72,10 @@ static bool resolve_stored(const char *url, const prompt_opts *o, prompt_media *
 }
 
 /* Fetches item i's bytes and reads its header: its size and tokens are known before any pixel. */
-static qvl_status plan_media(const chat_image *ci, int i, const prompt_opts *o, prompt_media *md) {
+static qvl_status plan_media(const prompt_model *m, const chat_image *ci, int i, const prompt_opts *o,
+                             prompt_media *md) {
+  if (ci->video)
+    return prompt_video_plan(m, ci, i, o, md);
   md->kind = PROMPT_MEDIA_IMAGE;
   md->index = i;
   md->message_index = ci->message_index;
@@ -101,8 +108,9 @@ static qvl_status size_from_header(const prompt_opts *o, prompt_media *md) {
   int h = swap ? info.width : info.height, w = swap ? info.height : info.width, rh = 0, rw = 0;
   QVL_TRY(image_smart_resize(h, w, o->pre.min_pixels, o->pre.max_pixels, IMAGE_FACTOR, &rh, &rw));
   md->pixels = (int64_t)info.width * info.height;
-  md->width = w;
-  md->height = h;
+  bool swap = info.orientation >= 5 && info.orientation <= 8;
+  md->width = swap ? info.height : info.width;
+  md->height = swap ? info.width : info.height;
   md->resized_pixels = (int64_t)rh * rw;
   md->n_tokens = (int64_t)(rh / IMAGE_FACTOR) * (rw / IMAGE_FACTOR);
   md->grid_t = 1;
@@ -154,34 +162,31 @@ static qvl_status cut_spans(const chat_prompt *cp, const int *turn_of, prompt_pl
   return QVL_OK;
 }
 
-/* Tokenizes text piece [off, off + len) with the rendered prompt's plain spans (user and tool
- * content) clipped to the piece and made relative to it, so that special-token text typed in
- * content stays plain text exactly as when the whole text is tokenized at once. */
-static qvl_status encode_piece(const prompt_model *m, const prompt_opts *o, const chat_prompt *cp, const char *text,
-                               size_t off, size_t len, size_t cap, int32_t **ids, size_t *n_ids) {
-  if (o->content_special_tokens || cp->n_plain == 0)
-    return tokenizer_encode_spans(m->tok, text + off, len, NULL, 0, cap, o->stop, o->stop_user, ids, n_ids);
+qvl_status prompt_encode_piece(const tokenizer *tok, const buf *text, const text_span *plain, size_t n_plain,
+                               size_t off, size_t len, const prompt_opts *o, size_t max_ids, int32_t **ids,
+                               size_t *n_ids) {
+  if (o->content_special_tokens)
+    n_plain = 0;
+  /* the plain spans that meet [off, off + len), clipped to it and shifted to the piece */
   size_t n = 0;
-  for (size_t j = 0; j < cp->n_plain; j++)
-    n += cp->plain[j].end > off && cp->plain[j].begin < off + len;
-  text_span *sp = n ? malloc(sizeof *sp * n) : NULL;
-  if (n && !sp)
+  for (size_t i = 0; i < n_plain; i++)
+    n += plain[i].end > off && plain[i].begin < off + len;
+  text_span *mine = n ? malloc(n * sizeof *mine) : NULL;
+  if (n && !mine)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   size_t k = 0;
-  for (size_t j = 0; j < cp->n_plain; j++) {
-    const text_span *pl = &cp->plain[j];
-    if (!(pl->end > off && pl->begin < off + len))
+  for (size_t i = 0; i < n_plain; i++) {
+    if (!(plain[i].end > off && plain[i].begin < off + len))
       continue;
-    size_t b = pl->begin > off ? pl->begin : off, e = pl->end < off + len ? pl->end : off + len;
-    sp[k++] = (text_span){b - off, e - off};
+    size_t b = plain[i].begin > off ? plain[i].begin : off, e = plain[i].end < off + len ? plain[i].end : off + len;
+    mine[k++] = (text_span){b - off, e - off};
   }
-  qvl_status s = tokenizer_encode_spans(m->tok, text + off, len, sp, k, cap, o->stop, o->stop_user, ids, n_ids);
-  free(sp);
+  qvl_status s = tokenizer_encode_spans(tok, text->data + off, len, mine, k, max_ids, o->stop, o->stop_user, ids, n_ids);
+  free(mine);
   return s;
 }
 
-static qvl_status tokenize_spans(const prompt_model *m, const prompt_opts *o, const chat_prompt *cp, size_t cap,
-                                 prompt_plan *p) {
+static qvl_status tokenize_spans(const prompt_model *m, const prompt_opts *o, size_t cap, prompt_plan *p) {
   size_t used = 0;
   int64_t pads = 0;
   for (int k = 0; k < p->n_spans; k++) {
@@ -189,15 +194,16 @@ static qvl_status tokenize_spans(const prompt_model *m, const prompt_opts *o, co
     size_t left = cap ? cap - used : 0;
     if (cap && left == 0)
       return QVL_ERR_CONTEXT_OVERFLOW;
-    QVL_TRY(encode_piece(m, o, cp, p->text.data, sp->off, sp->len, left, &sp->ids, &sp->n_ids));
+    QVL_TRY(prompt_encode_piece(m->tok, &p->text, p->plain, p->n_plain, sp->off, sp->len, o, left, &sp->ids,
+                                &sp->n_ids));
     used += sp->n_ids;
     int64_t n_pad = 0;
     for (size_t j = 0; j < sp->n_ids; j++)
-      n_pad += sp->ids[j] == m->image_pad_id;
+      n_pad += sp->ids[j] == m->image_pad_id || (m->video_pad_id >= 0 && sp->ids[j] == m->video_pad_id);
     pads += n_pad;
     sp->n_tokens = (int64_t)sp->n_ids - (n_pad < sp->n_media ? n_pad : sp->n_media);
     for (int j = 0; j < sp->n_media; j++)
-      sp->n_tokens += p->media[sp->media0 + j].n_tokens;
+      sp->n_tokens += p->media[sp->media0 + j].n_tokens + p->media[sp->media0 + j].text_tokens;
     p->n_tokens += sp->n_tokens;
   }
   if (pads > p->n_media)
@@ -216,27 +222,45 @@ static qvl_status plan(const prompt_model *m, const cJSON *messages, const promp
   QVL_TRY(chat_render_with(messages, &ro, &cp));
   p->text = cp.text;
   memset(&cp.text, 0, sizeof cp.text);
+  p->plain = cp.plain;
+  p->n_plain = cp.n_plain;
+  cp.plain = NULL;
+  cp.n_plain = cp.cap_plain = 0;
   qvl_status s = QVL_OK;
-  int n = cp.n_images;
-  if (n > 0 && !m->vision)
-    s = qvl_errorf(QVL_ERR_INVALID_ARG, "the request has %d image(s) but no vision projector is loaded (--mmproj)", n);
-  if (s == QVL_OK && o->max_images > 0 && n > o->max_images)
-    s = qvl_errorf(QVL_ERR_TOO_LARGE, "the request has %d images; the limit is %d", n, o->max_images);
+  int n = cp.n_images, nv = 0;
+  for (int i = 0; i < n; i++)
+    nv += cp.images[i].video;
+  if (n - nv > 0 && !m->vision)
+    s = qvl_errorf(QVL_ERR_INVALID_ARG, "the request has %d image(s) but no vision projector is loaded (--mmproj)",
+                   n - nv);
+  if (s == QVL_OK && nv > 0 && !m->vision)
+    s = qvl_errorf(QVL_ERR_INVALID_ARG, "the request has %d video(s) but no vision projector is loaded (--mmproj)", nv);
+  if (s == QVL_OK && o->max_images > 0 && n - nv > o->max_images)
+    s = qvl_errorf(QVL_ERR_TOO_LARGE, "the request has %d images; the limit is %d", n - nv, o->max_images);
+  if (s == QVL_OK && o->max_videos > 0 && nv > o->max_videos)
+    s = qvl_errorf(QVL_ERR_TOO_LARGE, "the request has %d videos; the limit is %d", nv, o->max_videos);
   p->n_messages = cp.n_msgs;
   if (s == QVL_OK && !(p->turn_of = calloc((size_t)(cp.n_msgs ? cp.n_msgs : 1), sizeof *p->turn_of)))
     s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   if (s == QVL_OK)
     p->n_turns = history_turns(messages, p->turn_of);
+  int64_t frames = 0;
   if (s == QVL_OK && n > 0 && !(p->media = calloc((size_t)n, sizeof *p->media)))
     s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   for (int i = 0; s == QVL_OK && i < n; i++) {
     s = qvl_stop_poll(o->stop, o->stop_user);
     if (s == QVL_OK)
-      s = plan_media(&cp.images[i], i, o, &p->media[i]);
+      s = plan_media(m, &cp.images[i], i, o, &p->media[i]);
     p->n_media = i + 1;
     p->pixels += p->media[i].pixels;
-    p->media_tokens += p->media[i].n_tokens;
+    p->media_tokens += p->media[i].n_tokens + p->media[i].text_tokens;
+    frames += p->media[i].frames;
   }
+  if (s == QVL_OK && o->max_video_frames > 0 && frames > o->max_video_frames)
+    s = qvl_errorf(QVL_ERR_TOO_LARGE,
+                   "the request's %d videos sample %lld frames in all; this server accepts at most %lld "
+                   "(--video-max-frames; lower fps or num_frames)",
+                   nv, (long long)frames, (long long)o->max_video_frames);
   if (s == QVL_OK && o->max_request_pixels > 0 && p->pixels > o->max_request_pixels)
     s = qvl_errorf(QVL_ERR_TOO_LARGE,
                    "the request's %d images have %lld pixels in all; this server accepts at most %lld per request "
@@ -250,7 +274,7 @@ static qvl_status plan(const prompt_model *m, const cJSON *messages, const promp
   if (s == QVL_OK) {
     /* the text holds one <|image_pad|> per image, counted in media_tokens */
     size_t cap = o->max_tokens > 0 ? (size_t)(o->max_tokens - p->media_tokens + n) : 0;
-    s = tokenize_spans(m, o, &cp, cap, p);
+    s = tokenize_spans(m, o, cap, p);
     if (s == QVL_ERR_CONTEXT_OVERFLOW)
       s = qvl_errorf(QVL_ERR_CONTEXT_OVERFLOW, "the prompt has more than %lld tokens (images included)",
                      (long long)o->max_tokens);

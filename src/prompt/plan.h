@@ -25,21 +25,26 @@
 #include "prompt/prompt.h"
 #include "qvl.h"
 
-typedef enum prompt_media_kind { PROMPT_MEDIA_IMAGE = 0 } prompt_media_kind;
+typedef enum prompt_media_kind { PROMPT_MEDIA_IMAGE = 0, PROMPT_MEDIA_VIDEO } prompt_media_kind;
 
 typedef struct prompt_media {
   prompt_media_kind kind;
   int index;               /* among the request's media, in prompt order */
   int message_index;       /* the message that holds it */
+  int width, height;       /* as displayed (header; EXIF orientation applied) */
   const char *url;         /* into the messages JSON */
   int64_t n_tokens;        /* LLM tokens it takes (from its header) */
   int64_t pixels;          /* source pixels (header) */
   int64_t resized_pixels;  /* after smart_resize */
-  int width, height;       /* as displayed (EXIF orientation applied) */
   int grid_t, grid_h, grid_w;
   rcbuf *bytes;            /* encoded bytes, fetched once; released when its span is dropped */
   uint64_t bytes_key;      /* prompt_image.bytes_key */
   uint64_t hash;           /* pixel hash when a stored conversation knew it (0: unknown) */
+  /* a video: its plan (frames, indices, timestamps, grid; no reader, no pixels), the frames it
+   * samples and the text tokens its timestamps and group markers add to n_tokens' pads */
+  video_clip *clip;
+  int frames;
+  int64_t text_tokens;
 } prompt_media;
 
 typedef struct prompt_span {
@@ -55,6 +60,8 @@ typedef struct prompt_span {
 
 typedef struct prompt_plan {
   buf text;                /* the rendered template */
+  text_span *plain;        /* [n_plain] user and tool content in text (chat_prompt.plain) */
+  size_t n_plain;
   prompt_span *spans;      /* [n_spans] in text order */
   int n_spans;
   prompt_media *media;     /* [n_media] in prompt order */
@@ -70,6 +77,12 @@ typedef struct prompt_plan {
  * caller that may drop turns clears them and checks the selection). */
 qvl_status prompt_plan_build(const prompt_model *m, const cJSON *messages, const prompt_opts *o, prompt_plan *out);
 void prompt_plan_free(prompt_plan *p);
+
+/* Tokenizes text[off, off + len) (at most max_ids ids, 0 = no cap) with the plain spans that fall in
+ * it kept plain (tokenizer_encode_spans), unless o->content_special_tokens. */
+qvl_status prompt_encode_piece(const tokenizer *tok, const buf *text, const text_span *plain, size_t n_plain,
+                               size_t off, size_t len, const prompt_opts *o, size_t max_ids, int32_t **ids,
+                               size_t *n_ids);
 
 /* Tokens, media and messages of the plan without the first `drop` turns (arithmetic only). */
 typedef struct prompt_plan_size {

@@ -7,13 +7,13 @@
  *   materialize  (this file) decode only the kept media, once each, expand their placeholders,
  *                compute the M-RoPE positions and (unless deferred) run the vision tower.
  *
- * prompt_build does all three with nothing dropped. The layer sits above text/ and image/ and below
- * engine/: it sees the model through a prompt_model (the tokenizer, the special ids, the shape of
- * the image rows), which engine/vlm.c fills at load. It never runs the vision tower: the image rows
- * are left for the engine (vlm_prompt_encode_image, or the engine's image cache), which is why
- * every prompt here is built as with defer_vision.
+ * prompt_build does all three with nothing dropped. The layer sits above text/, image/ and vision/
+ * and below engine/: it sees the model through a prompt_model (the tokenizer, the vision tower and
+ * the special ids), which engine/vlm.c fills at load.
  *
- * Thread safety: a plan and a prompt belong to one thread; no function here runs model code.
+ * Thread safety: a plan and a prompt belong to one thread. Materializing without defer_vision and
+ * prompt_encode_image run model code, so like every kernels.h user only one thread at a time may
+ * call them.
  */
 #ifndef QVL_PROMPT_PROMPT_H
 #define QVL_PROMPT_PROMPT_H
@@ -33,16 +33,17 @@
 #include "qvl.h"
 #include "text/decoder.h"
 #include "text/tokenizer.h"
+#include "video/clip.h"
+#include "vision/vision.h"
 
 /* What the prompt layer needs of a loaded model. */
 typedef struct prompt_model {
   const tokenizer *tok;
-  bool vision;                /* a vision tower is loaded (else images are refused) */
-  int64_t n_deepstack;        /* its DeepStack levels: rows per image token besides the merger's */
+  const vision_model *vision; /* NULL: text only */
   int64_t n_embd;             /* decoder rows the vision tower writes */
   int32_t image_pad_id, vision_start_id, vision_end_id;
-  bool thinking;              /* a reasoning model: prompts use the Thinking template
-                               * (chat_template_is_thinking on the model's template) */
+  int32_t video_pad_id;       /* <|video_pad|>; -1: none (videos are refused) */
+  bool thinking;              /* a reasoning model: prompts use the Thinking template (vlm.thinking) */
 } prompt_model;
 
 /* An image the caller already holds embeddings for (prompt_opts.known_image). */
@@ -60,7 +61,7 @@ typedef struct prompt_media_ref {
   uint64_t hash;          /* pixel hash when known, else 0 */
   int grid_t, grid_h, grid_w;
   int64_t n_tokens, pixels, resized_pixels;
-  int width, height;      /* as displayed (EXIF orientation applied) */
+  int width, height;      /* as displayed (prompt_image.width/height; 0: unknown) */
   rcbuf *bytes;           /* borrowed: the planner takes its own reference */
 } prompt_media_ref;
 
@@ -70,6 +71,11 @@ typedef struct prompt_opts {
   bool add_generation_prompt;
   bool skip_thinking;      /* a thinking model: the generation prompt closes an empty think block
                             * (reasoning budget 0) */
+  /* Special-token text ("<|im_start|>system") inside user and tool content: false (the default)
+   * tokenizes it as plain text (chat_prompt.plain), so that content cannot forge a turn; true parses
+   * it into control tokens as transformers' apply_chat_template + encode does
+   * (--content-special-tokens). */
+  bool content_special_tokens;
   preprocess_opts pre;     /* min/max pixels for every image of the request */
   image_limits limits;     /* decode caps */
   image_source_opts source;
@@ -91,10 +97,6 @@ typedef struct prompt_opts {
   int64_t max_tokens;      /* ERR_CONTEXT_OVERFLOW as soon as the prompt is known to be longer */
   qvl_stop_fn stop;        /* polled between images and while tokenizing and waiting */
   void *stop_user;
-  /* Special-token text ("<|im_start|>system") inside user and tool content: false (the default)
-   * tokenizes it as plain text, so that content cannot forge a turn; true parses it into control
-   * tokens as transformers' apply_chat_template + encode does (--content-special-tokens). */
-  bool content_special_tokens;
   const cJSON *tools;      /* OpenAI tools array rendered by the chat template (NULL = none); read
                             * while planning only */
   /* With defer_vision: asked with an image's bytes_key before it is decoded; true (with *out
@@ -110,6 +112,14 @@ typedef struct prompt_opts {
   /* Called once per pixel decode, with the item's index in the request (tests count decodes). */
   void (*on_decode)(void *user, int media_index);
   void *on_decode_user;
+  /* Videos (issue 23, prompt/video.h): sampling and sizing of every video of the request
+   * (video/sample.h; HF's defaults from prompt_opts_default), the decode caps, and the request's
+   * caps: videos, and frames sampled from all its videos together (0 = no limit). A video is
+   * planned (frames, tokens, pixels) from its container before any frame is decoded. */
+  video_sampling video;
+  video_limits video_limits;
+  int max_videos;
+  int64_t max_video_frames;
 } prompt_opts;
 
 typedef struct prompt_image {
@@ -124,11 +134,17 @@ typedef struct prompt_image {
                             * file again, known before decoding it */
   rcbuf *encoded;          /* the encoded bytes, kept only when known_image skipped the decode */
   int media_index;         /* its index among the request's media (before any was dropped) */
-  int64_t pixels, resized_pixels; /* from its header */
-  int width, height;       /* the source image as displayed (EXIF orientation applied): what the
-                            * model's relative coordinates refer to */
   int message_index;       /* the message that holds it */
+  int width, height;       /* the source as displayed (EXIF orientation applied; a video's frame
+                            * size): what the model's relative coordinates refer to */
+  int64_t pixels, resized_pixels; /* from its header */
   rcbuf *source;           /* its encoded bytes, with keep_sources (else NULL) */
+  /* A video (is_video): one media item of grid_t temporal groups; patches.pixel_values holds its
+   * pixel_values_videos and hash = bytes_key (its bytes and sampling settings). clip holds the plan
+   * (frame indices, timestamps, grid) and, with keep_images, the resized frames and every decoded
+   * frame (clip.all_rgb). */
+  bool is_video;
+  video_clip clip;
 } prompt_image;
 
 typedef struct prompt_built {
@@ -136,9 +152,10 @@ typedef struct prompt_built {
   int64_t n;
   int32_t *pos;           /* [3][n] M-RoPE positions */
   int64_t rope_delta;
-  int n_images;
-  prompt_image *images;   /* [n_images] */
-  int64_t n_img;          /* image tokens in the prompt */
+  int n_images;           /* media items: images and videos */
+  int n_videos;           /* how many of them are videos */
+  prompt_image *images;   /* [n_images] in prompt order */
+  int64_t n_img;          /* image and video pad tokens in the prompt */
   int64_t *img_idx;       /* [n_img] their indices */
   /* Image rows from row rows0 on (rows before it are never read: a restored prefix covers them). */
   int64_t rows0;
@@ -163,6 +180,9 @@ int64_t prompt_rows_bytes(const prompt_model *m, const prompt_built *p, int firs
 /* Allocates the image rows of images first.. (the earlier ones are never read); p->rows0 is the
  * row of image first. For prompts materialized with defer_rows. */
 qvl_status prompt_alloc_rows(const prompt_model *m, prompt_built *p, int first);
+/* Runs the vision tower on image i of a prompt materialized with defer_vision, filling its rows of
+ * img_embd and deepstack (adds to p->vision_ms; frees its pixel_values unless keep_images). */
+qvl_status prompt_encode_image(const prompt_model *m, prompt_built *p, int i, const prompt_opts *o);
 /* Decodes and preprocesses image i of p from its kept encoded bytes (a decode that known_image
  * skipped, now needed after all); checks that it is the image that was announced. */
 qvl_status prompt_image_decode_deferred(const prompt_opts *o, prompt_image *im, int i);

@@ -25,9 +25,34 @@ static bool is_image_item(const cJSON *item) {
   return (t && !strcmp(t, "image")) || has_key(item, "image") || has_key(item, "image_url");
 }
 
+/* The template's test for a video (type 'video' or a 'video' key), and the OpenAI-style part of
+ * vLLM and SGLang (type 'video_url' / a 'video_url' key), which they turn into the former. */
 static bool is_video_item(const cJSON *item) {
   const char *t = type_of(item);
-  return (t && !strcmp(t, "video")) || has_key(item, "video");
+  return (t && (!strcmp(t, "video") || !strcmp(t, "video_url"))) || has_key(item, "video") ||
+         has_key(item, "video_url");
+}
+
+static const char *video_url_of(const cJSON *item) {
+  const cJSON *u = cJSON_GetObjectItemCaseSensitive(item, "video_url");
+  if (cJSON_IsString(u))
+    return u->valuestring;
+  if (cJSON_IsObject(u)) {
+    const cJSON *url = cJSON_GetObjectItemCaseSensitive(u, "url");
+    if (cJSON_IsString(url))
+      return url->valuestring;
+  }
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, "video");
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static qvl_status add_video(chat_prompt *p, const cJSON *item, int msg) {
+  chat_image *grown = realloc(p->images, sizeof *grown * (size_t)(p->n_images + 1));
+  if (!grown)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory listing videos");
+  p->images = grown;
+  p->images[p->n_images++] = (chat_image){item, video_url_of(item), msg, true};
+  return QVL_OK;
 }
 
 static const char *image_url_of(const cJSON *item) {
@@ -48,7 +73,7 @@ static qvl_status add_image(chat_prompt *p, const cJSON *item, int msg) {
   if (!grown)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory listing images");
   p->images = grown;
-  p->images[p->n_images++] = (chat_image){item, image_url_of(item), msg};
+  p->images[p->n_images++] = (chat_image){item, image_url_of(item), msg, false};
   return QVL_OK;
 }
 
@@ -107,15 +132,16 @@ static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content
       if (p)
         QVL_TRY(add_image(p, item, msg));
     } else if (is_video_item(item)) {
-      return qvl_errorf(QVL_ERR_UNSUPPORTED, "messages[%d].content[%d]: video input is not supported",
-                        msg, idx);
+      QVL_TRY(buf_append_str(b, VIDEO_PLACEHOLDER));
+      if (p)
+        QVL_TRY(add_video(p, item, msg));
     } else if (has_key(item, "text")) {
       QVL_TRY(append_text_item(b, p && b == &p->text ? p : NULL, item, msg, idx));
     } else {
       const char *t = type_of(item);
       return qvl_errorf(QVL_ERR_INVALID_ARG,
-                        "messages[%d].content[%d]: unknown content part type '%s' (expected text or "
-                        "image_url)",
+                        "messages[%d].content[%d]: unknown content part type '%s' (expected text, "
+                        "image_url or video_url)",
                         msg, idx, t ? t : "(none)");
     }
   }

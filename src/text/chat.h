@@ -6,6 +6,8 @@
  *
  * Each image item renders as "<|vision_start|><|image_pad|><|vision_end|>"; the caller expands the
  * pad token to the image's token count after tokenizing. Images are reported in prompt order.
+ * A video item (type video / video_url, or a video / video_url key) renders as
+ * "<|vision_start|><|video_pad|><|vision_end|>" and is listed with the images (video set).
  * Thread safety: pure functions.
  */
 #ifndef QVL_TEXT_CHAT_H
@@ -22,11 +24,12 @@ typedef struct chat_image {
   const cJSON *item; /* the content item (type image / image_url), owned by the messages JSON */
   const char *url;   /* image_url.url, image_url (string) or image (string); NULL if absent */
   int message_index; /* which message holds it */
+  bool video;        /* a video item (type video / video_url): url is its video URL */
 } chat_image;
 
 typedef struct chat_prompt {
   buf text;           /* rendered prompt */
-  chat_image *images; /* [n_images] in prompt order */
+  chat_image *images; /* [n_images] images and videos (video set) in prompt order */
   int n_images;
   /* [n_msgs + 1]: where message i's rendering begins in text (a system message rendered in the
    * leading system block, or not at all, has an empty span); msg_off[n_msgs] is where the generation

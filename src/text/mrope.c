@@ -1,6 +1,7 @@
 #include "text/mrope.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -72,16 +73,27 @@ void mrope_apply(const mrope *m, float *x, int64_t n, int n_heads, int64_t row_s
 qvl_status mrope_positions(const int32_t *ids, int64_t n, int32_t image_pad_id,
                            int32_t vision_start_id, const mrope_image *images, int n_images,
                            int merge, int32_t *pos, int64_t *rope_delta) {
+  return mrope_positions_mm(ids, n, image_pad_id, -1, vision_start_id, images, n_images, merge, pos, rope_delta);
+}
+
+static bool is_pad(int32_t id, int32_t image_pad_id, int32_t video_pad_id) {
+  return id == image_pad_id || (video_pad_id >= 0 && id == video_pad_id);
+}
+
+qvl_status mrope_positions_mm(const int32_t *ids, int64_t n, int32_t image_pad_id, int32_t video_pad_id,
+                              int32_t vision_start_id, const mrope_image *images, int n_images, int merge,
+                              int32_t *pos, int64_t *rope_delta) {
   if (n < 0 || merge <= 0 || n_images < 0 || (n_images > 0 && !images))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "M-RoPE positions: invalid arguments (n %lld, merge %d, images %d)",
                       (long long)n, merge, n_images);
   if (n > INT32_MAX / 2)
     return qvl_errorf(QVL_ERR_TOO_LARGE, "M-RoPE positions: %lld tokens is too many", (long long)n);
   int32_t *pt = pos, *ph = pos + n, *pw = pos + 2 * n;
-  /* HF counts an image per <|vision_start|> directly followed by <|image_pad|>. */
+  /* HF counts an image per <|vision_start|> directly followed by <|image_pad|> (and a video
+   * group per one followed by <|video_pad|>). */
   int64_t found = 0;
   for (int64_t i = 0; i + 1 < n; i++)
-    if (ids[i] == vision_start_id && ids[i + 1] == image_pad_id)
+    if (ids[i] == vision_start_id && is_pad(ids[i + 1], image_pad_id, video_pad_id))
       found++;
   if (found != n_images)
     return qvl_errorf(QVL_ERR_MISMATCH,
@@ -98,8 +110,9 @@ qvl_status mrope_positions(const int32_t *ids, int64_t n, int32_t image_pad_id,
                         "divisible by the merge size %d",
                         im, g->t, g->h, g->w, merge);
     int64_t ed = st;
-    while (ed < n && ids[ed] != image_pad_id)
+    while (ed < n && !is_pad(ids[ed], image_pad_id, video_pad_id))
       ed++;
+    int32_t pad = ed < n ? ids[ed] : image_pad_id; /* the run is of this one kind */
     int64_t gh = g->h / merge, gw = g->w / merge;
     /* Grids larger than the prompt cannot fit; checking first keeps the product from overflowing. */
     if (g->t > n || gh * gw > n || (int64_t)g->t * gh * gw > n)
@@ -108,7 +121,7 @@ qvl_status mrope_positions(const int32_t *ids, int64_t n, int32_t image_pad_id,
                         "prompt's %lld", im, g->t, g->h, g->w, (long long)n);
     int64_t n_tok = (int64_t)g->t * gh * gw;
     int64_t run = 0;
-    while (ed + run < n && run < n_tok && ids[ed + run] == image_pad_id)
+    while (ed + run < n && run < n_tok && ids[ed + run] == pad)
       run++;
     if (run != n_tok)
       return qvl_errorf(QVL_ERR_MISMATCH,

@@ -67,4 +67,11 @@ qvl_status mrope_positions(const int32_t *ids, int64_t n, int32_t image_pad_id,
                            int32_t vision_start_id, const mrope_image *images, int n_images,
                            int merge, int32_t *pos, int64_t *rope_delta);
 
+/* The same over images and videos: a <|video_pad|> run (video_pad_id; -1 = none) is one temporal
+ * group of a video, given as a (1, h, w) grid; grids holds one entry per pad run, images and video
+ * groups in prompt order (transformers repeats each video grid t times with t = 1, the same). */
+qvl_status mrope_positions_mm(const int32_t *ids, int64_t n, int32_t image_pad_id, int32_t video_pad_id,
+                              int32_t vision_start_id, const mrope_image *grids, int n_grids, int merge,
+                              int32_t *pos, int64_t *rope_delta);
+
 #endif

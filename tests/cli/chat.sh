@@ -25,6 +25,16 @@ check 'grep -q "^turns 2 " "$tmp/piped.out"' "piped: /stats counts 2 turns: $(ca
 check 'grep -Eq "prefix cache hits [1-9]" "$tmp/piped.out"' "piped: the second turn reused the first one's KV"
 check 'grep -q "\"image_url\"" "$tmp/piped.json" && [ $(grep -c "\"role\":" "$tmp/piped.json") -eq 4 ]' "piped: /save wrote 2 user + 2 assistant messages"
 check '! grep -q "> " "$tmp/piped.err"' "piped: no prompt without a terminal"
+# a video (issue 23): attached with /video, asked about twice; the follow-up encodes nothing (the
+# first turn's KV, video rows included, comes from the prefix cache): one vision encode in all
+VID=$PWD/tests/fixtures/videos/clip_96x64_10f_5fps.mkv
+printf '/video %s\nwhat happens in this clip?\nand at the end?\n/stats\n/save %s\n' "$VID" "$tmp/video.json" |
+  timeout 120 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --temp 0 -n 8 >"$tmp/video.out" 2>"$tmp/video.err"
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "^turns 2 " "$tmp/video.out"' "video chat: 2 turns (rc $rc): $(tail -3 "$tmp/video.err")"
+check 'grep -q "image cache hits 0, misses 1" "$tmp/video.out"' "video chat: one encode for two turns: $(grep turns "$tmp/video.out")"
+check 'grep -q "\"video_url\"" "$tmp/video.json"' "video chat: /save keeps the video part"
+check 'grep -q "video 1 attached" "$tmp/video.err"' "video chat: /video is acknowledged"
 echo "" | timeout 60 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image /nonexistent.png >/dev/null 2>"$tmp/err2"
 rc=$?
 check '[ $rc -eq 2 ] && grep -q "/nonexistent.png: No such file" "$tmp/err2"' "a missing --image is reported (rc $rc): $(cat "$tmp/err2")"

@@ -110,5 +110,21 @@ sum_before=$(cksum <"$tmp/foreign.db")
 expect_error "not a qvl jobs database" timeout 60 "$QVL" serve -m "$E2E/e2e-Q8_0.gguf" --host 127.0.0.1 --port 0 --jobs-db "$tmp/foreign.db"
 if [ "$(cksum <"$tmp/foreign.db")" = "$sum_before" ] && [ ! -e "$tmp/foreign.db-wal" ]; then ok; else bad "serve altered a foreign jobs db"; fi
 
+# 7. Videos (issue 23): `qvl run --video` reproduces the greedy continuation of the video_basic case
+#    (the micro-a GGUF files, through the engine), and video errors are clear.
+MA=tests/fixtures/models/micro-a/gguf
+VC=tests/fixtures/cases/micro-a/f32/video_basic/case.json
+want=$(tr -d '\n\t ' <"$VC" | sed -n 's/.*"generated":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')
+if "$QVL" run -m "$MA/micro-a-F32.gguf" --mmproj "$MA/mmproj-micro-a-F32.gguf" --video tests/fixtures/videos/clip_96x64_10f_5fps.mkv \
+  --video-min-pixels 4096 --video-max-pixels 65536 -p "Describe this video." --temp 0 -n 8 --json >"$tmp/v.json" 2>"$tmp/err"; then
+  got=$(LC_ALL=C json_ids "$tmp/v.json") # the text of random weights is not valid UTF-8
+  if [ "$got" = "$want" ]; then ok; else bad "qvl run --video: ids [$got], reference [$want]"; fi
+else
+  bad "qvl run --video failed: $(cat "$tmp/err")"
+fi
+expect_error "container 'png_pipe' is not accepted" "$QVL" run -m "$MA/micro-a-F32.gguf" --mmproj "$MA/mmproj-micro-a-F32.gguf" --video tests/fixtures/images/rgb_128x64.png -p hi
+expect_error "exclude each other" "$QVL" run -m "$MA/micro-a-F32.gguf" --mmproj "$MA/mmproj-micro-a-F32.gguf" --video tests/fixtures/videos/clip_96x64_10f_5fps.mkv --video-fps 1 --video-frames 4 -p hi
+expect_error "--mmproj" "$QVL" run -m "$MA/micro-a-F32.gguf" --video tests/fixtures/videos/clip_96x64_10f_5fps.mkv -p hi
+
 echo "cli: $pass passed, $fail failed"
 [ $fail -eq 0 ]

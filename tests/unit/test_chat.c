@@ -34,7 +34,12 @@ static void check_fixture_cases(void) {
       const char *want = cJSON_GetObjectItem(c, "prompt_text")->valuestring;
       CHECK(!strcmp(p.text.data, want), "%s: rendered\n%s\nexpected\n%s", g.gl_pathv[i], p.text.data, want);
       int n_images = cJSON_GetArraySize(cJSON_GetObjectItem(c, "images"));
-      CHECK(p.n_images == n_images, "%s: %d images, expected %d", g.gl_pathv[i], p.n_images, n_images);
+      int n_videos = cJSON_GetArraySize(cJSON_GetObjectItem(c, "videos")), got_videos = 0;
+      for (int k = 0; k < p.n_images; k++)
+        got_videos += p.images[k].video;
+      CHECK(p.n_images - got_videos == n_images, "%s: %d images, expected %d", g.gl_pathv[i], p.n_images - got_videos,
+            n_images);
+      CHECK(got_videos == n_videos, "%s: %d videos, expected %d", g.gl_pathv[i], got_videos, n_videos);
       for (int k = 0; k < p.n_images && k < n_images; k++) {
         const char *path = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "images"), k),
                                                "path")->valuestring;
@@ -161,7 +166,12 @@ int main(void) {
   expect_error("[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"bot\",\"content\":\"x\"}]", "messages[1].role 'bot'");
   expect_error("[{\"role\":\"user\",\"content\":5}]", "messages[0].content must be");
   expect_error("[{\"role\":\"user\",\"content\":[{\"type\":\"audio\"}]}]", "unknown content part type 'audio'");
-  expect_error("[{\"role\":\"user\",\"content\":[{\"type\":\"video\",\"video\":\"v.mp4\"}]}]", "video");
+  /* videos (issue 23): the template's video item and the OpenAI-style video_url part render the same */
+  expect_render("[{\"role\":\"user\",\"content\":[{\"type\":\"video\",\"video\":\"v.mp4\"},{\"type\":\"text\",\"text\":\"q\"}]}]",
+                NULL, true,
+                "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>q<|im_end|>\n<|im_start|>assistant\n");
+  expect_render("[{\"role\":\"user\",\"content\":[{\"type\":\"video_url\",\"video_url\":{\"url\":\"v.mp4\"}}]}]", NULL,
+                true, "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|><|im_end|>\n<|im_start|>assistant\n");
   expect_error("[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":3}]}]", "content[0].text must be a string");
   return TEST_SUMMARY("chat");
 }

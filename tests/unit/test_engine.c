@@ -470,7 +470,7 @@ static void test_image_cache(const vlm *m) {
 typedef struct images_seen {
   job j;
   int n;
-  engine_image first, last;
+  vlm_image first, last; /* width, height, message_index are read */
 } images_seen;
 
 static void on_done_images(void *user, const engine_result *r) {

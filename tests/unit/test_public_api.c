@@ -253,6 +253,75 @@ static void test_engine(void) {
   CHECK(strstr(qvl_last_error(), "cannot open") != NULL, "message: %s", qvl_last_error());
 }
 
+/* Videos through the public API (issue 23): a file and the same bytes give the video_basic case's
+ * greedy continuation on the micro-a model; sampling settings are checked. */
+static void test_video(void) {
+  qvl_request *rq = NULL;
+  qvl_request_new(&rq);
+  CHECK(qvl_request_set_video_sampling(rq, 1, 4, 0) == QVL_ERR_INVALID_ARG, "fps and num_frames together");
+  CHECK(qvl_request_set_video_sampling(rq, -1, 0, 0) == QVL_ERR_INVALID_ARG, "negative fps");
+  qvl_request_free(rq);
+  char *url = NULL;
+  CHECK(qvl_video_data_url("\x1a\x45\xdf\xa3xxxx", 8, &url) == QVL_OK && !strncmp(url, "data:video/x-matroska;base64,", 29),
+        "video data URL: %s", url ? url : "");
+  qvl_free(url);
+  qvl_model_params mp;
+  qvl_model_params_default(&mp);
+  mp.threads = 2;
+  qvl_model *m = NULL;
+  const char *ma = "tests/fixtures/models/micro-a/gguf/";
+  char tp[256], vp[256];
+  snprintf(tp, sizeof tp, "%smicro-a-F32.gguf", ma);
+  snprintf(vp, sizeof vp, "%smmproj-micro-a-F32.gguf", ma);
+  CHECK(qvl_model_load(tp, vp, &mp, &m) == QVL_OK, "load micro-a: %s", qvl_last_error());
+  if (!m)
+    return;
+  qvl_engine *e = NULL;
+  CHECK(qvl_engine_start(m, NULL, &e) == QVL_OK, "start: %s", qvl_last_error());
+  static const int32_t want[8] = {476, 270, 148, 27, 138, 234, 321, 365}; /* video_basic "generated" */
+  for (int bytes = 0; e && bytes < 2; bytes++) {
+    run r;
+    memset(&r, 0, sizeof r);
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    qvl_request_new(&rq);
+    const char *clip = "tests/fixtures/videos/clip_96x64_10f_5fps.mkv";
+    if (bytes) {
+      FILE *f = fopen(clip, "rb");
+      static char data[1 << 18];
+      size_t n = f ? fread(data, 1, sizeof data, f) : 0;
+      if (f)
+        fclose(f);
+      CHECK(qvl_request_add_video_bytes(rq, data, n) == QVL_OK, "video bytes: %s", qvl_last_error());
+    } else {
+      CHECK(qvl_request_add_video_file(rq, clip) == QVL_OK, "video file");
+    }
+    qvl_request_set_video_pixels(rq, 4096, 65536);
+    qvl_request_add_message(rq, "user", "Describe this video.");
+    qvl_request_set_max_tokens(rq, 8);
+    qvl_request_set_callbacks(rq, on_text, on_done, &r);
+    qvl_status s = qvl_engine_submit(e, rq, NULL);
+    qvl_request_free(rq);
+    CHECK(s == QVL_OK, "submit a video: %s", qvl_last_error());
+    pthread_mutex_lock(&r.mu);
+    while (s == QVL_OK && !r.done)
+      pthread_cond_wait(&r.cv, &r.mu);
+    pthread_mutex_unlock(&r.mu);
+    CHECK(r.status == QVL_OK && r.n_ids == 8 && !memcmp(r.ids, want, sizeof want) && r.usage.image_tokens == 12,
+          "video (%s): the video_basic continuation, 12 video tokens (got %lld ids, %lld image tokens)",
+          bytes ? "bytes" : "file", (long long)r.n_ids, (long long)r.usage.image_tokens);
+    /* the same prompt again: its KV (video rows included) comes from the prefix cache: no encode */
+    CHECK(!bytes || (r.usage.image_cache_misses == 0 && r.usage.cached_prompt_tokens > 0),
+          "the same clip again: nothing encoded (%d misses, %lld cached tokens)", r.usage.image_cache_misses,
+          (long long)r.usage.cached_prompt_tokens);
+    CHECK(bytes || r.usage.image_cache_misses == 1, "the first time: one encode (%d)", r.usage.image_cache_misses);
+    pthread_mutex_destroy(&r.mu);
+    pthread_cond_destroy(&r.cv);
+  }
+  qvl_engine_stop(e, true);
+  qvl_model_free(m);
+}
+
 /* One request through an engine with a reasoning budget; waits for on_done. */
 static void run_reasoning(qvl_engine *e, int64_t budget, int64_t max_tokens, run *r) {
   memset(r, 0, sizeof *r);
@@ -338,6 +407,7 @@ static void test_reasoning(void) {
 }
 
 int main(void) {
+  test_video();
   test_request();
   test_data_url();
   test_tokenizer();

@@ -148,7 +148,7 @@ static void test_attribution(void) {
 
 /* The chat completion: message.boxes with "boxes", nothing without; the stream's chunk. */
 static void test_chat(void) {
-  engine_image ims[1] = {{640, 480, 0}};
+  prompt_image ims[1] = {{.width = 640, .height = 480, .message_index = 0}};
   engine_result er;
   memset(&er, 0, sizeof er);
   er.finish_reason = QVL_FINISH_EOS;
@@ -158,7 +158,7 @@ static void test_chat(void) {
   er.n_images = 1;
   api_result r;
   CHECK(api_result_copy(&r, &er), "copy");
-  CHECK(r.n_images == 1 && r.images && r.images[0].width == 640 && r.images != ims, "the images are copied");
+  CHECK(r.n_images == 1 && r.images && r.images[0].width == 640 && (const void *)r.images != (const void *)ims, "the images are copied");
   cJSON *o = api_completion_object("id", 1, "m", &r);
   const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "choices"), 0), "message");
   CHECK(!cJSON_GetObjectItemCaseSensitive(m, "boxes"), "not asked: no boxes");

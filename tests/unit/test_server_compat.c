@@ -978,78 +978,6 @@ static void test_sampler_bias(void) {
   CHECK(sampler_check_params(&p) == QVL_ERR_INVALID_ARG, "too many biases are refused");
 }
 
-/* Refused with a 400 either by the translator (fn) or by the chat parser on what it made (fn NULL: a
- * chat body); msg_part must be in the message. */
-static void refused_400(compat_translate_fn fn, const char *body, const char *msg_part) {
-  api_error e;
-  memset(&e, 0, sizeof e);
-  compat_request cr;
-  memset(&cr, 0, sizeof cr);
-  resp_store *st = NULL;
-  resp_store_init(16, 1 << 20, 60, &st);
-  compat_ctx c = ctx_with(st);
-  bool ok = true;
-  const char *chat = body;
-  size_t len = strlen(body);
-  if (fn) {
-    ok = fn(body, len, &c, &cr, &e);
-    chat = cr.chat_body;
-    len = cr.chat_len;
-  }
-  if (ok && chat) {
-    api_limits l = limits();
-    api_chat_request req;
-    ok = api_chat_parse(chat, len, &l, &req, &e);
-    if (ok)
-      api_chat_request_free(&req);
-  }
-  CHECK(!ok && e.http == 400 && strstr(e.message, msg_part), "refused with 400 '%s': %s -> %s", msg_part, body,
-        ok ? "accepted" : e.message);
-  compat_request_free(&cr);
-  resp_store_free(st);
-}
-
-/* Tool-call arguments reach every dialect as the model wrote them (issue 22): integers beyond 2^53
- * and long decimals are not reprinted from doubles. */
-#define EXACT_ARGS "{\"days\": 333333333333333333333333, \"x\": 0.1000000000000000055511151231257827}"
-#define EXACT_CALL "<tool_call>\n{\"name\": \"get\", \"arguments\": " EXACT_ARGS "}\n</tool_call>"
-#define EXACT_COMPACT "{\"days\":333333333333333333333333,\"x\":0.1000000000000000055511151231257827}"
-
-static void test_exact_arguments(void) {
-  compat_ctx c = ctx_with(NULL);
-  compat_request cr;
-  const char *body = "{\"model\":\"qvl\",\"stream\":false,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-                     "\"get\"}}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
-  CHECK(ollama_chat_translate(body, strlen(body), &c, &cr, &(api_error){0}), "ollama translate");
-  api_result r = tool_result(EXACT_CALL);
-  char *json = run_format(&cr, false, NULL, &r);
-  CHECK(json && strstr(json, "\"arguments\":" EXACT_COMPACT), "Ollama: arguments embedded with the model's numbers: %s",
-        json ? json : "");
-  free(json);
-  const char *pieces[] = {EXACT_CALL, NULL};
-  char *nd = run_format(&cr, true, pieces, &r);
-  CHECK(nd && strstr(nd, "\"arguments\":" EXACT_COMPACT), "Ollama stream: the same: %s", nd ? nd : "");
-  free(nd);
-  api_result_free(&r);
-  compat_request_free(&cr);
-
-  resp_store *st = NULL;
-  CHECK(resp_store_init(8, 1 << 20, 3600, &st) == QVL_OK, "store");
-  c = ctx_with(st);
-  const char *rb = "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"get\"}]}";
-  CHECK(responses_translate(rb, strlen(rb), &c, &cr, &(api_error){0}), "responses translate");
-  r = tool_result(EXACT_CALL);
-  json = run_format(&cr, false, NULL, &r);
-  cJSON *o = json ? cJSON_Parse(json) : NULL;
-  CHECK(o && eq(str_at(o, "output.0.arguments"), EXACT_ARGS), "Responses: function_call arguments as generated: %s",
-        json ? json : "");
-  cJSON_Delete(o);
-  free(json);
-  api_result_free(&r);
-  compat_request_free(&cr);
-  resp_store_free(st);
-}
-
 /* Stored conversations keep the processed form: image data URLs become qvl-media keys backed by
  * the result's media (hash, grid, bytes by reference); a follow-up resolves them, never re-reads. */
 static void test_responses_processed_media(void) {
@@ -1137,6 +1065,78 @@ static void test_responses_processed_media(void) {
                  &c, 400, "text.format", "nested");
   expect_refused(responses_translate, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json_object\",\"x\":1}}}", &c,
                  400, "text.format", "'x'");
+}
+
+/* Refused with a 400 either by the translator (fn) or by the chat parser on what it made (fn NULL: a
+ * chat body); msg_part must be in the message. */
+static void refused_400(compat_translate_fn fn, const char *body, const char *msg_part) {
+  api_error e;
+  memset(&e, 0, sizeof e);
+  compat_request cr;
+  memset(&cr, 0, sizeof cr);
+  resp_store *st = NULL;
+  resp_store_init(16, 1 << 20, 60, &st);
+  compat_ctx c = ctx_with(st);
+  bool ok = true;
+  const char *chat = body;
+  size_t len = strlen(body);
+  if (fn) {
+    ok = fn(body, len, &c, &cr, &e);
+    chat = cr.chat_body;
+    len = cr.chat_len;
+  }
+  if (ok && chat) {
+    api_limits l = limits();
+    api_chat_request req;
+    ok = api_chat_parse(chat, len, &l, &req, &e);
+    if (ok)
+      api_chat_request_free(&req);
+  }
+  CHECK(!ok && e.http == 400 && strstr(e.message, msg_part), "refused with 400 '%s': %s -> %s", msg_part, body,
+        ok ? "accepted" : e.message);
+  compat_request_free(&cr);
+  resp_store_free(st);
+}
+
+/* Tool-call arguments reach every dialect as the model wrote them (issue 22): integers beyond 2^53
+ * and long decimals are not reprinted from doubles. */
+#define EXACT_ARGS "{\"days\": 333333333333333333333333, \"x\": 0.1000000000000000055511151231257827}"
+#define EXACT_CALL "<tool_call>\n{\"name\": \"get\", \"arguments\": " EXACT_ARGS "}\n</tool_call>"
+#define EXACT_COMPACT "{\"days\":333333333333333333333333,\"x\":0.1000000000000000055511151231257827}"
+
+static void test_exact_arguments(void) {
+  compat_ctx c = ctx_with(NULL);
+  compat_request cr;
+  const char *body = "{\"model\":\"qvl\",\"stream\":false,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+                     "\"get\"}}],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+  CHECK(ollama_chat_translate(body, strlen(body), &c, &cr, &(api_error){0}), "ollama translate");
+  api_result r = tool_result(EXACT_CALL);
+  char *json = run_format(&cr, false, NULL, &r);
+  CHECK(json && strstr(json, "\"arguments\":" EXACT_COMPACT), "Ollama: arguments embedded with the model's numbers: %s",
+        json ? json : "");
+  free(json);
+  const char *pieces[] = {EXACT_CALL, NULL};
+  char *nd = run_format(&cr, true, pieces, &r);
+  CHECK(nd && strstr(nd, "\"arguments\":" EXACT_COMPACT), "Ollama stream: the same: %s", nd ? nd : "");
+  free(nd);
+  api_result_free(&r);
+  compat_request_free(&cr);
+
+  resp_store *st = NULL;
+  CHECK(resp_store_init(8, 1 << 20, 3600, &st) == QVL_OK, "store");
+  c = ctx_with(st);
+  const char *rb = "{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"get\"}]}";
+  CHECK(responses_translate(rb, strlen(rb), &c, &cr, &(api_error){0}), "responses translate");
+  r = tool_result(EXACT_CALL);
+  json = run_format(&cr, false, NULL, &r);
+  cJSON *o = json ? cJSON_Parse(json) : NULL;
+  CHECK(o && eq(str_at(o, "output.0.arguments"), EXACT_ARGS), "Responses: function_call arguments as generated: %s",
+        json ? json : "");
+  cJSON_Delete(o);
+  free(json);
+  api_result_free(&r);
+  compat_request_free(&cr);
+  resp_store_free(st);
 }
 
 /* Issue 24 item 6: tool names are ^[a-zA-Z0-9_-]{1,64}$ on every path (a NUL no longer cuts a name

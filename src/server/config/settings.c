@@ -55,6 +55,13 @@ static const setting settings[] = {
     S_INT("max_body_mb", max_body_mb, 1, 4096, "request body size (413 above)"),
     S_INT("max_images", max_images, 0, 1024, "images per request"),
     S_INT("max_image_mb", max_image_mb, 1, 1024, "encoded size of one image (413 above)"),
+    S_INT("max_videos", max_videos, 0, 64, "videos per request"),
+    S_INT("max_video_mb", max_video_mb, 1, 4096, "encoded size of one video (413 above)"),
+    S_INT("video_max_frames", video_max_frames, 2, 768,
+          "frames sampled from the videos of a request, all together (the fps rule stops there; more asked: 400)"),
+    S_INT("video_max_pixels", video_max_pixels, 1024, 64 << 20,
+          "largest video max_pixels (sampled frames x height x width) a request may ask for"),
+    S_INT("video_max_seconds", video_max_seconds, 1, 86400, "longest video accepted (413 above)"),
     S_INT("max_pixels", max_pixels, 1024, IMAGE_HF_MAX_PIXELS, "largest max_pixels a request may ask for"),
     S_INT("default_max_pixels", default_max_pixels, 1024, IMAGE_HF_MAX_PIXELS,
           "resize target when a request gives no max_pixels (at most --max-pixels)"),
@@ -117,6 +124,11 @@ void server_config_init(server_config *c) {
   c->max_body_mb = 48; /* a 32 MiB image is ~43 MiB of base64 */
   c->max_images = 8;
   c->max_image_mb = 32;
+  c->max_videos = 2;
+  c->max_video_mb = 32;
+  c->video_max_frames = 64;        /* 32 temporal patches: a 32 s clip at 2 fps */
+  c->video_max_pixels = 786432;    /* HF's default video budget (768 tokens per video) */
+  c->video_max_seconds = 600;
   c->max_pixels = 4 << 20;
   c->default_max_pixels = IMAGE_CPU_DEFAULT_MAX_PIXELS;
   c->max_tokens = 2048;

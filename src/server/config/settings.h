@@ -42,6 +42,11 @@ typedef struct server_config {
   int64_t max_body_mb;
   int64_t max_images;      /* images per request */
   int64_t max_image_mb;    /* encoded bytes of one image */
+  int64_t max_videos;      /* videos per request */
+  int64_t max_video_mb;    /* encoded bytes of one video */
+  int64_t video_max_frames; /* sampled frames of all videos of a request */
+  int64_t video_max_pixels; /* cap on a request's video max_pixels */
+  int64_t video_max_seconds; /* longest video */
   int64_t max_pixels;      /* cap on a request's max_pixels (the resize target) */
   int64_t default_max_pixels; /* resize target when a request does not say (<= max_pixels) */
   int64_t max_tokens;      /* cap on generated tokens; also the default when a request gives none */

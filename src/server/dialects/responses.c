@@ -185,6 +185,19 @@ static cJSON *translate_part(const cJSON *p, const char *param, api_error *e) {
       return NULL;
     }
     url = u->valuestring;
+  } else if (!strcmp(t, "input_video")) {
+    /* the input_image shape with video_url (issue 23): a data: URL or an allow-listed http(s) URL */
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(p, "video_url");
+    if (cJSON_IsObject(u))
+      u = cJSON_GetObjectItemCaseSensitive(u, "url");
+    if (!cJSON_IsString(u) || !u->valuestring[0]) {
+      bad(e, param, "invalid_type", "an input_video part needs 'video_url' as a data: URL or an http(s) URL string");
+      return NULL;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "video_url");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "video_url"), "url", u->valuestring);
+    return o;
   } else if (!strcmp(t, "input_file")) {
     const cJSON *fd = cJSON_GetObjectItemCaseSensitive(p, "file_data");
     if (!cJSON_IsString(fd) || strncmp(fd->valuestring, "data:image/", 11)) {
@@ -197,8 +210,8 @@ static cJSON *translate_part(const cJSON *p, const char *param, api_error *e) {
     url = fd->valuestring;
   } else {
     api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", param,
-                  "%s: unsupported content part type '%s' (supported: input_text, input_image, output_text, input_file "
-                  "with image data)",
+                  "%s: unsupported content part type '%s' (supported: input_text, input_image, input_video, output_text, "
+                  "input_file with image data)",
                   param, t);
     return NULL;
   }
@@ -466,7 +479,8 @@ static const char *const refused[][2] = {
 /* Fields passed to the chat body as they are (sampling, qvl extensions). */
 static const char *const passed[] = {"temperature", "top_p",  "top_k", "min_p", "presence_penalty", "frequency_penalty",
                                      "repetition_penalty", "seed", "stop", "min_pixels", "max_pixels", "logit_bias",
-                                     "parallel_tool_calls", "max_reasoning_tokens", "boxes", "history"};
+                                     "parallel_tool_calls", "history", "video", "mm_processor_kwargs",
+                                     "media_io_kwargs", "max_reasoning_tokens", "boxes"};
 
 /* `include` (only the output text's logprobs exist here) and `top_logprobs` -> the chat's logprobs. */
 static bool translate_logprobs(const cJSON *root, cJSON *chat, api_error *e) {

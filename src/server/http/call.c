@@ -161,6 +161,9 @@ void call_fill_limits(server *s, api_limits *lim) {
   lim->n_model_ids = s->n_model_ids;
   lim->sampling = s->be.sampling;
   lim->vision_precision = s->be.vision_precision;
+  lim->max_videos = (int)cfg->max_videos;
+  lim->video_max_frames = cfg->video_max_frames;
+  lim->video_max_pixels = cfg->video_max_pixels;
   lim->reasoning_model = s->be.model && s->be.model->thinking;
   lim->reasoning_budget = cfg->reasoning_budget;
   lim->boxes = s->cfg->boxes;
@@ -255,6 +258,13 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   er.prompt.max_images = (int)s->cfg->max_images;
   er.prompt.limits.max_pixels = s->cfg->max_image_pixels;
   er.prompt.max_request_pixels = s->cfg->max_request_pixels;
+  /* videos: the request's sampling under the server's caps (video_wire.h), checked again by the
+   * prompt builder once the containers are read, before any frame is decoded */
+  er.prompt.video = req.video;
+  er.prompt.max_videos = (int)s->cfg->max_videos;
+  er.prompt.max_video_frames = s->cfg->video_max_frames;
+  er.prompt.video_limits.max_bytes = (size_t)s->cfg->max_video_mb << 20;
+  er.prompt.video_limits.max_seconds = (double)s->cfg->video_max_seconds;
   er.prompt.content_special_tokens = s->cfg->content_special_tokens;
   er.prompt.budget = s->budget;
   er.prompt.stop = prep_stop;

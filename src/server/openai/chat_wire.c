@@ -1,5 +1,6 @@
 /* The OpenAI chat API as JSON (see api.h). */
 #include "server/openai/chat_wire.h"
+#include "server/openai/video_wire.h"
 #include "server/openai/json_field.h"
 
 #include <math.h>
@@ -80,8 +81,7 @@ static bool get_bool(const cJSON *root, const char *name, bool *out, api_error *
   return api_get_bool(root, name, NULL, out, e);
 }
 
-
-static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images, api_error *e) {
+static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images, int *n_videos, api_error *e) {
   char param[64];
   snprintf(param, sizeof param, "messages[%d].content[%d]", mi, pi);
   if (!cJSON_IsObject(part))
@@ -120,6 +120,12 @@ static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images,
     (*n_images)++;
     return true;
   }
+  if (api_is_video_part(type->valuestring)) { /* video_wire.h */
+    if (!api_video_part_check((cJSON *)part, type->valuestring, param, e))
+      return false;
+    (*n_videos)++;
+    return true;
+  }
   if (!strcmp(type->valuestring, "file")) { /* LlamaIndex's image part (api_extra.h) */
     if (!api_file_part_to_image((cJSON *)part, param, e))
       return false;
@@ -127,11 +133,11 @@ static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images,
     return true;
   }
   api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_value", param,
-                "%s: unsupported content part type '%s' (supported: text, image_url)", param, type->valuestring);
+                "%s: unsupported content part type '%s' (supported: text, image_url, video_url)", param, type->valuestring);
   return false;
 }
 
-static bool check_messages(const cJSON *msgs, int *n_images, api_error *e) {
+static bool check_messages(const cJSON *msgs, int *n_images, int *n_videos, api_error *e) {
   if (!msgs) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "messages",
                   "'messages' is required");
@@ -179,7 +185,7 @@ static bool check_messages(const cJSON *msgs, int *n_images, api_error *e) {
     } else if (cJSON_IsArray(content)) {
       int pi = 0;
       for (const cJSON *part = content->child; part; part = part->next, pi++)
-        if (!check_content_part(part, mi, pi, n_images, e))
+        if (!check_content_part(part, mi, pi, n_images, n_videos, e))
           return false;
     } else if (!cJSON_IsString(content)) {
       return bad_type(e, param, "a string or an array of content parts", content);
@@ -264,7 +270,15 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   }
 
   out->messages = cJSON_GetObjectItemCaseSensitive(root, "messages");
-  if (!check_messages(out->messages, &out->n_images, e))
+  if (!check_messages(out->messages, &out->n_images, &out->n_videos, e))
+    goto fail;
+  if (lim->max_videos > 0 && out->n_videos > lim->max_videos) {
+    api_error_status(e, QVL_ERR_TOO_LARGE, "too_many_videos", "messages",
+                     "the request has %d videos; this server accepts at most %d per request (--max-videos)",
+                     out->n_videos, lim->max_videos);
+    goto fail;
+  }
+  if (!api_video_parse(root, lim, &out->video, e))
     goto fail;
   if (lim->max_images >= 0 && out->n_images > lim->max_images) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "too_many_images", "messages",

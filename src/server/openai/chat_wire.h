@@ -37,6 +37,9 @@ typedef struct api_limits {
   const sampler_params *sampling; /* what absent sampling fields take: the model's recommendation
                                    * (vlm.sampling); NULL: Qwen3-VL's (model_sampling_qwen3vl) */
   const char *vision_precision; /* the tower's loaded tier; NULL: no tower (any valid tier accepted) */
+  int max_videos;              /* videos per request (0: not checked here) */
+  int64_t video_max_frames;    /* sampled frames a request may ask for (0: HF's 768) */
+  int64_t video_max_pixels;    /* cap on a request's video max_pixels (0: HF's 786432) */
   bool reasoning_model;        /* the model reasons: reasoning fields are honoured (else refused) */
   int64_t reasoning_budget;    /* the server's default budget (--reasoning-budget; -1 unbounded) */
   bool boxes;                  /* "boxes" when the request does not say (--boxes) */
@@ -51,6 +54,8 @@ typedef struct api_chat_request {
   const char *stops[API_MAX_STOP]; /* inside root */
   int64_t min_pixels, max_pixels;
   int n_images;
+  int n_videos;
+  video_sampling video;        /* sampling of every video (server/openai/video_wire.h) */
   api_agent_opts agent;        /* tools / logprobs (api_agents.h) */
   const cJSON *tools;          /* inside root: for the chat template; NULL = none */
   grammar *grammar;            /* constrains the output (owned; NULL = free text); move it to the engine */

@@ -36,10 +36,10 @@ typedef struct api_result {
   history_report history;
   api_agent_opts agent;        /* set by the caller: how to render tool calls, logprobs and boxes */
   api_logprobs lp;
-  int n_images;
-  engine_image *images;        /* [n_images] the prompt's images (engine_result.images; boxes) */
   api_media *media;            /* [n_media] the images kept in the prompt */
   int n_media;
+  int n_images;
+  engine_image *images;        /* [n_images] the prompt's images (engine_result.images; boxes) */
 } api_result;
 
 /* Copies r (the text too); false when out of memory. */
