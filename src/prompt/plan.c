@@ -108,7 +108,6 @@ static qvl_status size_from_header(const prompt_opts *o, prompt_media *md) {
   int h = swap ? info.width : info.height, w = swap ? info.height : info.width, rh = 0, rw = 0;
   QVL_TRY(image_smart_resize(h, w, o->pre.min_pixels, o->pre.max_pixels, IMAGE_FACTOR, &rh, &rw));
   md->pixels = (int64_t)info.width * info.height;
-  bool swap = info.orientation >= 5 && info.orientation <= 8;
   md->width = swap ? info.height : info.width;
   md->height = swap ? info.width : info.height;
   md->resized_pixels = (int64_t)rh * rw;
