@@ -1,6 +1,6 @@
 /*
- * The `amxsim` tier: the AMX kernels of x86/amx_gemm.h with every tile operation run by the
- * portable tile model (tile_model.c). Plain C without ISA flags, so the AMX kernels' packing,
+ * The `amxsim` tier: the AMX kernels of x86/amx_gemm.h and x86/amx_attn.h with every tile
+ * operation run by the portable tile model (tile_model.c). Plain C without ISA flags, so the AMX kernels' packing,
  * blocking and accumulation are tested on any CPU (slowly: a test tier, never chosen by itself).
  */
 #include "kernels/tile_model.h"
@@ -13,6 +13,10 @@
 #define TL_DPBF16(c, a, b) kn_tm_dpbf16ps(c, a, b)
 #define TL_DPBSSD(c, a, b) kn_tm_dpbssd(c, a, b)
 
+#include "kernels/x86/amx_attn.h"
 #include "kernels/x86/amx_gemm.h"
 
-void kn_amxsim_override(kn_ops *ops) { amx_install(ops, "amx (tile model)"); }
+void kn_amxsim_override(kn_ops *ops) {
+  amx_install(ops, "amx (tile model)");
+  amx_attn_install(ops, "amx (tile model)");
+}

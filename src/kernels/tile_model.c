@@ -17,7 +17,7 @@ typedef struct tm_state {
 } tm_state;
 
 static _Thread_local tm_state t_tm;
-static atomic_uint_least64_t g_faults;
+static atomic_uint_least64_t g_faults, g_dots;
 
 static bool fault(const char *what) {
   if (atomic_fetch_add(&g_faults, 1) == 0)
@@ -101,6 +101,7 @@ static bool dp_ok(int c, int a, int b) {
     return fault("dot product: c.colsb != b.colsb");
   if (g->colsb[a] / 4 != g->rows[b])
     return fault("dot product: a.colsb / 4 != b.rows (K)");
+  atomic_fetch_add_explicit(&g_dots, 1, memory_order_relaxed);
   return true;
 }
 
@@ -161,3 +162,4 @@ void kn_tm_dpbssd(int c, int a, int b) { dp8(c, a, b, true, true); }
 void kn_tm_dpbusd(int c, int a, int b) { dp8(c, a, b, false, true); }
 
 uint64_t kn_tm_faults(void) { return atomic_load(&g_faults); }
+uint64_t kn_tm_dot_products(void) { return atomic_load(&g_dots); }

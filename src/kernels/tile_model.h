@@ -42,5 +42,8 @@ void kn_tm_dpbssd(int c, int a, int b);
 void kn_tm_dpbusd(int c, int a, int b);
 /* Contract violations seen so far, all threads. */
 uint64_t kn_tm_faults(void);
+/* Dot-product instructions (TDPBF16PS, TDPBSSD, TDPBUSD) executed so far, all threads: lets a test
+ * see that a kernel really ran on tiles, and how many products its blocking costs. */
+uint64_t kn_tm_dot_products(void);
 
 #endif

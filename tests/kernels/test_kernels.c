@@ -39,6 +39,13 @@ static const tol TOL_BF16X3 = {"split bf16, three tile products (AMX exact)", 1.
 /* Attention, norms and activations: |got - exact| <= rel * scale of the output (max |v| for
  * attention, |exact| + 1e-30 elementwise otherwise) + abs. */
 #define TOL_ATTN_REL 2e-6
+/* Attention in the fast tier (bf16 q.k and p v: AVX-512 BF16, AMX tiles), against an oracle that
+ * rounds q*scale, k and v to bf16 as the kernels do: rel = expm1(2 TOL_ATTN_BF16_DOT max_j
+ * sum_d |q_d k_jd|) + TOL_ATTN_BF16_P + TOL_ATTN_BF16_SUM, of max |v|. The fp32 score sums move a
+ * weight by at most e^(2 eps); the probabilities are rounded to bf16 (2^-8); fp32 accumulation. */
+#define TOL_ATTN_BF16_DOT 1e-5
+#define TOL_ATTN_BF16_P (1.0 / 256)
+#define TOL_ATTN_BF16_SUM (1.0 / 4096)
 #define TOL_ELEM_REF_REL 1e-6  /* ref: double math, one rounding */
 #define TOL_ELEM_SIMD_REL 4e-6 /* simd: float math, polynomial exp/tanh/erf */
 #define TOL_ELEM_ABS 1e-7
@@ -110,6 +117,7 @@ static int64_t blk_of(qvl_dtype t) {
 
 static double worst_ratio; /* largest error / allowed seen, for the report */
 static double worst_f32;   /* the same against TOL_F32_SIMD (for the AMX exact tier's report) */
+static double worst_attn_fast; /* the fast tier's attention: largest error / allowed */
 
 static void check_matmul_prec(qvl_dtype type, int64_t n_in, int64_t n_out, int64_t n_tok, bool bias,
                               kn_precision prec) {
@@ -291,10 +299,9 @@ static void test_thread_invariance(const char *isa) {
 }
 
 /* ---- attention */
-/* Fast tier on AVX-512, head_dim 64: the oracle rounds q*scale, k and v to bf16 as the kernel does
- * and then computes in double; what remains is the kernel's rounding of the probabilities to bf16
- * (2^-8 of max|v|), its fp32 score sums (1e-5 relative of sum |q k|, moving the weights by
- * e^(2 eps)) and fp32 accumulation (2^-12). A key dropped or misplaced costs ~1/n_kv: caught. */
+/* Fast tier (AVX-512 BF16, AMX tiles), head_dim 64: the oracle rounds q*scale, k and v to bf16 as
+ * the kernels do and then computes in double; what remains is the TOL_ATTN_BF16_* above. A key
+ * dropped or misplaced costs ~1/n_kv: caught. */
 static double bf(double x) { return bf16_to_f32(f32_to_bf16((float)x)); }
 static bool attn_fast_now(int head_dim, kn_precision prec) {
   return prec == KN_PREC_FAST && kernels_fast_bf16() && head_dim == 64;
@@ -375,9 +382,9 @@ static void check_attention_kv(int n_head, int n_kv_head, int head_dim, int64_t 
         }
         sc[j] = fast ? s : s * scale;
         mx = fmax(mx, sc[j]);
-        eps_s = fmax(eps_s, 1e-5 * sa);
+        eps_s = fmax(eps_s, TOL_ATTN_BF16_DOT * sa);
       }
-      double rel = fast ? expm1(2 * eps_s) + 1.0 / 256 + 1.0 / 4096 : TOL_ATTN_REL;
+      double rel = fast ? expm1(2 * eps_s) + TOL_ATTN_BF16_P + TOL_ATTN_BF16_SUM : TOL_ATTN_REL;
       for (int64_t j = 0; j < nk; j++) {
         sc[j] = exp(sc[j] - mx);
         sum += sc[j];
@@ -393,6 +400,8 @@ static void check_attention_kv(int n_head, int n_kv_head, int head_dim, int64_t 
         }
         o /= sum;
         double got = out[i * out_stride + (int64_t)h * head_dim + d];
+        if (fast && fabs(got - o) / (rel * vmax + 1e-30) > worst_attn_fast)
+          worst_attn_fast = fabs(got - o) / (rel * vmax + 1e-30);
         if (!(fabs(got - o) <= rel * vmax + 1e-30) && bad++ < 3)
           fprintf(stderr, "  %s attention q=%lld h=%d d=%d: %.9g vs %.9g\n", isa_now,
                   (long long)i, h, d, got, o);
@@ -751,31 +760,77 @@ static void test_tile_model(void) {
   CHECK(kn_tm_faults() == f0 + 5, "tile use after release refused");
 }
 
-/* The AMX Q8_0 kernel ends every block with the float step of the AVX-512 VNNI kernel and its
- * integer sums are exact, so through the tile model it must equal avx512 bit for bit. */
-static void test_amx_q8_matches_vnni(void) {
+/* The AMX int8 kernels end every block with the float step of the AVX-512 VNNI kernel and their
+ * integer sums are exact, so through the tile model they must equal avx512 bit for bit: Q8_0 on
+ * its own tiles at any token count, Q4_0 on tiles from AMX_Q4_MIN_TOKENS (16) tokens and on the
+ * VNNI kernel itself below (which is what keeps a token's result the same alone and in a batch). */
+static void test_amx_int8_matches_vnni(void) {
   if (kernels_init("avx512", 2) != QVL_OK) {
-    printf("  amxsim vs avx512 Q8_0: skipped (no AVX-512 here)\n");
+    printf("  amxsim vs avx512 Q8_0/Q4_0: skipped (no AVX-512 here)\n");
     return;
   }
-  int64_t n_in = 320, n_out = 75, n_tok = 37;
-  test_w w;
-  make_weight(&w, QVL_DTYPE_Q8_0, n_in, n_out);
-  float *x = malloc(sizeof(float) * (size_t)(n_tok * n_in)), *y1 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
-  float *y2 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
-  for (int64_t i = 0; i < n_tok * n_in; i++)
-    x[i] = (float)rnd();
-  kn_weight kw;
-  CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
-  kn_matmul(&kw, x, n_tok, NULL, y1);
-  kn_weight_free(&kw);
-  CHECK(kernels_init("amxsim", 2) == QVL_OK, "amxsim");
-  CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
-  kn_matmul(&kw, x, n_tok, NULL, y2);
-  kn_weight_free(&kw);
-  CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(n_tok * n_out)), "amxsim Q8_0 differs from avx512 VNNI");
-  free(x), free(y1), free(y2);
-  free_weight(&w);
+  static const qvl_dtype types[] = {QVL_DTYPE_Q8_0, QVL_DTYPE_Q4_0};
+  static const int64_t toks[] = {37, 16, 1};
+  int64_t n_in = 320, n_out = 75;
+  for (size_t ti = 0; ti < 2; ti++)
+    for (size_t k = 0; k < 3; k++) {
+      int64_t n_tok = toks[k];
+      test_w w;
+      make_weight(&w, types[ti], n_in, n_out);
+      float *x = malloc(sizeof(float) * (size_t)(n_tok * n_in)), *y1 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+      float *y2 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+      for (int64_t i = 0; i < n_tok * n_in; i++)
+        x[i] = (float)rnd();
+      kn_weight kw;
+      CHECK(kernels_init("avx512", 2) == QVL_OK && kn_weight_init(&kw, &w.t) == QVL_OK, "avx512 init");
+      kn_matmul(&kw, x, n_tok, NULL, y1);
+      kn_weight_free(&kw);
+      CHECK(kernels_init("amxsim", 2) == QVL_OK && kn_weight_init(&kw, &w.t) == QVL_OK, "amxsim init");
+      uint64_t dots = kn_tm_dot_products();
+      kn_matmul(&kw, x, n_tok, NULL, y2);
+      dots = kn_tm_dot_products() - dots;
+      kn_weight_free(&kw);
+      bool tiles = types[ti] == QVL_DTYPE_Q8_0 || n_tok >= 16;
+      CHECK(tiles ? dots > 0 : dots == 0, "amxsim %s, %lld tokens: %llu tile products, expected %s",
+            dtype_name(types[ti]), (long long)n_tok, (unsigned long long)dots, tiles ? "some" : "none");
+      CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(n_tok * n_out)), "amxsim %s (%lld tokens) differs from avx512 VNNI",
+            dtype_name(types[ti]), (long long)n_tok);
+      free(x), free(y1), free(y2);
+      free_weight(&w);
+    }
+}
+
+/* The AMX attention really runs on tiles, with the blocking it documents: per head (one KV head
+ * each here, so every tiling gives one pass of n_q <= 64 rows), per group of 16 rows and block of
+ * 64 keys, two TDPBF16PS per quarter of 16 keys holding keys (q.k, head_dim 64 = two steps) and
+ * four per step of 32 keys (p v, four chunks of 16 dims). The exact tier stays fp32 (no tiles). */
+static void test_amx_attention_tiles(void) {
+  CHECK(kernels_init("amxsim", 2) == QVL_OK, "amxsim: %s", qvl_last_error());
+  static const struct { int64_t n_q, n_kv; } cs[] = {{40, 100}, {16, 64}, {5, 1}, {64, 129}};
+  for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+    int64_t n_q = cs[c].n_q, n_kv = cs[c].n_kv, st = 2 * 64;
+    float *q = malloc(sizeof(float) * (size_t)(n_q * st)), *k = malloc(sizeof(float) * (size_t)(n_kv * st));
+    float *v = malloc(sizeof(float) * (size_t)(n_kv * st)), *o = malloc(sizeof(float) * (size_t)(n_q * st));
+    for (int64_t i = 0; i < n_q * st; i++)
+      q[i] = (float)rnd();
+    for (int64_t i = 0; i < n_kv * st; i++)
+      k[i] = (float)rnd(), v[i] = (float)rnd();
+    uint64_t want = 0;
+    for (int64_t j0 = 0; j0 < n_kv; j0 += 64) {
+      int64_t nb = n_kv - j0 < 64 ? n_kv - j0 : 64;
+      want += (uint64_t)(2 * ((nb + 15) / 16) + 4 * ((nb + 31) / 32));
+    }
+    want *= 2 * (uint64_t)((n_q + 15) / 16); /* 2 heads x groups of 16 rows */
+    uint64_t d0 = kn_tm_dot_products();
+    kn_attention_prec(q, n_q, st, k, v, n_kv, st, 2, 2, 64, 0.125f, -1, o, st, KN_PREC_FAST);
+    uint64_t d1 = kn_tm_dot_products();
+    kn_attention_prec(q, n_q, st, k, v, n_kv, st, 2, 2, 64, 0.125f, -1, o, st, KN_PREC_EXACT);
+    uint64_t d2 = kn_tm_dot_products();
+    CHECK(d1 - d0 == want, "amxsim fast attention n_q %lld n_kv %lld: %llu tile products, expected %llu",
+          (long long)n_q, (long long)n_kv, (unsigned long long)(d1 - d0), (unsigned long long)want);
+    CHECK(d2 == d1, "amxsim exact attention used tiles (%llu products)", (unsigned long long)(d2 - d1));
+    free(q), free(k), free(v), free(o);
+  }
 }
 
 int main(void) {
@@ -813,7 +868,10 @@ int main(void) {
     test_matmul_fast();
     printf("  %s: fast-tier matmul worst error = %.3f of the allowed tolerance\n", isa_now, worst_ratio);
     test_attention();
+    worst_attn_fast = 0;
     test_attention_fast();
+    if (kernels_fast_bf16())
+      printf("  %s: fast-tier attention worst error = %.3f of the allowed tolerance\n", isa_now, worst_attn_fast);
     test_attention_f16kv();
     test_elementwise();
     test_parallel_for();
@@ -823,7 +881,10 @@ int main(void) {
   CHECK(kn_tm_faults() == 0, "the AMX kernels broke a tile limit of the model %llu times",
         (unsigned long long)kn_tm_faults());
   test_tile_model();
-  test_amx_q8_matches_vnni();
+  uint64_t faults = kn_tm_faults(); /* (test_tile_model provokes some on purpose) */
+  test_amx_int8_matches_vnni();
+  test_amx_attention_tiles();
+  CHECK(kn_tm_faults() == faults, "the AMX kernels broke a tile limit of the model");
   /* Invalid weight shapes. */
   tensor bad = {.name = "w", .type = QVL_DTYPE_Q8_0, .n_dims = 2, .ne = {33, 4, 1, 1}};
   static char data[1024];

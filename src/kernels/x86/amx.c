@@ -1,6 +1,7 @@
 /*
- * The `amx` tier: the AMX kernels of amx_gemm.h on the hardware's tiles (compiled with the
- * AVX-512 BF16 flags plus -mamx-tile -mamx-int8 -mamx-bf16, and nothing else uses them). The
+ * The `amx` tier: the AMX kernels of amx_gemm.h (matmul) and amx_attn.h (vision attention) on the
+ * hardware's tiles (compiled with the AVX-512 BF16 flags plus -mamx-tile -mamx-int8 -mamx-bf16,
+ * and nothing else uses them). The
  * dispatcher obtained the tile permission (arch_prctl ARCH_REQ_XCOMP_PERM) before installing it;
  * each tile call configures the tiles on its pool thread and releases them at its end.
  */
@@ -16,9 +17,13 @@
 #define TL_DPBF16(c, a, b) _tile_dpbf16ps(c, a, b)
 #define TL_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 
+#include "kernels/x86/amx_attn.h"
 #include "kernels/x86/amx_gemm.h"
 
-void kn_amx_override(kn_ops *ops) { amx_install(ops, "amx"); }
+void kn_amx_override(kn_ops *ops) {
+  amx_install(ops, "amx");
+  amx_attn_install(ops, "amx");
+}
 
 #else
 #include "kernels/kernels_impl.h"

@@ -4,18 +4,23 @@
  * tile model (tile_model.h; the `amxsim` test tier on any CPU). Plain C apart from TL_*, so the
  * model runs exactly this code: packing (pack.c), blocking, padding and accumulation.
  *
- * Tiles (palette 1, configured at the start of every tile call on the calling pool thread and
- * released at its end): C = 16 tokens x 16 output rows (fp32 or int32), A = 16 tokens x 64 bytes
- * of activations, B = one step of a weight panel (KN_LAYOUT_AMX_*).
- *   fast  (F16/BF16, KN_LAYOUT_AMX_BF16): activations rounded to bf16 once per call; 32 tokens x
- *         32 rows per block = C0..C3 from A4,A5 x B6,B7, one TDPBF16PS chain per output over the
- *         steps in order.
+ * One block loop (amx_run) for every kernel: tiles configured at the start of a tile call on the
+ * calling pool thread and released at its end; blocks of 32 tokens (A rows of two halves of 16)
+ * x 32 output rows (two 16-row panels), C tile 2h + q = token half h x panel q (fp32 or int32,
+ * 16 x 16); tiles 4, 5 hold A operands, 6, 7 B operands. Per block the kernel's function leaves
+ * the four 16 x 16 fp32 results in memory and amx_run writes the rows that exist.
+ *   fast  (F16/BF16, KN_LAYOUT_AMX_BF16): activations rounded to bf16 once per call; one
+ *         TDPBF16PS chain per output over the steps of 32 inputs in order.
  *   exact (F16/BF16, KN_LAYOUT_AMX_BF16X3): x = xh + xl and w = wh + wl in bf16 (w exactly),
  *         three products per step in a fixed order: xh wh, xh wl, xl wh (the dropped xl wl and the
  *         residual of x are below 2^-16 |x w|; docs/KERNELS.md has the measured error).
- *   Q8_0  (KN_LAYOUT_AMX_Q8_0, both tiers): act32 activations (int8 per 32, float scale); per
- *         block one TDPBSSD per C tile (K = 32), then acc = fma((float)isum, d_w d_x, acc), the
- *         float step of the AVX-512 VNNI kernel, so the results equal it bit for bit.
+ *   Q8_0  (KN_LAYOUT_AMX_Q8_0, both tiers) and Q4_0 (KN_LAYOUT_X16_Q4_0, at least
+ *         AMX_Q4_MIN_TOKENS tokens): act32 activations (int8 per 32, float scale); per block one
+ *         TDPBSSD per C tile (K = 32), then acc = fma((float)isum, d_w d_x, acc), the float step of
+ *         the AVX-512 VNNI kernel, so the results equal it bit for bit. A Q4_0 block of X16_Q4_0 is
+ *         the int8 B tile with two rows per byte (low nibbles rows 0-3, high nibbles rows 4-7), so
+ *         it is widened (q - 8) into a 512-byte tile buffer as it is used: Q4_0 weights keep their
+ *         size and the decode path (fewer tokens) keeps the VNNI kernel on the same bytes.
  * A token's output depends only on its own activation row and the weights, in a fixed order:
  * batch and thread invariance hold. Partial blocks of tokens read a zero-padded copy of their
  * rows (per-thread scratch), never past the activation buffer.
@@ -30,24 +35,47 @@
 #include "kernels/tile_model.h"
 #include "tensor/dtype.h"
 
-#define AMX_CST 4096 /* staging for four C tiles */
+#define AMX_OUT 4096  /* the block's four fp32 C results */
+#define AMX_WORK 5120 /* a kernel's own: four int32 C tiles + two widened Q4_0 B tiles */
+/* Fewer tokens than this (decode, short prompts) run the tier below's Q4_0 kernel: a tile block
+ * would be mostly padding, and the VNNI kernel gives the same bits (tested). */
+#define AMX_Q4_MIN_TOKENS 16
 
+/* Palette 1: C0..C3 16 x 64 bytes, A4, A5 16 x a_colsb, B6, B7 b_rows x 64. */
 static void amx_cfg(kn_tilecfg *c, int a_colsb, int b_rows) {
   memset(c, 0, sizeof *c);
   c->palette = 1;
-  for (int t = 0; t < 4; t++) {
-    c->rows[t] = 16;
-    c->colsb[t] = 64;
-  }
-  for (int t = 4; t < 6; t++) {
-    c->rows[t] = 16;
-    c->colsb[t] = (uint16_t)a_colsb;
-  }
-  for (int t = 6; t < 8; t++) {
-    c->rows[t] = (uint8_t)b_rows;
-    c->colsb[t] = 64;
+  for (int t = 0; t < 8; t++) {
+    c->rows[t] = (uint8_t)(t < 6 ? 16 : b_rows);
+    c->colsb[t] = (uint16_t)(t == 4 || t == 5 ? a_colsb : 64);
   }
 }
+
+/* One block as its kernel sees it: token half h (0, and 1 if two_t) x panel q (0, and 1 if
+ * two_p). */
+typedef struct amx_blk {
+  const kn_mm *m;
+  const uint8_t *a[2]; /* activation rows of the token halves (xq_stride apart) */
+  const uint8_t *b[2]; /* packed weights of the panels */
+  bool two_t, two_p;
+  float *c;      /* out: [2h + q][16 tokens][16 rows] */
+  uint8_t *work; /* AMX_WORK bytes of per-thread scratch */
+} amx_blk;
+
+/* OP(C, A, B, h, q) for each C tile of the block that exists: C = 2h + q holds token half h x
+ * panel q from A = 4 + h and B = 6 + q. Tile numbers are written out as literals because the AMX
+ * intrinsics take them as immediates. */
+#define AMX_EACH_C(k, OP)  \
+  do {                     \
+    OP(0, 4, 6, 0, 0);     \
+    if ((k)->two_p)        \
+      OP(1, 4, 7, 0, 1);   \
+    if ((k)->two_t) {      \
+      OP(2, 5, 6, 1, 0);   \
+      if ((k)->two_p)      \
+        OP(3, 5, 7, 1, 1); \
+    }                      \
+  } while (0)
 
 /* Activation rows of tokens [t, t + 16): the rows themselves when all 16 exist, else a copy of
  * the ones that do, zero-padded to 16 rows, in pad (16 x xq_stride bytes). */
@@ -63,10 +91,10 @@ static const uint8_t *amx_rows(const kn_mm *m, int64_t t, int64_t t1, uint8_t *p
 
 static size_t amx_scratch(int64_t n_in, size_t xq_stride) {
   (void)n_in;
-  return AMX_CST + 4096 + 2 * 16 * xq_stride;
+  return AMX_OUT + AMX_WORK + 2 * 16 * xq_stride;
 }
 
-/* y for C tile (half h, panel n) of the block at (token t, panel p): fp32 values in c[16][16]. */
+/* y for C result c (token rows t.., panel p): fp32 values in c[16][16]. */
 static void amx_put(const kn_mm *m, const float *c, int64_t t, int64_t t1, int64_t p) {
   int64_t n_out = m->w->n_out, r0 = p * PR;
   int rows = (int)(n_out - r0 < PR ? n_out - r0 : PR);
@@ -75,6 +103,41 @@ static void amx_put(const kn_mm *m, const float *c, int64_t t, int64_t t1, int64
     for (int j = 0; j < rows; j++)
       y[j] = m->bias ? c[i * 16 + j] + m->bias[r0 + j] : c[i * 16 + j];
   }
+}
+
+/* The block loop of every AMX matmul: panel bytes per 16 rows, the tile shape of the A and B
+ * operands, and the kernel that fills the block's C results. */
+static void amx_run(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int thread, size_t panel,
+                    int a_colsb, int b_rows, void (*block)(const amx_blk *k)) {
+  int64_t p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
+  size_t sa = m->xq_stride;
+  uint8_t *scr = kn_scratch(thread, amx_scratch(m->w->n_in, sa));
+  uint8_t *pad = scr + AMX_OUT + AMX_WORK;
+  amx_blk k = {.m = m, .c = (float *)scr, .work = scr + AMX_OUT};
+  kn_tilecfg cfg;
+  amx_cfg(&cfg, a_colsb, b_rows);
+  TL_CONFIG(&cfg);
+  for (int64_t t = t0; t < t1; t += 32) {
+    k.a[0] = amx_rows(m, t, t1, pad);
+    k.a[1] = amx_rows(m, t + 16, t1, pad + 16 * sa);
+    k.two_t = t1 - t > 16;
+    for (int64_t p = p0; p < p1; p += 2) {
+      k.b[0] = (const uint8_t *)m->w->packed + (size_t)p * panel;
+      k.b[1] = k.b[0] + panel;
+      k.two_p = p + 1 < p1;
+      block(&k);
+#define AMX_PUT(C, A, B, H, Q) amx_put(m, k.c + 256 * (C), t + 16 * (H), t1, p + (Q))
+      AMX_EACH_C(&k, AMX_PUT);
+#undef AMX_PUT
+    }
+  }
+  TL_RELEASE();
+}
+
+static void amx_store_c(const amx_blk *k) {
+#define AMX_STORE(C, A, B, H, Q) TL_STORE(C, k->c + 256 * (C), 64)
+  AMX_EACH_C(k, AMX_STORE);
+#undef AMX_STORE
 }
 
 /* ---- bf16 activations ---- */
@@ -99,110 +162,57 @@ static void amx_bf16x3_quantize(const float *x, void *xq, int64_t n_in) {
   }
 }
 
-static void amx_tile_bf16(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int thread) {
-  int64_t ks = KN_AMX_STEPS(m->w->n_in), p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
-  size_t panel = (size_t)ks * 1024, sa = m->xq_stride;
-  uint8_t *scr = kn_scratch(thread, amx_scratch(m->w->n_in, sa));
-  float *cst = (float *)scr;
-  uint8_t *pad = scr + AMX_CST + 4096;
-  kn_tilecfg cfg;
-  amx_cfg(&cfg, 64, 16);
-  TL_CONFIG(&cfg);
-  for (int64_t t = t0; t < t1; t += 32) {
-    const uint8_t *A0 = amx_rows(m, t, t1, pad), *A1 = amx_rows(m, t + 16, t1, pad + 16 * sa);
-    bool two = t1 - t > 16;
-    for (int64_t p = p0; p < p1; p += 2) {
-      bool twop = p + 1 < p1;
-      const uint8_t *B0 = (const uint8_t *)m->w->packed + (size_t)p * panel, *B1 = B0 + panel;
-      TL_ZERO(0);
-      TL_ZERO(1);
-      TL_ZERO(2);
-      TL_ZERO(3);
-      for (int64_t s = 0; s < ks; s++) {
-        TL_LOAD(4, A0 + s * 64, sa);
-        TL_LOAD(6, B0 + s * 1024, 64);
-        TL_DPBF16(0, 4, 6);
-        if (twop) {
-          TL_LOAD(7, B1 + s * 1024, 64);
-          TL_DPBF16(1, 4, 7);
-        }
-        if (two) {
-          TL_LOAD(5, A1 + s * 64, sa);
-          TL_DPBF16(2, 5, 6);
-          if (twop)
-            TL_DPBF16(3, 5, 7);
-        }
-      }
-      TL_STORE(0, cst, 64);
-      amx_put(m, cst, t, t1, p);
-      if (twop) {
-        TL_STORE(1, cst + 256, 64);
-        amx_put(m, cst + 256, t, t1, p + 1);
-      }
-      if (two) {
-        TL_STORE(2, cst + 512, 64);
-        amx_put(m, cst + 512, t + 16, t1, p);
-        if (twop) {
-          TL_STORE(3, cst + 768, 64);
-          amx_put(m, cst + 768, t + 16, t1, p + 1);
-        }
-      }
-    }
+/* Fast: per step A4, A5 = the token halves, B6, B7 = the panels' step, one product per C. */
+static void amx_block_bf16(const amx_blk *k) {
+  int64_t ks = KN_AMX_STEPS(k->m->w->n_in);
+  size_t sa = k->m->xq_stride;
+  TL_ZERO(0);
+  TL_ZERO(1);
+  TL_ZERO(2);
+  TL_ZERO(3);
+  for (int64_t s = 0; s < ks; s++) {
+    TL_LOAD(4, k->a[0] + s * 64, sa);
+    if (k->two_t)
+      TL_LOAD(5, k->a[1] + s * 64, sa);
+    TL_LOAD(6, k->b[0] + s * 1024, 64);
+    if (k->two_p)
+      TL_LOAD(7, k->b[1] + s * 1024, 64);
+#define AMX_DP(C, A, B, H, Q) TL_DPBF16(C, A, B)
+    AMX_EACH_C(k, AMX_DP);
+#undef AMX_DP
   }
-  TL_RELEASE();
+  amx_store_c(k);
 }
 
-/* Exact tier: C0 / C1 = tokens t .. t+15 / t+16 .. t+31 of one panel; A2, A3 = hi, lo of the first
- * half, A4, A5 of the second; B6, B7 = hi, lo of the step. */
-static void amx_tile_bf16x3(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int thread) {
-  int64_t ks = KN_AMX_STEPS(m->w->n_in), p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
-  size_t panel = (size_t)ks * 2048, sa = m->xq_stride, lo = (size_t)ks * 64;
-  uint8_t *scr = kn_scratch(thread, amx_scratch(m->w->n_in, sa));
-  float *cst = (float *)scr;
-  uint8_t *pad = scr + AMX_CST + 4096;
-  kn_tilecfg cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette = 1;
-  for (int i = 0; i < 8; i++) {
-    cfg.rows[i] = 16;
-    cfg.colsb[i] = 64;
+/* Exact: per step and C tile, A4, A5 = xh, xl of its token half (loaded with the half's first
+ * panel) and B6, B7 = wh, wl of its panel; C += xh wh, xh wl, xl wh in that order. */
+static void amx_block_bf16x3(const amx_blk *k) {
+  int64_t ks = KN_AMX_STEPS(k->m->w->n_in);
+  size_t sa = k->m->xq_stride, lo = (size_t)ks * 64;
+  TL_ZERO(0);
+  TL_ZERO(1);
+  TL_ZERO(2);
+  TL_ZERO(3);
+  for (int64_t s = 0; s < ks; s++) {
+#define AMX_X3(C, A, B, H, Q)                      \
+  do {                                             \
+    if ((Q) == 0) {                                \
+      TL_LOAD(4, k->a[H] + s * 64, sa);            \
+      TL_LOAD(5, k->a[H] + lo + s * 64, sa);       \
+    }                                              \
+    TL_LOAD(6, k->b[Q] + s * 2048, 64);            \
+    TL_LOAD(7, k->b[Q] + s * 2048 + 1024, 64);     \
+    TL_DPBF16(C, 4, 6);                            \
+    TL_DPBF16(C, 4, 7);                            \
+    TL_DPBF16(C, 5, 6);                            \
+  } while (0)
+    AMX_EACH_C(k, AMX_X3);
+#undef AMX_X3
   }
-  TL_CONFIG(&cfg);
-  for (int64_t t = t0; t < t1; t += 32) {
-    const uint8_t *A0 = amx_rows(m, t, t1, pad), *A1 = amx_rows(m, t + 16, t1, pad + 16 * sa);
-    bool two = t1 - t > 16;
-    for (int64_t p = p0; p < p1; p++) {
-      const uint8_t *B = (const uint8_t *)m->w->packed + (size_t)p * panel;
-      TL_ZERO(0);
-      TL_ZERO(1);
-      for (int64_t s = 0; s < ks; s++) {
-        TL_LOAD(6, B + s * 2048, 64);
-        TL_LOAD(7, B + s * 2048 + 1024, 64);
-        TL_LOAD(2, A0 + s * 64, sa);
-        TL_LOAD(3, A0 + lo + s * 64, sa);
-        TL_DPBF16(0, 2, 6);
-        TL_DPBF16(0, 2, 7);
-        TL_DPBF16(0, 3, 6);
-        if (two) {
-          TL_LOAD(4, A1 + s * 64, sa);
-          TL_LOAD(5, A1 + lo + s * 64, sa);
-          TL_DPBF16(1, 4, 6);
-          TL_DPBF16(1, 4, 7);
-          TL_DPBF16(1, 5, 6);
-        }
-      }
-      TL_STORE(0, cst, 64);
-      amx_put(m, cst, t, t1, p);
-      if (two) {
-        TL_STORE(1, cst + 256, 64);
-        amx_put(m, cst + 256, t + 16, t1, p);
-      }
-    }
-  }
-  TL_RELEASE();
+  amx_store_c(k);
 }
 
-/* ---- Q8_0: int8 tiles ---- */
+/* ---- int8 tiles: Q8_0, Q4_0 ---- */
 /* acc[16 tokens][16 rows] += isum * (d_w d_x), per block. */
 static void amx_q8_epilogue(float *acc, const int32_t *c, const uint8_t *blk, const uint8_t *a, size_t sa,
                             int64_t n_in, int64_t b) {
@@ -220,68 +230,63 @@ static void amx_q8_epilogue(float *acc, const int32_t *c, const uint8_t *blk, co
   }
 }
 
-static void amx_tile_q8_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int thread) {
-  int64_t nb = m->w->n_in / 32, n_in = m->w->n_in, p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
-  size_t panel = (size_t)nb * X16_Q8_0_BLK, sa = m->xq_stride;
-  uint8_t *scr = kn_scratch(thread, amx_scratch(n_in, sa));
-  int32_t *cst = (int32_t *)scr;
-  float *acc = (float *)(scr + AMX_CST);
-  uint8_t *pad = scr + AMX_CST + 4096;
-  kn_tilecfg cfg;
-  amx_cfg(&cfg, 32, 8);
-  TL_CONFIG(&cfg);
-  for (int64_t t = t0; t < t1; t += 32) {
-    const uint8_t *A0 = amx_rows(m, t, t1, pad), *A1 = amx_rows(m, t + 16, t1, pad + 16 * sa);
-    bool two = t1 - t > 16;
-    for (int64_t p = p0; p < p1; p += 2) {
-      bool twop = p + 1 < p1;
-      const uint8_t *B0 = (const uint8_t *)m->w->packed + (size_t)p * panel, *B1 = B0 + panel;
-      memset(acc, 0, 4096);
-      for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *b0 = B0 + (size_t)b * X16_Q8_0_BLK, *b1 = B1 + (size_t)b * X16_Q8_0_BLK;
-        TL_ZERO(0);
-        TL_LOAD(4, A0 + b * 32, sa);
-        TL_LOAD(6, b0 + 32, 64);
-        TL_DPBSSD(0, 4, 6);
-        TL_STORE(0, cst, 64);
-        amx_q8_epilogue(acc, cst, b0, A0, sa, n_in, b);
-        if (twop) {
-          TL_ZERO(1);
-          TL_LOAD(7, b1 + 32, 64);
-          TL_DPBSSD(1, 4, 7);
-          TL_STORE(1, cst + 256, 64);
-          amx_q8_epilogue(acc + 256, cst + 256, b1, A0, sa, n_in, b);
-        }
-        if (two) {
-          TL_ZERO(2);
-          TL_LOAD(5, A1 + b * 32, sa);
-          TL_DPBSSD(2, 5, 6);
-          TL_STORE(2, cst + 512, 64);
-          amx_q8_epilogue(acc + 512, cst + 512, b0, A1, sa, n_in, b);
-          if (twop) {
-            TL_ZERO(3);
-            TL_DPBSSD(3, 5, 7);
-            TL_STORE(3, cst + 768, 64);
-            amx_q8_epilogue(acc + 768, cst + 768, b1, A1, sa, n_in, b);
-          }
-        }
-      }
-      amx_put(m, acc, t, t1, p);
-      if (twop)
-        amx_put(m, acc + 256, t, t1, p + 1);
-      if (two) {
-        amx_put(m, acc + 512, t + 16, t1, p);
-        if (twop)
-          amx_put(m, acc + 768, t + 16, t1, p + 1);
-      }
-    }
+/* The int8 B tile (8 rows x 64 bytes) of a X16_Q4_0 block's nibbles, widened to q - 8. */
+static const uint8_t *amx_q4_tile(const uint8_t *nib, int8_t *out) {
+  for (int i = 0; i < 256; i++) {
+    out[i] = (int8_t)((nib[i] & 15) - 8);
+    out[256 + i] = (int8_t)((nib[i] >> 4) - 8);
   }
-  TL_RELEASE();
+  return (const uint8_t *)out;
+}
+
+/* Per block of 32 inputs: B6, B7 = the panels' int8 tiles, A4, A5 = the token halves' quants,
+ * one TDPBSSD per C tile, stored and folded into the fp32 results. */
+static inline void amx_block_int8(const amx_blk *k, bool q4) {
+  int64_t n_in = k->m->w->n_in, nb = n_in / 32;
+  size_t sa = k->m->xq_stride, blk_bytes = q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK;
+  int32_t *cst = (int32_t *)k->work;
+  int8_t *wide = (int8_t *)(k->work + 4096);
+  memset(k->c, 0, AMX_OUT);
+  for (int64_t b = 0; b < nb; b++) {
+    const uint8_t *blk[2] = {k->b[0] + (size_t)b * blk_bytes, k->b[1] + (size_t)b * blk_bytes};
+    TL_LOAD(6, q4 ? amx_q4_tile(blk[0] + 32, wide) : blk[0] + 32, 64);
+    if (k->two_p)
+      TL_LOAD(7, q4 ? amx_q4_tile(blk[1] + 32, wide + 512) : blk[1] + 32, 64);
+    TL_LOAD(4, k->a[0] + b * 32, sa);
+    if (k->two_t)
+      TL_LOAD(5, k->a[1] + b * 32, sa);
+#define AMX_I8(C, A, B, H, Q)                                                                  \
+  do {                                                                                         \
+    TL_ZERO(C);                                                                                \
+    TL_DPBSSD(C, A, B);                                                                        \
+    TL_STORE(C, cst + 256 * (C), 64);                                                          \
+    amx_q8_epilogue(k->c + 256 * (C), cst + 256 * (C), blk[Q], k->a[H], sa, n_in, b);          \
+  } while (0)
+    AMX_EACH_C(k, AMX_I8);
+#undef AMX_I8
+  }
+}
+static void amx_block_q8_0(const amx_blk *k) { amx_block_int8(k, false); }
+static void amx_block_q4_0(const amx_blk *k) { amx_block_int8(k, true); }
+
+/* ---- tile functions ---- */
+static void amx_tile_bf16(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int thread) {
+  amx_run(m, r0, r1, t0, t1, thread, (size_t)KN_AMX_STEPS(m->w->n_in) * 1024, 64, 16, amx_block_bf16);
+}
+static void amx_tile_bf16x3(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int thread) {
+  amx_run(m, r0, r1, t0, t1, thread, (size_t)KN_AMX_STEPS(m->w->n_in) * 2048, 64, 16, amx_block_bf16x3);
+}
+static void amx_tile_q8_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int thread) {
+  amx_run(m, r0, r1, t0, t1, thread, (size_t)(m->w->n_in / 32) * X16_Q8_0_BLK, 32, 8, amx_block_q8_0);
+}
+static void amx_tile_q4_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int thread) {
+  amx_run(m, r0, r1, t0, t1, thread, (size_t)(m->w->n_in / 32) * X16_Q4_0_BLK, 32, 8, amx_block_q4_0);
 }
 
 static const kn_mm_kernel amx_mm_bf16 = {amx_bf16_row_bytes, amx_bf16_quantize, amx_tile_bf16, PR, amx_scratch};
 static const kn_mm_kernel amx_mm_bf16x3 = {amx_bf16x3_row_bytes, amx_bf16x3_quantize, amx_tile_bf16x3, PR, amx_scratch};
 static const kn_mm_kernel amx_mm_q8_0 = {kn_act32_bytes, kn_act32_quantize_c, amx_tile_q8_0, PR, amx_scratch};
+static const kn_mm_kernel amx_mm_q4_0 = {kn_act32_bytes, kn_act32_quantize_c, amx_tile_q4_0, PR, amx_scratch};
 
 /* The entries of the tier below, which the AMX entries fall back to for everything else. */
 static qvl_status (*amx_prev_pack)(kn_weight *w);
@@ -293,7 +298,7 @@ static qvl_status amx_pack(kn_weight *w) {
     return kn_pack_amx_bf16(w, true);
   if (w->type == QVL_DTYPE_Q8_0)
     return kn_pack_amx_q8_0(w);
-  return amx_prev_pack(w);
+  return amx_prev_pack(w); /* Q4_0: the tier below's X16_Q4_0 is the nibble form of the tiles */
 }
 static qvl_status amx_pack_fast(kn_weight *w) {
   if (w->type == QVL_DTYPE_F16 || w->type == QVL_DTYPE_BF16)
@@ -310,6 +315,8 @@ static const kn_mm_kernel *amx_select(const kn_weight *w, int64_t n_tokens) {
       return &amx_mm_bf16x3;
     if (w->layout == KN_LAYOUT_AMX_Q8_0)
       return &amx_mm_q8_0;
+    if (w->layout == KN_LAYOUT_X16_Q4_0 && n_tokens >= AMX_Q4_MIN_TOKENS)
+      return &amx_mm_q4_0;
   }
   return amx_prev_select(w, n_tokens);
 }
@@ -325,6 +332,9 @@ static void amx_install(kn_ops *ops, const char *name) {
       (kn_choice){name, "F16/BF16: split bf16 (hi+lo, three TDPBF16PS products); F32: the tier below"};
   ops->choice[KN_OP_MM_FAST] = (kn_choice){name, "F16/BF16: TDPBF16PS tiles, 32 tokens x 32 rows"};
   ops->choice[KN_OP_MM_Q8_0] = (kn_choice){name, "TDPBSSD tiles per block, VNNI-identical float step"};
+  if (amx_prev_pack != kn_ops_ref.weight_pack) /* the tier below packs Q4_0 into X16 panels */
+    ops->choice[KN_OP_MM_Q4_0] = (kn_choice){
+        name, ">= 16 tokens: TDPBSSD on nibbles widened per block, VNNI-identical float step; fewer: the tier below"};
 }
 
 #endif

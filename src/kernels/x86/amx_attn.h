@@ -1,0 +1,249 @@
+/*
+ * The AMX vision attention (fast tier, head_dim 64), written once against the TL_* tile
+ * operations like amx_gemm.h (whose tile configuration it uses) and included by x86/amx.c (the
+ * hardware's tiles) and amx_sim.c (the tile model), so the tests run this exact code without AMX.
+ *
+ * The kernel contract is kn_ops.attention_fast (kernels_impl.h): queries [q0, q1) of one head, or
+ * of one KV group when the tier below tiles by group (attn_by_group, followed here so the exact
+ * and fast entries share the dispatcher's tiling). Rows are (query, head) pairs, taken 64 per pass
+ * and 16 per tile group; keys in blocks of 64, each converted once per call by the dispatcher
+ * (attention_fast_prep: 16 KB of bf16 B tiles, see amx_at_kv_block) or, for small calls, per pass.
+ * Per group of 16 rows and block of 64 keys:
+ *   S  = Q K^T: C0..C3 (16 rows x 16 keys each) += A4, A5 (q scale in bf16, dims 0-31, 32-63)
+ *        x B6, B7 (the quarter's keys, same dims): two TDPBF16PS per quarter holding keys.
+ *   online softmax in fp32 per row (running max m, sum l): c = e^(m_old - m_new) rescales the
+ *        row's accumulator, p = e^(s - m_new) rounded to bf16 into the A operand of
+ *   PV = P V: C0..C3 (16 rows x 16 dims each) += A6 (p of 32 keys) x B7 (V of those keys as key
+ *        pairs), then acc = fma(acc, c, PV) in memory (a tile cannot be rescaled in place).
+ * Tiles: all eight 16 rows x 64 bytes (amx_cfg(64, 16)); configured on the pool thread at the start
+ * of the call and released at its end. Rounding is the AVX-512 bf16 kernel's (q scale, k, v, p in
+ * bf16; scores, softmax and sums in fp32), so the same oracle and tolerance apply. A row's result
+ * depends only on its query, its visible keys and the fixed block order: thread and batch
+ * invariance hold. fmaf is written out wherever a product feeds a sum, so the `amx` and `amxsim`
+ * builds do the same float operations (no contraction choices left to the compiler).
+ */
+#ifndef QVL_KERNELS_AMX_ATTN_H
+#define QVL_KERNELS_AMX_ATTN_H
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/x86/amx_gemm.h"
+#include "kernels/x86/simd_common.h"
+
+#define AMX_AT_HD 64   /* the head size handled (the vision tower's); others: the tier below */
+#define AMX_AT_KB 64   /* keys per block: four S tiles of 16 keys */
+#define AMX_AT_ROWS 64 /* (query, head) rows per pass: four groups of 16 */
+/* A prepared block: K as [4 quarters][32 dim pairs][16 keys] x 2 bf16 (B tile (quarter, dims
+ * 32s..32s+31) at 2048 quarter + 1024 s, 64 bytes per row), then V as [32 key pairs][4 chunks of
+ * 16 dims][16] x 2 bf16 (B tile (keys 32s.., chunk c) at 4096 s + 64 c, 256 bytes per row). */
+#define AMX_AT_KT 8192
+#define AMX_AT_BLOCK (2 * AMX_AT_KT)
+
+/* OP(C) for the C tiles 0..3, with C a literal (the AMX intrinsics take tile numbers as immediates). */
+#define AMX_AT_EACH4(OP) \
+  do {                   \
+    OP(0);               \
+    OP(1);               \
+    OP(2);               \
+    OP(3);               \
+  } while (0)
+
+typedef struct amx_at_scr {
+  uint16_t qb[AMX_AT_ROWS][AMX_AT_HD]; /* q * scale in bf16; rows past the pass are zero */
+  float acc[AMX_AT_ROWS][AMX_AT_HD];   /* unnormalized output */
+  float mx[AMX_AT_ROWS], l[AMX_AT_ROWS];
+  int64_t nk[AMX_AT_ROWS]; /* keys the row sees */
+  float s[16][AMX_AT_KB];  /* one group's scores */
+  uint16_t p[16][AMX_AT_KB];
+  float pv[16][AMX_AT_HD];
+  uint8_t kv[AMX_AT_BLOCK]; /* the block, when the call has none prepared */
+} amx_at_scr;
+
+/* Which rows a call covers: (query, head) pairs of one head, or of one KV group. */
+typedef struct amx_at_map {
+  int kvh, head;
+  int64_t G;
+  bool by_group;
+} amx_at_map;
+static int64_t amx_at_query(const amx_at_map *m, int64_t R) { return m->by_group ? R / m->G : R; }
+static int amx_at_head(const amx_at_map *m, int64_t R) {
+  return m->by_group ? m->kvh * (int)m->G + (int)(R % m->G) : m->head;
+}
+
+/* Scalar forms of the vector operations KN_EXP_CORE is written with (one exp polynomial for every
+ * kernel file); fmaf where the vector code fuses, so every build rounds the same way. */
+static inline float amxs_set1_ps(float a) { return a; }
+static inline float amxs_mul_ps(float a, float b) { return a * b; }
+static inline float amxs_add_ps(float a, float b) { return a + b; }
+static inline float amxs_fmadd_ps(float a, float b, float c) { return fmaf(a, b, c); }
+static inline float amxs_fnmadd_ps(float a, float b, float c) { return fmaf(-a, b, c); }
+static inline float amx_round(float x) { return (x + 12582912.0f) - 12582912.0f; } /* |x| < 2^22 */
+
+/* e^x, about 1 ulp for x in [-87, 88] (below -87 it returns e^-87, far below any sum it joins);
+ * 2^n is set through the exponent bits. */
+static float amx_exp(float x) {
+  x = fminf(fmaxf(x, -87.0f), 88.0f);
+  KN_EXP_CORE(float, amxs, amx_round, x, n, p);
+  int32_t bits = ((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &bits, 4);
+  return p * scale;
+}
+
+/* Keys j0 .. j0 + 63 (those that exist) of KV head kvh as the prepared block (zeros elsewhere). */
+static void amx_at_kv_block(const kn_attn *a, int kvh, int64_t j0, uint8_t *out) {
+  int nb = (int)(a->n_kv - j0 < AMX_AT_KB ? a->n_kv - j0 : AMX_AT_KB);
+  uint16_t *kt = (uint16_t *)out, *vt = kt + AMX_AT_KT / 2;
+  memset(out, 0, AMX_AT_BLOCK);
+  for (int j = 0; j < nb; j++) {
+    const float *k = a->k + (j0 + j) * a->kv_stride + (int64_t)kvh * AMX_AT_HD;
+    const float *v = a->v + (j0 + j) * a->kv_stride + (int64_t)kvh * AMX_AT_HD;
+    for (int d = 0; d < AMX_AT_HD; d++) {
+      kt[(((j / 16) * 32 + d / 2) * 16 + j % 16) * 2 + d % 2] = f32_to_bf16(k[d]);
+      vt[(((j / 2) * 4 + d / 16) * 16 + d % 16) * 2 + j % 2] = f32_to_bf16(v[d]);
+    }
+  }
+}
+
+/* Rows r0 .. r0 + nr - 1 of the pass against the block of keys j0.. (blk). */
+static void amx_at_group(amx_at_scr *w, const uint8_t *blk, int r0, int nr, int64_t j0) {
+  int vis[16], seen = 0;
+  for (int r = 0; r < 16; r++) {
+    int64_t v = r < nr ? w->nk[r0 + r] - j0 : 0;
+    vis[r] = v <= 0 ? 0 : v > AMX_AT_KB ? AMX_AT_KB : (int)v;
+    seen = vis[r] > seen ? vis[r] : seen;
+  }
+  if (seen == 0)
+    return; /* causal: no row of the group reaches this block */
+  int quarters = (seen + 15) / 16, steps = (seen + 31) / 32;
+  TL_LOAD(4, w->qb[r0], 2 * AMX_AT_HD);
+  TL_LOAD(5, w->qb[r0] + 32, 2 * AMX_AT_HD);
+#define AMX_AT_QK(C)                                 \
+  if (quarters > (C)) {                              \
+    TL_ZERO(C);                                      \
+    TL_LOAD(6, blk + 2048 * (C), 64);                \
+    TL_DPBF16(C, 4, 6);                              \
+    TL_LOAD(7, blk + 2048 * (C) + 1024, 64);         \
+    TL_DPBF16(C, 5, 7);                              \
+    TL_STORE(C, &w->s[0][16 * (C)], 4 * AMX_AT_KB);  \
+  }
+  AMX_AT_EACH4(AMX_AT_QK);
+#undef AMX_AT_QK
+  float resc[16];
+  for (int r = 0; r < 16; r++) {
+    memset(w->p[r], 0, sizeof w->p[r]);
+    if (!vis[r])
+      continue;
+    const float *s = w->s[r];
+    float bm = s[0];
+    for (int j = 1; j < vis[r]; j++)
+      bm = fmaxf(bm, s[j]);
+    float mo = w->mx[r0 + r], mn = fmaxf(mo, bm), sum = 0.0f;
+    resc[r] = bm > mo ? amx_exp(mo - mn) : 1.0f; /* (mo = -inf: acc and l are still zero) */
+    for (int j = 0; j < vis[r]; j++) {
+      float e = amx_exp(s[j] - mn);
+      sum += e;
+      w->p[r][j] = f32_to_bf16(e);
+    }
+    w->mx[r0 + r] = mn;
+    w->l[r0 + r] = fmaf(w->l[r0 + r], resc[r], sum);
+  }
+  AMX_AT_EACH4(TL_ZERO);
+  for (int st = 0; st < steps; st++) {
+    TL_LOAD(6, &w->p[0][32 * st], 2 * AMX_AT_KB);
+#define AMX_AT_PV(C)                                             \
+  do {                                                           \
+    TL_LOAD(7, blk + AMX_AT_KT + 4096 * st + 64 * (C), 256);     \
+    TL_DPBF16(C, 6, 7);                                          \
+  } while (0)
+    AMX_AT_EACH4(AMX_AT_PV);
+#undef AMX_AT_PV
+  }
+#define AMX_AT_STORE_PV(C) TL_STORE(C, &w->pv[0][16 * (C)], 4 * AMX_AT_HD)
+  AMX_AT_EACH4(AMX_AT_STORE_PV);
+#undef AMX_AT_STORE_PV
+  for (int r = 0; r < nr; r++)
+    if (vis[r])
+      for (int d = 0; d < AMX_AT_HD; d++)
+        w->acc[r0 + r][d] = fmaf(w->acc[r0 + r][d], resc[r], w->pv[r][d]);
+}
+
+/* Rows R0 .. R0 + n - 1 (n <= AMX_AT_ROWS) of the call. */
+static void amx_at_pass(const kn_attn *a, const amx_at_map *mp, int64_t R0, int n, amx_at_scr *w) {
+  int groups = (n + 15) / 16;
+  int64_t kmax = 0;
+  memset(w->qb, 0, sizeof w->qb[0] * (size_t)(16 * groups));
+  for (int r = 0; r < n; r++) {
+    int64_t i = amx_at_query(mp, R0 + r);
+    const float *q = a->q + i * a->q_stride + (int64_t)amx_at_head(mp, R0 + r) * AMX_AT_HD;
+    for (int d = 0; d < AMX_AT_HD; d++) {
+      w->qb[r][d] = f32_to_bf16(q[d] * a->scale);
+      w->acc[r][d] = 0.0f;
+    }
+    w->nk[r] = kn_attn_keys(a, i);
+    kmax = w->nk[r] > kmax ? w->nk[r] : kmax;
+    w->mx[r] = -INFINITY;
+    w->l[r] = 0.0f;
+  }
+  for (int64_t j0 = 0; j0 < kmax; j0 += AMX_AT_KB) {
+    const uint8_t *blk = w->kv;
+    if (a->kv_prep)
+      blk = (const uint8_t *)a->kv_prep + (size_t)(mp->kvh * a->kv_prep_blocks + j0 / AMX_AT_KB) * a->kv_prep_block_bytes;
+    else
+      amx_at_kv_block(a, mp->kvh, j0, w->kv);
+    for (int g = 0; g < groups; g++)
+      amx_at_group(w, blk, 16 * g, n - 16 * g < 16 ? n - 16 * g : 16, j0);
+  }
+  for (int r = 0; r < n; r++) {
+    float il = w->l[r] > 0.0f ? 1.0f / w->l[r] : 0.0f;
+    float *o = a->out + amx_at_query(mp, R0 + r) * a->out_stride + (int64_t)amx_at_head(mp, R0 + r) * AMX_AT_HD;
+    for (int d = 0; d < AMX_AT_HD; d++)
+      o[d] = w->acc[r][d] * il;
+  }
+}
+
+/* The tier below's fast entry (or its exact one), for the head sizes not handled here. */
+static void (*amx_at_prev)(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread);
+static bool amx_at_by_group;
+
+static void amx_attention_fast(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+  amx_at_scr *w = a->head_dim == AMX_AT_HD && !a->k16 ? kn_scratch(thread, sizeof(amx_at_scr)) : NULL;
+  if (!w) {
+    amx_at_prev(a, h, q0, q1, thread);
+    return;
+  }
+  int64_t G = a->n_head / a->n_kv_head;
+  amx_at_map mp = {amx_at_by_group ? h : h / (int)G, h, G, amx_at_by_group};
+  int64_t R0 = amx_at_by_group ? q0 * G : q0, R1 = amx_at_by_group ? q1 * G : q1;
+  kn_tilecfg cfg;
+  amx_cfg(&cfg, 64, 16);
+  TL_CONFIG(&cfg);
+  for (int64_t r = R0; r < R1; r += AMX_AT_ROWS)
+    amx_at_pass(a, &mp, r, (int)(R1 - r < AMX_AT_ROWS ? R1 - r : AMX_AT_ROWS), w);
+  TL_RELEASE();
+}
+
+/* The dispatcher's one conversion of K/V per call (kn_ops.attention_fast_prep). */
+static size_t amx_at_prep_bytes(const kn_attn *a, int64_t *keys_per_block) {
+  if (a->head_dim != AMX_AT_HD)
+    return 0;
+  *keys_per_block = AMX_AT_KB;
+  return AMX_AT_BLOCK;
+}
+static void amx_at_prep(const kn_attn *a, int kvh, int64_t b, void *out) {
+  amx_at_kv_block(a, kvh, b * AMX_AT_KB, out);
+}
+
+static void amx_attn_install(kn_ops *ops, const char *name) {
+  amx_at_prev = ops->attention_fast ? ops->attention_fast : ops->attention;
+  amx_at_by_group = ops->attn_by_group;
+  ops->attention_fast = amx_attention_fast;
+  ops->attention_fast_prep_bytes = amx_at_prep_bytes;
+  ops->attention_fast_prep = amx_at_prep;
+  ops->choice[KN_OP_ATTN_FAST] =
+      (kn_choice){name, "head_dim 64: TDPBF16PS tiles for QK^T and PV (16 rows x 64 keys), online softmax in "
+                        "fp32; other sizes: the tier below"};
+}
+
+#endif
