@@ -107,8 +107,8 @@ typedef enum kn_peak_kind { KN_PEAK_F32_FMA, KN_PEAK_BF16_DOT, KN_PEAK_INT8_DOT 
 double kn_peak_ops(kn_peak_kind kind, double seconds_per_thread);
 
 /* kn_attention in a precision tier: KN_PREC_FAST may use bf16 dot products for q.k and p v (q, k,
- * v and the probabilities rounded to bf16; softmax in fp32) where the ISA has them (AVX-512 BF16,
- * head_dim 64); otherwise, and for KN_PREC_EXACT, it is kn_attention. */
+ * v and the probabilities rounded to bf16; softmax in fp32) where the ISA has them (AVX-512 BF16
+ * or AMX tiles, head_dim 64); otherwise, and for KN_PREC_EXACT, it is kn_attention. */
 qvl_status kn_attention_prec(const float *q, int64_t n_q, int64_t q_stride, const float *k, const float *v,
                              int64_t n_kv, int64_t kv_stride, int n_head, int n_kv_head, int head_dim,
                              float scale, int64_t causal_base, float *out, int64_t out_stride,

@@ -32,7 +32,8 @@ enum {
   /* x86/amx.c and amx_sim.c (pack.c builds them): per 16-row panel and step of 32 inputs, one
    * 1 KB B tile of 16 input pairs x 16 rows (bf16 pairs, the X16_BF16P order padded to whole
    * steps with zeros); BF16X3 has the hi tile then the lo tile of each step (w = hi + lo, exact
-   * for F16/BF16); AMX_Q8_0 is X16_Q8_0 with signed quants (one 8 x 64 byte B tile per block). */
+   * for F16/BF16); AMX_Q8_0 is X16_Q8_0 with signed quants (one 8 x 64 byte B tile per block).
+   * Q4_0 keeps X16_Q4_0: its nibbles are that B tile two rows per byte, widened as it is used. */
   KN_LAYOUT_AMX_BF16 = 0x5109,
   KN_LAYOUT_AMX_BF16X3 = 0x510A,
   KN_LAYOUT_AMX_Q8_0 = 0x510B,

@@ -231,7 +231,7 @@ static void amx_q8_epilogue(float *acc, const int32_t *c, const uint8_t *blk, co
 }
 
 /* The int8 B tile (8 rows x 64 bytes) of a X16_Q4_0 block's nibbles, widened to q - 8. */
-static const uint8_t *amx_q4_tile(const uint8_t *nib, int8_t *out) {
+static const uint8_t *amx_q4_tile(const uint8_t *restrict nib, int8_t *restrict out) {
   for (int i = 0; i < 256; i++) {
     out[i] = (int8_t)((nib[i] & 15) - 8);
     out[256 + i] = (int8_t)((nib[i] >> 4) - 8);
