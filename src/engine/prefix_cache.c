@@ -5,6 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/log.h"
 #include "base/lru.h"
 #include "base/status.h"
 #include "text/kv_pool.h"
@@ -65,8 +66,12 @@ qvl_status prefix_cache_init_mode(int64_t cap_bytes, int64_t n_layer, int64_t ro
   int64_t blocks = c->cap / c->block_bytes;
   /* Twice the budget's blocks: a block dropped while sequences still map it keeps its slot until
    * they end, and new blocks must not wait for that (the file is sparse: unused slots cost nothing). */
-  if (mode == PREFIX_RESTORE_AUTO && blocks > 0 && kv_pool_create(n_layer, row, type, 2 * blocks, &c->pool) != QVL_OK)
-    c->pool = NULL; /* copy mode: this shape's blocks are not whole pages, or no memory file */
+  /* Copy mode when this shape's blocks are not whole pages, or the system has no memory files. */
+  if (mode == PREFIX_RESTORE_AUTO && blocks > 0 && kv_block_mappable(row, type) &&
+      kv_pool_create(n_layer, row, type, 2 * blocks, &c->pool) != QVL_OK) {
+    log_warn("prefix cache: %s; cached prefixes are copied", qvl_last_error());
+    c->pool = NULL;
+  }
   *out = c;
   return QVL_OK;
 }
