@@ -161,10 +161,12 @@ static void test_concurrent_and_eviction(void) {
   reader ra = {&a, &src, 3 * PREFIX_BLOCK, 2 * PREFIX_BLOCK, 1, false};
   reader rb = {&b, &src, 3 * PREFIX_BLOCK, 2 * PREFIX_BLOCK, 2, false};
   pthread_t ta, tb;
-  CHECK(pthread_create(&ta, NULL, reader_main, &ra) == 0 && pthread_create(&tb, NULL, reader_main, &rb) == 0,
-        "threads");
-  pthread_join(ta, NULL);
-  pthread_join(tb, NULL);
+  int ca = pthread_create(&ta, NULL, reader_main, &ra), cb = pthread_create(&tb, NULL, reader_main, &rb);
+  CHECK(ca == 0 && cb == 0, "threads");
+  if (ca == 0)
+    pthread_join(ta, NULL);
+  if (cb == 0)
+    pthread_join(tb, NULL);
   CHECK(ra.ok && rb.ok, "concurrent sequences read the shared prefix intact while appending");
   kv_view va = kv_cache_layer(&a, 0), vb = kv_cache_layer(&b, 0);
   CHECK(memcmp(va.kh + 3 * PREFIX_BLOCK * ROW, vb.kh + 3 * PREFIX_BLOCK * ROW, ROW * 2) != 0,
