@@ -145,7 +145,7 @@ int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_
     max_blocks = kv->n_ctx / PREFIX_BLOCK;
   if (max_blocks <= 0)
     return 0;
-  kv_pool_unshare(kv); /* the rows are replaced: earlier shared blocks (a reused cache) go back */
+  kv_pool_unshare(kv, true); /* the rows are replaced: earlier shared blocks (a reused cache) go back */
   pc_entry **chain = malloc(sizeof *chain * (size_t)max_blocks);
   int64_t *slots = malloc(sizeof *slots * (size_t)max_blocks);
   if (!chain || !slots) {

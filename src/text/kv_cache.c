@@ -120,7 +120,7 @@ qvl_status kv_cache_init(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t ro
 void kv_cache_free(kv_cache *c) {
   if (!c)
     return;
-  kv_pool_unshare(c);
+  kv_pool_unshare(c, false);
   size_t half = half_bytes(c);
   storage_free(c->k ? (void *)c->k : (void *)c->kh, half, c->mapped);
   storage_free(c->v ? (void *)c->v : (void *)c->vh, half, c->mapped);
@@ -128,7 +128,7 @@ void kv_cache_free(kv_cache *c) {
 }
 
 void kv_cache_clear(kv_cache *c) {
-  kv_pool_unshare(c);
+  kv_pool_unshare(c, true);
   c->n = 0;
 }
 

@@ -1,6 +1,7 @@
 #include "text/kv_pool.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,11 +181,12 @@ qvl_status kv_pool_map(kv_pool *p, const int64_t *slots, int64_t n_blocks, kv_ca
   return QVL_OK;
 }
 
-void kv_pool_unshare(kv_cache *kv) {
+void kv_pool_unshare(kv_cache *kv, bool keep_rows) {
   kv_pool *p = kv->pool;
   if (!p)
     return;
-  map_private(kv, kv->n_shared, p->chunk);
+  if (keep_rows) /* the storage stays in use: private zero pages where the shared ones were */
+    map_private(kv, kv->n_shared, p->chunk);
   for (int64_t j = 0; j < kv->n_shared; j++)
     kv_pool_unref(p, kv->slots[j]);
   free(kv->slots);

@@ -21,6 +21,7 @@
 #ifndef QVL_TEXT_KV_POOL_H
 #define QVL_TEXT_KV_POOL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "qvl.h"
@@ -54,8 +55,8 @@ void kv_pool_read(const kv_pool *p, int64_t slot, kv_cache *kv, int64_t block);
  */
 qvl_status kv_pool_map(kv_pool *p, const int64_t *slots, int64_t n_blocks, kv_cache *kv);
 
-/* Gives kv's shared blocks back (their rows become private zero pages) and drops its references.
- * Called by kv_cache_free and kv_cache_clear. */
-void kv_pool_unshare(kv_cache *kv);
+/* Drops kv's references to its shared blocks; keep_rows: the storage stays in use and those rows
+ * become private zero pages again (kv_cache_clear), else it is about to be unmapped (kv_cache_free). */
+void kv_pool_unshare(kv_cache *kv, bool keep_rows);
 
 #endif
