@@ -118,12 +118,19 @@ int64_t kv_pool_alloc(kv_pool *p, int64_t prefer) {
 }
 
 void kv_pool_unref(kv_pool *p, int64_t slot) {
-  if (atomic_fetch_sub_explicit(&p->slot_refs[slot], 1, memory_order_acq_rel) != 1)
+  _Atomic int *r = &p->slot_refs[slot];
+  /* The last reference marks the slot as being released (-1, not free yet) while its pages are
+   * given back, so that an allocation on another thread cannot write into it meanwhile. */
+  int cur = atomic_load_explicit(r, memory_order_acquire);
+  while (!atomic_compare_exchange_weak_explicit(r, &cur, cur == 1 ? -1 : cur - 1, memory_order_acq_rel,
+                                                memory_order_acquire)) {
+  }
+  if (cur != 1)
     return;
-  /* The last reference: give the pages back (the file is sparse again there). */
   for (int64_t l = 0; l < p->n_layer; l++)
     for (int half = 0; half < 2; half++)
       madvise(p->base + chunk_offset(p, l, half, slot), p->chunk, MADV_REMOVE);
+  atomic_store_explicit(r, 0, memory_order_release);
 }
 
 void kv_pool_write(kv_pool *p, int64_t slot, const kv_cache *kv, int64_t block) {
