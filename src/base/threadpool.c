@@ -8,21 +8,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/cpulist.h"
 #include "base/log.h"
 #include "base/status.h"
 
-/* How long an idle worker (or the caller waiting for workers) spins before sleeping. A decode
- * step issues a few hundred short loops; waking a sleeping thread costs tens of microseconds, so
- * workers keep spinning for a while after each loop. The bound keeps idle pools off the CPU. */
-#define SPIN_ITERS 20000
+/*
+ * Waiting: a decode step issues a few hundred short loops and waking a sleeping thread costs tens
+ * of microseconds, so a waiting thread (a worker waiting for the next loop, the caller waiting for
+ * the workers) first spins. How long is adaptive, per waiting thread: the budget doubles (up to
+ * SPIN_MAX_NS) each time the spin sees the event, and halves (down to SPIN_MIN_NS) each time it
+ * runs out and the thread sleeps. Back-to-back loops keep the full budget; a pool whose loops come
+ * with gaps (or whose caller is descheduled on an oversubscribed machine: wall time runs while it
+ * does not) soon parks at once instead of burning a core per worker. While spinning the thread
+ * yields now and then, so on a busy core the thread it waits for gets to run.
+ */
+#define SPIN_MAX_NS 200000
+#define SPIN_MIN_NS 1000
+#define SPIN_CHECK 64      /* spins between clock reads */
+#define SPIN_YIELD 1024    /* spins between sched_yield calls */
 
 typedef struct worker {
   threadpool *pool;
   pthread_t tid;
   int index;
+  int64_t spin_ns; /* this worker's spin budget (see SPIN_MAX_NS) */
 } worker;
 
 struct threadpool {
@@ -45,6 +57,7 @@ struct threadpool {
   pthread_cond_t wake;    /* workers sleep here waiting for gen to change */
   pthread_cond_t done;    /* the caller sleeps here waiting for pending == 0 */
   pthread_mutex_t busy;   /* held by the thread running a loop on this pool */
+  int64_t caller_spin_ns; /* the caller's spin budget (under busy) */
 };
 
 static _Thread_local threadpool *tls_inside; /* pool whose loop this thread is running */
@@ -55,6 +68,47 @@ static inline void cpu_relax(void) {
 #elif defined(__aarch64__)
   __asm__ __volatile__("yield");
 #endif
+}
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* What a spinning thread waits for: ready(p, arg) becomes true. */
+typedef bool (*spin_ready)(threadpool *p, uint64_t arg);
+
+static bool gen_moved(threadpool *p, uint64_t seen) {
+  return atomic_load_explicit(&p->gen, memory_order_acquire) != seen;
+}
+
+static bool workers_done(threadpool *p, uint64_t unused) {
+  (void)unused;
+  return atomic_load_explicit(&p->pending, memory_order_acquire) == 0;
+}
+
+/* Spins until ready or the budget runs out (then the caller sleeps); adapts the budget. */
+static bool spin_until(threadpool *p, spin_ready ready, uint64_t arg, int64_t *budget_ns) {
+  int64_t t0 = 0;
+  for (unsigned k = 1;; k++) {
+    if (ready(p, arg)) {
+      *budget_ns = *budget_ns * 2 < SPIN_MAX_NS ? *budget_ns * 2 : SPIN_MAX_NS;
+      return true;
+    }
+    cpu_relax();
+    if (k % SPIN_CHECK)
+      continue;
+    int64_t t = now_ns();
+    if (!t0)
+      t0 = t;
+    else if (t - t0 >= *budget_ns) {
+      *budget_ns = *budget_ns / 2 > SPIN_MIN_NS ? *budget_ns / 2 : SPIN_MIN_NS;
+      return false;
+    }
+    if (k % SPIN_YIELD == 0)
+      sched_yield();
+  }
 }
 
 static void run_range(threadpool_fn fn, void *arg, int64_t a, int64_t b, int thread) {
@@ -87,12 +141,10 @@ static void *worker_main(void *varg) {
   uint64_t seen = 0;
   tls_inside = p;
   for (;;) {
-    uint64_t g = atomic_load_explicit(&p->gen, memory_order_acquire);
-    for (int k = 0; g == seen && k < SPIN_ITERS; k++) {
-      cpu_relax();
+    uint64_t g;
+    if (spin_until(p, gen_moved, seen, &w->spin_ns)) {
       g = atomic_load_explicit(&p->gen, memory_order_acquire);
-    }
-    if (g == seen) {
+    } else {
       pthread_mutex_lock(&p->lock);
       while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
              !atomic_load(&p->stop))
@@ -121,6 +173,7 @@ qvl_status threadpool_init(int n_threads, threadpool **out) {
   if (!p)
     return qvl_errorf(QVL_ERR_NOMEM, "threadpool: out of memory");
   p->n_threads = n_threads;
+  p->caller_spin_ns = SPIN_MAX_NS;
   pthread_mutex_init(&p->lock, NULL);
   pthread_mutex_init(&p->busy, NULL);
   pthread_cond_init(&p->wake, NULL);
@@ -136,6 +189,7 @@ qvl_status threadpool_init(int n_threads, threadpool **out) {
     worker *w = &p->workers[i];
     w->pool = p;
     w->index = i + 1;
+    w->spin_ns = SPIN_MAX_NS;
     int rc = pthread_create(&w->tid, NULL, worker_main, w);
     if (rc != 0) {
       p->n_threads = i + 1; /* only join the ones that started */
@@ -199,10 +253,7 @@ void threadpool_for(threadpool *p, int64_t n, int64_t chunk, threadpool_fn fn, v
   run_share(p, 0);
   tls_inside = NULL;
 
-  for (int k = 0; atomic_load_explicit(&p->pending, memory_order_acquire) != 0 && k < SPIN_ITERS;
-       k++)
-    cpu_relax();
-  if (atomic_load_explicit(&p->pending, memory_order_acquire) != 0) {
+  if (!spin_until(p, workers_done, 0, &p->caller_spin_ns)) {
     pthread_mutex_lock(&p->lock);
     while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
       pthread_cond_wait(&p->done, &p->lock);

@@ -1,8 +1,9 @@
 /*
  * A fixed pool of pthread workers for data-parallel loops. The calling thread takes part in every
  * loop, so a pool of n threads starts n - 1 workers. A loop allocates nothing: the job lives in the
- * pool object and workers pick it up by watching a generation counter (a short spin, then a
- * condition variable, so idle workers do not burn a shared core).
+ * pool object and workers pick it up by watching a generation counter (a spin whose length adapts
+ * to how soon the next loop came lately, then a condition variable: idle workers, and workers of an
+ * oversubscribed machine, park instead of burning a shared core).
  *
  * Thread safety: threadpool_for may be called from any thread. Only one loop runs on the pool at a
  * time; a call made while another loop is running (from another thread, or from inside a loop

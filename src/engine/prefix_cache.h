@@ -15,8 +15,13 @@
  * conversation (the start that every later turn shares) is the last to go.
  *
  * Memory: every block owns copies of its rows in the KV caches' element type (2 * n_layer *
- * PREFIX_BLOCK * row elements: 4 bytes each for f32, 2 for f16); requests copy rows in and out
- * (memcpy, far cheaper than a forward pass). The element type is fixed per prefix cache (the
+ * PREFIX_BLOCK * row elements: 4 bytes each for f32, 2 for f16). Where a block's rows of one layer
+ * are whole pages (kv_block_mappable: the real models), the blocks live in a kv_pool and a restore
+ * maps them into the sequence's cache read-only, shared, with a reference per block: no copy (for
+ * a 2B model's 784-token image prompt that is 88 MiB not copied, and not page-faulted in). A block
+ * evicted while sequences map it keeps its pages until they end. Other shapes (tiny test models)
+ * copy rows in and out (memcpy). Storing always copies the finished sequence's new blocks once.
+ * The element type is fixed per prefix cache (the
  * engine's, from the process-wide KV type), so keys need not carry it: a sequence whose cache has
  * another type is never restored into nor stored from (checked, not assumed).
  *
@@ -30,7 +35,11 @@
 #include "qvl.h"
 #include "text/kv_cache.h"
 
-#define PREFIX_BLOCK 16
+#define PREFIX_BLOCK KV_BLOCK
+
+/* How a restore hands rows over: AUTO maps shared blocks where the shape allows, COPY always
+ * copies (the behaviour before shared blocks; for comparisons and tests). */
+typedef enum prefix_restore { PREFIX_RESTORE_AUTO = 0, PREFIX_RESTORE_COPY = 1 } prefix_restore;
 
 typedef struct prefix_cache prefix_cache;
 
@@ -43,12 +52,17 @@ qvl_status prefix_cache_init(int64_t cap_bytes, int64_t n_layer, int64_t row, pr
  * default). */
 qvl_status prefix_cache_init_type(int64_t cap_bytes, int64_t n_layer, int64_t row, kv_type type,
                                   prefix_cache **out);
+qvl_status prefix_cache_init_mode(int64_t cap_bytes, int64_t n_layer, int64_t row, kv_type type,
+                                  prefix_restore mode, prefix_cache **out);
 void prefix_cache_free(prefix_cache *c);
+/* 1 when restores map shared blocks instead of copying. */
+int prefix_cache_shares(const prefix_cache *c);
 
 /*
- * Copies the KV rows of the longest cached prefix of keys[0 .. max_blocks*PREFIX_BLOCK) into kv
- * (rows 0..; kv must have room) and returns the number of tokens restored (a multiple of
- * PREFIX_BLOCK, possibly 0); *next_pos receives the position state after them.
+ * Puts the KV rows of the longest cached prefix of keys[0 .. max_blocks*PREFIX_BLOCK) into kv
+ * (rows 0..; kv must have room and no rows yet), shared or copied (see above), and returns the
+ * number of tokens restored (a multiple of PREFIX_BLOCK, possibly 0); *next_pos receives the
+ * position state after them.
  */
 int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_blocks, kv_cache *kv,
                              int64_t *next_pos);

@@ -639,7 +639,7 @@ void decoder_seq_free(decoder_seq *s) {
 }
 
 void decoder_seq_reset(decoder_seq *s) {
-  s->kv.n = 0;
+  kv_cache_clear(&s->kv);
   s->next_pos = 0;
 }
 

@@ -3,9 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "kernels/kernels.h"
+#include "text/kv_pool.h"
 
 static kv_type g_default = KV_TYPE_F16;
 
@@ -46,6 +49,33 @@ uint64_t kv_cache_bytes(int64_t n_layer, int64_t n_ctx, int64_t row) {
   return kv_cache_bytes_type(n_layer, n_ctx, row, KV_TYPE_F32);
 }
 
+int kv_block_mappable(int64_t row, kv_type t) {
+  long page = sysconf(_SC_PAGESIZE);
+  int64_t block = KV_BLOCK * row * kv_type_elem_bytes(t);
+  return page > 0 && row > 0 && block % page == 0;
+}
+
+/* Zeroed storage for K or V: page-aligned anonymous memory when blocks can be shared (untouched
+ * pages cost nothing, like calloc's), the heap otherwise. */
+static void *storage_alloc(size_t bytes, int mapped) {
+  if (!mapped)
+    return calloc(1, bytes);
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void storage_free(void *p, size_t bytes, int mapped) {
+  if (p && mapped)
+    munmap(p, bytes);
+  else
+    free(p);
+}
+
+/* Bytes of K (or of V) storage. */
+static size_t half_bytes(const kv_cache *c) {
+  return (size_t)c->n_layer * (size_t)c->layer_rows * (size_t)c->row * (size_t)kv_type_elem_bytes(c->type);
+}
+
 qvl_status kv_cache_init_type(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t row, kv_type t) {
   memset(c, 0, sizeof *c);
   t = kv_type_resolve(t);
@@ -54,11 +84,20 @@ qvl_status kv_cache_init_type(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64
     return qvl_errorf(QVL_ERR_INVALID_ARG,
                       "KV cache: invalid size (layers %lld, context %lld, row %lld elements)",
                       (long long)n_layer, (long long)n_ctx, (long long)row);
-  size_t half = (size_t)(bytes / 2);
-  void *k = calloc(1, half);
-  void *v = k ? calloc(1, half) : NULL;
+  c->type = t;
+  c->n_layer = n_layer;
+  c->n_ctx = n_ctx;
+  c->row = row;
+  c->mapped = kv_block_mappable(row, t);
+  c->layer_rows = c->mapped ? (n_ctx + KV_BLOCK - 1) / KV_BLOCK * KV_BLOCK : n_ctx;
+  if (kv_cache_bytes_type(n_layer, c->layer_rows, row, t) == 0)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "KV cache: context of %lld tokens is too large", (long long)n_ctx);
+  size_t half = half_bytes(c);
+  void *k = storage_alloc(half, c->mapped);
+  void *v = k ? storage_alloc(half, c->mapped) : NULL;
   if (!k || !v) {
-    free(k);
+    storage_free(k, half, c->mapped);
+    memset(c, 0, sizeof *c);
     return qvl_errorf(QVL_ERR_NOMEM,
                       "KV cache: cannot allocate %.1f MiB for a context of %lld tokens (%lld layers, %s); "
                       "use a smaller context",
@@ -71,10 +110,6 @@ qvl_status kv_cache_init_type(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64
     c->kh = k;
     c->vh = v;
   }
-  c->type = t;
-  c->n_layer = n_layer;
-  c->n_ctx = n_ctx;
-  c->row = row;
   return QVL_OK;
 }
 
@@ -85,16 +120,21 @@ qvl_status kv_cache_init(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t ro
 void kv_cache_free(kv_cache *c) {
   if (!c)
     return;
-  free(c->k);
-  free(c->v);
-  free(c->kh);
-  free(c->vh);
+  kv_pool_unshare(c, false);
+  size_t half = half_bytes(c);
+  storage_free(c->k ? (void *)c->k : (void *)c->kh, half, c->mapped);
+  storage_free(c->v ? (void *)c->v : (void *)c->vh, half, c->mapped);
   memset(c, 0, sizeof *c);
+}
+
+void kv_cache_clear(kv_cache *c) {
+  kv_pool_unshare(c, true);
+  c->n = 0;
 }
 
 kv_view kv_cache_layer(kv_cache *c, int64_t layer) {
   kv_view v = {0};
-  size_t off = (size_t)layer * (size_t)c->n_ctx * (size_t)c->row;
+  size_t off = (size_t)layer * (size_t)c->layer_rows * (size_t)c->row;
   if (c->type == KV_TYPE_F32) {
     v.k = c->k + off;
     v.v = c->v + off;

@@ -10,6 +10,13 @@
  * The decoder's per-layer code only sees a kv_view (where layer l's rows live, how many are
  * already stored), so a paged cache for batched serving can hand out views of its own without
  * changing the layer code.
+ *
+ * Shared blocks: when KV_BLOCK rows of one layer fill whole memory pages (kv_block_mappable: the
+ * 2B model's 16 rows of 1024 f16 are 32 KiB), the storage is allocated page-aligned, block-aligned
+ * per layer, and a block's rows can be replaced by read-only pages of a kv_pool (text/kv_pool.h),
+ * shared with the prefix cache and with other sequences: a cached prompt prefix is restored by
+ * mapping it, not copied. Rows below n are never written again, so sharing them is safe; the
+ * mapping is read-only so a write there would fault instead of corrupting the shared copy.
  */
 #ifndef QVL_TEXT_KV_CACHE_H
 #define QVL_TEXT_KV_CACHE_H
@@ -33,9 +40,16 @@ qvl_status kv_type_parse(const char *s, kv_type *out);
 /* Bytes per stored element (4 or 2). */
 int kv_type_elem_bytes(kv_type t);
 
+/* Rows per shared block (and per prefix-cache block). */
+#define KV_BLOCK 16
+
+struct kv_pool;
+
 typedef struct kv_cache {
   int64_t n_layer;
   int64_t n_ctx;  /* token capacity */
+  int64_t layer_rows; /* rows allocated per layer: n_ctx, rounded up to KV_BLOCK when mapped */
+  int mapped;     /* 1: the storage came from mmap, block-aligned (blocks can be shared) */
   int64_t row;    /* elements per token and layer: n_head_kv * head_dim */
   kv_type type;   /* KV_TYPE_F32 or KV_TYPE_F16 (never DEFAULT) */
   /* [n_layer][n_ctx][row], rows after RMSNorm and RoPE: k/v for F32 (kh/vh NULL), kh/vh for F16
@@ -43,6 +57,10 @@ typedef struct kv_cache {
   float *k, *v;
   uint16_t *kh, *vh;
   int64_t n;      /* tokens stored (the same for every layer between forward calls) */
+  /* Blocks 0 .. n_shared-1 are pages of this pool (slots[j] backs block j), with a reference each. */
+  struct kv_pool *pool;
+  int64_t *slots;
+  int64_t n_shared;
 } kv_cache;
 
 /* One layer of a cache: token i's key is k + i * stride (or kh + i * stride for F16). */
@@ -62,6 +80,12 @@ qvl_status kv_cache_init(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t ro
 /* The same for an element type (KV_TYPE_DEFAULT: the process default). */
 qvl_status kv_cache_init_type(kv_cache *c, int64_t n_layer, int64_t n_ctx, int64_t row, kv_type t);
 void kv_cache_free(kv_cache *c);
+/* Drops the shared blocks (their rows read as zeros again, privately writable) and sets n = 0: for
+ * refilling a sequence from the start. */
+void kv_cache_clear(kv_cache *c);
+
+/* Whether KV_BLOCK rows of row elements of type t fill whole pages (so blocks can be shared). */
+int kv_block_mappable(int64_t row, kv_type t);
 
 /* Bytes kv_cache_init would allocate (float32; 0 on overflow), and for an element type. */
 uint64_t kv_cache_bytes(int64_t n_layer, int64_t n_ctx, int64_t row);

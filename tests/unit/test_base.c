@@ -333,6 +333,55 @@ static void test_cond(void) {
   pthread_mutex_destroy(&w.mu);
 }
 
+static double cpu_ms(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void noop_body(void *arg, int64_t i, int thread) {
+  (void)arg;
+  (void)i;
+  (void)thread;
+}
+
+/* Waiting workers park: an idle pool costs ~no CPU, and a pool whose loops come with gaps (a
+ * descheduled caller on an oversubscribed machine looks the same) stops spinning through them.
+ * CPU time, not wall time, so the load on the machine does not matter. */
+static void test_threadpool_parks(void) {
+  threadpool *p = NULL;
+  CHECK(threadpool_init(3, &p) == QVL_OK, "init 3 threads");
+  threadpool_for(p, 64, 0, noop_body, NULL);
+  double c0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
+  sleep_ms(1000);
+  double idle = cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - c0;
+  CHECK(idle < 20, "an idle pool of 2 workers used %.1f ms of CPU in 1 s (expected ~0)", idle);
+  /* 100 loops, each followed by 3 ms in which the caller does not use the pool. */
+  c0 = cpu_ms(CLOCK_PROCESS_CPUTIME_ID);
+  double self0 = cpu_ms(CLOCK_THREAD_CPUTIME_ID);
+  for (int i = 0; i < 100; i++) {
+    threadpool_for(p, 64, 0, noop_body, NULL);
+    sleep_ms(3);
+  }
+  double workers = cpu_ms(CLOCK_PROCESS_CPUTIME_ID) - c0 - (cpu_ms(CLOCK_THREAD_CPUTIME_ID) - self0);
+  CHECK(workers < 20, "2 workers used %.1f ms of CPU over 100 gaps of 3 ms (spinning through them: ~60+)", workers);
+  /* Back to back, the loops still run (and the budget grows back). */
+  loop_state *st = calloc(1, sizeof *st);
+  for (int r = 0; r < 200; r++)
+    threadpool_for(p, N_IDX, 0, count_body, st);
+  int all = 1;
+  for (int i = 0; i < N_IDX; i++)
+    all &= atomic_load(&st->hits[i]) == 200;
+  CHECK(all, "200 back-to-back loops after parking: every index 200 times");
+  free(st);
+  threadpool_free(p);
+}
+
 int main(void) {
   test_relpath();
   test_file_image();
@@ -341,6 +390,7 @@ int main(void) {
   test_threadpool();
   test_threadpool_small_loops();
   test_threadpool_two_callers();
+  test_threadpool_parks();
   test_cond();
   return TEST_SUMMARY("test_base");
 }

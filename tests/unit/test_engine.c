@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/timing.h"
 #include "engine/engine.h"
@@ -23,7 +24,9 @@
 #include "engine/image_cache.h"
 #include "engine/prefix_cache.h"
 #include "kernels/kernels.h"
+#include "qvl_tools.h"
 #include "test.h"
+#include "text/kv_cache.h"
 
 #define MODEL "tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf"
 #define MMPROJ "tests/fixtures/models/e2e/gguf/mmproj-e2e-F16.gguf"
@@ -610,6 +613,19 @@ static void test_prefix_cache(const vlm *m) {
   gen_result ref;
   if (solo(m, t2, &g, &ref)) {
     check_same("follow-up turn with prefix cache", &b, &ref);
+    /* Two sequences at once on the same cached prefix (shared blocks where the shape allows). */
+    job b2 = {0}, b3 = {0};
+    CHECK(submit(e, t2, &g, &b2, NULL) == QVL_OK && submit(e, t2, &g, &b3, NULL) == QVL_OK, "submit: %s",
+          qvl_last_error());
+    CHECK(wait_done(&b2, 60) && wait_done(&b3, 60), "concurrent follow-ups done");
+    CHECK(b2.res.cached_prompt_tokens >= b.res.cached_prompt_tokens &&
+              b3.res.cached_prompt_tokens >= b.res.cached_prompt_tokens,
+          "concurrent follow-ups both reuse the prefix (%lld, %lld)", (long long)b2.res.cached_prompt_tokens,
+          (long long)b3.res.cached_prompt_tokens);
+    check_same("concurrent follow-up 1 on a shared prefix", &b2, &ref);
+    check_same("concurrent follow-up 2 on a shared prefix", &b3, &ref);
+    job_free(&b2);
+    job_free(&b3);
     gen_result_free(&ref);
   }
   /* The same text with another image must not reuse the image part. */
@@ -923,6 +939,30 @@ static void test_caches_unit(void) {
   kv_cache_free(&kv2);
 }
 
+/* The fixture model's KV rows (16 f16) are not whole pages, so its prefix cache copies; the tiny
+ * random model's (2 heads of 64) are, so the same follow-up test runs on shared, mapped blocks. */
+static void test_prefix_cache_shared(void) {
+  char dir[] = "/tmp/qvl_test_engine_XXXXXX";
+  CHECK(mkdtemp(dir) != NULL, "temp dir");
+  char text[96], mmproj[96];
+  snprintf(text, sizeof text, "%s/text.gguf", dir);
+  snprintf(mmproj, sizeof mmproj, "%s/mmproj.gguf", dir);
+  qvl_random_opts ro = {.tokenizer_from = MODEL, .out_text = text, .out_mmproj = mmproj, .seed = 7, .tiny = true};
+  vlm *m = NULL;
+  vlm_paths paths = {.model = text, .mmproj = mmproj};
+  if (qvl_make_random(&ro) == QVL_OK && vlm_load(&paths, &m) == QVL_OK) {
+    const decoder_hparams *hp = &m->text->hp;
+    CHECK(kv_block_mappable(hp->n_head_kv * hp->head_dim, KV_TYPE_DEFAULT), "the tiny model's KV blocks are pages");
+    test_prefix_cache(m);
+  } else {
+    CHECK(false, "tiny random model: %s", qvl_last_error());
+  }
+  vlm_free(m);
+  remove(text);
+  remove(mmproj);
+  rmdir(dir);
+}
+
 int main(void) {
   if (kernels_init(NULL, 0) != QVL_OK) {
     fprintf(stderr, "kernels_init: %s\n", qvl_last_error());
@@ -946,5 +986,6 @@ int main(void) {
     test_count_stop_images(m);
   }
   vlm_free(m);
+  test_prefix_cache_shared();
   return TEST_SUMMARY("test_engine");
 }
