@@ -50,7 +50,7 @@ typedef enum qvl_opt_kind {
 } qvl_opt_kind;
 
 #define QVL_OPT_ENV_ALWAYS 1u /* read from its environment variable by every command that takes it */
-#define QVL_OPT_NO_ENV 2u     /* never from the environment (qvl serve's --config: QVL_CONFIG is read first) */
+#define QVL_OPT_ENV_OWN 2u    /* its variable is read by the command itself (qvl serve's QVL_CONFIG, before the file) */
 
 typedef struct qvl_opt {
   const char *key;            /* YAML key; flag "--" + key with '-' for '_'; env "QVL_" + KEY */
@@ -61,7 +61,7 @@ typedef struct qvl_opt {
   const char *const *choices; /* STR: the accepted values (NULL-terminated, any case); NULL: any text */
   const char *meta;           /* the value in --help ("FILE"); NULL: N, X or VALUE by kind */
   const char *help;
-  unsigned flags;             /* QVL_OPT_ENV_ALWAYS, QVL_OPT_NO_ENV */
+  unsigned flags;             /* QVL_OPT_ENV_ALWAYS, QVL_OPT_ENV_OWN */
 } qvl_opt;
 
 typedef struct qvl_opt_bind qvl_opt_bind;

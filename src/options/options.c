@@ -167,9 +167,9 @@ const qvl_opt_bind *qvl_opts_find(const qvl_opt_cmd *c, const char *key) {
   return NULL;
 }
 
-static bool reads_env(const qvl_opt_cmd *c, const qvl_opt *o) {
-  return !(o->flags & QVL_OPT_NO_ENV) && (c->env || (o->flags & QVL_OPT_ENV_ALWAYS));
-}
+/* Whether c takes o from the environment at all (listed in --help), and whether qvl_opts_apply_env reads it. */
+static bool has_env(const qvl_opt_cmd *c, const qvl_opt *o) { return c->env || (o->flags & QVL_OPT_ENV_ALWAYS); }
+static bool reads_env(const qvl_opt_cmd *c, const qvl_opt *o) { return has_env(c, o) && !(o->flags & QVL_OPT_ENV_OWN); }
 
 qvl_status qvl_opts_apply_env(const qvl_opt_cmd *c, void *dst, const char *(*env)(const char *)) {
   if (!env)
@@ -313,7 +313,7 @@ void qvl_opts_usage(const qvl_opt_cmd *c, const void *defaults, FILE *f) {
              meta ? " " : "", meta ? meta : "");
     default_text(b, defaults, def, sizeof def);
     env[0] = '\0';
-    if (reads_env(c, o)) {
+    if (has_env(c, o)) {
       char name[NAME_MAX_LEN];
       qvl_opt_env_name(o, name, sizeof name);
       snprintf(env, sizeof env, " [%s]", name);

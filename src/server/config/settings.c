@@ -89,7 +89,7 @@
        "(default: plain text, so content cannot forge a turn)")
 
 /* QVL_CONFIG is read before the file, not with the other variables */
-static const qvl_opt o_config = {.key = "config", .kind = QVL_OPT_STR, .meta = "FILE", .flags = QVL_OPT_NO_ENV,
+static const qvl_opt o_config = {.key = "config", .kind = QVL_OPT_STR, .meta = "FILE", .flags = QVL_OPT_ENV_OWN,
                                  .help = "YAML file with any of these settings (keys as below, '_' for '-')"};
 #define DECL_STR(k, m, h) static const qvl_opt o_##k = {.key = #k, .kind = QVL_OPT_STR, .meta = m, .help = h};
 #define DECL_INT(k, mn, mx, h) static const qvl_opt o_##k = {.key = #k, .kind = QVL_OPT_INT, .min = mn, .max = mx, .help = h};
