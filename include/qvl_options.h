@@ -13,8 +13,8 @@
  *     static const qvl_opt_bind binds[] = {QVL_OPT_FIELD(qvl_opt_model, my_opts, model),
  *                                          QVL_OPT_FIELD(qvl_opt_ctx, my_opts, ctx),
  *                                          QVL_OPT_FIELD(o_json, my_opts, json)};
- *     static const qvl_opt_cmd cmd = {"qvl mine", "usage: qvl mine -m MODEL [options]\n", NULL,
- *                                     binds, sizeof binds / sizeof binds[0]};
+ *     static const qvl_opt_cmd cmd = {.name = "qvl mine", .usage = "usage: qvl mine -m MODEL [options]\n",
+ *                                     .opts = binds, .n_opts = sizeof binds / sizeof binds[0]};
  *     my_opts o = {0};
  *     bool help;
  *     if (qvl_opts_parse(&cmd, argc, argv, 2, &o, NULL, NULL, NULL, &help) != QVL_OK) -> qvl_last_error(), exit 2
