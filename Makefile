@@ -41,7 +41,7 @@ ISA_FLAGS_avx512_bf16 := $(ISA_FLAGS_avx512) -mavx512bf16
 ISA_FLAGS_amx := $(ISA_FLAGS_avx512_bf16) -mamx-tile -mamx-int8 -mamx-bf16
 
 # The service's directories: in libqvl_service.a, which `qvl` (and the tests) link before libqvl.a.
-SVC_DIRS := src/server src/commands src/hub
+SVC_DIRS := src/server src/commands src/hub src/options
 ALL_SRC := $(shell find src -name '*.c' | sort)
 SVC_SRC := $(filter $(addsuffix /%,$(SVC_DIRS)),$(ALL_SRC))
 LIB_SRC := $(filter-out $(SVC_SRC),$(ALL_SRC))

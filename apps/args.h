@@ -1,27 +1,42 @@
-/* Small command-line helpers shared by the qvl subcommands. */
+/* Command-line helpers shared by the qvl subcommands, over the one option table (qvl_options.h). */
 #ifndef QVL_APPS_ARGS_H
 #define QVL_APPS_ARGS_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Matches argv[*i] against a long/short flag with a value ("--top-k 5", "--top-k=5"); on a match
- * stores the value, advances *i and returns true. Exits with a usage error if the value is missing. */
-bool arg_value(int argc, char **argv, int *i, const char *long_name, const char *short_name, const char **out);
-bool arg_flag(char **argv, int i, const char *long_name, const char *short_name);
-/* Parse numbers or exit(2) with a message naming the flag. */
-int64_t arg_int(const char *flag, const char *v, int64_t min, int64_t max);
-double arg_double(const char *flag, const char *v, double min, double max);
-/* Model files from --hf REPO[:QUANT] (downloaded into the cache, or found there when offline). On
- * success *model and *mmproj point to strings that live until the process ends. */
-int resolve_hf(const char *spec, bool offline, const char **model, const char **mmproj);
- /* Takes "--precision exact|fast" (or "--precision=...") out of argv[start..] and applies it to
- * the vision towers loaded afterwards (qvl_set_precision); also checks QVL_PRECISION. Returns 0,
- * or 2 after printing a message naming cmd. Removed entries shorten *argc. */
-int args_take_precision(int *argc, char **argv, int start, const char *cmd);
-/* The same for "--kv-type f16|f32" and QVL_KV_TYPE: the KV cache element type of the engines and
- * sequences made afterwards (qvl_set_kv_type). */
-int args_take_kv_type(int *argc, char **argv, int start, const char *cmd);
+#include "qvl_options.h"
+
+/* Parses argv[2..] with the command's table into dst (qvl_opts_parse: the environment variables the
+ * table reads, then the flags; positional arguments into args[0..c->max_args), *n_args how many).
+ * Returns -1 to go on, 0 after printing --help (defaults read from dst), or 2 after a message. */
+int args_parse(const qvl_opt_cmd *c, int argc, char **argv, void *dst, const char **args, int *n_args);
+/* "qvl CMD: what is missing" and the usage on stderr; returns 2. */
+int args_usage_error(const qvl_opt_cmd *c, const void *defaults, const char *msg);
+
+/* The model options of run, chat and bench: --model/-m, --mmproj, --hf, --offline, --dtype,
+ * --threads/-t (MODEL_ARGS_BINDS), and the process-wide --precision and --kv-type. */
+typedef struct model_args {
+  const char *model, *mmproj, *hf, *dtype;
+  bool offline;
+  int64_t threads;
+  const char *precision, *kv_type; /* NULL: not given (the environment's, else the default) */
+} model_args;
+
+#define MODEL_ARGS_BINDS(type, f)                                                                                    \
+  QVL_OPT_FIELD(qvl_opt_model, type, f.model), QVL_OPT_FIELD(qvl_opt_mmproj, type, f.mmproj),                        \
+      QVL_OPT_FIELD(qvl_opt_hf, type, f.hf), QVL_OPT_FIELD(qvl_opt_offline, type, f.offline),                        \
+      QVL_OPT_FIELD(qvl_opt_dtype, type, f.dtype), QVL_OPT_FIELD(qvl_opt_threads, type, f.threads)
+#define PRECISION_BIND(type, f) QVL_OPT_FIELD(qvl_opt_precision, type, f.precision)
+#define KV_TYPE_BIND(type, f) QVL_OPT_FIELD(qvl_opt_kv_type, type, f.kv_type)
+
+/* Applies --precision and --kv-type (qvl_set_precision, qvl_set_kv_type) to the models and engines
+ * made afterwards. Returns 0, or 2 after a message naming cmd. */
+int args_apply_process(const char *cmd, const char *precision, const char *kv_type);
+/* Model files: -m, or --hf REPO[:QUANT] (downloaded into the cache, or found there with --offline),
+ * not both. On success a->model (and a->mmproj) name files that live until the process ends.
+ * Returns 0 or an exit code after a message. */
+int args_resolve_model(const char *cmd, model_args *a);
 /* Prints "qvl: <msg>: <qvl_last_error()>" and returns the exit code for a status. */
 int report_error(const char *what, int status);
 

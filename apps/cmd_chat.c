@@ -25,36 +25,65 @@
 #include "answer.h"
 #include "args.h"
 #include "gen_args.h"
+#include "qvl_options.h"
 #include "commands.h"
 #include "qvl.h"
 
 #define CHAT_MAX_IMAGES 16 /* images attached to one message */
 #define CHAT_MAX_LINE (1 << 20)
 
+/* The options of qvl chat. */
+typedef struct chat_opts {
+  model_args m;
+  gen_opts g;
+  const char *system;
+  char **images; /* attached to the first message */
+  int n_images;
+  int64_t ctx, min_px, max_px;
+} chat_opts;
+
+static const qvl_opt o_system = {"system", NULL, QVL_OPT_STR, .meta = "TEXT", .help = "a system message"};
+static const qvl_opt o_image = {"image", NULL, QVL_OPT_LIST, .max = CHAT_MAX_IMAGES, .meta = "FILE",
+                                .help = "an image for the first message (repeatable)"};
+
+static const qvl_opt_bind chat_binds[] = {
+    MODEL_ARGS_BINDS(chat_opts, m),
+    QVL_OPT_FIELD(o_system, chat_opts, system),
+    QVL_OPT_LIST_FIELD(o_image, chat_opts, images, n_images),
+    GEN_OPTS_BINDS(chat_opts, g),
+    QVL_OPT_FIELD(qvl_opt_min_pixels, chat_opts, min_px),
+    QVL_OPT_FIELD(qvl_opt_max_pixels, chat_opts, max_px),
+    QVL_OPT_FIELD_HELP(qvl_opt_ctx, chat_opts, ctx, "context of the conversation (older turns are dropped)"),
+    PRECISION_BIND(chat_opts, m),
+    KV_TYPE_BIND(chat_opts, m),
+};
+
+static const qvl_opt_cmd chat_cmd = {
+    .name = "qvl chat",
+    .usage = "usage: qvl chat -m MODEL.gguf [--mmproj MMPROJ.gguf] [options]\n"
+    "       qvl chat --hf REPO[:QUANT] [--offline] [options]\n"
+    "A conversation in the terminal. Type a message and Enter; commands:\n"
+    "  /image PATH    attach an image to the next message (repeatable)\n"
+    "  /video PATH    attach a video (MP4, MKV, WebM, GIF; 2 frames per second) to the next message\n"
+    "  /reset         start a new conversation\n"
+    "  /save FILE     write the conversation as JSON (OpenAI messages)\n"
+    "  /stats         tokens, time to first token, tok/s, cache hits\n"
+    "  /tokens N      tokens per answer at most from now on (as -n)\n"
+    "  /help, /quit   (Ctrl-C stops an answer; Ctrl-D leaves)\n"
+    "options:\n",
+    .notes = GEN_OPTS_NOTES "An answer gets fewer than --max-tokens when the context is full.\n",
+    .opts = chat_binds,
+    .n_opts = sizeof chat_binds / sizeof chat_binds[0]};
+
+static void chat_opts_init(chat_opts *o) {
+  *o = (chat_opts){.ctx = 8192, .max_px = qvl_default_max_pixels()};
+  gen_opts_init(&o->g);
+}
+
 static void chat_usage(FILE *f) {
-  fprintf(f,
-          "usage: qvl chat -m MODEL.gguf [--mmproj MMPROJ.gguf] [options]\n"
-          "       qvl chat --hf REPO[:QUANT] [--offline] [options]\n"
-          "A conversation in the terminal. Type a message and Enter; commands:\n"
-          "  /image PATH    attach an image to the next message (repeatable)\n"
-          "  /video PATH    attach a video (MP4, MKV, WebM, GIF; 2 frames per second) to the next message\n"
-          "  /reset         start a new conversation\n"
-          "  /save FILE     write the conversation as JSON (OpenAI messages)\n"
-          "  /stats         tokens, time to first token, tok/s, cache hits\n"
-          "  /tokens N      tokens per answer at most from now on (as -n)\n"
-          "  /help, /quit   (Ctrl-C stops an answer; Ctrl-D leaves)\n"
-          "options (as qvl run):\n"
-          "  --system TEXT, --image FILE (for the first message), --dtype T\n"
-          "  -n, --max-tokens N      tokens per answer at most (default 512; fewer when the context is full)\n"
-          "  --temp T, --top-k K, --top-p P, --min-p P, --seed S (not given: the model's recommendation)\n"
-          "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F, --stop TEXT\n"
-          "  --reasoning-budget N    a reasoning model's thinking tokens (-1 unbounded, 0 none)\n"
-          "  --hide-reasoning        do not print the reasoning (shown dimmed on a terminal, else on stderr)\n"
-          "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
-          "  -t, --threads N         worker threads (default: physical cores)\n"
-          "  --ctx N                 context of the conversation (default 8192; older turns are dropped)\n"
-          "  --kv-type f16|f32       KV cache elements (default f16: half the memory; QVL_KV_TYPE)\n",
-          (long long)qvl_default_max_pixels());
+  chat_opts d;
+  chat_opts_init(&d);
+  qvl_opts_usage(&chat_cmd, &d, f);
 }
 
 /* ---- Ctrl-C and the streamed text (the answer itself: answer.h) ------------------------------ */
@@ -298,87 +327,35 @@ static bool handle_line(chat *c, char *line, bool tty) {
 }
 
 int cmd_chat(int argc, char **argv) {
-  const char *model = NULL, *mmproj = NULL, *hf = NULL, *system = NULL, *v;
-  const char *images[CHAT_MAX_IMAGES];
-  int n_images = 0;
-  int64_t ctx = 8192, min_px = 0, max_px = 0;
-  bool offline = false;
-  qvl_model_params mp;
-  qvl_model_params_default(&mp);
-  gen_opts gp;
-  gen_opts_init(&gp);
-  int taken;
-  if (args_take_kv_type(&argc, argv, 2, "qvl chat"))
+  chat_opts o;
+  chat_opts_init(&o);
+  int rc = args_parse(&chat_cmd, argc, argv, &o, NULL, NULL);
+  if (rc >= 0)
+    return rc;
+  if (args_apply_process("qvl chat", o.m.precision, o.m.kv_type))
     return 2;
-  for (int i = 2; i < argc; i++) {
-    if (arg_value(argc, argv, &i, "--model", "-m", &v))
-      model = v;
-    else if (arg_value(argc, argv, &i, "--mmproj", NULL, &v))
-      mmproj = v;
-    else if (arg_value(argc, argv, &i, "--hf", NULL, &v))
-      hf = v;
-    else if (arg_flag(argv, i, "--offline", NULL))
-      offline = true;
-    else if (arg_value(argc, argv, &i, "--dtype", NULL, &v)) {
-      if (!qvl_dtype_valid(v)) {
-        fprintf(stderr, "qvl chat: --dtype '%s': expected f32, bf16, f16, q8_0, q4_0 or q4_k\n", v);
-        return 2;
-      }
-      mp.dtype = v;
-    } else if (arg_value(argc, argv, &i, "--system", NULL, &v))
-      system = v;
-    else if (arg_value(argc, argv, &i, "--image", NULL, &v)) {
-      if (n_images == CHAT_MAX_IMAGES) {
-        fprintf(stderr, "qvl chat: at most %d images\n", CHAT_MAX_IMAGES);
-        return 2;
-      }
-      images[n_images++] = v;
-    } else if ((taken = gen_args_take(argc, argv, &i, &gp, "qvl chat")) != 0) {
-      if (taken == 2)
-        return 2;
-    } else if (arg_value(argc, argv, &i, "--min-pixels", NULL, &v))
-      min_px = arg_int("--min-pixels", v, 1, INT64_MAX);
-    else if (arg_value(argc, argv, &i, "--max-pixels", NULL, &v))
-      max_px = arg_int("--max-pixels", v, 1, INT64_MAX);
-    else if (arg_value(argc, argv, &i, "--threads", "-t", &v))
-      mp.threads = (int)arg_int("--threads", v, 1, 1024);
-    else if (arg_value(argc, argv, &i, "--ctx", NULL, &v))
-      ctx = arg_int("--ctx", v, 64, 262144);
-    else if (arg_flag(argv, i, "--help", "-h")) {
-      chat_usage(stdout);
-      return 0;
-    } else {
-      fprintf(stderr, "qvl chat: unknown option '%s'\n", argv[i]);
-      chat_usage(stderr);
-      return 2;
-    }
-  }
-  if (hf && model) {
-    fprintf(stderr, "qvl chat: give either -m MODEL.gguf or --hf REPO[:QUANT], not both\n");
-    return 2;
-  }
-  if (hf) {
-    int rc = resolve_hf(hf, offline, &model, &mmproj);
-    if (rc)
-      return rc;
-  }
-  if (!model) {
-    fprintf(stderr, "qvl chat: -m MODEL.gguf is required\n");
-    chat_usage(stderr);
-    return 2;
-  }
-  if (min_px > (max_px ? max_px : qvl_default_max_pixels())) {
+  if ((rc = args_resolve_model("qvl chat", &o.m)) != 0)
+    return rc;
+  if (!o.m.model)
+    return args_usage_error(&chat_cmd, &o, "-m MODEL.gguf is required");
+  if (o.min_px > o.max_px) {
     fprintf(stderr, "qvl chat: --min-pixels is larger than --max-pixels\n");
     return 2;
   }
-  if (gp.max_tokens >= ctx) {
-    fprintf(stderr, "qvl chat: --max-tokens %lld leaves no room for a prompt in --ctx %lld\n", (long long)gp.max_tokens,
-            (long long)ctx);
+  if (o.g.max_tokens >= o.ctx) {
+    fprintf(stderr, "qvl chat: --max-tokens %lld leaves no room for a prompt in --ctx %lld\n", (long long)o.g.max_tokens,
+            (long long)o.ctx);
     return 2;
   }
+  qvl_model_params mp;
+  qvl_model_params_default(&mp);
+  mp.dtype = o.m.dtype;
+  mp.threads = (int)o.m.threads;
+  const char *model = o.m.model, *system = o.system;
+  int64_t ctx = o.ctx;
   qvl_model *m = NULL;
   qvl_engine *e = NULL;
-  int rc = answer_engine_open(model, mmproj, &mp, ctx, true, &m, &e);
+  rc = answer_engine_open(model, o.m.mmproj, &mp, ctx, true, &m, &e);
   if (rc)
     return rc;
   chat c;
@@ -386,14 +363,14 @@ int cmd_chat(int argc, char **argv) {
   c.e = e;
   c.m = m;
   c.system = system;
-  c.gen = gp;
+  c.gen = o.g;
   c.ctx = ctx;
-  c.min_px = min_px;
-  c.max_px = max_px;
+  c.min_px = o.min_px;
+  c.max_px = o.max_px;
   c.has_vision = qvl_model_has_vision(m);
   chat_reset(&c);
-  for (int i = 0; i < n_images; i++)
-    if (!add_image(&c, images[i], true))
+  for (int i = 0; i < o.n_images; i++)
+    if (!add_image(&c, o.images[i], true))
       rc = 2;
 
   /* Ctrl-C: stop the current answer, never the program (no SA_RESTART: a blocked read returns) */

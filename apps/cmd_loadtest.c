@@ -32,24 +32,6 @@ static const char *const questions[] = {"描述这张图片", "图片中有文�
                                         "用一句话总结这张图片"};
 #define N_QUESTIONS (int)(sizeof questions / sizeof questions[0])
 
-static void loadtest_usage(FILE *f) {
-  fprintf(f,
-          "usage: qvl loadtest URL --image FILE [options]\n"
-          "Sends the same image questions to a running qvl serve (URL: http://host:port) at each concurrency\n"
-          "level and prints total time, average per request, speedup against concurrency 1, TTFT and end-to-end\n"
-          "p50/p95, generated tok/s, the server's peak RSS (from /metrics) and the success rate.\n"
-          "  --image FILE        the picture asked about (png, jpeg, webp)\n"
-          "  --levels LIST       concurrency levels (default 1,2,4,8)\n"
-          "  --requests N        requests per level (default 8: the 8 questions)\n"
-          "  -n, --max-tokens N  tokens per answer (default 64)\n"
-          "  --temp T            temperature (default 0)\n"
-          "  --api-key KEY       sent as Authorization: Bearer KEY\n"
-          "  --timeout S         per request (default 600)\n"
-          "  --no-warmup         skip the one request sent before the first level\n"
-          "  --svg FILE          draw throughput and latency against concurrency\n"
-          "  --json FILE         write the results as JSON\n");
-}
-
 /* ---- one streamed request ------------------------------------------------------------------- */
 
 /* Seconds on a monotonic clock. */
@@ -520,48 +502,62 @@ static int read_image_url(const char *path, char **url) {
   return 0;
 }
 
+typedef struct loadtest_opts {
+  const char *image, *svg, *json, *levels, *api_key;
+  int64_t requests, max_tokens, timeout_s;
+  double temp;
+  bool no_warmup;
+} loadtest_opts;
+
+static const qvl_opt o_image = {"image", NULL, QVL_OPT_STR, .meta = "FILE", .help = "the picture asked about (png, jpeg, webp)"};
+static const qvl_opt o_levels = {"levels", NULL, QVL_OPT_STR, .meta = "LIST", .help = "concurrency levels"};
+static const qvl_opt o_requests = {"requests", NULL, QVL_OPT_INT, .min = 1, .max = LT_MAX_REQUESTS,
+                                   .help = "requests per level (default: the 8 questions)"};
+static const qvl_opt o_api_key = {"api_key", NULL, QVL_OPT_STR, .meta = "KEY", .help = "sent as Authorization: Bearer KEY"};
+static const qvl_opt o_timeout = {"timeout", NULL, QVL_OPT_INT, .min = 1, .max = 86400, .meta = "S", .help = "per request, seconds"};
+static const qvl_opt o_no_warmup = {"no_warmup", NULL, QVL_OPT_BOOL,
+                                    .help = "skip the one request sent before the first level"};
+static const qvl_opt o_svg = {"svg", NULL, QVL_OPT_STR, .meta = "FILE", .help = "draw throughput and latency against concurrency"};
+/* a file here, where run and bench take a switch */
+static const qvl_opt o_json = {"json", NULL, QVL_OPT_STR, .meta = "FILE", .help = "write the results as JSON"};
+
+static const qvl_opt_bind loadtest_binds[] = {
+    QVL_OPT_FIELD(o_image, loadtest_opts, image),
+    QVL_OPT_FIELD(o_levels, loadtest_opts, levels),
+    QVL_OPT_FIELD(o_requests, loadtest_opts, requests),
+    QVL_OPT_FIELD_HELP(qvl_opt_max_tokens, loadtest_opts, max_tokens, "tokens per answer"),
+    QVL_OPT_FIELD(qvl_opt_temp, loadtest_opts, temp),
+    QVL_OPT_FIELD(o_api_key, loadtest_opts, api_key),
+    QVL_OPT_FIELD(o_timeout, loadtest_opts, timeout_s),
+    QVL_OPT_FIELD(o_no_warmup, loadtest_opts, no_warmup),
+    QVL_OPT_FIELD(o_svg, loadtest_opts, svg),
+    QVL_OPT_FIELD(o_json, loadtest_opts, json),
+};
+
+static const qvl_opt_cmd loadtest_cmd = {
+    .name = "qvl loadtest",
+    .usage = "usage: qvl loadtest URL --image FILE [options]\n"
+    "Sends the same image questions to a running qvl serve (URL: http://host:port) at each concurrency\n"
+    "level and prints total time, average per request, speedup against concurrency 1, TTFT and end-to-end\n"
+    "p50/p95, generated tok/s, the server's peak RSS (from /metrics) and the success rate.\n",
+    .notes = NULL,
+    .opts = loadtest_binds,
+    .n_opts = sizeof loadtest_binds / sizeof loadtest_binds[0],
+    .max_args = 1};
+
 int cmd_loadtest(int argc, char **argv) {
-  const char *url = NULL, *image = NULL, *svg = NULL, *json = NULL, *levels_s = "1,2,4,8", *v;
-  config c = {.max_tokens = 64, .temperature = 0, .timeout_s = 600};
-  int n_req = N_QUESTIONS;
-  bool warmup = true;
-  for (int i = 2; i < argc; i++) {
-    if (arg_value(argc, argv, &i, "--image", NULL, &v))
-      image = v;
-    else if (arg_value(argc, argv, &i, "--levels", NULL, &v))
-      levels_s = v;
-    else if (arg_value(argc, argv, &i, "--requests", NULL, &v))
-      n_req = (int)arg_int("--requests", v, 1, LT_MAX_REQUESTS);
-    else if (arg_value(argc, argv, &i, "--max-tokens", "-n", &v))
-      c.max_tokens = arg_int("--max-tokens", v, 1, 1 << 20);
-    else if (arg_value(argc, argv, &i, "--temp", NULL, &v))
-      c.temperature = arg_double("--temp", v, 0, 2);
-    else if (arg_value(argc, argv, &i, "--api-key", NULL, &v))
-      c.api_key = v;
-    else if (arg_value(argc, argv, &i, "--timeout", NULL, &v))
-      c.timeout_s = (long)arg_int("--timeout", v, 1, 86400);
-    else if (arg_value(argc, argv, &i, "--svg", NULL, &v))
-      svg = v;
-    else if (arg_value(argc, argv, &i, "--json", NULL, &v))
-      json = v;
-    else if (arg_flag(argv, i, "--no-warmup", NULL))
-      warmup = false;
-    else if (arg_flag(argv, i, "--help", "-h")) {
-      loadtest_usage(stdout);
-      return 0;
-    } else if (argv[i][0] != '-' && !url) {
-      url = argv[i];
-    } else {
-      fprintf(stderr, "qvl loadtest: unknown option '%s'\n", argv[i]);
-      loadtest_usage(stderr);
-      return 2;
-    }
-  }
-  if (!url || !image) {
-    fprintf(stderr, "qvl loadtest: %s is required\n", !url ? "the server URL" : "--image FILE");
-    loadtest_usage(stderr);
-    return 2;
-  }
+  loadtest_opts o = {.levels = "1,2,4,8", .requests = N_QUESTIONS, .max_tokens = 64, .timeout_s = 600};
+  const char *url = NULL;
+  int n_args = 0;
+  int rc = args_parse(&loadtest_cmd, argc, argv, &o, &url, &n_args);
+  if (rc >= 0)
+    return rc;
+  if (!url || !o.image)
+    return args_usage_error(&loadtest_cmd, &o, !url ? "the server URL is required" : "--image FILE is required");
+  const char *image = o.image, *svg = o.svg, *json = o.json, *levels_s = o.levels;
+  config c = {.max_tokens = o.max_tokens, .temperature = o.temp, .timeout_s = (long)o.timeout_s, .api_key = o.api_key};
+  int n_req = (int)o.requests;
+  bool warmup = !o.no_warmup;
   if (strncmp(url, "http://", 7) && strncmp(url, "https://", 8)) {
     fprintf(stderr, "qvl loadtest: URL '%s' must start with http:// or https://\n", url);
     return 2;
@@ -585,7 +581,7 @@ int cmd_loadtest(int argc, char **argv) {
     base[--bl] = '\0';
   c.url = base;
   char *du = NULL;
-  int rc = read_image_url(image, &du);
+  rc = read_image_url(image, &du);
   if (rc)
     return rc;
   c.image_url = du;

@@ -9,56 +9,50 @@
 #include "commands.h"
 #include "qvl_tools.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: qvl make-random --tokenizer-from GGUF [--text-type T --out-text FILE] "
-          "[--mmproj-type T --out-mmproj FILE] [--tiny] [--seed N] [--chat-template FILE]\n"
-          "  Text types: f16 bf16 q8_0 q4_0 q4_k; mmproj types: f16 q8_0.\n"
-          "  --tokenizer-from: a GGUF whose tokenizer.* keys are copied (the real Qwen3 tokenizer is in\n"
-          "                    tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf)\n"
-          "  --tiny: 2 layers of 256 instead of the 2B shapes (for tests)\n"
-          "  --chat-template FILE: the text model's tokenizer.chat_template (e.g. the Qwen3-VL Thinking\n"
-          "                    template: a reasoning model)\n");
-}
+typedef struct random_opts {
+  const char *tokenizer_from, *out_text, *out_mmproj, *text_type, *mmproj_type, *chat_template;
+  int64_t seed;
+  bool tiny;
+} random_opts;
+
+static const qvl_opt o_tokenizer_from = {
+    "tokenizer_from", NULL, QVL_OPT_STR, .meta = "GGUF",
+    .help = "a GGUF whose tokenizer.* keys are copied (the real Qwen3 tokenizer is in "
+            "tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf)"};
+static const qvl_opt o_text_type = {"text_type", NULL, QVL_OPT_STR, .meta = "T",
+                                    .help = "text matrices: f32 f16 bf16 q8_0 q4_0 q4_k (checked by qvl_make_random)"};
+static const qvl_opt o_mmproj_type = {"mmproj_type", NULL, QVL_OPT_STR, .meta = "T",
+                                      .help = "vision matrices: f32 f16 q8_0"};
+static const qvl_opt o_tiny = {"tiny", NULL, QVL_OPT_BOOL, .help = "2 layers of 256 instead of the 2B shapes (for tests)"};
+static const qvl_opt o_chat_template = {
+    "chat_template", NULL, QVL_OPT_STR, .meta = "FILE",
+    .help = "the text model's tokenizer.chat_template (e.g. the Qwen3-VL Thinking template: a reasoning model)"};
+
+static const qvl_opt_bind random_binds[] = {
+    QVL_OPT_FIELD(o_tokenizer_from, random_opts, tokenizer_from), QVL_OPT_FIELD(o_text_type, random_opts, text_type),
+    QVL_OPT_FIELD(qvl_opt_out_text, random_opts, out_text),             QVL_OPT_FIELD(o_mmproj_type, random_opts, mmproj_type),
+    QVL_OPT_FIELD(qvl_opt_out_mmproj, random_opts, out_mmproj),         QVL_OPT_FIELD(o_tiny, random_opts, tiny),
+    QVL_OPT_FIELD(qvl_opt_seed, random_opts, seed),               QVL_OPT_FIELD(o_chat_template, random_opts, chat_template),
+};
+
+static const qvl_opt_cmd random_cmd = {
+    .name = "qvl make-random",
+    .usage = "usage: qvl make-random --tokenizer-from GGUF [--text-type T --out-text FILE] [--mmproj-type T --out-mmproj FILE]\n"
+    "                       [--tiny] [--seed N] [--chat-template FILE]\n",
+    .notes = NULL,
+    .opts = random_binds,
+    .n_opts = sizeof random_binds / sizeof random_binds[0]};
 
 int cmd_make_random(int argc, char **argv) {
-  const char *tok_path = NULL, *out_text = NULL, *out_mmproj = NULL, *v;
-  const char *text_type = "q8_0", *mmproj_type = "f16", *chat_template = NULL;
-  bool tiny = false;
-  uint64_t seed = 42;
-  for (int i = 2; i < argc; i++) {
-    if (arg_value(argc, argv, &i, "--tokenizer-from", NULL, &v))
-      tok_path = v;
-    else if (arg_value(argc, argv, &i, "--out-text", NULL, &v))
-      out_text = v;
-    else if (arg_value(argc, argv, &i, "--out-mmproj", NULL, &v))
-      out_mmproj = v;
-    else if (arg_value(argc, argv, &i, "--text-type", NULL, &v))
-      text_type = v;
-    else if (arg_value(argc, argv, &i, "--mmproj-type", NULL, &v))
-      mmproj_type = v;
-    else if (arg_value(argc, argv, &i, "--chat-template", NULL, &v))
-      chat_template = v;
-    else if (arg_value(argc, argv, &i, "--seed", NULL, &v))
-      seed = (uint64_t)arg_int("--seed", v, 0, INT64_MAX);
-    else if (arg_flag(argv, i, "--tiny", NULL))
-      tiny = true;
-    else if (arg_flag(argv, i, "--help", "-h")) {
-      usage(stdout);
-      return 0;
-    } else {
-      fprintf(stderr, "qvl make-random: unknown option '%s'\n", argv[i]);
-      usage(stderr);
-      return 2;
-    }
-  }
-  if (!out_text && !out_mmproj) {
-    usage(stderr);
-    return 2;
-  }
-  qvl_random_opts o = {.tokenizer_from = tok_path, .out_text = out_text, .out_mmproj = out_mmproj,
-                       .text_type = text_type, .mmproj_type = mmproj_type, .seed = seed, .tiny = tiny,
-                       .chat_template = chat_template};
+  random_opts a = {.text_type = "q8_0", .mmproj_type = "f16", .seed = 42};
+  int rc = args_parse(&random_cmd, argc, argv, &a, NULL, NULL);
+  if (rc >= 0)
+    return rc;
+  if (!a.out_text && !a.out_mmproj)
+    return args_usage_error(&random_cmd, &a, "give --out-text and/or --out-mmproj");
+  qvl_random_opts o = {.tokenizer_from = a.tokenizer_from, .out_text = a.out_text, .out_mmproj = a.out_mmproj,
+                       .text_type = a.text_type, .mmproj_type = a.mmproj_type, .seed = (uint64_t)a.seed,
+                       .tiny = a.tiny, .chat_template = a.chat_template};
   qvl_status s = qvl_make_random(&o);
   if (s == QVL_ERR_INVALID_ARG) {
     fprintf(stderr, "qvl make-random: %s\n", qvl_last_error());

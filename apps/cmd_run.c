@@ -14,40 +14,6 @@
 
 #define MAX_IMAGES 16
 
-static void run_usage(FILE *f) {
-  fprintf(f,
-          "usage: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image FILE]... [--video FILE]... -p PROMPT [options]\n"
-          "       qvl run -m HF_DIR ...   (a Hugging Face model directory: config.json, safetensors, ...)\n"
-          "       qvl run --hf REPO[:QUANT] [--offline] ... (download into the cache on first use)\n"
-          "  --dtype T               re-encode the weight matrices at load: f32 bf16 f16 q8_0 q4_0 q4_k\n"
-          "  -p, --prompt TEXT       the user message ('-' reads it from standard input)\n"
-          "  --system TEXT           a system message\n"
-          "  --raw                   use the prompt as is, without the chat template (no images)\n"
-          "  -n, --max-tokens N      tokens to generate (default 512)\n"
-          "  --temp T                temperature (0 = greedy)\n"
-          "  --top-k K, --top-p P, --min-p P, --seed S\n"
-          "                          sampling options not given take the model's recommendation\n"
-          "                          (generation_config.json, GGUF general.sampling.*, else Qwen3-VL's\n"
-          "                          temperature 0.7, top-p 0.8, top-k 20)\n"
-          "  --repeat-penalty R, --presence-penalty P, --frequency-penalty F\n"
-          "  --stop TEXT             stop string (repeatable)\n"
-          "  --reasoning-budget N    a reasoning model's thinking tokens (-1 unbounded, 0 none)\n"
-          "  --hide-reasoning        do not print the reasoning (shown dimmed on a terminal, else on stderr)\n"
-          "  --min-pixels N, --max-pixels N   image size bounds (default max %lld)\n"
-          "  --video FILE            a clip (MP4/MOV, MKV/WebM, animated GIF), sent with the images in order\n"
-          "  --video-fps F           frames sampled per second of video (default 2)\n"
-          "  --video-frames N        sample exactly N frames instead\n"
-          "  --video-min-pixels N, --video-max-pixels N   pixels of all sampled frames together\n"
-          "                          (default 131072 .. 786432)\n"
-          "  -t, --threads N         worker threads (default: physical cores)\n"
-          "  --precision exact|fast  vision tower arithmetic (default fast: bf16 dot products on\n"
-          "                          F16/BF16 mmproj weights; exact: fp32 as transformers)\n"
-          "  --ctx N                 context size (default: prompt + max tokens)\n"
-          "  --kv-type f16|f32       KV cache elements (default f16: half the memory; QVL_KV_TYPE)\n"
-          "  --json                  print a JSON object with text, ids and timings\n",
-          (long long)qvl_default_max_pixels());
-}
-
 /* Standard input as one NUL-terminated string (NULL when out of memory). */
 static char *read_stdin(void) {
   size_t len = 0, cap = 4096;
@@ -110,42 +76,94 @@ static void print_json(const answer *a) {
   cJSON_Delete(o);
 }
 
-/* The request of the command line: a raw prompt, or a system message and one user message with
- * the images before the text. */
-typedef struct video_opts {
-  double fps;
-  int frames;
-  int64_t min_pixels, max_pixels;
-} video_opts;
+/* The options of qvl run. */
+typedef struct run_opts {
+  model_args m;
+  gen_opts g;
+  const char *prompt, *system;
+  bool raw, json;
+  int64_t ctx;                         /* 0: no cap (the request reserves its prompt + max_tokens) */
+  int64_t min_px, max_px;              /* min 0: the default */
+  double video_fps;                    /* 0: the default (2) */
+  int64_t video_frames, video_min_px, video_max_px;
+  const char *media[MAX_IMAGES];       /* --image and --video in the order given */
+  bool is_video[MAX_IMAGES];
+  int n_media;
+} run_opts;
 
-static video_opts g_video; /* --video-fps, --video-frames, --video-max-pixels */
-static bool g_is_video[MAX_IMAGES];
+static qvl_status add_media(void *dst, const qvl_opt_bind *b, const char *path, const char *where) {
+  run_opts *o = dst;
+  if (o->n_media == MAX_IMAGES)
+    return qvl_opts_fail("%s: at most %d images and videos", where, MAX_IMAGES);
+  o->is_video[o->n_media] = !strcmp(b->opt->key, "video");
+  o->media[o->n_media++] = path;
+  return QVL_OK;
+}
 
-static qvl_status build_request(qvl_request *rq, const qvl_model *m, bool raw, const char *system, const char *prompt,
-                                const char **images, int n_images, const gen_opts *g, int64_t min_px, int64_t max_px) {
-  qvl_status s = gen_opts_apply(g, m, rq);
-  qvl_request_set_pixels(rq, min_px, max_px);
+static const qvl_opt o_prompt = {"prompt", "-p", QVL_OPT_STR, .meta = "TEXT",
+                                 .help = "the user message ('-' reads it from standard input)"};
+static const qvl_opt o_system = {"system", NULL, QVL_OPT_STR, .meta = "TEXT", .help = "a system message"};
+static const qvl_opt o_raw = {"raw", NULL, QVL_OPT_BOOL,
+                              .help = "use the prompt as is, without the chat template (no images)"};
+static const qvl_opt o_image = {"image", NULL, QVL_OPT_CALL, .meta = "FILE", .help = "an image (repeatable)"};
+static const qvl_opt o_video = {"video", NULL, QVL_OPT_CALL, .meta = "FILE",
+                                .help = "a clip (MP4/MOV, MKV/WebM, animated GIF), sent with the images in order"};
+
+static const qvl_opt_bind run_binds[] = {
+    MODEL_ARGS_BINDS(run_opts, m),
+    QVL_OPT_FIELD(o_prompt, run_opts, prompt),
+    QVL_OPT_FIELD(o_system, run_opts, system),
+    QVL_OPT_FIELD(o_raw, run_opts, raw),
+    QVL_OPT_CALL_FN(o_image, add_media),
+    QVL_OPT_CALL_FN(o_video, add_media),
+    GEN_OPTS_BINDS(run_opts, g),
+    QVL_OPT_FIELD(qvl_opt_min_pixels, run_opts, min_px),
+    QVL_OPT_FIELD(qvl_opt_max_pixels, run_opts, max_px),
+    QVL_OPT_FIELD(qvl_opt_video_fps, run_opts, video_fps),
+    QVL_OPT_FIELD(qvl_opt_video_frames, run_opts, video_frames),
+    QVL_OPT_FIELD(qvl_opt_video_min_pixels, run_opts, video_min_px),
+    QVL_OPT_FIELD(qvl_opt_video_max_pixels, run_opts, video_max_px),
+    QVL_OPT_FIELD_HELP(qvl_opt_ctx, run_opts, ctx, "tokens per sequence, prompt + output (default: prompt + max tokens)"),
+    PRECISION_BIND(run_opts, m),
+    KV_TYPE_BIND(run_opts, m),
+    QVL_OPT_FIELD_HELP(qvl_opt_json, run_opts, json, "print a JSON object with text, ids and timings"),
+};
+
+static const qvl_opt_cmd run_cmd = {
+    .name = "qvl run",
+    .usage = "usage: qvl run -m MODEL.gguf [--mmproj MMPROJ.gguf] [--image FILE]... [--video FILE]... -p PROMPT [options]\n"
+    "       qvl run -m HF_DIR ...   (a Hugging Face model directory: config.json, safetensors, ...)\n"
+    "       qvl run --hf REPO[:QUANT] [--offline] ... (download into the cache on first use)\n",
+    .notes = GEN_OPTS_NOTES "Videos are sampled at 2 frames per second, 131072..786432 pixels of all frames together.\n",
+    .opts = run_binds,
+    .n_opts = sizeof run_binds / sizeof run_binds[0]};
+
+static qvl_status build_request(qvl_request *rq, const qvl_model *m, const run_opts *o, const char *prompt) {
+  qvl_status s = gen_opts_apply(&o->g, m, rq);
+  qvl_request_set_pixels(rq, o->min_px, o->max_px);
   if (s == QVL_OK)
-    s = qvl_request_set_video_sampling(rq, g_video.fps, g_video.frames, 0);
-  qvl_request_set_video_pixels(rq, g_video.min_pixels, g_video.max_pixels);
-  if (s == QVL_OK && raw)
+    s = qvl_request_set_video_sampling(rq, o->video_fps, (int)o->video_frames, 0);
+  qvl_request_set_video_pixels(rq, o->video_min_px, o->video_max_px);
+  if (s == QVL_OK && o->raw)
     return qvl_request_set_raw_prompt(rq, prompt, strlen(prompt));
   qvl_request_allow_files(rq, true);
-  if (s == QVL_OK && system)
-    s = qvl_request_add_message(rq, "system", system);
-  for (int i = 0; s == QVL_OK && i < n_images; i++)
-    s = g_is_video[i] ? qvl_request_add_video_file(rq, images[i]) : qvl_request_add_image_file(rq, images[i]);
+  if (s == QVL_OK && o->system)
+    s = qvl_request_add_message(rq, "system", o->system);
+  for (int i = 0; s == QVL_OK && i < o->n_media; i++)
+    s = o->is_video[i] ? qvl_request_add_video_file(rq, o->media[i]) : qvl_request_add_image_file(rq, o->media[i]);
   return s == QVL_OK ? qvl_request_add_message(rq, "user", prompt) : s;
 }
 
 /* Loads the model, runs the one request on an engine of one and waits for it. */
-static int run_once(const char *model, const char *mmproj, const qvl_model_params *mp, int64_t ctx, bool raw,
-                    const char *system, const char *prompt, const char **images, int n_images, const gen_opts *g,
-                    int64_t min_px, int64_t max_px, bool json) {
+static int run_once(const run_opts *o, const char *prompt) {
   qvl_model *m = NULL;
   qvl_engine *e = NULL;
+  qvl_model_params mp;
+  qvl_model_params_default(&mp);
+  mp.dtype = o->m.dtype;
+  mp.threads = (int)o->m.threads;
   /* --ctx, else no cap: the request reserves the KV of its prompt + max_tokens, as it always did */
-  int rc = answer_engine_open(model, mmproj, mp, ctx > 0 ? ctx : INT32_MAX, false, &m, &e);
+  int rc = answer_engine_open(o->m.model, o->m.mmproj, &mp, o->ctx > 0 ? o->ctx : INT32_MAX, false, &m, &e);
   if (rc)
     return rc;
   answer a;
@@ -153,12 +171,12 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
   qvl_request *rq = NULL;
   qvl_status s = qvl_request_new(&rq);
   if (s == QVL_OK)
-    s = build_request(rq, m, raw, system, prompt, images, n_images, g, min_px, max_px);
+    s = build_request(rq, m, o, prompt);
   if (s == QVL_OK) {
-    qvl_request_set_callbacks(rq, json ? NULL : gen_show_text, answer_on_done, &a);
-    if (!json)
+    qvl_request_set_callbacks(rq, o->json ? NULL : gen_show_text, answer_on_done, &a);
+    if (!o->json)
       qvl_request_set_reasoning_callback(rq, gen_show_reasoning);
-    gen_show_begin(g);
+    gen_show_begin(&o->g);
     s = qvl_engine_submit(e, rq, NULL);
   }
   qvl_request_free(rq);
@@ -166,9 +184,9 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
     rc = report_error("building the prompt", s);
   } else {
     answer_wait(&a, e, 0, NULL);
-    if (!json)
+    if (!o->json)
       gen_show_end();
-    if (json)
+    if (o->json)
       print_json(&a);
     else if (a.status == QVL_OK)
       printf("\n");
@@ -185,118 +203,38 @@ static int run_once(const char *model, const char *mmproj, const qvl_model_param
 }
 
 int cmd_run(int argc, char **argv) {
-  if (args_take_kv_type(&argc, argv, 2, "qvl run"))
+  run_opts o = {.max_px = qvl_default_max_pixels()};
+  gen_opts_init(&o.g);
+  int rc = args_parse(&run_cmd, argc, argv, &o, NULL, NULL);
+  if (rc >= 0)
+    return rc;
+  if (args_apply_process("qvl run", o.m.precision, o.m.kv_type))
     return 2;
-  if (args_take_precision(&argc, argv, 2, "qvl run"))
-    return 2;
-  const char *model = NULL, *mmproj = NULL, *prompt = NULL, *system = NULL, *v;
-  const char *images[MAX_IMAGES];
-  int n_images = 0;
-  bool raw = false, json = false, offline = false;
-  const char *hf = NULL;
-  qvl_model_params mp;
-  qvl_model_params_default(&mp);
-  gen_opts g;
-  gen_opts_init(&g);
-  int64_t min_px = 0, max_px = 0, ctx = 0;
-  int taken;
-  for (int i = 2; i < argc; i++) {
-    if (arg_value(argc, argv, &i, "--model", "-m", &v))
-      model = v;
-    else if (arg_value(argc, argv, &i, "--mmproj", NULL, &v))
-      mmproj = v;
-    else if (arg_value(argc, argv, &i, "--hf", NULL, &v))
-      hf = v;
-    else if (arg_value(argc, argv, &i, "--dtype", NULL, &v)) {
-      if (!qvl_dtype_valid(v)) {
-        fprintf(stderr, "qvl run: --dtype '%s': expected f32, bf16, f16, q8_0, q4_0 or q4_k\n", v);
-        return 2;
-      }
-      mp.dtype = v;
-    } else if (arg_flag(argv, i, "--offline", NULL))
-      offline = true;
-    else if (arg_value(argc, argv, &i, "--image", NULL, &v) || arg_value(argc, argv, &i, "--video", NULL, &v)) {
-      if (n_images == MAX_IMAGES) {
-        fprintf(stderr, "qvl run: at most %d images and videos\n", MAX_IMAGES);
-        return 2;
-      }
-      /* "--video F" or "--video=F" */
-      g_is_video[n_images] = (v == argv[i] && !strcmp(argv[i - 1], "--video")) || !strncmp(argv[i], "--video=", 8);
-      images[n_images++] = v;
-    } else if (arg_value(argc, argv, &i, "--video-fps", NULL, &v)) {
-      char *end;
-      g_video.fps = strtod(v, &end);
-      if (*end || !(g_video.fps > 0 && g_video.fps <= 1000)) {
-        fprintf(stderr, "qvl run: --video-fps '%s': expected a number of frames per second in (0, 1000]\n", v);
-        return 2;
-      }
-    } else if (arg_value(argc, argv, &i, "--video-frames", NULL, &v))
-      g_video.frames = (int)arg_int("--video-frames", v, 2, 768);
-    else if (arg_value(argc, argv, &i, "--video-max-pixels", NULL, &v))
-      g_video.max_pixels = arg_int("--video-max-pixels", v, 1, INT64_MAX);
-    else if (arg_value(argc, argv, &i, "--video-min-pixels", NULL, &v))
-      g_video.min_pixels = arg_int("--video-min-pixels", v, 1, INT64_MAX); else if (arg_value(argc, argv, &i, "--prompt", "-p", &v))
-      prompt = v;
-    else if (arg_value(argc, argv, &i, "--system", NULL, &v))
-      system = v;
-    else if ((taken = gen_args_take(argc, argv, &i, &g, "qvl run")) != 0) {
-      if (taken == 2)
-        return 2;
-    } else if (arg_value(argc, argv, &i, "--min-pixels", NULL, &v))
-      min_px = arg_int("--min-pixels", v, 1, INT64_MAX);
-    else if (arg_value(argc, argv, &i, "--max-pixels", NULL, &v))
-      max_px = arg_int("--max-pixels", v, 1, INT64_MAX);
-    else if (arg_value(argc, argv, &i, "--threads", "-t", &v))
-      mp.threads = (int)arg_int("--threads", v, 1, 1024);
-    else if (arg_value(argc, argv, &i, "--ctx", NULL, &v))
-      ctx = arg_int("--ctx", v, 1, 1 << 24);
-    else if (arg_flag(argv, i, "--raw", NULL))
-      raw = true;
-    else if (arg_flag(argv, i, "--json", NULL))
-      json = true;
-    else if (arg_flag(argv, i, "--help", "-h")) {
-      run_usage(stdout);
-      return 0;
-    } else {
-      fprintf(stderr, "qvl run: unknown option '%s'\n", argv[i]);
-      run_usage(stderr);
-      return 2;
-    }
-  }
-  if (hf && model) {
-    fprintf(stderr, "qvl run: give either -m MODEL.gguf or --hf REPO[:QUANT], not both\n");
-    return 2;
-  }
-  if (hf && prompt) {
-    int rc = resolve_hf(hf, offline, &model, &mmproj);
-    if (rc)
-      return rc;
-  }
-  if (!model || !prompt) {
-    fprintf(stderr, "qvl run: %s is required\n", !model ? "-m MODEL.gguf" : "-p PROMPT");
-    run_usage(stderr);
-    return 2;
-  }
-  if (raw && (n_images || system)) {
+  if (o.prompt && (rc = args_resolve_model("qvl run", &o.m)) != 0)
+    return rc;
+  if (!o.m.model || !o.prompt)
+    return args_usage_error(&run_cmd, &o, !o.m.model ? "-m MODEL.gguf is required" : "-p PROMPT is required");
+  if (o.raw && (o.n_media || o.system)) {
     fprintf(stderr, "qvl run: --raw takes the prompt as is; it cannot be combined with --image, --video or --system\n");
     return 2;
   }
-  if (min_px > (max_px ? max_px : qvl_default_max_pixels())) {
+  if (o.min_px > o.max_px) {
     fprintf(stderr, "qvl run: --min-pixels is larger than --max-pixels\n");
     return 2;
   }
-  if (g_video.fps > 0 && g_video.frames > 0) {
+  if (o.video_fps > 0 && o.video_frames > 0) {
     fprintf(stderr, "qvl run: --video-fps and --video-frames exclude each other\n");
     return 2;
   }
-  if (n_images && !mmproj && !qvl_path_is_hf_dir(model)) {
+  if (o.n_media && !o.m.mmproj && !qvl_path_is_hf_dir(o.m.model)) {
     fprintf(stderr, "qvl run: --image and --video need the vision projector: --mmproj MMPROJ.gguf\n");
     return 2;
   }
+  const char *prompt = o.prompt;
   char *stdin_prompt = NULL;
   if (!strcmp(prompt, "-") && !(prompt = stdin_prompt = read_stdin()))
     return report_error("reading standard input", QVL_ERR_NOMEM);
-  int rc = run_once(model, mmproj, &mp, ctx, raw, system, prompt, images, n_images, &g, min_px, max_px, json);
+  rc = run_once(&o, prompt);
   free(stdin_prompt);
   return rc;
 }

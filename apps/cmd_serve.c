@@ -1,11 +1,6 @@
 /* qvl serve — the OpenAI-compatible HTTP service: qvl_serve (qvl_tools.h) parses its own
- * settings (flags > environment > YAML file), so only --precision is taken here. */
-#include "args.h"
+ * settings (flags > environment > YAML file) with the shared option table (qvl_options.h). */
 #include "commands.h"
 #include "qvl_tools.h"
 
-int cmd_serve(int argc, char **argv) {
-  if (args_take_precision(&argc, argv, 2, "qvl serve"))
-    return 2;
-  return qvl_serve(argc, argv, 2);
-}
+int cmd_serve(int argc, char **argv) { return qvl_serve(argc, argv, 2); }

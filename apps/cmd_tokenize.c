@@ -7,27 +7,30 @@
 #include "commands.h"
 #include "qvl.h"
 
+typedef struct tokenize_opts {
+  const char *model;
+} tokenize_opts;
+
+static const qvl_opt_bind tokenize_binds[] = {QVL_OPT_FIELD(qvl_opt_model, tokenize_opts, model)};
+
+static const qvl_opt_cmd tokenize_cmd = {
+    .name = "qvl tokenize",
+    .usage = "usage: qvl tokenize -m MODEL.gguf|HF_DIR TEXT   ('-' reads raw bytes from standard input)\n",
+    .notes = NULL,
+    .opts = tokenize_binds,
+    .n_opts = 1,
+    .max_args = 1};
+
 int cmd_tokenize(int argc, char **argv) {
-  const char *model = NULL, *text = NULL, *v;
-  for (int i = 2; i < argc; i++) {
-    if (arg_value(argc, argv, &i, "--model", "-m", &v))
-      model = v;
-    else if (arg_flag(argv, i, "--help", "-h")) {
-      printf("usage: qvl tokenize -m MODEL.gguf|HF_DIR TEXT   ('-' reads raw bytes from standard input)\n");
-      return 0;
-    } else if (argv[i][0] == '-' && argv[i][1]) {
-      fprintf(stderr, "qvl tokenize: unknown option '%s'\n", argv[i]);
-      return 2;
-    } else if (text) {
-      fprintf(stderr, "qvl tokenize: give the text as one argument (quote it)\n");
-      return 2;
-    } else
-      text = argv[i];
-  }
-  if (!model || !text) {
-    fprintf(stderr, "usage: qvl tokenize -m MODEL.gguf TEXT|-\n");
-    return 2;
-  }
+  tokenize_opts o = {0};
+  const char *text = NULL;
+  int n_args = 0;
+  int rc = args_parse(&tokenize_cmd, argc, argv, &o, &text, &n_args);
+  if (rc >= 0)
+    return rc;
+  if (!o.model || !text)
+    return args_usage_error(&tokenize_cmd, &o, !o.model ? "-m MODEL.gguf is required" : "give the text as one argument");
+  const char *model = o.model;
   char *in = NULL; /* standard input */
   size_t len = 0;
   if (!strcmp(text, "-")) {

@@ -4,75 +4,29 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "args.h"
 
 void gen_opts_init(gen_opts *g) {
-  /* "Not given" (NAN, top_k -1: the options accept only values >= 0): gen_opts_apply takes the
-   * model's recommendation for those. */
-  qvl_sampling_default(&g->sampling);
-  qvl_sampling *sp = &g->sampling;
-  sp->temperature = sp->top_p = sp->min_p = NAN;
-  sp->repetition_penalty = sp->presence_penalty = sp->frequency_penalty = NAN;
-  sp->top_k = -1;
-  g->max_tokens = 512;
-  g->n_stops = 0;
-  g->reasoning_budget = -1;
-  g->hide_reasoning = false;
+  qvl_sampling d;
+  qvl_sampling_default(&d);
+  *g = (gen_opts){.max_tokens = 512, .top_k = -1, .seed = (int64_t)d.seed, .reasoning_budget = -1};
+  g->temp = g->top_p = g->min_p = NAN;
+  g->repeat_penalty = g->presence_penalty = g->frequency_penalty = NAN;
 }
 
-int gen_args_take(int argc, char **argv, int *i, gen_opts *g, const char *cmd) {
-  const char *v;
-  qvl_sampling *sp = &g->sampling;
-  if (arg_value(argc, argv, i, "--max-tokens", "-n", &v))
-    g->max_tokens = arg_int("--max-tokens", v, 1, 1 << 20);
-  else if (arg_value(argc, argv, i, "--temp", NULL, &v))
-    sp->temperature = (float)arg_double("--temp", v, 0, 100);
-  else if (arg_value(argc, argv, i, "--top-k", NULL, &v))
-    sp->top_k = (int32_t)arg_int("--top-k", v, 0, 1 << 30);
-  else if (arg_value(argc, argv, i, "--top-p", NULL, &v))
-    sp->top_p = (float)arg_double("--top-p", v, 0, 1);
-  else if (arg_value(argc, argv, i, "--min-p", NULL, &v))
-    sp->min_p = (float)arg_double("--min-p", v, 0, 1);
-  else if (arg_value(argc, argv, i, "--seed", NULL, &v))
-    sp->seed = (uint64_t)arg_int("--seed", v, 0, INT64_MAX);
-  else if (arg_value(argc, argv, i, "--repeat-penalty", NULL, &v))
-    sp->repetition_penalty = (float)arg_double("--repeat-penalty", v, 0.01, 100);
-  else if (arg_value(argc, argv, i, "--presence-penalty", NULL, &v))
-    sp->presence_penalty = (float)arg_double("--presence-penalty", v, -2, 2);
-  else if (arg_value(argc, argv, i, "--frequency-penalty", NULL, &v))
-    sp->frequency_penalty = (float)arg_double("--frequency-penalty", v, -2, 2);
-  else if (arg_value(argc, argv, i, "--reasoning-budget", NULL, &v))
-    g->reasoning_budget = arg_int("--reasoning-budget", v, -1, 1 << 20);
-  else if (arg_flag(argv, *i, "--hide-reasoning", NULL))
-    g->hide_reasoning = true;
-  else if (arg_value(argc, argv, i, "--stop", NULL, &v)) {
-    if (g->n_stops == GEN_MAX_STOPS) {
-      fprintf(stderr, "%s: at most %d stop strings\n", cmd, GEN_MAX_STOPS);
-      return 2;
-    }
-    g->stops[g->n_stops++] = v;
-  } else
-    return 0;
-  return 1;
-}
+static float given_or(double v, float recommended) { return isnan(v) ? recommended : (float)v; }
 
 qvl_status gen_opts_apply(const gen_opts *g, const qvl_model *m, qvl_request *rq) {
-  qvl_sampling sp = g->sampling, rec;
-  qvl_model_sampling(m, &rec);
-  if (isnan(sp.temperature))
-    sp.temperature = rec.temperature;
-  if (isnan(sp.top_p))
-    sp.top_p = rec.top_p;
-  if (isnan(sp.min_p))
-    sp.min_p = rec.min_p;
-  if (isnan(sp.repetition_penalty))
-    sp.repetition_penalty = rec.repetition_penalty;
-  if (isnan(sp.presence_penalty))
-    sp.presence_penalty = rec.presence_penalty;
-  if (isnan(sp.frequency_penalty))
-    sp.frequency_penalty = rec.frequency_penalty;
-  if (sp.top_k < 0)
-    sp.top_k = rec.top_k;
+  qvl_sampling sp;
+  qvl_model_sampling(m, &sp);
+  sp.temperature = given_or(g->temp, sp.temperature);
+  sp.top_p = given_or(g->top_p, sp.top_p);
+  sp.min_p = given_or(g->min_p, sp.min_p);
+  sp.repetition_penalty = given_or(g->repeat_penalty, sp.repetition_penalty);
+  sp.presence_penalty = given_or(g->presence_penalty, sp.presence_penalty);
+  sp.frequency_penalty = given_or(g->frequency_penalty, sp.frequency_penalty);
+  if (g->top_k >= 0)
+    sp.top_k = (int32_t)g->top_k;
+  sp.seed = (uint64_t)g->seed;
   qvl_request_set_sampling(rq, &sp);
   qvl_request_set_max_tokens(rq, g->max_tokens);
   qvl_request_set_reasoning_budget(rq, g->reasoning_budget);

@@ -3,27 +3,38 @@
 #define QVL_APPS_GEN_ARGS_H
 
 #include "qvl.h"
-
-#define GEN_MAX_STOPS 8
+#include "qvl_options.h"
 
 typedef struct gen_opts {
-  qvl_sampling sampling;
   int64_t max_tokens;
-  const char *stops[GEN_MAX_STOPS]; /* argv strings */
+  /* sampling: NAN (numbers) or -1 (top_k) when not given, then the model's recommendation */
+  double temp, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+  int64_t top_k, seed;
+  char **stops;                     /* argv strings */
   int n_stops;
   int64_t reasoning_budget;         /* a reasoning model's think tokens: -1 unbounded, 0 none */
   bool hide_reasoning;
 } gen_opts;
 
-/* Sampling options "not given" (the model's recommendation at gen_opts_apply), 512 tokens, no
- * stop strings. */
+/* Sampling options "not given", 512 tokens, no stop strings. */
 void gen_opts_init(gen_opts *g);
-/* Takes argv[*i] when it is one of --max-tokens/-n, --temp, --top-k, --top-p, --min-p, --seed,
- * --repeat-penalty, --presence-penalty, --frequency-penalty, --stop, --reasoning-budget or
- * --hide-reasoning into g. Returns 1 when it
- * was (and advances *i past its value), 0 when not, 2 after a message naming cmd. Bad numbers
- * exit(2) as arg_int does. */
-int gen_args_take(int argc, char **argv, int *i, gen_opts *g, const char *cmd);
+/* The generation options of run and chat (--max-tokens/-n, --temp, --top-k, --top-p, --min-p,
+ * --seed, --repeat-penalty, --presence-penalty, --frequency-penalty, --stop, --reasoning-budget,
+ * --hide-reasoning) as bindings onto the gen_opts field f of type. */
+#define GEN_OPTS_BINDS(type, f)                                                                                      \
+  QVL_OPT_FIELD(qvl_opt_max_tokens, type, f.max_tokens), QVL_OPT_FIELD(qvl_opt_temp, type, f.temp),                  \
+      QVL_OPT_FIELD(qvl_opt_top_k, type, f.top_k), QVL_OPT_FIELD(qvl_opt_top_p, type, f.top_p),                      \
+      QVL_OPT_FIELD(qvl_opt_min_p, type, f.min_p), QVL_OPT_FIELD(qvl_opt_seed, type, f.seed),                        \
+      QVL_OPT_FIELD(qvl_opt_repeat_penalty, type, f.repeat_penalty),                                                 \
+      QVL_OPT_FIELD(qvl_opt_presence_penalty, type, f.presence_penalty),                                             \
+      QVL_OPT_FIELD(qvl_opt_frequency_penalty, type, f.frequency_penalty),                                           \
+      QVL_OPT_LIST_FIELD(qvl_opt_stop, type, f.stops, f.n_stops),                                                    \
+      QVL_OPT_FIELD(qvl_opt_reasoning_budget, type, f.reasoning_budget),                                             \
+      QVL_OPT_FIELD(qvl_opt_hide_reasoning, type, f.hide_reasoning)
+/* What --help says after the options about the sampling defaults. */
+#define GEN_OPTS_NOTES                                                                                               \
+  "Sampling options not given take the model's recommendation (generation_config.json, GGUF\n"                      \
+  "general.sampling.*, else Qwen3-VL's temperature 0.7, top-p 0.8, top-k 20).\n"
 /* Printing a reasoning model's output: reasoning dimmed (ANSI) when stdout is a terminal, else on
  * stderr so that stdout keeps the answer alone; nothing with --hide-reasoning. Call
  * gen_show_begin before each request, give gen_show_reasoning / gen_show_text as its callbacks

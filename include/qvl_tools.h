@@ -6,7 +6,8 @@
  *
  * Return codes as in qvl.h (qvl_last_error() says more), except qvl_serve, which returns a
  * process exit code because its options are parsed inside the library (flags > environment >
- * YAML file, src/server/config.c). None of them exits the process.
+ * YAML file, src/server/config/settings.c, over the option table of qvl_options.h). None of
+ * them exits the process.
  *
  * Thread safety: each runs model code on the calling thread and sets process-wide state (kernel
  * threads, signal masks for qvl_serve): call one at a time, from the main thread.

@@ -13,7 +13,6 @@
 #include "text/kv_cache.h"
 #include "kernels/kernels.h"
 #include "engine/hf_model.h"
-#include "model/wtable.h"
 #include "server/config/settings.h"
 #include "qvl_tools.h"
 #include "server/http/server.h"
@@ -25,7 +24,6 @@ static void serve_usage(FILE *f) {
           "Serves the OpenAI chat API (POST /v1/chat/completions, /v1/jobs, GET /v1/models, /health, /metrics)\n"
           "and the web UI at /. Settings come from flags > environment (QVL_...) > --config FILE.yaml > defaults:\n");
   server_config_usage(f);
-  fprintf(f, "  --precision exact|fast   vision tower arithmetic (default fast; QVL_PRECISION)\n");
 }
 
 static qvl_status be_submit(void *ctx, const engine_request *r, uint64_t *id) { return engine_submit(ctx, r, id); }
@@ -63,9 +61,8 @@ int qvl_serve(int argc, char **argv, int first) {
     server_config_free(&cfg);
     return 2;
   }
-  qvl_dtype dt;
-  if (cfg.dtype && !wtable_parse_dtype(cfg.dtype, &dt)) {
-    fprintf(stderr, "qvl serve: dtype '%s': expected f32, bf16, f16, q8_0, q4_0 or q4_k\n", cfg.dtype);
+  if (cfg.precision && qvl_set_precision(cfg.precision) != QVL_OK) { /* the name was checked with the settings */
+    fprintf(stderr, "qvl serve: precision: %s\n", qvl_last_error());
     server_config_free(&cfg);
     return 2;
   }

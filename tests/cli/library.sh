@@ -14,8 +14,8 @@ bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# 1. Exports: only qvl_*, and all of the declared API (qvl.h); the tools of qvl_tools.h are the
-# service's (libqvl_service.a), not the library's.
+# 1. Exports: only qvl_*, and all of the declared API (qvl.h); the tools of qvl_tools.h and the
+# option table of qvl_options.h are the service's (libqvl_service.a), not the library's.
 nm -D --defined-only "$BUILD/libqvl.so" | awk '{print $3}' | sort >"$tmp/exported"
 others=$(grep -v '^qvl_' "$tmp/exported" | head -5 | tr '\n' ' ')
 if [ -s "$tmp/exported" ] && [ -z "$others" ]; then ok; else bad "libqvl.so exports non-qvl symbols: $others"; fi
@@ -23,7 +23,7 @@ decl() { sed -n 's/^QVL_API .*[ *]\(qvl_[a-z0-9_]*\)(.*/\1/p' "$@" | sort -u; }
 decl include/qvl.h >"$tmp/declared"
 missing=$(comm -23 "$tmp/declared" "$tmp/exported" | tr '\n' ' ')
 if [ -s "$tmp/declared" ] && [ -z "$missing" ]; then ok; else bad "declared but not exported: $missing"; fi
-decl include/qvl_tools.h >"$tmp/tools"
+decl include/qvl_tools.h include/qvl_options.h >"$tmp/tools"
 nm --defined-only "$BUILD/libqvl_service.a" 2>/dev/null | awk 'NF == 3 && $2 == "T" {print $3}' | sort -u >"$tmp/svc"
 in_lib=$(comm -12 "$tmp/tools" "$tmp/exported" | tr '\n' ' ')
 not_svc=$(comm -23 "$tmp/tools" "$tmp/svc" | tr '\n' ' ')

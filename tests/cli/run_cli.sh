@@ -93,7 +93,7 @@ expect_error "not a GGUF" "$QVL" run -m tests/fixtures/images/rgb_128x64.png -p 
 expect_error "mmproj" "$QVL" run -m "$E2E/mmproj-e2e-F16.gguf" -p hi
 expect_error "mmproj" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/e2e-Q8_0.gguf" -p hi
 expect_error "does not fit" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj tests/fixtures/models/micro-a/gguf/mmproj-micro-a-F32.gguf -p hi
-expect_error "exceeds the context" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --ctx 12 -n 8 -p "What is the capital of France?"
+expect_error "exceeds the context" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --ctx 64 -n 60 -p "What is the capital of France?"
 expect_error "--mmproj" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --image tests/fixtures/images/rgb_128x64.png -p hi
 expect_error "aspect ratio" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image tests/fixtures/images/wide_404x2.png -p hi
 expect_error "image" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image tests/fixtures/README.md -p hi

@@ -14,8 +14,6 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "prompt/history.h"
-#include "text/kv_cache.h"
-#include "model/wtable.h"
 #include "server/config/settings.h"
 
 #define CONFIG_MAX_LINES 20000 /* the file is at most 1 MiB; a line per setting */
@@ -342,17 +340,11 @@ qvl_status config_ops_check(server_config *c) {
     return qvl_errorf(QVL_ERR_INVALID_ARG, "history: expected error or trim, got '%s'", c->history);
   if (c->log_format && strcmp(c->log_format, "logfmt") && strcmp(c->log_format, "json"))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "log_format: expected logfmt or json, got '%s'", c->log_format);
-  kv_type kt;
-  if (c->kv_type && kv_type_parse(c->kv_type, &kt) != QVL_OK)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "kv_type: expected f16 or f32, got '%s'", c->kv_type);
   if (c->log_file && !*c->log_file)
     return qvl_errorf(QVL_ERR_INVALID_ARG, "log_file: empty path");
   if (c->cpu_affinity) {
     cpu_set_t set;
     QVL_TRY(cpulist_parse(c->cpu_affinity, &set, NULL, 0, NULL));
   }
-  qvl_dtype dt;
-  if (c->dtype && !wtable_parse_dtype(c->dtype, &dt))
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "dtype: expected f32, bf16, f16, q8_0, q4_0 or q4_k, got '%s'", c->dtype);
   return QVL_OK;
 }

@@ -6,8 +6,8 @@
  *    keys that mean nothing for qvl (device_map, offload_folder, use_cache, cache_type,
  *    swap_size_gb) are dropped with one warning naming them; other unknown keys still fail with
  *    their line number (docs/API.md, "Config file mapping");
- *  - checks of the settings whose range is not a plain number (history, log_format,
- *    cpu_affinity, dtype, max_batch_size against the engine's limit).
+ *  - checks of the settings whose range is not a plain number or a list of names (history,
+ *    log_format, cpu_affinity; the others are checked as they are read, qvl_options.h).
  *
  * Thread safety: reentrant (warnings go through base/log).
  */

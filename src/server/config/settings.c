@@ -11,101 +11,111 @@
 #include "base/buf.h"
 #include "base/status.h"
 #include "image/preprocess.h"
+#include "qvl_options.h"
 #include "server/config/config_files.h"
 
-typedef enum setting_kind { SETTING_STR, SETTING_INT, SETTING_BOOL, SETTING_LIST } setting_kind;
+/* The settings in --help order: qvl serve's own, declared here, and the shared ones
+ * (qvl_options.h), each with the server_config field it fills. One line per setting: the X-macro
+ * is expanded once for the declarations of serve's own options and once for the bindings. */
+#define SERVE_SETTINGS(STR, INT, BOOL, LIST, SHARED)                                                                 \
+  STR(host, NULL, "address to listen on")                                                                            \
+  INT(port, 0, 65535, "TCP port (0: any free port)")                                                                 \
+  INT(max_connections, 1, 4096, "concurrent HTTP connections")                                                       \
+  SHARED(model, NULL)                                                                                                \
+  SHARED(mmproj, NULL)                                                                                               \
+  SHARED(hf, NULL)                                                                                                   \
+  SHARED(offline, NULL)                                                                                              \
+  STR(alias, NULL, "model id in /v1/models (default: the model file name)")                                          \
+  SHARED(dtype, NULL)                                                                                                \
+  SHARED(threads, NULL)                                                                                              \
+  SHARED(precision, NULL)                                                                                            \
+  SHARED(max_batch_size, NULL)                                                                                       \
+  INT(max_wait_ms, 0, 10000, "wait to gather new requests into a batch")                                             \
+  INT(queue, 0, 100000, "waiting requests beyond the running ones (then 503)")                                       \
+  SHARED(ctx, NULL)                                                                                                  \
+  INT(kv_cache_mb, 0, 1 << 24, "KV cache shared by all sequences (0: from free memory)")                             \
+  INT(image_cache_mb, 0, 1 << 24, "image-embedding cache (0: off)")                                                  \
+  INT(prefix_cache_mb, 0, 1 << 24, "prefix KV cache (0: off)")                                                       \
+  SHARED(kv_type, NULL)                                                                                              \
+  INT(timeout_s, 0, 86400 * 7, "request time limit, queue included (0: none)")                                       \
+  INT(max_body_mb, 1, 4096, "request body size (413 above)")                                                         \
+  INT(max_images, 0, 1024, "images per request")                                                                     \
+  INT(max_image_mb, 1, 1024, "encoded size of one image (413 above)")                                                \
+  INT(max_videos, 0, 64, "videos per request")                                                                       \
+  INT(max_video_mb, 1, 4096, "encoded size of one video (413 above)")                                                \
+  INT(video_max_frames, 2, 768,                                                                                      \
+      "frames sampled from the videos of a request, all together (the fps rule stops there; more asked: 400)")       \
+  SHARED(video_max_pixels, "largest video max_pixels (sampled frames x height x width) a request may ask for")       \
+  INT(video_max_seconds, 1, 86400, "longest video accepted (413 above)")                                             \
+  SHARED(max_pixels, "largest max_pixels a request may ask for")                                                     \
+  INT(default_max_pixels, 1024, IMAGE_HF_MAX_PIXELS, "resize target when a request gives no max_pixels (at most --max-pixels)") \
+  SHARED(max_tokens, "generated tokens: the cap, and the default of a request that gives none")                     \
+  SHARED(reasoning_budget, "a reasoning model's thinking tokens when a request does not say (-1: unbounded, 0: no thinking)") \
+  INT(max_prompt_tokens, 0, 1 << 24, "prompt tokens per request, images included (0: ctx only)")                     \
+  LIST(api_key, api_keys, "accepted API key (repeatable); none: no authentication")                                   \
+  STR(api_key_file, "FILE", "file with one API key per line")                                                        \
+  LIST(allow_image_url, allow_image_url, "http(s) URL prefix images may be fetched from (repeatable)")               \
+  INT(image_fetch_timeout_s, 1, 3600, "time limit of one image download")                                            \
+  LIST(cors_origin, cors_origin, "origin a browser page may call from, e.g. https://app.example.com or * (repeatable)") \
+  BOOL(stream_usage, "usage on the last chunk of every chat stream, even without include_usage")                     \
+  BOOL(boxes, "grounding boxes/points of every answer in image pixels (message.boxes) unless a request says \"boxes\": false") \
+  INT(job_ttl_s, 1, 86400 * 30, "how long finished jobs are kept")                                                   \
+  INT(max_jobs, 1, 1000000, "stored jobs, finished or not")                                                          \
+  /* operations (issue 13) */                                                                                        \
+  STR(history, NULL, "context policy when a conversation does not fit: error or trim (oldest turns)")                \
+  INT(max_history_turns, -1, 100000, "earlier turns kept per request (-1: no cap)")                                  \
+  STR(cpu_affinity, "LIST", "CPUs to run on, e.g. 0-3,8 (workers pinned one per CPU)")                               \
+  INT(nice, -20, 19, "process priority (negative needs CAP_SYS_NICE)")                                               \
+  STR(log_file, "FILE", "append logs to this file; reopened on SIGHUP (logrotate)")                                  \
+  STR(log_format, NULL, "log lines as logfmt or json")                                                               \
+  BOOL(print_config, "print the effective settings as YAML and exit")                                                \
+  /* scale-out (docs/DEPLOY.md) */                                                                                   \
+  STR(jobs_db, "FILE", "SQLite file that keeps jobs across restarts (default: in memory)")                           \
+  STR(replica_id, NULL, "this replica's name in job ids, [a-z0-9-] (default: host-port)")                            \
+  /* hostile load (docs/RELIABILITY.md) */                                                                           \
+  INT(max_image_pixels, 1024, 1000000000, "decoded pixels of one image (413 above, from its header)")                \
+  INT(max_request_pixels, 1024, 1000000000, "decoded pixels of all images of a request (413 above)")                 \
+  INT(image_memory_mb, 16, 1 << 20, "memory for images being decoded at once, server-wide (others wait)")            \
+  INT(max_decodes, 1, 256, "image decodes running at once (others wait)")                                            \
+  INT(header_timeout_s, 1, 3600, "time to send the request headers (408 after)")                                     \
+  INT(body_timeout_s, 1, 86400, "time to send the request body (408 after)")                                         \
+  INT(max_connections_per_client, 0, 4096,                                                                           \
+      "connections from one client address (429 above; 0: no cap, e.g. behind a proxy)")                            \
+  INT(drain_timeout_s, 0, 86400, "SIGTERM: time for accepted requests to finish before they are cancelled")          \
+  INT(write_timeout_s, 0, 86400,                                                                                     \
+      "a stream whose client reads nothing this long is cancelled and its batch slot freed (0: never)")              \
+  BOOL(content_special_tokens,                                                                                       \
+       "parse special-token text typed in user/tool content (<|im_start|>...) as control tokens, as transformers does " \
+       "(default: plain text, so content cannot forge a turn)")
 
-typedef struct setting {
-  const char *key;   /* YAML key; flag = "--" + key with '-' for '_'; env = "QVL_" + KEY */
-  const char *short_flag;
-  setting_kind kind;
-  size_t off;        /* field in server_config */
-  size_t count_off;  /* SETTING_LIST: the int count field */
-  int64_t min, max;  /* SETTING_INT */
-  const char *help;
-} setting;
+/* QVL_CONFIG is read before the file, not with the other variables */
+static const qvl_opt o_config = {.key = "config", .kind = QVL_OPT_STR, .meta = "FILE", .flags = QVL_OPT_ENV_OWN,
+                                 .help = "YAML file with any of these settings (keys as below, '_' for '-')"};
+#define DECL_STR(k, m, h) static const qvl_opt o_##k = {.key = #k, .kind = QVL_OPT_STR, .meta = m, .help = h};
+#define DECL_INT(k, mn, mx, h) static const qvl_opt o_##k = {.key = #k, .kind = QVL_OPT_INT, .min = mn, .max = mx, .help = h};
+#define DECL_BOOL(k, h) static const qvl_opt o_##k = {.key = #k, .kind = QVL_OPT_BOOL, .help = h};
+#define DECL_LIST(k, field, h) static const qvl_opt o_##k = {.key = #k, .kind = QVL_OPT_LIST, .max = 256, .help = h};
+#define DECL_NONE(k, h)
+SERVE_SETTINGS(DECL_STR, DECL_INT, DECL_BOOL, DECL_LIST, DECL_NONE)
 
-#define S_STR(key, field, shortf, help) {key, shortf, SETTING_STR, offsetof(server_config, field), 0, 0, 0, help}
-#define S_INT(key, field, mn, mx, help) {key, NULL, SETTING_INT, offsetof(server_config, field), 0, mn, mx, help}
-#define S_BOOL(key, field, help) {key, NULL, SETTING_BOOL, offsetof(server_config, field), 0, 0, 0, help}
-#define S_LIST(key, field, help) \
-  {key, NULL, SETTING_LIST, offsetof(server_config, field), offsetof(server_config, n_##field), 0, 0, help}
-
-static const setting settings[] = {
-    S_STR("config", config, NULL, "YAML file with any of these settings (keys as below, '_' for '-')"),
-    S_STR("host", host, NULL, "address to listen on"),
-    S_INT("port", port, 0, 65535, "TCP port (0: any free port)"),
-    S_INT("max_connections", max_connections, 1, 4096, "concurrent HTTP connections"),
-    S_STR("model", model, "-m", "text model GGUF, or a Hugging Face model directory"),
-    S_STR("mmproj", mmproj, NULL, "vision projector GGUF (without it: text only)"),
-    S_STR("hf", hf, NULL, "REPO[:QUANT] from Hugging Face instead of -m/--mmproj"),
-    S_BOOL("offline", offline, "with --hf: use the download cache only"),
-    S_STR("alias", alias, NULL, "model id in /v1/models (default: the model file name)"),
-    S_STR("dtype", dtype, NULL, "re-encode the weights at load: f32 bf16 f16 q8_0 q4_0 q4_k (default: as stored)"),
-    {"threads", "-t", SETTING_INT, offsetof(server_config, threads), 0, 0, 1024, "compute threads (0: physical cores)"},
-    S_INT("max_batch_size", max_batch_size, 1, 64, "sequences decoded together"), /* the engine's limit */
-    S_INT("max_wait_ms", max_wait_ms, 0, 10000, "wait to gather new requests into a batch"),
-    S_INT("queue", queue, 0, 100000, "waiting requests beyond the running ones (then 503)"),
-    S_INT("ctx", ctx, 64, 262144, "tokens per sequence, prompt + output"),
-    S_INT("kv_cache_mb", kv_cache_mb, 0, 1 << 24, "KV cache shared by all sequences (0: from free memory)"),
-    S_INT("image_cache_mb", image_cache_mb, 0, 1 << 24, "image-embedding cache (0: off)"),
-    S_INT("prefix_cache_mb", prefix_cache_mb, 0, 1 << 24, "prefix KV cache (0: off)"),
-    S_STR("kv_type", kv_type, NULL, "KV cache element type: f16 (half the memory per token) or f32 (exact)"),
-    S_INT("timeout_s", timeout_s, 0, 86400 * 7, "request time limit, queue included (0: none)"),
-    S_INT("max_body_mb", max_body_mb, 1, 4096, "request body size (413 above)"),
-    S_INT("max_images", max_images, 0, 1024, "images per request"),
-    S_INT("max_image_mb", max_image_mb, 1, 1024, "encoded size of one image (413 above)"),
-    S_INT("max_videos", max_videos, 0, 64, "videos per request"),
-    S_INT("max_video_mb", max_video_mb, 1, 4096, "encoded size of one video (413 above)"),
-    S_INT("video_max_frames", video_max_frames, 2, 768,
-          "frames sampled from the videos of a request, all together (the fps rule stops there; more asked: 400)"),
-    S_INT("video_max_pixels", video_max_pixels, 1024, 64 << 20,
-          "largest video max_pixels (sampled frames x height x width) a request may ask for"),
-    S_INT("video_max_seconds", video_max_seconds, 1, 86400, "longest video accepted (413 above)"),
-    S_INT("max_pixels", max_pixels, 1024, IMAGE_HF_MAX_PIXELS, "largest max_pixels a request may ask for"),
-    S_INT("default_max_pixels", default_max_pixels, 1024, IMAGE_HF_MAX_PIXELS,
-          "resize target when a request gives no max_pixels (at most --max-pixels)"),
-    S_INT("max_tokens", max_tokens, 1, 1 << 24, "generated tokens: cap and default"),
-    S_INT("reasoning_budget", reasoning_budget, -1, 1 << 24,
-          "a reasoning model's thinking tokens when a request does not say (-1: unbounded, 0: no thinking)"),
-    S_INT("max_prompt_tokens", max_prompt_tokens, 0, 1 << 24, "prompt tokens per request, images included (0: ctx only)"),
-    S_LIST("api_key", api_keys, "accepted API key (repeatable); none: no authentication"),
-    S_STR("api_key_file", api_key_file, NULL, "file with one API key per line"),
-    S_LIST("allow_image_url", allow_image_url, "http(s) URL prefix images may be fetched from (repeatable)"),
-    S_INT("image_fetch_timeout_s", image_fetch_timeout_s, 1, 3600, "time limit of one image download"),
-    S_LIST("cors_origin", cors_origin, "origin a browser page may call from, e.g. https://app.example.com or * (repeatable)"),
-    S_BOOL("stream_usage", stream_usage, "usage on the last chunk of every chat stream, even without include_usage"),
-    S_BOOL("boxes", boxes, "grounding boxes/points of every answer in image pixels (message.boxes) unless a request says \"boxes\": false"),
-    S_INT("job_ttl_s", job_ttl_s, 1, 86400 * 30, "how long finished jobs are kept"),
-    S_INT("max_jobs", max_jobs, 1, 1000000, "stored jobs, finished or not"),
-    /* operations (issue 13) */
-    S_STR("history", history, NULL, "context policy when a conversation does not fit: error or trim (oldest turns)"),
-    S_INT("max_history_turns", max_history_turns, -1, 100000, "earlier turns kept per request (-1: no cap)"),
-    S_STR("cpu_affinity", cpu_affinity, NULL, "CPUs to run on, e.g. 0-3,8 (workers pinned one per CPU)"),
-    S_INT("nice", nice, -20, 19, "process priority (negative needs CAP_SYS_NICE)"),
-    S_STR("log_file", log_file, NULL, "append logs to this file; reopened on SIGHUP (logrotate)"),
-    S_STR("log_format", log_format, NULL, "log lines as logfmt or json"),
-    S_BOOL("print_config", print_config, "print the effective settings as YAML and exit"),
-    /* scale-out (docs/DEPLOY.md) */
-    S_STR("jobs_db", jobs_db, NULL, "SQLite file that keeps jobs across restarts (default: in memory)"),
-    S_STR("replica_id", replica_id, NULL, "this replica's name in job ids, [a-z0-9-] (default: host-port)"),
-    /* hostile load (docs/RELIABILITY.md) */
-    S_INT("max_image_pixels", max_image_pixels, 1024, 1000000000, "decoded pixels of one image (413 above, from its header)"),
-    S_INT("max_request_pixels", max_request_pixels, 1024, 1000000000, "decoded pixels of all images of a request (413 above)"),
-    S_INT("image_memory_mb", image_memory_mb, 16, 1 << 20, "memory for images being decoded at once, server-wide (others wait)"),
-    S_INT("max_decodes", max_decodes, 1, 256, "image decodes running at once (others wait)"),
-    S_INT("header_timeout_s", header_timeout_s, 1, 3600, "time to send the request headers (408 after)"),
-    S_INT("body_timeout_s", body_timeout_s, 1, 86400, "time to send the request body (408 after)"),
-    S_INT("max_connections_per_client", max_connections_per_client, 0, 4096,
-          "connections from one client address (429 above; 0: no cap, e.g. behind a proxy)"),
-    S_INT("drain_timeout_s", drain_timeout_s, 0, 86400, "SIGTERM: time for accepted requests to finish before they are cancelled"),
-    S_INT("write_timeout_s", write_timeout_s, 0, 86400,
-          "a stream whose client reads nothing this long is cancelled and its batch slot freed (0: never)"),
-    S_BOOL("content_special_tokens", content_special_tokens,
-           "parse special-token text typed in user/tool content (<|im_start|>...) as control tokens, as transformers does "
-           "(default: plain text, so content cannot forge a turn)"),
-};
+#define BIND_STR(k, m, h) QVL_OPT_FIELD(o_##k, server_config, k),
+#define BIND_INT(k, mn, mx, h) QVL_OPT_FIELD(o_##k, server_config, k),
+#define BIND_BOOL(k, h) QVL_OPT_FIELD(o_##k, server_config, k),
+#define BIND_LIST(k, field, h) QVL_OPT_LIST_FIELD(o_##k, server_config, field, n_##field),
+#define BIND_SHARED(k, h) QVL_OPT_FIELD_HELP(qvl_opt_##k, server_config, k, h),
+static const qvl_opt_bind settings[] = {QVL_OPT_FIELD(o_config, server_config, config), SERVE_SETTINGS(BIND_STR, BIND_INT, BIND_BOOL, BIND_LIST, BIND_SHARED)};
 #define N_SETTINGS (sizeof settings / sizeof settings[0])
+
+/* The command: every setting also from its environment variable; copies of every string. */
+static const qvl_opt_cmd serve_cmd = {
+    .name = "qvl serve",
+    .usage = NULL,
+    .notes = NULL,
+    .opts = settings,
+    .n_opts = N_SETTINGS,
+    .env = true,
+    .own_strings = true,
+    .max_args = 0};
 
 void server_config_init(server_config *c) {
   memset(c, 0, sizeof *c);
@@ -150,114 +160,11 @@ void server_config_init(server_config *c) {
   c->write_timeout_s = 30;
 }
 
-static void list_clear(char ***items, int *n) {
-  for (int i = 0; i < *n; i++)
-    free((*items)[i]);
-  free(*items);
-  *items = NULL;
-  *n = 0;
-}
-
 void server_config_free(server_config *c) {
   if (!c)
     return;
-  for (size_t i = 0; i < N_SETTINGS; i++) {
-    char *base = (char *)c;
-    if (settings[i].kind == SETTING_STR) {
-      free(*(char **)(base + settings[i].off));
-    } else if (settings[i].kind == SETTING_LIST) {
-      list_clear((char ***)(base + settings[i].off), (int *)(base + settings[i].count_off));
-    }
-  }
+  qvl_opts_free(&serve_cmd, c);
   memset(c, 0, sizeof *c);
-}
-
-static const setting *find_key(const char *key) {
-  for (size_t i = 0; i < N_SETTINGS; i++)
-    if (!strcmp(settings[i].key, key))
-      return &settings[i];
-  return NULL;
-}
-
-/* "--max-batch-size" for "max_batch_size". */
-static void flag_name(const setting *s, char *out, size_t cap) {
-  snprintf(out, cap, "--%s", s->key);
-  for (char *p = out + 2; *p; p++)
-    if (*p == '_')
-      *p = '-';
-}
-
-static void env_name(const setting *s, char *out, size_t cap) {
-  snprintf(out, cap, "QVL_%s", s->key);
-  for (char *p = out; *p; p++)
-    *p = (char)toupper((unsigned char)*p);
-}
-
-static qvl_status list_add(server_config *c, const setting *s, const char *v, const char *where) {
-  char ***items = (char ***)((char *)c + s->off);
-  int *n = (int *)((char *)c + s->count_off);
-  if (!*v)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "%s: %s: empty value", where, s->key);
-  if (*n >= 256)
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "%s: %s: more than 256 values", where, s->key);
-  char **grown = realloc(*items, (size_t)(*n + 1) * sizeof *grown);
-  if (!grown)
-    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-  *items = grown;
-  if (!(grown[*n] = strdup(v)))
-    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-  (*n)++;
-  return QVL_OK;
-}
-
-/* Sets one value given as text. `where` names the source for messages ("--port", "QVL_PORT",
- * "serve.yaml:3"). For lists the caller clears the list first when a new source takes over. */
-static qvl_status set_value(server_config *c, const setting *s, const char *v, const char *where) {
-  char *base = (char *)c;
-  switch (s->kind) {
-  case SETTING_STR: {
-    char **field = (char **)(base + s->off);
-    char *copy = strdup(v);
-    if (!copy)
-      return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-    free(*field);
-    *field = copy;
-    return QVL_OK;
-  }
-  case SETTING_INT: {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    while (*end == ' ')
-      end++;
-    if (errno || end == v || *end || x < s->min || x > s->max)
-      return qvl_errorf(QVL_ERR_INVALID_ARG, "%s: %s expects an integer in [%lld, %lld], got '%s'", where, s->key,
-                        (long long)s->min, (long long)s->max, v);
-    *(int64_t *)(base + s->off) = x;
-    return QVL_OK;
-  }
-  case SETTING_BOOL: {
-    static const char *const yes[] = {"1", "true", "yes", "on"}, *const no[] = {"0", "false", "no", "off"};
-    for (int i = 0; i < 4; i++) {
-      if (!strcasecmp(v, yes[i])) {
-        *(bool *)(base + s->off) = true;
-        return QVL_OK;
-      }
-      if (!strcasecmp(v, no[i])) {
-        *(bool *)(base + s->off) = false;
-        return QVL_OK;
-      }
-    }
-    return qvl_errorf(QVL_ERR_INVALID_ARG, "%s: %s expects true or false, got '%s'", where, s->key, v);
-  }
-  case SETTING_LIST:
-    return list_add(c, s, v, where);
-  }
-  return QVL_ERR_INTERNAL;
-}
-
-static void list_reset(server_config *c, const setting *s) {
-  list_clear((char ***)((char *)c + s->off), (int *)((char *)c + s->count_off));
 }
 
 /* ---- YAML ---------------------------------------------------------------------------------- */
@@ -286,7 +193,7 @@ static qvl_status apply_flat_yaml(server_config *c, const char *text, size_t len
   /* state: 0 before the top mapping, 1 expecting a key, 2 expecting a value, 3 inside a list
    * value, 4 after the top mapping */
   int state = 0;
-  const setting *cur = NULL;
+  const qvl_opt_bind *cur = NULL;
   char where[512];
   for (bool done = false; !done && st == QVL_OK;) {
     yaml_event_t ev;
@@ -310,18 +217,18 @@ static qvl_status apply_flat_yaml(server_config *c, const char *text, size_t len
         state = 1;
       else
         st = qvl_errorf(QVL_ERR_INVALID_ARG, "%s: %s%s%s: expected a plain value, found a mapping", where,
-                        cur ? "'" : "", cur ? cur->key : "", cur ? "'" : "");
+                        cur ? "'" : "", cur ? cur->opt->key : "", cur ? "'" : "");
       break;
     case YAML_MAPPING_END_EVENT:
       state = 4;
       break;
     case YAML_SEQUENCE_START_EVENT:
-      if (state == 2 && cur->kind == SETTING_LIST) {
-        list_reset(c, cur);
+      if (state == 2 && cur->opt->kind == QVL_OPT_LIST) {
+        qvl_opts_list_clear(&serve_cmd, cur, c);
         state = 3;
       } else {
         st = qvl_errorf(QVL_ERR_INVALID_ARG, "%s: %s%s: expected %s, found a list", where,
-                        state == 2 ? cur->key : "the top level",
+                        state == 2 ? cur->opt->key : "the top level",
                         state == 2 ? "" : " of the file", state == 2 ? "a single value" : "a mapping of settings");
       }
       break;
@@ -331,11 +238,11 @@ static qvl_status apply_flat_yaml(server_config *c, const char *text, size_t len
     case YAML_SCALAR_EVENT: {
       const char *v = (const char *)ev.data.scalar.value;
       if (state == 1) {
-        cur = find_key(v);
+        cur = qvl_opts_find(&serve_cmd, v);
         if (!cur || !strcmp(v, "config")) {
           buf known = {0};
           for (size_t i = 1; i < N_SETTINGS; i++)
-            buf_printf(&known, "%s%s", i > 1 ? ", " : "", settings[i].key);
+            buf_printf(&known, "%s%s", i > 1 ? ", " : "", settings[i].opt->key);
           st = qvl_errorf(QVL_ERR_INVALID_ARG, "%s: unknown setting '%s' (known: %s)", where, v,
                           known.data ? known.data : "");
           buf_free(&known);
@@ -343,15 +250,15 @@ static qvl_status apply_flat_yaml(server_config *c, const char *text, size_t len
           state = 2;
         }
       } else if (state == 2) {
-        if (cur->kind == SETTING_LIST)
-          list_reset(c, cur);
+        if (cur->opt->kind == QVL_OPT_LIST)
+          qvl_opts_list_clear(&serve_cmd, cur, c);
         if (!*v && ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE)
-          st = qvl_errorf(QVL_ERR_INVALID_ARG, "%s: %s has no value", where, cur->key);
+          st = qvl_errorf(QVL_ERR_INVALID_ARG, "%s: %s has no value", where, cur->opt->key);
         else
-          st = set_value(c, cur, v, where);
+          st = qvl_opts_set(&serve_cmd, cur, c, v, where);
         state = 1;
       } else if (state == 3) {
-        st = set_value(c, cur, v, where);
+        st = qvl_opts_set(&serve_cmd, cur, c, v, where);
       } else {
         st = qvl_errorf(QVL_ERR_INVALID_ARG, "%s: expected a mapping of settings (key: value lines), found '%s'",
                         where, v);
@@ -360,7 +267,7 @@ static qvl_status apply_flat_yaml(server_config *c, const char *text, size_t len
     }
     default:
       st = qvl_errorf(QVL_ERR_INVALID_ARG, "%s: %s: %s is not supported here", where,
-                      cur && state >= 2 ? cur->key : "config", yaml_event_name(ev.type));
+                      cur && state >= 2 ? cur->opt->key : "config", yaml_event_name(ev.type));
       break;
     }
     yaml_event_delete(&ev);
@@ -383,33 +290,7 @@ qvl_status server_config_apply_yaml(server_config *c, const char *text, size_t l
 /* ---- environment ----------------------------------------------------------------------------- */
 
 qvl_status server_config_apply_env(server_config *c, server_config_getenv_fn env) {
-  if (!env)
-    return QVL_OK;
-  char name[96];
-  for (size_t i = 0; i < N_SETTINGS; i++) {
-    const setting *s = &settings[i];
-    if (!strcmp(s->key, "config"))
-      continue; /* chooses the file; read before the file */
-    env_name(s, name, sizeof name);
-    const char *v = env(name);
-    if (!v || !*v)
-      continue;
-    if (s->kind == SETTING_LIST) {
-      /* comma-separated: QVL_API_KEY=key1,key2 */
-      list_reset(c, s);
-      char *copy = strdup(v), *save = NULL;
-      if (!copy)
-        return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-      qvl_status st = QVL_OK;
-      for (char *t = strtok_r(copy, ",", &save); t && st == QVL_OK; t = strtok_r(NULL, ",", &save))
-        st = set_value(c, s, t, name);
-      free(copy);
-      QVL_TRY(st);
-    } else {
-      QVL_TRY(set_value(c, s, v, name));
-    }
-  }
-  return QVL_OK;
+  return env ? qvl_opts_apply_env(&serve_cmd, c, env) : QVL_OK;
 }
 
 /* ---- flags ----------------------------------------------------------------------------------- */
@@ -419,38 +300,21 @@ static qvl_status apply_args(server_config *c, int argc, char **argv, int first,
   bool list_seen[N_SETTINGS] = {0};
   char flag[96];
   for (int i = first; i < argc; i++) {
-    const char *a = argv[i];
-    const setting *s = NULL;
-    const char *v = NULL;
-    for (size_t k = 0; k < N_SETTINGS && !s; k++) {
-      flag_name(&settings[k], flag, sizeof flag);
-      size_t fl = strlen(flag);
-      if (!strncmp(a, flag, fl) && a[fl] == '=') {
-        s = &settings[k];
-        v = a + fl + 1;
-      } else if (!strcmp(a, flag) || (settings[k].short_flag && !strcmp(a, settings[k].short_flag))) {
-        s = &settings[k];
-      }
-    }
+    const qvl_opt_bind *s;
+    const char *v;
+    QVL_TRY(qvl_opts_match(&serve_cmd, argc, argv, &i, &s, &v));
+    if (!s && only_config)
+      continue; /* reported in the second pass, in its place among the flags (as every command does) */
     if (!s)
-      return qvl_errorf(QVL_ERR_INVALID_ARG, "unknown option '%s' (qvl serve --help lists them)", a);
-    if (!v) {
-      if (s->kind == SETTING_BOOL)
-        v = "true";
-      else if (i + 1 < argc)
-        v = argv[++i];
-      else
-        return qvl_errorf(QVL_ERR_INVALID_ARG, "%s needs a value", a);
-    }
-    bool is_config = !strcmp(s->key, "config");
-    if (is_config != only_config)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "unknown option '%s' (qvl serve --help lists them)", argv[i]);
+    if ((s->opt == &o_config) != only_config)
       continue;
-    flag_name(s, flag, sizeof flag);
-    if (s->kind == SETTING_LIST && !list_seen[s - settings]) {
-      list_reset(c, s);
+    qvl_opt_flag_name(s->opt, flag, sizeof flag);
+    if (s->opt->kind == QVL_OPT_LIST && !list_seen[s - settings]) {
+      qvl_opts_list_clear(&serve_cmd, s, c);
       list_seen[s - settings] = true;
     }
-    QVL_TRY(set_value(c, s, v, flag));
+    QVL_TRY(qvl_opts_set(&serve_cmd, s, c, v ? v : "true", flag));
   }
   return QVL_OK;
 }
@@ -464,7 +328,7 @@ static qvl_status read_key_file(server_config *c) {
     buf_free(&b);
     return qvl_errorf(st, "api_key_file: %s", qvl_last_error());
   }
-  const setting *s = find_key("api_key");
+  const qvl_opt_bind *s = qvl_opts_find(&serve_cmd, "api_key");
   char *save = NULL;
   for (char *line = strtok_r(b.data ? b.data : (char *)"", "\r\n", &save); line && st == QVL_OK;
        line = strtok_r(NULL, "\r\n", &save)) {
@@ -474,7 +338,7 @@ static qvl_status read_key_file(server_config *c) {
     while (n && (line[n - 1] == ' ' || line[n - 1] == '\t'))
       line[--n] = '\0';
     if (n && line[0] != '#')
-      st = list_add(c, s, line, c->api_key_file);
+      st = qvl_opts_set(&serve_cmd, s, c, line, c->api_key_file);
   }
   buf_free(&b);
   return st;
@@ -539,22 +403,7 @@ qvl_status server_config_load(server_config *c, int argc, char **argv, int first
 void server_config_usage(FILE *f) {
   server_config d;
   server_config_init(&d);
-  char flag[96], env[96], def[64];
-  for (size_t i = 0; i < N_SETTINGS; i++) {
-    const setting *s = &settings[i];
-    flag_name(s, flag, sizeof flag);
-    env_name(s, env, sizeof env);
-    def[0] = '\0';
-    const char *base = (const char *)&d;
-    if (s->kind == SETTING_INT)
-      snprintf(def, sizeof def, " (default %lld)", (long long)*(const int64_t *)(base + s->off));
-    else if (s->kind == SETTING_STR && *(char *const *)(base + s->off))
-      snprintf(def, sizeof def, " (default %s)", *(char *const *)(base + s->off));
-    char left[128];
-    snprintf(left, sizeof left, "%s%s%s%s", s->short_flag ? s->short_flag : "", s->short_flag ? ", " : "", flag,
-             s->kind == SETTING_BOOL ? "" : s->kind == SETTING_INT ? " N" : " VALUE");
-    fprintf(f, "  %-30s %s%s [%s]\n", left, s->help, def, env);
-  }
+  qvl_opts_usage(&serve_cmd, &d, f);
   server_config_free(&d);
 }
 
@@ -579,32 +428,33 @@ void server_config_print_yaml(const server_config *c, FILE *f) {
           c->config ? c->config : "config file");
   const char *base = (const char *)c;
   for (size_t i = 0; i < N_SETTINGS; i++) {
-    const setting *s = &settings[i];
-    if (!strcmp(s->key, "config") || !strcmp(s->key, "print_config"))
+    const qvl_opt_bind *s = &settings[i];
+    const char *key = s->opt->key;
+    if (s->opt == &o_config || s->opt == &o_print_config)
       continue;
-    switch (s->kind) {
-    case SETTING_STR: {
+    switch (s->opt->kind) {
+    case QVL_OPT_STR: {
       const char *v = *(char *const *)(base + s->off);
       if (!v) {
-        fprintf(f, "# %s: (not set)\n", s->key); /* a YAML null would read back as the text "null" */
+        fprintf(f, "# %s: (not set)\n", key); /* a YAML null would read back as the text "null" */
       } else {
-        fprintf(f, "%s: ", s->key);
+        fprintf(f, "%s: ", key);
         print_quoted(f, v);
         fputc('\n', f);
       }
       break;
     }
-    case SETTING_INT:
-      fprintf(f, "%s: %lld\n", s->key, (long long)*(const int64_t *)(base + s->off));
+    case QVL_OPT_INT:
+      fprintf(f, "%s: %lld\n", key, (long long)*(const int64_t *)(base + s->off));
       break;
-    case SETTING_BOOL:
-      fprintf(f, "%s: %s\n", s->key, *(const bool *)(base + s->off) ? "true" : "false");
+    case QVL_OPT_BOOL:
+      fprintf(f, "%s: %s\n", key, *(const bool *)(base + s->off) ? "true" : "false");
       break;
-    case SETTING_LIST: {
+    case QVL_OPT_LIST: {
       int n = *(const int *)(base + s->count_off);
       char *const *items = *(char **const *)(base + s->off);
-      bool secret = !strcmp(s->key, "api_key");
-      fprintf(f, "%s: [", s->key);
+      bool secret = s->opt == &o_api_key;
+      fprintf(f, "%s: [", key);
       for (int k = 0; k < n; k++) {
         if (k)
           fputs(", ", f);
@@ -613,6 +463,9 @@ void server_config_print_yaml(const server_config *c, FILE *f) {
       fputs("]\n", f);
       break;
     }
+    case QVL_OPT_NUM:
+    case QVL_OPT_CALL:
+      break; /* serve has none */
     }
   }
 }

@@ -1,6 +1,7 @@
 /*
- * Settings of `qvl serve`: one table of settings, each reachable as a YAML key (max_batch_size), a
- * flag (--max-batch-size) and an environment variable (QVL_MAX_BATCH_SIZE). Precedence:
+ * Settings of `qvl serve`: one table of settings (its own and the options every command shares,
+ * qvl_options.h), each reachable as a YAML key (max_batch_size), a flag (--max-batch-size) and an
+ * environment variable (QVL_MAX_BATCH_SIZE). Precedence:
  * flags > environment > config file > defaults. List settings (api_key, allow_image_url) are
  * replaced as a whole by a higher source, never merged.
  *
@@ -33,6 +34,7 @@ typedef struct server_config {
   char *alias;             /* model id served in /v1/models (default: the model file name) */
   char *dtype;             /* re-encode the weight matrices at load (vlm_load_opts.dtype); NULL: as stored */
   int64_t threads;         /* 0 = physical cores */
+  char *precision;         /* vision tower arithmetic, "exact" | "fast" (NULL: the default, fast) */
   /* engine */
   int64_t max_batch_size, max_wait_ms, queue, ctx;
   int64_t kv_cache_mb;     /* 0 = the engine's choice from free memory */
