@@ -197,6 +197,12 @@ extern const kn_ops kn_ops_ref;
  * tile permission). kn_amxsim_override installs the same AMX kernels running through the portable
  * tile model (tile_model.c), on any CPU: the test tier `amxsim`. */
 void kn_avx2_override(kn_ops *ops);
+void kn_avx2_attn_override(kn_ops *ops); /* x86/avx2_attn.c, called by kn_avx2_override */
+/* x86/avx2_vnni.c: the int8 matmuls with AVX-VNNI, on top of kn_avx2_override (tier avx2vnni;
+ * the AVX-512 tiers replace them); it falls back to avx2.c's selection and probe. */
+void kn_avx2vnni_override(kn_ops *ops);
+const kn_mm_kernel *kn_avx2_mm_select(const kn_weight *w, int64_t n_tokens);
+double kn_avx2_peak_loop(kn_peak_kind kind, int64_t iters);
 void kn_avx512_override(kn_ops *ops);
 void kn_avx512bf16_override(kn_ops *ops);
 void kn_amx_override(kn_ops *ops);

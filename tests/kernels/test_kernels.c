@@ -1,6 +1,6 @@
 /*
- * Every kernels.h entry of every variant this CPU runs (ref, avx2, avx512) against independent
- * double-precision computations written here (matmul on exactly dequantized weights, attention
+ * Every kernels.h entry of every variant this CPU runs (ref, avx2, avx2vnni, avx512, ...) against
+ * independent double-precision computations written here (matmul on exactly dequantized weights, attention
  * with an explicit softmax over all scores), on ragged sizes, with the named tolerances below
  * (documented in docs/KERNELS.md). Also: results bit-identical for 1 and 3 threads, and for a
  * token computed alone or inside a batch.
@@ -751,16 +751,14 @@ static void test_tile_model(void) {
   CHECK(kn_tm_faults() == f0 + 5, "tile use after release refused");
 }
 
-/* The AMX Q8_0 kernel ends every block with the float step of the AVX-512 VNNI kernel and its
- * integer sums are exact, so through the tile model it must equal avx512 bit for bit. */
-static void test_amx_q8_matches_vnni(void) {
-  if (kernels_init("avx512", 2) != QVL_OK) {
-    printf("  amxsim vs avx512 Q8_0: skipped (no AVX-512 here)\n");
-    return;
-  }
+/* y = W x for one Q8_0/Q4_0 weight under two tiers, compared bit for bit (false: a tier is
+ * not on this CPU). */
+static bool int8_tiers_agree(const char *isa_a, const char *isa_b, qvl_dtype type) {
+  if (kernels_init(isa_a, 2) != QVL_OK)
+    return false;
   int64_t n_in = 320, n_out = 75, n_tok = 37;
   test_w w;
-  make_weight(&w, QVL_DTYPE_Q8_0, n_in, n_out);
+  make_weight(&w, type, n_in, n_out);
   float *x = malloc(sizeof(float) * (size_t)(n_tok * n_in)), *y1 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
   float *y2 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
   for (int64_t i = 0; i < n_tok * n_in; i++)
@@ -769,13 +767,31 @@ static void test_amx_q8_matches_vnni(void) {
   CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
   kn_matmul(&kw, x, n_tok, NULL, y1);
   kn_weight_free(&kw);
-  CHECK(kernels_init("amxsim", 2) == QVL_OK, "amxsim");
-  CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
-  kn_matmul(&kw, x, n_tok, NULL, y2);
-  kn_weight_free(&kw);
-  CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(n_tok * n_out)), "amxsim Q8_0 differs from avx512 VNNI");
+  bool ran = kernels_init(isa_b, 2) == QVL_OK;
+  if (ran) {
+    CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
+    kn_matmul(&kw, x, n_tok, NULL, y2);
+    kn_weight_free(&kw);
+    CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(n_tok * n_out)), "%s %s differs from %s", isa_b,
+          type == QVL_DTYPE_Q8_0 ? "Q8_0" : "Q4_0", isa_a);
+  }
   free(x), free(y1), free(y2);
   free_weight(&w);
+  return ran;
+}
+
+/* The AMX Q8_0 kernel ends every block with the float step of the AVX-512 VNNI kernel and its
+ * integer sums are exact, so through the tile model it must equal avx512 bit for bit. */
+static void test_amx_q8_matches_vnni(void) {
+  if (!int8_tiers_agree("avx512", "amxsim", QVL_DTYPE_Q8_0))
+    printf("  amxsim vs avx512 Q8_0: skipped (no AVX-512 here)\n");
+}
+
+/* The same for AVX-VNNI against AVX2's vpmaddubsw: exact int32 sums, the same float steps. */
+static void test_avx2vnni_matches_avx2(void) {
+  if (!int8_tiers_agree("avx2", "avx2vnni", QVL_DTYPE_Q8_0) ||
+      !int8_tiers_agree("avx2", "avx2vnni", QVL_DTYPE_Q4_0))
+    printf("  avx2vnni vs avx2 Q8_0/Q4_0: skipped (no AVX-VNNI here)\n");
 }
 
 int main(void) {
@@ -783,7 +799,7 @@ int main(void) {
   /* Bad requests are errors, not crashes. */
   CHECK(kernels_init("sse9", 2) == QVL_ERR_INVALID_ARG, "unknown ISA rejected");
   CHECK(strstr(qvl_last_error(), "sse9") != NULL, "message names the ISA: %s", qvl_last_error());
-  const char *isas[] = {"ref", "avx2", "avx512", "avx512bf16", "amx", "amxsim"};
+  const char *isas[] = {"ref", "avx2", "avx2vnni", "avx512", "avx512bf16", "amx", "amxsim"};
   const size_t n_isas = sizeof isas / sizeof isas[0];
   for (size_t ii = 0; ii < n_isas; ii++) {
     if (kernels_init(isas[ii], 2) != QVL_OK) {
@@ -824,6 +840,7 @@ int main(void) {
         (unsigned long long)kn_tm_faults());
   test_tile_model();
   test_amx_q8_matches_vnni();
+  test_avx2vnni_matches_avx2();
   /* Invalid weight shapes. */
   tensor bad = {.name = "w", .type = QVL_DTYPE_Q8_0, .n_dims = 2, .ne = {33, 4, 1, 1}};
   static char data[1024];
