@@ -170,6 +170,12 @@ typedef struct kn_ops {
 
 /* Repacks F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K weights into the X16 layout (other types untouched). */
 qvl_status kn_pack_x16(kn_weight *w);
+/* A variant's kernel for each X16 layout; kn_x16_select picks the one for w (kn_mm_ref when w is
+ * not packed or its layout has none). */
+typedef struct kn_x16_kernels {
+  const kn_mm_kernel *flt, *q8_0, *q4_0, *q4_K, *q6_K; /* flt: F32, F16 and BF16 panels */
+} kn_x16_kernels;
+const kn_mm_kernel *kn_x16_select(const kn_weight *w, const kn_x16_kernels *k);
 /* Fast tier: F16/BF16 into KN_LAYOUT_X16_BF16P (per panel and input pair k: 16 lanes of
  * {bf16 w[r][2k], bf16 w[r][2k+1]}, an odd n_in padded with a zero weight); other types as
  * kn_pack_x16. Activations for it: kn_bf16p_row_bytes(n_in) bytes of bf16, zero-padded to a pair. */

@@ -228,18 +228,8 @@ static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, kn_act256_quantize_c, tile
 
 const kn_mm_kernel *kn_avx2_mm_select(const kn_weight *w, int64_t n_tokens) {
   (void)n_tokens;
-  if (!w->packed)
-    return &kn_mm_ref;
-  switch (w->layout) {
-  case KN_LAYOUT_X16_F32:
-  case KN_LAYOUT_X16_F16:
-  case KN_LAYOUT_X16_BF16: return &mm_float;
-  case KN_LAYOUT_X16_Q8_0: return &mm_q8_0;
-  case KN_LAYOUT_X16_Q4_0: return &mm_q4_0;
-  case KN_LAYOUT_X16_Q4_K: return &mm_q4_K;
-  case KN_LAYOUT_X16_Q6_K: return &mm_q6_K;
-  default: return &kn_mm_ref;
-  }
+  static const kn_x16_kernels k = {&mm_float, &mm_q8_0, &mm_q4_0, &mm_q4_K, &mm_q6_K};
+  return kn_x16_select(w, &k);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 /*
  * The 16-row panel walk shared by the AVX2 matmul files (avx2.c, avx2_vnni.c): a panel function
  * computes acc[t][h] (rows 8h .. 8h+7 of panel p for token t + k), panel_store adds the bias and
- * writes it, and a tile runs the widest token count first, then halves it for the remainder.
+ * writes it, and a tile runs them through tile_generic (simd_common.h).
  */
 #ifndef QVL_KERNELS_X86_AVX2_PANEL_H
 #define QVL_KERNELS_X86_AVX2_PANEL_H
@@ -41,19 +41,6 @@ INLINE void panel_store(const kn_mm *m, int64_t p, int64_t t, int TT, __m256 acc
     BODY;                                                  \
     panel_store(m, p, t, TT, acc);                         \
   }
-
-typedef void (*panel_fn)(const kn_mm *m, int64_t p, int64_t t);
-
-static inline void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
-                                const panel_fn *run, int max_tt) {
-  for (int64_t p = r0 / PR; p < (r1 + PR - 1) / PR; p++) {
-    int64_t t = t0;
-    int k = 0;
-    for (int tt = max_tt; tt >= 1; tt /= 2, k++)
-      for (; t1 - t >= tt; t += tt)
-        run[k](m, p, t);
-  }
-}
 
 #define DEFINE_TILE(NAME, MAX, ...)                                                           \
   static void NAME(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) { \

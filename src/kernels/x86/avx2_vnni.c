@@ -1,8 +1,9 @@
 /*
  * AVX2 + AVX-VNNI variant (compiled with -mavx2 -mfma -mf16c -mavxvnni): the int8 matmuls
  * (Q8_0, Q4_0: text prefill and a Q8_0 vision tower) on CPUs with the VEX-encoded vpdpbusd but no
- * AVX-512 (Alder Lake and later Intel cores, Zen 4/5 laptops and desktops). Everything else is the
- * AVX2 variant's (kn_avx2vnni_override runs after kn_avx2_override).
+ * AVX-512 (Alder Lake and later Intel client cores, Sierra Forest; Zen 4/5 and Sapphire Rapids
+ * have AVX-512 and use those tiers). Everything else is the AVX2 variant's
+ * (kn_avx2vnni_override runs after kn_avx2_override).
  *
  * vpdpbusd multiplies unsigned by signed bytes and adds the 4 products to an int32 lane in one
  * instruction, where AVX2 needs vpmaddubsw + vpmaddwd + vpaddd (and, for Q8_0, vpabsb + vpsignb to
