@@ -91,29 +91,51 @@ enum {
 INLINE size_t blk_bytes(int hd) { return sizeof(float) * 2 * 8 * (size_t)hd; } /* kt[hd][8], v[8][hd] */
 INLINE bool tiled(const kn_attn *a) { return a->head_dim % 16 == 0 && a->head_dim <= 256; }
 
+/* r[i][j] -> r[j][i] for an 8 x 8 block. */
+INLINE void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  UNROLL
+  for (int i = 0; i < 4; i++) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);     /* a0 b0 a1 b1 | a4 b4 a5 b5 */
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]); /* a2 b2 a3 b3 | a6 b6 a7 b7 */
+  }
+  UNROLL
+  for (int i = 0; i < 2; i++) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);     /* a0 b0 c0 d0 | a4 .. */
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE); /* a1 b1 c1 d1 | a5 .. */
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  UNROLL
+  for (int i = 0; i < 4; i++) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
 /* Keys j0 .. j0 + 7 of KV head kvh (those below n: the rest zero), fp32 (f16 K/V widened
- * exactly by F16C, so both paths do the same arithmetic on the same values). */
+ * exactly by F16C, so both paths do the same arithmetic on the same values); K transposed 8 x 8
+ * in registers. */
 static void t8_block(const kn_attn *a, int kvh, int64_t j0, int64_t n, float *out) {
   int hd = a->head_dim;
   bool f16 = a->k16 != NULL;
   float *kt = out, *vo = out + 8 * hd;
+  const void *kr[8], *vr[8];
   for (int jj = 0; jj < 8; jj++) {
-    int64_t j = j0 + jj, e = j * a->kv_stride + (int64_t)kvh * hd;
-    float *vj = vo + jj * hd;
-    if (j >= n) {
-      for (int d = 0; d < hd; d++)
-        kt[d * 8 + jj] = vj[d] = 0.0f;
-      continue;
+    int64_t e = (j0 + jj) * a->kv_stride + (int64_t)kvh * hd;
+    bool in = j0 + jj < n;
+    kr[jj] = !in ? NULL : f16 ? kv_at(a->k16, e, true) : kv_at(a->k, e, false);
+    vr[jj] = !in ? NULL : f16 ? kv_at(a->v16, e, true) : kv_at(a->v, e, false);
+  }
+  for (int d = 0; d < hd; d += 8) {
+    __m256 r[8];
+    for (int jj = 0; jj < 8; jj++) {
+      r[jj] = kr[jj] ? kv_load8(kr[jj], d, f16) : _mm256_setzero_ps();
+      _mm256_storeu_ps(vo + jj * hd + d, vr[jj] ? kv_load8(vr[jj], d, f16) : _mm256_setzero_ps());
     }
-    const void *kr = f16 ? kv_at(a->k16, e, true) : kv_at(a->k, e, false);
-    const void *vr = f16 ? kv_at(a->v16, e, true) : kv_at(a->v, e, false);
-    for (int d = 0; d < hd; d += 8) {
-      float k8[8];
-      _mm256_storeu_ps(k8, kv_load8(kr, d, f16));
-      for (int i = 0; i < 8; i++)
-        kt[(d + i) * 8 + jj] = k8[i];
-      _mm256_storeu_ps(vj + d, kv_load8(vr, d, f16));
-    }
+    transpose8(r);
+    for (int i = 0; i < 8; i++)
+      _mm256_storeu_ps(kt + (d + i) * 8, r[i]);
   }
 }
 
