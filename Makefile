@@ -36,6 +36,8 @@ LIB_LIBS := $(LIB_PKG_LIBS) -lm
 
 # Each ISA file is compiled with only its own -m flags (see src/kernels/kernels.h).
 ISA_FLAGS_avx2 := -mavx2 -mfma -mf16c
+ISA_FLAGS_avx2_attn := $(ISA_FLAGS_avx2)
+ISA_FLAGS_avx2_vnni := $(ISA_FLAGS_avx2) -mavxvnni
 ISA_FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
 ISA_FLAGS_avx512_bf16 := $(ISA_FLAGS_avx512) -mavx512bf16
 ISA_FLAGS_amx := $(ISA_FLAGS_avx512_bf16) -mamx-tile -mamx-int8 -mamx-bf16

@@ -88,6 +88,7 @@ static cpu_features detect_cpu(void) {
 }
 
 static bool has_avx2(const cpu_features *f) { return f->avx2 && f->fma && f->f16c; }
+static bool has_avx2vnni(const cpu_features *f) { return has_avx2(f) && f->avxvnni; }
 static bool has_avx512(const cpu_features *f) {
   return has_avx2(f) && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni;
 }
@@ -174,7 +175,7 @@ static qvl_status set_threads(int n) {
  * Tiers and the per-operation table
  */
 static inline const kn_ops *ops(void);
-enum { T_REF, T_AVX2, T_AVX512, T_AVX512BF16, T_AMX, T_AMXSIM, N_TIERS };
+enum { T_REF, T_AVX2, T_AVX2VNNI, T_AVX512, T_AVX512BF16, T_AMX, T_AMXSIM, N_TIERS };
 typedef struct tier {
   const char *name;
   bool (*has)(const cpu_features *f); /* NULL: runs everywhere */
@@ -183,6 +184,9 @@ typedef struct tier {
 static const tier g_tiers[N_TIERS] = {
     {"ref", NULL, ""},
     {"avx2", has_avx2, "AVX2+FMA+F16C"},
+    /* AVX-VNNI (VEX vpdpbusd) without AVX-512: the AVX-512 tiers do not include it (Skylake-SP
+     * to Ice Lake lack it) and do not need it, so it is only below them in preference. */
+    {"avx2vnni", has_avx2vnni, "AVX2+FMA+F16C+AVX-VNNI"},
     {"avx512", has_avx512, "AVX-512 F/BW/VL/DQ/VNNI (and AVX2+FMA+F16C)"},
     {"avx512bf16", has_avx512bf16, "AVX-512 F/BW/VL/DQ/VNNI/BF16 (and AVX2+FMA+F16C)"},
     {"amx", has_amx, "AVX-512 F/BW/VL/DQ/VNNI/BF16 and AMX-TILE/BF16/INT8"},
@@ -198,7 +202,7 @@ static const char *const g_op_names[KN_OP_COUNT] = {
 };
 
 static int best_tier(const cpu_features *f) {
-  return has_amx(f) ? T_AMX : has_avx512bf16(f) ? T_AVX512BF16 : has_avx512(f) ? T_AVX512 : has_avx2(f) ? T_AVX2 : T_REF;
+  return has_amx(f) ? T_AMX : has_avx512bf16(f) ? T_AVX512BF16 : has_avx512(f) ? T_AVX512 : has_avx2vnni(f) ? T_AVX2VNNI : has_avx2(f) ? T_AVX2 : T_REF;
 }
 static int sim_base(const cpu_features *f) {
   int b = best_tier(f);
@@ -222,6 +226,8 @@ static kn_ops build_ops(int t) {
   kn_ops ops = kn_ops_ref;
   if (t >= T_AVX2)
     kn_avx2_override(&ops);
+  if (t == T_AVX2VNNI)
+    kn_avx2vnni_override(&ops);
   if (t >= T_AVX512)
     kn_avx512_override(&ops);
   if (t >= T_AVX512BF16)
@@ -304,16 +310,16 @@ static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
         pick = t;
     if (pick < 0) {
       st = qvl_errorf(QVL_ERR_INVALID_ARG,
-                      "kernels: unknown ISA '%s', expected one of ref, avx2, avx512, avx512bf16, amx, "
+                      "kernels: unknown ISA '%s', expected one of ref, avx2, avx2vnni, avx512, avx512bf16, amx, "
                       "amxsim", want);
       goto out;
     }
     if (g_tiers[pick].has && !g_tiers[pick].has(&f)) {
       st = qvl_errorf(QVL_ERR_UNSUPPORTED,
                       "kernels: ISA '%s' requested but this CPU lacks part of %s (avx2=%d fma=%d "
-                      "f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d amx-tile=%d amx-bf16=%d "
+                      "f16c=%d avx-vnni=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d amx-tile=%d amx-bf16=%d "
                       "amx-int8=%d)",
-                      want, g_tiers[pick].needs, f.avx2, f.fma, f.f16c, f.avx512f, f.avx512bw,
+                      want, g_tiers[pick].needs, f.avx2, f.fma, f.f16c, f.avxvnni, f.avx512f, f.avx512bw,
                       f.avx512vl, f.avx512dq, f.avx512vnni, f.avx512bf16, f.amx_tile, f.amx_bf16,
                       f.amx_int8);
       goto out;

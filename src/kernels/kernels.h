@@ -1,8 +1,9 @@
 /*
  * Compute kernels used by the model code. Callers see plain functions; inside, each entry is
  * dispatched through one table of function pointers chosen once at start from the CPU's features
- * (CPUID + XGETBV) or forced with QVL_ISA=ref|avx2|avx512|avx512bf16|amx|amxsim. The scalar reference (src/kernels/ref/)
- * implements every entry and is the oracle the SIMD variants are tested against.
+ * (CPUID + XGETBV) or forced with QVL_ISA=ref|avx2|avx2vnni|avx512|avx512bf16|amx|amxsim. The
+ * scalar reference (src/kernels/ref/) implements every entry and is the oracle the SIMD variants
+ * are tested against.
  *
  * Shapes use row-major C order: x[n_tokens][n_in] means n_tokens rows of n_in floats.
  * Thread safety: kernels_init() once before use; afterwards all functions may be called from one
@@ -17,7 +18,8 @@
 #include "qvl.h"
 #include "tensor/tensor.h"
 
-/* Chooses the tier (NULL or "" = best available, then QVL_ISA; else "ref", "avx2", "avx512"
+/* Chooses the tier (NULL or "" = best available, then QVL_ISA; else "ref", "avx2", "avx2vnni"
+ * (+ AVX-VNNI), "avx512"
  * (F/BW/VL/DQ + VNNI), "avx512bf16", "amx", or "amxsim": the AMX kernels through the portable tile
  * model, for tests) and the number of worker threads (<= 0: QVL_THREADS or the number of physical
  * cores). Safe to call again. Chosen automatically, the tier's per-operation kernels may be

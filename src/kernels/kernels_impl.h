@@ -171,6 +171,12 @@ typedef struct kn_ops {
 
 /* Repacks F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K weights into the X16 layout (other types untouched). */
 qvl_status kn_pack_x16(kn_weight *w);
+/* A variant's kernel for each X16 layout; kn_x16_select picks the one for w (kn_mm_ref when w is
+ * not packed or its layout has none). */
+typedef struct kn_x16_kernels {
+  const kn_mm_kernel *flt, *q8_0, *q4_0, *q4_K, *q6_K; /* flt: F32, F16 and BF16 panels */
+} kn_x16_kernels;
+const kn_mm_kernel *kn_x16_select(const kn_weight *w, const kn_x16_kernels *k);
 /* Fast tier: F16/BF16 into KN_LAYOUT_X16_BF16P (per panel and input pair k: 16 lanes of
  * {bf16 w[r][2k], bf16 w[r][2k+1]}, an odd n_in padded with a zero weight); other types as
  * kn_pack_x16. Activations for it: kn_bf16p_row_bytes(n_in) bytes of bf16, zero-padded to a pair. */
@@ -198,6 +204,12 @@ extern const kn_ops kn_ops_ref;
  * tile permission). kn_amxsim_override installs the same AMX kernels running through the portable
  * tile model (tile_model.c), on any CPU: the test tier `amxsim`. */
 void kn_avx2_override(kn_ops *ops);
+void kn_avx2_attn_override(kn_ops *ops); /* x86/avx2_attn.c, called by kn_avx2_override */
+/* x86/avx2_vnni.c: the int8 matmuls with AVX-VNNI, on top of kn_avx2_override (tier avx2vnni;
+ * the AVX-512 tiers replace them); it falls back to avx2.c's selection and probe. */
+void kn_avx2vnni_override(kn_ops *ops);
+const kn_mm_kernel *kn_avx2_mm_select(const kn_weight *w, int64_t n_tokens);
+double kn_avx2_peak_loop(kn_peak_kind kind, int64_t iters);
 void kn_avx512_override(kn_ops *ops);
 void kn_avx512bf16_override(kn_ops *ops);
 void kn_amx_override(kn_ops *ops);

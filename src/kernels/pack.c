@@ -165,6 +165,21 @@ static float quant_run_c(const float *x, int n, int8_t *q, int32_t *sums16) {
   return d;
 }
 
+const kn_mm_kernel *kn_x16_select(const kn_weight *w, const kn_x16_kernels *k) {
+  if (!w->packed)
+    return &kn_mm_ref;
+  switch (w->layout) {
+  case KN_LAYOUT_X16_F32:
+  case KN_LAYOUT_X16_F16:
+  case KN_LAYOUT_X16_BF16: return k->flt;
+  case KN_LAYOUT_X16_Q8_0: return k->q8_0;
+  case KN_LAYOUT_X16_Q4_0: return k->q4_0;
+  case KN_LAYOUT_X16_Q4_K: return k->q4_K;
+  case KN_LAYOUT_X16_Q6_K: return k->q6_K;
+  default: return &kn_mm_ref;
+  }
+}
+
 size_t kn_act32_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 32) * 8; }
 size_t kn_act256_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 256) * 52; }
 

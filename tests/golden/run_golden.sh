@@ -24,6 +24,7 @@ pass=0 fail=0
 # AMX the same two on the hardware's tiles (amx, amxfast).
 tiers=""
 grep -qw avx2 /proc/cpuinfo 2>/dev/null && tiers="$tiers avx2"
+grep -qw avx_vnni /proc/cpuinfo 2>/dev/null && tiers="$tiers avx2vnni"
 grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null && tiers="$tiers avx512"
 grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && tiers="$tiers avx512bf16"
 grep -qw amx_tile /proc/cpuinfo 2>/dev/null && tiers="$tiers amx amxfast"

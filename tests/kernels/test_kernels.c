@@ -1,6 +1,6 @@
 /*
- * Every kernels.h entry of every variant this CPU runs (ref, avx2, avx512) against independent
- * double-precision computations written here (matmul on exactly dequantized weights, attention
+ * Every kernels.h entry of every variant this CPU runs (ref, avx2, avx2vnni, avx512, ...) against
+ * independent double-precision computations written here (matmul on exactly dequantized weights, attention
  * with an explicit softmax over all scores), on ragged sizes, with the named tolerances below
  * (documented in docs/KERNELS.md). Also: results bit-identical for 1 and 3 threads, and for a
  * token computed alone or inside a batch.
@@ -760,44 +760,63 @@ static void test_tile_model(void) {
   CHECK(kn_tm_faults() == f0 + 5, "tile use after release refused");
 }
 
+/* y = W x for one Q8_0/Q4_0 weight of n_tok tokens under two tiers, compared bit for bit; *dots_b
+ * gets the tile products tier b ran (the tile model's count). False: a tier is not on this CPU. */
+static bool int8_tiers_agree(const char *isa_a, const char *isa_b, qvl_dtype type, int64_t n_tok, uint64_t *dots_b) {
+  if (kernels_init(isa_a, 2) != QVL_OK)
+    return false;
+  int64_t n_in = 320, n_out = 75;
+  test_w w;
+  make_weight(&w, type, n_in, n_out);
+  float *x = malloc(sizeof(float) * (size_t)(n_tok * n_in)), *y1 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+  float *y2 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
+  for (int64_t i = 0; i < n_tok * n_in; i++)
+    x[i] = (float)rnd();
+  kn_weight kw;
+  CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
+  kn_matmul(&kw, x, n_tok, NULL, y1);
+  kn_weight_free(&kw);
+  bool ran = kernels_init(isa_b, 2) == QVL_OK;
+  if (ran) {
+    CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
+    uint64_t d0 = kn_tm_dot_products();
+    kn_matmul(&kw, x, n_tok, NULL, y2);
+    if (dots_b)
+      *dots_b = kn_tm_dot_products() - d0;
+    kn_weight_free(&kw);
+    CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(n_tok * n_out)), "%s %s (%lld tokens) differs from %s", isa_b,
+          dtype_name(type), (long long)n_tok, isa_a);
+  }
+  free(x), free(y1), free(y2);
+  free_weight(&w);
+  return ran;
+}
+
 /* The AMX int8 kernels end every block with the float step of the AVX-512 VNNI kernel and their
  * integer sums are exact, so through the tile model they must equal avx512 bit for bit: Q8_0 on
  * its own tiles at any token count, Q4_0 on tiles from AMX_Q4_MIN_TOKENS (16) tokens and on the
  * VNNI kernel itself below (which is what keeps a token's result the same alone and in a batch). */
 static void test_amx_int8_matches_vnni(void) {
-  if (kernels_init("avx512", 2) != QVL_OK) {
-    printf("  amxsim vs avx512 Q8_0/Q4_0: skipped (no AVX-512 here)\n");
-    return;
-  }
   static const qvl_dtype types[] = {QVL_DTYPE_Q8_0, QVL_DTYPE_Q4_0};
   static const int64_t toks[] = {37, 16, 1};
-  int64_t n_in = 320, n_out = 75;
   for (size_t ti = 0; ti < 2; ti++)
     for (size_t k = 0; k < 3; k++) {
-      int64_t n_tok = toks[k];
-      test_w w;
-      make_weight(&w, types[ti], n_in, n_out);
-      float *x = malloc(sizeof(float) * (size_t)(n_tok * n_in)), *y1 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
-      float *y2 = malloc(sizeof(float) * (size_t)(n_tok * n_out));
-      for (int64_t i = 0; i < n_tok * n_in; i++)
-        x[i] = (float)rnd();
-      kn_weight kw;
-      CHECK(kernels_init("avx512", 2) == QVL_OK && kn_weight_init(&kw, &w.t) == QVL_OK, "avx512 init");
-      kn_matmul(&kw, x, n_tok, NULL, y1);
-      kn_weight_free(&kw);
-      CHECK(kernels_init("amxsim", 2) == QVL_OK && kn_weight_init(&kw, &w.t) == QVL_OK, "amxsim init");
-      uint64_t dots = kn_tm_dot_products();
-      kn_matmul(&kw, x, n_tok, NULL, y2);
-      dots = kn_tm_dot_products() - dots;
-      kn_weight_free(&kw);
-      bool tiles = types[ti] == QVL_DTYPE_Q8_0 || n_tok >= 16;
+      uint64_t dots = 0;
+      if (!int8_tiers_agree("avx512", "amxsim", types[ti], toks[k], &dots)) {
+        printf("  amxsim vs avx512 Q8_0/Q4_0: skipped (no AVX-512 here)\n");
+        return;
+      }
+      bool tiles = types[ti] == QVL_DTYPE_Q8_0 || toks[k] >= 16;
       CHECK(tiles ? dots > 0 : dots == 0, "amxsim %s, %lld tokens: %llu tile products, expected %s",
-            dtype_name(types[ti]), (long long)n_tok, (unsigned long long)dots, tiles ? "some" : "none");
-      CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(n_tok * n_out)), "amxsim %s (%lld tokens) differs from avx512 VNNI",
-            dtype_name(types[ti]), (long long)n_tok);
-      free(x), free(y1), free(y2);
-      free_weight(&w);
+            dtype_name(types[ti]), (long long)toks[k], (unsigned long long)dots, tiles ? "some" : "none");
     }
+}
+
+/* The same for AVX-VNNI against AVX2's vpmaddubsw: exact int32 sums, the same float steps. */
+static void test_avx2vnni_matches_avx2(void) {
+  if (!int8_tiers_agree("avx2", "avx2vnni", QVL_DTYPE_Q8_0, 37, NULL) ||
+      !int8_tiers_agree("avx2", "avx2vnni", QVL_DTYPE_Q4_0, 37, NULL))
+    printf("  avx2vnni vs avx2 Q8_0/Q4_0: skipped (no AVX-VNNI here)\n");
 }
 
 /* The AMX attention really runs on tiles, with the blocking it documents: per head (one KV head
@@ -838,7 +857,7 @@ int main(void) {
   /* Bad requests are errors, not crashes. */
   CHECK(kernels_init("sse9", 2) == QVL_ERR_INVALID_ARG, "unknown ISA rejected");
   CHECK(strstr(qvl_last_error(), "sse9") != NULL, "message names the ISA: %s", qvl_last_error());
-  const char *isas[] = {"ref", "avx2", "avx512", "avx512bf16", "amx", "amxsim"};
+  const char *isas[] = {"ref", "avx2", "avx2vnni", "avx512", "avx512bf16", "amx", "amxsim"};
   const size_t n_isas = sizeof isas / sizeof isas[0];
   for (size_t ii = 0; ii < n_isas; ii++) {
     if (kernels_init(isas[ii], 2) != QVL_OK) {
@@ -884,6 +903,7 @@ int main(void) {
   uint64_t faults = kn_tm_faults(); /* (test_tile_model provokes some on purpose) */
   test_amx_int8_matches_vnni();
   test_amx_attention_tiles();
+  test_avx2vnni_matches_avx2();
   CHECK(kn_tm_faults() == faults, "the AMX kernels broke a tile limit of the model");
   /* Invalid weight shapes. */
   tensor bad = {.name = "w", .type = QVL_DTYPE_Q8_0, .n_dims = 2, .ne = {33, 4, 1, 1}};

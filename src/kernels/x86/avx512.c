@@ -451,20 +451,6 @@ static void gemv4_f32(const kn_mm *m, int64_t p) { gemv_float4(m, p, KN_LAYOUT_X
 static void gemv4_f16(const kn_mm *m, int64_t p) { gemv_float4(m, p, KN_LAYOUT_X16_F16); }
 static void gemv4_bf16(const kn_mm *m, int64_t p) { gemv_float4(m, p, KN_LAYOUT_X16_BF16); }
 
-/* Runs panels [r0/16, r1/16) x tokens [t0, t1) with the widest token count first. run[0] handles
- * the largest chunk (max_tt tokens), run[1] half of it, ... down to 1 token. */
-static void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
-                         const panel_fn *run, int max_tt) {
-  int64_t p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
-  for (int64_t p = p0; p < p1; p++) {
-    int64_t t = t0;
-    int k = 0;
-    for (int tt = max_tt; tt >= 1; tt /= 2, k++)
-      for (; t1 - t >= tt; t += tt)
-        run[k](m, p, t);
-  }
-}
-
 /* Panel pairs x chunks of 6, 4, 2, 1 tokens; an odd last panel goes through the 1-panel kernels
  * (one[]: 8, 4, 2, 1 tokens). GEMV (a single token in the whole call) keeps the 1-panel path. */
 static void tile_pairs(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
@@ -552,18 +538,8 @@ static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, act256_quantize, tile_q6_K
 
 const kn_mm_kernel *kn_avx512_mm_select(const kn_weight *w, int64_t n_tokens) {
   (void)n_tokens;
-  if (!w->packed)
-    return &kn_mm_ref;
-  switch (w->layout) {
-  case KN_LAYOUT_X16_F32:
-  case KN_LAYOUT_X16_F16:
-  case KN_LAYOUT_X16_BF16: return &mm_float;
-  case KN_LAYOUT_X16_Q8_0: return &mm_q8_0;
-  case KN_LAYOUT_X16_Q4_0: return &mm_q4_0;
-  case KN_LAYOUT_X16_Q4_K: return &mm_q4_K;
-  case KN_LAYOUT_X16_Q6_K: return &mm_q6_K;
-  default: return &kn_mm_ref;
-  }
+  static const kn_x16_kernels k = {&mm_float, &mm_q8_0, &mm_q4_0, &mm_q4_K, &mm_q6_K};
+  return kn_x16_select(w, &k);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -13,8 +13,6 @@
 #include "kernels/kernels_impl.h"
 #include "kernels/x86/simd_common.h"
 
-typedef void (*panel_fn)(const kn_mm *m, int64_t p, int64_t t);
-
 /* Stores the (masked) 16 outputs per token of panel p for TT tokens starting at t, plus bias. */
 INLINE void panel_store(const kn_mm *m, int64_t p, int64_t t, int TT, const __m512 *acc) {
   int64_t n_out = m->w->n_out, r0 = p * PR;

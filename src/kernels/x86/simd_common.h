@@ -6,6 +6,8 @@
 #ifndef QVL_KERNELS_X86_SIMD_COMMON_H
 #define QVL_KERNELS_X86_SIMD_COMMON_H
 
+#include "kernels/kernels_impl.h"
+
 #define INLINE static inline __attribute__((always_inline))
 /* Fixed-count loops are unrolled so that indices become constants and arrays stay in registers. */
 #define UNROLL _Pragma("GCC unroll 16")
@@ -52,6 +54,21 @@
     (void)sink;                                                   \
     return (double)iters;                                         \
   }
+/* Runs panels [r0/16, r1/16) x tokens [t0, t1) with the widest token count first. run[0] handles
+ * the largest chunk (max_tt tokens), run[1] half of it, ... down to 1 token. */
+typedef void (*panel_fn)(const kn_mm *m, int64_t p, int64_t t);
+static inline void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1,
+                                const panel_fn *run, int max_tt) {
+  int64_t p0 = r0 / PR, p1 = (r1 + PR - 1) / PR;
+  for (int64_t p = p0; p < p1; p++) {
+    int64_t t = t0;
+    int k = 0;
+    for (int tt = max_tt; tt >= 1; tt /= 2, k++)
+      for (; t1 - t >= tt; t += tt)
+        run[k](m, p, t);
+  }
+}
+
 #define PEAK_PROBE(NAME, T, INIT, STEP, SUM) PEAK_PROBE_N(NAME, T, 16, INIT, STEP, SUM)
 
 #endif
