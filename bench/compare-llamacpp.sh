@@ -9,9 +9,9 @@
 # seconds of the image-question processes (user + system of the whole process; both engines'
 # threads spin while they wait, so this counts some waiting too).
 #
-# Tiers: QVL_ISA (avx2, avx512, ...) reaches qvl and is printed with the table, next to the CPU
-# features llama.cpp's build reports, so each table says which kernels ran on each side. For the
-# AVX2 tier compare QVL_ISA=avx2 with a llama.cpp build made with GGML_NATIVE=OFF and AVX-512 off.
+# Tiers: QVL_ISA (avx2, avx512, ...) reaches qvl and is printed with the table (with qvl's kernel
+# per operation in the full run), so each table says which kernels ran. For the AVX2 tier compare
+# QVL_ISA=avx2 with a llama.cpp build made with GGML_NATIVE=OFF and AVX-512 off.
 #
 # QUICK=1 (for a loaded machine): only the image question (SIZE, default 1024x768), answered with
 # TG tokens (default 32) by one llama-mtmd-cli and one `qvl run --json` process per round, the two
@@ -76,6 +76,7 @@ if [ "$QUICK" = 1 ]; then
       if [ $side = llama ]; then llama_image "$SIZE" "mtmd_r$r" "$TG"; else qvl_image "$SIZE" "qvl_r$r" "$TG"; fi
     done
   done
+  echo "llama.cpp: $LLAMA (its ggml-cpu is built for the ISA its CMake options named)"
   "$PY" - "$out" "$T" "$ROUNDS" "${QVL_ISA:-}" "$SIZE" <<'PYEOF'
 import json, re, statistics, sys
 d, T, rounds, isa_env, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
@@ -99,10 +100,8 @@ def llama(r):
     # include reading the model; unlike qvl's, it does not include decoding the PNG.
     ttft = (end - start) * 1e3 - float(ev.group(1))
     cpu, rss = proc(err)
-    feats = re.search(r'CPU : ([^\n]*)', err)
     return dict(vision=enc, img_pp=ntok / (dec_ms / 1e3), ttft=ttft, decode=int(ev.group(2)) / (float(ev.group(1)) / 1e3),
-                cpu=cpu, rss=rss, feats=' '.join(re.findall(r'(\w+) = 1\b', feats.group(1))) if feats else '?',
-                prompt=int(pe.group(2)) if pe else None)
+                cpu=cpu, rss=rss, prompt=int(pe.group(2)) if pe else None)
 def qvl(r):
     j = json.load(open(f'{d}/qvl_r{r}.json'))
     t = j['timings']
@@ -112,7 +111,6 @@ def qvl(r):
 L = [llama(r) for r in range(1, rounds + 1)]
 Q = [qvl(r) for r in range(1, rounds + 1)]
 load = lambda side, r: open(f'{d}/load_{side}_{r}').read().strip()
-print(f'llama.cpp CPU features: {L[0]["feats"]}')
 print(f'qvl isa: {Q[0]["isa"]} (QVL_ISA={isa_env or "unset"}); prompt tokens: llama.cpp {L[0]["prompt"]}, qvl {Q[0]["prompt"]}\n')
 rows = [(f'vision encode {size} ms', 'vision', False), ('image-token prefill tok/s', 'img_pp', True),
         (f'TTFT {size} question ms', 'ttft', False), ('decode tok/s', 'decode', True),
