@@ -13,6 +13,8 @@
 #   image first    a 1024x768 image question the server has not seen (vision + prefill)
 #   image repeat   the same image question again: both servers have the whole prompt cached, so
 #                  this is what restoring the cached prompt and the per-request set-up cost
+# SIZE=WxH changes the image (default 1024x768; a smaller one keeps the first encode short on a
+# loaded machine, and the repeat then restores a shorter cached prompt).
 set -euo pipefail
 LLAMA=${1:?usage: $0 LLAMA_BIN_DIR MODEL.gguf MMPROJ.gguf [THREADS] [REPEATS]}
 MODEL=${2:?model}
@@ -22,13 +24,14 @@ REPEATS=${5:-5}
 QVL=${QVL:-$(dirname "$0")/../qvl}
 PY=${PYTHON:-python3}
 PORT=${PORT:-18931}
+SIZE=${SIZE:-1024x768}
 [ -x "$LLAMA/llama-server" ] || { echo "missing $LLAMA/llama-server" >&2; exit 2; }
 [ -x "$QVL" ] || { echo "missing $QVL (run make)" >&2; exit 2; }
 out=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$out"; }
 trap cleanup EXIT
-echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); threads: $T; repeats: $REPEATS" >&2
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); threads: $T; repeats: $REPEATS; image $SIZE" >&2
 
 wait_ready() { # the server answers /health with 200 once the model is loaded
   for _ in $(seq 1 600); do
@@ -40,7 +43,7 @@ wait_ready() { # the server answers /health with 200 once the model is loaded
 }
 
 measure() { # NAME: runs the three rows against the server on $PORT, writes $out/NAME.json
-  "$PY" - "$PORT" "$REPEATS" "$out/$1.json" "$out/img_1024x768.png" <<'PYEOF'
+  "$PY" - "$PORT" "$REPEATS" "$out/$1.json" "$out/img_$SIZE.png" <<'PYEOF'
 import base64, json, statistics, sys, time, urllib.request
 port, repeats, dest, image = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 # the model id the server lists (qvl answers 404 for a model it does not serve)
@@ -70,12 +73,13 @@ res = {'text16_ms': statistics.median(m for m, _ in text), 'text16_prompt_tokens
        'image_first_ms': first[0], 'image_prompt_tokens': first[1],
        'image_repeat_ms': statistics.median(m for m, _ in again),
        'text16_all_ms': [round(m, 1) for m, _ in text], 'image_repeat_all_ms': [round(m, 1) for m, _ in again]}
+res['load'] = open('/proc/loadavg').read().split()[:3]
 json.dump(res, open(dest, 'w'))
 print(json.dumps(res), file=sys.stderr)
 PYEOF
 }
 
-"$PY" "$(dirname "$0")/test_images.py" "$out" 1024x768
+"$PY" "$(dirname "$0")/test_images.py" "$out" "$SIZE"
 
 echo "[llama.cpp] llama-server..." >&2
 "$LLAMA/llama-server" -m "$MODEL" --mmproj "$MMPROJ" -t "$T" -c 4096 --port "$PORT" --host 127.0.0.1 \
@@ -92,16 +96,17 @@ wait_ready "$out/qvl.log"
 measure qvl
 kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
 
-"$PY" - "$out" "$T" <<'PYEOF'
+"$PY" - "$out" "$T" "$SIZE" <<'PYEOF'
 import json, sys
-d, T = sys.argv[1], sys.argv[2]
+d, T, size = sys.argv[1], sys.argv[2], sys.argv[3]
 l, q = json.load(open(f'{d}/llama.json')), json.load(open(f'{d}/qvl.json'))
 print(f'| through the servers ({T} threads), ms to the answer of max_tokens 1 | llama-server | qvl serve | qvl advantage |')
 print('| --- | ---: | ---: | ---: |')
 for key, name in (('text16_ms', f"text question ({q['text16_prompt_tokens']} prompt tokens, new text)"),
-                  ('image_first_ms', f"1024x768 image question, first time ({q['image_prompt_tokens']} prompt tokens)"),
-                  ('image_repeat_ms', '1024x768 image question, repeated (whole prompt cached)')):
+                  ('image_first_ms', f"{size} image question, first time ({q['image_prompt_tokens']} prompt tokens)"),
+                  ('image_repeat_ms', f'{size} image question, repeated (whole prompt cached)')):
     print(f'| {name} | {l[key]:.0f} | {q[key]:.0f} | {l[key] / q[key]:.2f}x |')
 print(f"\nper-repeat ms: llama-server text {l['text16_all_ms']} image {l['image_repeat_all_ms']}; "
       f"qvl text {q['text16_all_ms']} image {q['image_repeat_all_ms']}")
+print(f"load average after each server's requests: llama-server {' '.join(l['load'])}, qvl {' '.join(q['load'])}")
 PYEOF
