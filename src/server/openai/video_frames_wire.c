@@ -46,13 +46,13 @@ bool video_frames_parse(const char *body, size_t len, const api_limits *lim, vid
                   : cJSON_GetObjectItemCaseSensitive(root, "input_video") ? "input_video"
                                                                           : "video_url";
   bool ok = true;
-  if (!api_is_video_part(t))
-    ok = bad(e, "type", "'type' must be \"video_url\", \"video\" or \"input_video\"");
+  /* not the chat template's {"type": "video", "video": URL}: "video" is the sampling here */
+  if (strcmp(t, "video_url") && strcmp(t, "input_video"))
+    ok = bad(e, "type", "'type' must be \"video_url\" or \"input_video\"");
   if (ok)
-    ok = api_video_part_check(root, t, !strcmp(t, "input_video") ? "input_video" : t, e);
+    ok = api_video_part_check(root, t, t, e);
   if (ok) { /* input_video is a video_url part now */
-    const char *kind = !strcmp(t, "video") ? "video" : "video_url";
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, kind);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "video_url");
     const cJSON *url = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "url") : v;
     out->url = url->valuestring;
   }

@@ -2,8 +2,9 @@
  * POST /video/frames on the wire (qvl's own; the web page's frame strip, docs/WEB_UI.md): which
  * frames of a clip a chat request would sample, at which times, and what they look like.
  *
- * Request: one video part of a chat message, as api_video_part_check takes it, plus the chat
- * request's sampling fields (video_wire.h):
+ * Request: one video part of a chat message, as api_video_part_check takes it (video_url or
+ * input_video: "video" is the sampling, as at the root of a chat request), plus the chat request's
+ * sampling fields (video_wire.h):
  *   {"video_url": {"url": "data:video/mp4;base64,..."},      (or {"type": "input_video", ...})
  *    "video": {"fps": 2},                                      (optional, as in chat)
  *    "thumbnail": {"width": 160, "height": 90}}                (optional: the box each fits in)
