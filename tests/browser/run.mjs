@@ -1041,6 +1041,10 @@ test('ask about a video: the sampled frames with their times, the answer streame
   }
   assert(new Set(thumbs.map((t) => t.mean.toFixed(3))).size > 1, 'every thumbnail looks the same');
   await shot(page, 'desktop-video-strip');
+  await page.setViewportSize(PHONE);
+  assert(await page.locator('.frame-strip').isVisible(), 'strip visible at phone width');
+  await shot(page, 'phone-video-strip');
+  await page.setViewportSize(DESKTOP);
 
   await page.fill('#prompt', 'What happens in this video?');
   await page.keyboard.press('Enter');
