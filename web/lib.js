@@ -171,7 +171,7 @@ export function describeHttpError(status, error, retryAfterHeader, media = 'imag
       return { kind: 'loading', title: 'The server is not ready', detail: msg || 'The model is still loading.', retryAfter: 5 };
     case 413:
       if (media === 'video')
-        return { kind: 'too_large', title: 'Video too large', detail: (msg ? msg + ' ' : '') + 'Try a shorter or smaller clip.', retryAfter: null };
+        return { kind: 'video_too_large', title: 'Video too large', detail: (msg ? msg + ' ' : '') + 'Try a shorter or smaller clip.', retryAfter: null };
       return {
         kind: 'too_large',
         title: 'Image too large',
@@ -318,10 +318,12 @@ export function isVideoFile(type, name) {
 }
 
 // Seconds as the frame strip shows them: "0.67 s", "12.5 s", "1:05.0".
+// Rounded first, so that 9.999 is "10.0 s" and 59.96 is "1:00.0".
 export function formatSeconds(t) {
-  if (t < 10) return `${t.toFixed(2)} s`;
-  if (t < 60) return `${t.toFixed(1)} s`;
+  const hundredths = Math.round(t * 100);
+  if (hundredths < 1000) return `${(hundredths / 100).toFixed(2)} s`;
   const tenths = Math.round(t * 10);
+  if (tenths < 600) return `${(tenths / 10).toFixed(1)} s`;
   const m = Math.floor(tenths / 600);
   return `${m}:${((tenths - m * 600) / 10).toFixed(1).padStart(4, '0')}`;
 }

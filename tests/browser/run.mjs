@@ -243,6 +243,35 @@ test('grounding parser and SSE parser', async () => {
   await page.context().close();
 });
 
+test('video helpers: which files are videos, strip times, the video_url part, a video 413', async () => {
+  const page = await newPage();
+  const r = await page.evaluate(async () => {
+    const { isVideoFile, formatSeconds, buildMessages, describeHttpError, rgbToRgba } = await import('/lib.js');
+    return {
+      kinds: [
+        ['video/mp4', 'a.mp4'], ['video/webm', 'a.webm'], ['', 'clip.MKV'], ['application/octet-stream', 'a.mov'],
+        ['image/gif', 'a.gif'], ['image/png', 'a.png'], ['', 'notes.txt'], ['video/x-msvideo', 'a.avi'],
+      ].map(([t, n]) => isVideoFile(t, n)),
+      times: [0, 0.6666666666666666, 1.9166666666666667, 9.999, 12.25, 59.96, 65.04, 119.97].map(formatSeconds),
+      msgs: buildMessages({ messages: [{ role: 'user', text: 'When?', images: [
+        { kind: 'video', dataUrl: 'data:video/mp4;base64,AAAA' }, { dataUrl: 'data:image/png;base64,BBBB' }] }] }, ''),
+      v413: describeHttpError(413, { message: 'The video is 40.0 MiB; this server takes videos up to 32 MiB (--max-video-mb).' }, null, 'video'),
+      rgba: [...rgbToRgba(new Uint8Array([1, 2, 3, 4, 5, 6]), 2, 1)],
+    };
+  });
+  eq(JSON.stringify(r.kinds), JSON.stringify([true, true, true, true, true, false, false, false]), 'video files');
+  eq(JSON.stringify(r.times), JSON.stringify(['0.00 s', '0.67 s', '1.92 s', '10.0 s', '12.3 s', '1:00.0', '1:05.0', '2:00.0']), 'strip times');
+  eq(JSON.stringify(r.msgs[0].content), JSON.stringify([
+    { type: 'video_url', video_url: { url: 'data:video/mp4;base64,AAAA' } },
+    { type: 'image_url', image_url: { url: 'data:image/png;base64,BBBB' } },
+    { type: 'text', text: 'When?' },
+  ]), 'media in the order added, then the text');
+  eq(r.v413.title, 'Video too large', '413 of a video');
+  assert(r.v413.detail.includes('--max-video-mb') && !/Max image size/.test(r.v413.detail), `413 detail: ${r.v413.detail}`);
+  eq(JSON.stringify(r.rgba), JSON.stringify([1, 2, 3, 255, 4, 5, 6, 255]), 'rgb24 to RGBA');
+  await page.context().close();
+});
+
 test('empty state looks right (desktop and phone)', async () => {
   const page = await newPage();
   await page.waitForSelector('.status[data-state="ready"]');
