@@ -2,6 +2,7 @@
 #include "server/http/video_frames_endpoint.h"
 
 #include <string.h>
+#include <strings.h>
 
 #include "base/dataurl.h"
 #include "server/http/call.h"
@@ -24,10 +25,10 @@ static qvl_status stop_check(void *user) {
 /* A data: URL's payload is known before it is decoded: say how large the clip is and what the
  * server takes, in the words of its option, rather than base64's. */
 static bool data_url_fits(const char *url, size_t max_bytes, api_error *e) {
-  if (!dataurl_is(url))
-    return true;
-  const char *comma = strchr(url, ',');
-  size_t payload = comma ? strlen(comma + 1) : 0;
+  const char *comma = dataurl_is(url) ? strchr(url, ',') : NULL;
+  if (!comma || comma - url < 7 || strncasecmp(comma - 7, ";base64", 7))
+    return true; /* not base64: image_source_read checks the decoded size */
+  size_t payload = strlen(comma + 1);
   double mib = (double)payload * 3 / 4 / (1 << 20);
   if ((double)payload * 3 / 4 <= (double)max_bytes + 2)
     return true;
