@@ -15,6 +15,9 @@ import {
   parseExtract,
   toCSV,
   prettyArguments,
+  isVideoFile,
+  formatSeconds,
+  rgbToRgba,
 } from './lib.js';
 
 const STORE_KEY = 'qvl.conversations.v1';
@@ -22,6 +25,7 @@ const SETTINGS_KEY = 'qvl.settings.v1';
 const DEFAULTS = Object.freeze({ maxPixels: 1048576, temperature: 0.7, maxTokens: 1024, system: '', apiKey: '' });
 const MAX_FILE_BYTES = 32 * 1024 * 1024; // the server's cap on encoded image bytes (docs/IMAGES.md)
 const MAX_PENDING = 8;
+const THUMB_BOX = { width: 160, height: 90 }; // the frame strip's thumbnails fit in this
 const MAX_AUTO_RETRIES = 5;
 const ACCEPTED = ['image/png', 'image/jpeg', 'image/webp'];
 
@@ -189,8 +193,12 @@ async function addFiles(fileList) {
       toast(`At most ${MAX_PENDING} images per message.`);
       break;
     }
+    if (isVideoFile(f.type, f.name)) {
+      addVideo(f);
+      continue;
+    }
     if (!ACCEPTED.includes(f.type)) {
-      toast(`“${f.name || 'pasted file'}” is not a PNG, JPEG or WebP image.`);
+      toast(`“${f.name || 'pasted file'}” is not a PNG, JPEG or WebP image, nor an MP4, WebM, MKV, MOV or GIF video.`);
       continue;
     }
     if (f.size > MAX_FILE_BYTES) {
@@ -220,6 +228,144 @@ async function addFiles(fileList) {
   updateSendState();
 }
 
+// ---- Video clips: the server says which frames it samples (POST /video/frames, docs/WEB_UI.md) ----
+
+// A video is sent as the file chosen (a data: URL), like an image; its frame strip comes from the
+// server, which samples with the same code and settings as the chat request will, so the strip
+// shows the frames the model sees. The server's limits (--max-video-mb, length, codecs) answer
+// here first, before any question is asked.
+async function addVideo(f) {
+  const p = { id: newId(), kind: 'video', name: f.name || 'video', type: f.type || 'video/mp4', bytes: f.size, dataUrl: null, state: 'reading' };
+  pending.push(p);
+  renderAttachments();
+  updateSendState();
+  try {
+    p.dataUrl = await readAsDataURL(f);
+    if (!f.type) p.dataUrl = p.dataUrl.replace(/^data:[^;,]*/, `data:${p.type}`);
+    const headers = { 'Content-Type': 'application/json' };
+    if (settings.apiKey) headers.Authorization = `Bearer ${settings.apiKey}`;
+    let res;
+    try {
+      res = await fetch('video/frames', { method: 'POST', headers, body: JSON.stringify({ video_url: { url: p.dataUrl }, thumbnail: THUMB_BOX }) });
+    } catch {
+      throw describeNetworkError();
+    }
+    if (!res.ok) {
+      let err = null;
+      try {
+        err = (await res.json()).error;
+      } catch {
+        /* not JSON */
+      }
+      throw describeHttpError(res.status, err, res.headers.get('Retry-After'), 'video');
+    }
+    p.video = videoFacts(await res.json());
+    p.width = p.video.width;
+    p.height = p.video.height;
+    p.state = 'ready';
+    announce(`Added video ${p.name}: ${p.video.frames.length} frames sampled from ${formatSeconds(p.video.duration)}.`);
+  } catch (e) {
+    p.state = 'error';
+    p.error = e && e.title ? e : { title: 'Could not read the video', detail: String((e && e.message) || e) };
+    announce(`${p.error.title}. ${p.error.detail}`);
+  }
+  if (!pending.includes(p)) return; // removed while it was read
+  renderAttachments();
+  updateSendState();
+}
+
+// The reply of /video/frames as kept with the message: facts, and each sampled frame with its
+// time and thumbnail (a PNG data URL, so a stored conversation shows its strip again).
+function videoFacts(j) {
+  const th = j.thumbnails;
+  const canvas = document.createElement('canvas');
+  canvas.width = th.width;
+  canvas.height = th.height;
+  const g = canvas.getContext('2d');
+  const frames = j.frames.map((f, k) => {
+    const rgb = Uint8Array.from(atob(th.data[k]), (c) => c.charCodeAt(0));
+    g.putImageData(new ImageData(rgbToRgba(rgb, th.width, th.height), th.width, th.height), 0, 0);
+    return { index: f.index, time: f.time_s, group: f.group, thumb: canvas.toDataURL('image/png') };
+  });
+  return {
+    width: j.width,
+    height: j.height,
+    fps: j.fps,
+    duration: j.duration_s,
+    totalFrames: j.total_frames,
+    tokens: j.video_tokens,
+    resized: { width: j.resized_width, height: j.resized_height },
+    frames,
+    groups: j.groups.map((gr) => ({ time: gr.time_s, text: gr.text })),
+  };
+}
+
+// The sampled frames in temporal groups (two frames make one patch of the vision tower), each group
+// under the timestamp the prompt gives it, each frame with its own time in the clip.
+function frameStrip(v, name) {
+  const groups = v.groups.map((gr, i) =>
+    el(
+      'li',
+      { class: 'frame-group', title: `Frames ${v.frames.filter((f) => f.group === i).map((f) => f.index).join(' and ')}: the model reads them as one step, at ${gr.text}` },
+      el('span', { class: 'group-time', text: gr.text }),
+      el(
+        'ol',
+        { class: 'frames' },
+        ...v.frames
+          .filter((f) => f.group === i)
+          .map((f) =>
+            el(
+              'li',
+              { class: 'frame', 'data-index': String(f.index) },
+              el('img', { class: 'frame-thumb', src: f.thumb, alt: `${name}, frame ${f.index} at ${formatSeconds(f.time)}` }),
+              el('span', { class: 'frame-time', text: formatSeconds(f.time) }),
+            ),
+          ),
+      ),
+    ),
+  );
+  return el('ol', { class: 'frame-strip', 'aria-label': `Frames of ${name} the model sees` }, ...groups);
+}
+
+function videoAttachment(p) {
+  const remove = el(
+    'button',
+    {
+      type: 'button',
+      class: 'att-remove',
+      'aria-label': `Remove ${p.name}`,
+      onclick: () => {
+        pending = pending.filter((x) => x.id !== p.id);
+        renderAttachments();
+        updateSendState();
+        announce(`Removed ${p.name}.`);
+        $('prompt').focus();
+      },
+    },
+    icon('M6 6l12 12M18 6L6 18'),
+  );
+  let meta;
+  if (p.state === 'reading') meta = el('span', { class: 'att-meta', text: `${formatBytes(p.bytes)} · reading the frames…` });
+  else if (p.state === 'error')
+    meta = el('span', { class: 'att-meta att-error', role: 'alert' }, el('strong', { text: p.error.title }), ` ${p.error.detail}`);
+  else {
+    const v = p.video;
+    meta = el(
+      'span',
+      { class: 'att-meta', title: `Each frame is sent to the model as ${v.resized.width}×${v.resized.height} pixels` },
+      `${formatSeconds(v.duration)} · ${v.width}×${v.height} · ${v.frames.length} of ${v.totalFrames} frames · `,
+      el('strong', { class: 'att-tokens', text: `${v.tokens.toLocaleString('en-US')} tokens` }),
+    );
+  }
+  return el(
+    'li',
+    { class: `att att-video att-${p.state}`, 'data-id': p.id, 'aria-busy': String(p.state === 'reading') },
+    el('span', { class: 'att-info' }, el('span', { class: 'att-name', text: p.name }), meta),
+    remove,
+    p.state === 'ready' ? frameStrip(p.video, p.name) : null,
+  );
+}
+
 function sizeInfo(img) {
   const r = smartResize(img.height, img.width, minPixels(), settings.maxPixels);
   return r;
@@ -228,9 +374,10 @@ function sizeInfo(img) {
 function renderAttachments() {
   const ul = $('attachments');
   ul.hidden = pending.length === 0;
-  $('dropzone').querySelector('.dz-main').textContent = pending.length ? 'Add another image' : 'Choose an image';
+  $('dropzone').querySelector('.dz-main').textContent = pending.length ? 'Add another image or video' : 'Choose an image or a video';
   ul.replaceChildren(
     ...pending.map((p) => {
+      if (p.kind === 'video') return videoAttachment(p);
       const r = sizeInfo(p);
       const meta = r.error
         ? el('span', { class: 'att-meta att-warn', text: 'Aspect ratio too extreme (over 200:1)' })
@@ -344,7 +491,7 @@ function imagesBefore(msg) {
   if (!current) return list;
   for (const m of current.messages) {
     if (m === msg) break;
-    if (m.role === 'user') for (const img of m.images ?? []) list.push(img);
+    if (m.role === 'user') for (const img of m.images ?? []) if (img.kind !== 'video') list.push(img);
   }
   return list;
 }
@@ -504,7 +651,9 @@ function fillAssistant(msg) {
     // Before the first token the server is encoding images and reading the prompt: on a CPU that
     // can take seconds, so say what is happening and for how long.
     const secs = Math.floor((performance.now() - active.started) / 1000);
-    const what = imagesBefore(msg).length ? 'Reading the image' : 'Thinking';
+    const prev = current ? current.messages[current.messages.indexOf(msg) - 1] : null;
+    const media = prev?.images ?? [];
+    const what = media.some((m) => m.kind === 'video') ? 'Watching the video' : imagesBefore(msg).length ? 'Reading the image' : 'Thinking';
     v.md.replaceChildren(
       el('span', { class: 'thinking' }, what, el('span', { class: 'dots', 'aria-hidden': 'true' }), secs >= 2 ? el('span', { class: 'elapsed', text: ` ${secs} s` }) : null),
     );
@@ -613,7 +762,9 @@ function extractView(msg, v) {
 function messageView(msg) {
   if (msg.role === 'user') {
     const imgs = (msg.images ?? []).map((img) =>
-      img.dataUrl
+      img.kind === 'video'
+        ? el('div', { class: 'msg-video' }, el('span', { class: 'msg-video-name', text: img.dataUrl ? img.name : `${img.name} (not kept in this browser)` }), img.video ? frameStrip(img.video, img.name) : null)
+        : img.dataUrl
         ? el('img', { class: 'msg-img', src: img.dataUrl, alt: img.name, title: `${img.name} · ${img.width}×${img.height}` })
         : el('span', { class: 'msg-img msg-img-missing', text: `${img.name} (not kept in this browser)` }),
     );
@@ -655,7 +806,7 @@ function renderLog() {
   $('app').classList.toggle('is-empty', msgs.length === 0);
   log.hidden = msgs.length === 0;
   $('conv-title').textContent = current ? current.title : 'New conversation';
-  document.title = current ? `${current.title} — qvl` : 'qvl — ask about your images';
+  document.title = current ? `${current.title} — qvl` : 'qvl — ask about your images and videos';
 }
 
 function relTime(ts) {
@@ -767,7 +918,7 @@ function updateSendState() {
   $('send-btn').hidden = busy;
   $('stop-btn').hidden = !busy;
   const hasContent = $('prompt').value.trim() !== '' || pending.length > 0;
-  $('send-btn').disabled = !hasContent;
+  $('send-btn').disabled = !hasContent || pending.some((p) => p.kind === 'video' && p.state === 'reading');
 }
 
 async function send(extract) {
@@ -775,7 +926,12 @@ async function send(extract) {
   let text = $('prompt').value.trim();
   if (extract) text = extractPrompt(text, extract.columns);
   if (!text && !pending.length) return;
-  const bad = pending.find((p) => sizeInfo(p).error);
+  const unready = pending.find((p) => p.kind === 'video' && p.state !== 'ready');
+  if (unready) {
+    toast(unready.state === 'error' ? `“${unready.name}” cannot be sent: ${unready.error.title.toLowerCase()}. Remove it first.` : `“${unready.name}” is still being read.`);
+    return;
+  }
+  const bad = pending.find((p) => p.kind !== 'video' && sizeInfo(p).error);
   if (bad) {
     toast(`“${bad.name}” cannot be sent: its aspect ratio is above 200:1.`);
     return;
@@ -789,7 +945,7 @@ async function send(extract) {
   const user = {
     role: 'user',
     text,
-    images: pending.map(({ name, type, bytes, dataUrl, width, height }) => ({ name, type, bytes, dataUrl, width, height })),
+    images: pending.map(({ kind, name, type, bytes, dataUrl, width, height, video }) => ({ kind, name, type, bytes, dataUrl, width, height, video })),
     at: now,
   };
   current.messages.push(user);
@@ -917,7 +1073,9 @@ async function stream(msg, attempt) {
       } catch {
         /* not JSON */
       }
-      throw new StreamError(describeHttpError(res.status, err, res.headers.get('Retry-After')));
+      const prev = conv.messages[conv.messages.indexOf(msg) - 1];
+      const media = (prev?.images ?? []).some((m) => m.kind === 'video') ? 'video' : 'image';
+      throw new StreamError(describeHttpError(res.status, err, res.headers.get('Retry-After'), media));
     }
     if (!(res.headers.get('Content-Type') || '').includes('text/event-stream')) {
       const j = await res.json(); // a server that ignored stream:true
@@ -1231,7 +1389,7 @@ function init() {
 
   // Paste images anywhere on the page.
   document.addEventListener('paste', (e) => {
-    const files = [...(e.clipboardData?.files ?? [])].filter((f) => f.type.startsWith('image/'));
+    const files = [...(e.clipboardData?.files ?? [])].filter((f) => f.type.startsWith('image/') || isVideoFile(f.type, f.name));
     if (files.length) {
       e.preventDefault();
       addFiles(files);

@@ -151,7 +151,8 @@ export function parseGrounding(text) {
 
 // Turns an HTTP failure into what the user should read: {kind, title, detail, retryAfter (s|null)}.
 // `error` is the OpenAI error object {message, type, code} if the body had one.
-export function describeHttpError(status, error, retryAfterHeader) {
+// media: 'video' when the failed request carried a video (a 413 then names videos and their limits).
+export function describeHttpError(status, error, retryAfterHeader, media = 'image') {
   const msg = error && typeof error.message === 'string' ? error.message : '';
   let retryAfter = null;
   if (retryAfterHeader != null && retryAfterHeader !== '') {
@@ -169,6 +170,8 @@ export function describeHttpError(status, error, retryAfterHeader) {
       // Still loading the model: try again shortly, it will be ready soon.
       return { kind: 'loading', title: 'The server is not ready', detail: msg || 'The model is still loading.', retryAfter: 5 };
     case 413:
+      if (media === 'video')
+        return { kind: 'video_too_large', title: 'Video too large', detail: (msg ? msg + ' ' : '') + 'Try a shorter or smaller clip.', retryAfter: null };
       return {
         kind: 'too_large',
         title: 'Image too large',
@@ -205,7 +208,8 @@ export function buildMessages(conversation, systemPrompt) {
   for (const m of conversation.messages) {
     if (m.role === 'user') {
       const content = [];
-      for (const img of m.images ?? []) if (img.dataUrl) content.push({ type: 'image_url', image_url: { url: img.dataUrl } });
+      for (const img of m.images ?? [])
+        if (img.dataUrl) content.push(img.kind === 'video' ? { type: 'video_url', video_url: { url: img.dataUrl } } : { type: 'image_url', image_url: { url: img.dataUrl } });
       if (m.text) content.push({ type: 'text', text: m.text });
       if (content.length) msgs.push({ role: 'user', content });
     } else if (m.role === 'assistant' && m.text && !m.error) {
@@ -301,4 +305,37 @@ export function prettyArguments(args) {
   } catch {
     return args;
   }
+}
+
+// ---- Video clips ---------------------------------------------------------------------------------
+
+// What the server decodes (docs/VIDEO.md "What is accepted"); browsers often give Matroska no type.
+export const VIDEO_TYPES = ['video/mp4', 'video/webm', 'video/x-matroska', 'video/quicktime', 'image/gif'];
+const VIDEO_EXTENSIONS = /\.(mp4|m4v|webm|mkv|mov|gif)$/i;
+
+export function isVideoFile(type, name) {
+  return VIDEO_TYPES.includes(type) || ((!type || type === 'application/octet-stream') && VIDEO_EXTENSIONS.test(name || ''));
+}
+
+// Seconds as the frame strip shows them: "0.67 s", "12.5 s", "1:05.0".
+// Rounded first, so that 9.999 is "10.0 s" and 59.96 is "1:00.0".
+export function formatSeconds(t) {
+  const hundredths = Math.round(t * 100);
+  if (hundredths < 1000) return `${(hundredths / 100).toFixed(2)} s`;
+  const tenths = Math.round(t * 10);
+  if (tenths < 600) return `${(tenths / 10).toFixed(1)} s`;
+  const m = Math.floor(tenths / 600);
+  return `${m}:${((tenths - m * 600) / 10).toFixed(1).padStart(4, '0')}`;
+}
+
+// Packed RGB (the server's "rgb24" thumbnails) to the RGBA an ImageData holds.
+export function rgbToRgba(rgb, width, height) {
+  const out = new Uint8ClampedArray(width * height * 4);
+  for (let i = 0, j = 0; i < width * height; i++, j += 3) {
+    out[4 * i] = rgb[j];
+    out[4 * i + 1] = rgb[j + 1];
+    out[4 * i + 2] = rgb[j + 2];
+    out[4 * i + 3] = 255;
+  }
+  return out;
 }

@@ -83,12 +83,6 @@ static qvl_status bench_prefill_decode(const vlm *m, const bench_opts *o, cJSON 
   return st;
 }
 
-static double process_cpu_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* --decode-at N,...: decode n_decode tokens after N cached positions (what the KV type changes:
  * each step's attention reads all N rows). The N rows are marked cached without a prefill (zero
  * rows; the attention reads every row whatever it holds), so a 4096 context costs no 4096-token
@@ -112,10 +106,10 @@ static qvl_status bench_decode_at(const vlm *m, const bench_opts *o, cJSON *out)
       st = decoder_seq_set_past(s, n, n);
     fprintf(stderr, "[bench] decode %d tokens at context %d...\n", nd, n);
     const float *logits;
-    double t0 = time_now_s(), c0 = process_cpu_s();
+    double t0 = time_now_s(), c0 = time_process_cpu_s();
     for (int i = 0; st == QVL_OK && i < nd; i++)
       st = decoder_step(s, ids[i], &logits);
-    double dt = time_now_s() - t0, dc = process_cpu_s() - c0;
+    double dt = time_now_s() - t0, dc = time_process_cpu_s() - c0;
     char key[32];
     snprintf(key, sizeof key, "%d", n);
     cJSON_AddNumberToObject(tps, key, nd / dt);

@@ -58,7 +58,7 @@ async function startServer() {
     const qvl = path.resolve(ROOT, process.env.QVL_BIN || 'qvl');
     proc = spawn(
       qvl,
-      ['serve', '-m', 'tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf', '--mmproj', 'tests/fixtures/models/e2e/gguf/mmproj-e2e-F16.gguf', '--port', String(port)],
+      ['serve', '-m', 'tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf', '--mmproj', 'tests/fixtures/models/e2e/gguf/mmproj-e2e-F16.gguf', '--port', String(port), '--max-video-mb', String(VIDEO_MAX_MB)],
       { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
     );
   } else {
@@ -240,6 +240,35 @@ test('grounding parser and SSE parser', async () => {
   eq(r.loading.kind, 'loading', '503 without Retry-After');
   eq(r.loading.retryAfter, 5, 'loading is retried');
   eq(r.large.kind, 'too_large', '413');
+  await page.context().close();
+});
+
+test('video helpers: which files are videos, strip times, the video_url part, a video 413', async () => {
+  const page = await newPage();
+  const r = await page.evaluate(async () => {
+    const { isVideoFile, formatSeconds, buildMessages, describeHttpError, rgbToRgba } = await import('/lib.js');
+    return {
+      kinds: [
+        ['video/mp4', 'a.mp4'], ['video/webm', 'a.webm'], ['', 'clip.MKV'], ['application/octet-stream', 'a.mov'],
+        ['image/gif', 'a.gif'], ['image/png', 'a.png'], ['', 'notes.txt'], ['video/x-msvideo', 'a.avi'],
+      ].map(([t, n]) => isVideoFile(t, n)),
+      times: [0, 0.6666666666666666, 1.9166666666666667, 9.999, 12.25, 59.96, 65.04, 119.97].map(formatSeconds),
+      msgs: buildMessages({ messages: [{ role: 'user', text: 'When?', images: [
+        { kind: 'video', dataUrl: 'data:video/mp4;base64,AAAA' }, { dataUrl: 'data:image/png;base64,BBBB' }] }] }, ''),
+      v413: describeHttpError(413, { message: 'The video is 40.0 MiB; this server takes videos up to 32 MiB (--max-video-mb).' }, null, 'video'),
+      rgba: [...rgbToRgba(new Uint8Array([1, 2, 3, 4, 5, 6]), 2, 1)],
+    };
+  });
+  eq(JSON.stringify(r.kinds), JSON.stringify([true, true, true, true, true, false, false, false]), 'video files');
+  eq(JSON.stringify(r.times), JSON.stringify(['0.00 s', '0.67 s', '1.92 s', '10.0 s', '12.3 s', '1:00.0', '1:05.0', '2:00.0']), 'strip times');
+  eq(JSON.stringify(r.msgs[0].content), JSON.stringify([
+    { type: 'video_url', video_url: { url: 'data:video/mp4;base64,AAAA' } },
+    { type: 'image_url', image_url: { url: 'data:image/png;base64,BBBB' } },
+    { type: 'text', text: 'When?' },
+  ]), 'media in the order added, then the text');
+  eq(r.v413.title, 'Video too large', '413 of a video');
+  assert(r.v413.detail.includes('--max-video-mb') && !/Max image size/.test(r.v413.detail), `413 detail: ${r.v413.detail}`);
+  eq(JSON.stringify(r.rgba), JSON.stringify([1, 2, 3, 255, 4, 5, 6, 255]), 'rgb24 to RGBA');
   await page.context().close();
 });
 
@@ -965,6 +994,124 @@ test('a reasoning model: the thinking streams in a collapsible block, closed onc
   await page.click('.conv-open');
   await page.locator('.reasoning').first().waitFor({ state: 'attached' });
   eq(await page.locator('.reasoning-text').first().textContent(), reasoning, 'kept in the history');
+  await page.context().close();
+});
+
+// ---- Video: the frame strip comes from the real server's sampling ------------------------------
+
+const VIDEO_CASE = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/preprocess_video/h264_mp4/case.json'), 'utf8'));
+const VIDEO_CLIP = fs.readFileSync(path.join(ROOT, 'tests/fixtures/preprocess_video/h264_mp4', VIDEO_CASE.video));
+const VIDEO_MAX_MB = 1; // the real server runs with --max-video-mb 1: a larger clip is refused (413)
+
+// The strip's own rule for a time in the clip (lib.js formatSeconds, below 10 s).
+const stripTime = (t) => `${t.toFixed(2)} s`;
+
+async function dropFile(page, name, type, buffer) {
+  await page.evaluate(
+    ({ name, type, b64 }) => {
+      const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+      const dt = new DataTransfer();
+      dt.items.add(new File([bytes], name, { type }));
+      window.dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+    },
+    { name, type, b64: buffer.toString('base64') },
+  );
+}
+
+test('ask about a video: the sampled frames with their times, the answer streamed; bad clips are refused', async () => {
+  if (MODE !== 'real') throw new Skip('the frame strip is the real server sampling the clip');
+  const page = await newPage();
+  const chats = [];
+  page.on('request', (r) => {
+    if (r.url().endsWith('/v1/chat/completions')) chats.push(r.postDataJSON());
+  });
+  await page.setInputFiles('#file-input', { name: 'clip.mp4', mimeType: 'video/mp4', buffer: VIDEO_CLIP });
+  const att = page.locator('.att-video');
+  await page.waitForSelector('.att-video.att-ready', { timeout: 60000 });
+  // Exactly the fixture's sampled frames (indices, times = index / fps) in its temporal groups.
+  const fps = VIDEO_CASE.video_fps;
+  eq(
+    JSON.stringify(await att.locator('.frame').evaluateAll((fs) => fs.map((f) => Number(f.dataset.index)))),
+    JSON.stringify(VIDEO_CASE.frame_indices),
+    'sampled frame indices',
+  );
+  eq(
+    JSON.stringify(await att.locator('.frame-time').allTextContents()),
+    JSON.stringify(VIDEO_CASE.frame_indices.map((i) => stripTime(i / fps))),
+    'frame times',
+  );
+  eq(JSON.stringify(await att.locator('.group-time').allTextContents()), JSON.stringify(VIDEO_CASE.timestamp_text), 'group timestamps as in the prompt');
+  const meta = await att.locator('.att-meta').textContent();
+  assert(meta.includes(`${VIDEO_CASE.frame_indices.length} of ${VIDEO_CASE.total_num_frames} frames`), `facts line: ${meta}`);
+  // The thumbnails are the decoded frames: the clip's size (it fits the 160×90 box), not blank,
+  // and not all the same picture.
+  const thumbs = await att.locator('.frame-thumb').evaluateAll((imgs) =>
+    imgs.map((img) => {
+      const c = document.createElement('canvas');
+      c.width = img.naturalWidth;
+      c.height = img.naturalHeight;
+      const g = c.getContext('2d');
+      g.drawImage(img, 0, 0);
+      const d = g.getImageData(0, 0, c.width, c.height).data;
+      let sum = 0;
+      let sq = 0;
+      for (let i = 0; i < d.length; i += 4) {
+        sum += d[i] + d[i + 1] + d[i + 2];
+        sq += (d[i] + d[i + 1] + d[i + 2]) ** 2;
+      }
+      const n = d.length / 4;
+      return { w: img.naturalWidth, h: img.naturalHeight, mean: sum / n, sd: Math.sqrt(Math.max(0, sq / n - (sum / n) ** 2)) };
+    }),
+  );
+  const [cw, ch] = VIDEO_CASE.container ? [VIDEO_CASE.container.width, VIDEO_CASE.container.height] : [0, 0];
+  for (const t of thumbs) {
+    eq(`${t.w}x${t.h}`, `${cw}x${ch}`, 'thumbnail size');
+    assert(t.sd > 1, `a thumbnail is flat (mean ${t.mean}, sd ${t.sd})`);
+  }
+  assert(new Set(thumbs.map((t) => t.mean.toFixed(3))).size > 1, 'every thumbnail looks the same');
+  await shot(page, 'desktop-video-strip');
+  await page.setViewportSize(PHONE);
+  assert(await page.locator('.frame-strip').isVisible(), 'strip visible at phone width');
+  await shot(page, 'phone-video-strip');
+  await page.setViewportSize(DESKTOP);
+
+  await page.fill('#prompt', 'What happens in this video?');
+  await page.keyboard.press('Enter');
+  const answer = await waitAnswerDone(page, 1);
+  assert((await answer.locator('.md').textContent()).trim().length > 0, 'answer is empty');
+  assert((await answer.locator('.error-card').count()) === 0, `error: ${await answer.locator('.error-card').allTextContents()}`);
+  eq(chats.length, 1, 'one chat request');
+  const content = chats[0].messages[0].content;
+  eq(content[0].type, 'video_url', 'the clip is a video_url part');
+  eq(content[0].video_url.url, `data:video/mp4;base64,${VIDEO_CLIP.toString('base64')}`, 'the clip as chosen');
+  eq(content[1].text, 'What happens in this video?', 'question');
+  eq(await page.locator('.msg.user .msg-video .frame').count(), VIDEO_CASE.frame_indices.length, 'the strip stays with the question');
+  await shot(page, 'desktop-video-answer');
+  await page.reload();
+  await page.click('.conv-open');
+  await page.locator('.msg.user .msg-video .frame').first().waitFor();
+  eq(await page.locator('.msg.user .group-time').allTextContents().then((t) => JSON.stringify(t)), JSON.stringify(VIDEO_CASE.timestamp_text), 'strip kept across a reload');
+
+  // A file that is no video (dropped), and one above the server's --max-video-mb (picked): each
+  // shows the server's reason on its card and cannot be sent.
+  await page.click('#new-chat');
+  await dropFile(page, 'broken.mp4', 'video/mp4', Buffer.from('this is not a video at all, just some text '.repeat(40)));
+  const broken = page.locator('.att-video.att-error');
+  await broken.waitFor({ timeout: 30000 });
+  const why = await broken.locator('[role="alert"]').textContent();
+  assert(/could not use this request/i.test(why) && /video|format|container/i.test(why), `broken clip: ${why}`);
+  await page.fill('#prompt', 'And this one?');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => /cannot be sent/.test(document.getElementById('toast').textContent));
+  eq(await page.locator('.msg').count(), 0, 'nothing was sent');
+  await page.click('button[aria-label="Remove broken.mp4"]');
+  const big = Buffer.alloc(VIDEO_MAX_MB * 1024 * 1024 + 200 * 1024, 7);
+  await page.setInputFiles('#file-input', { name: 'big.mp4', mimeType: 'video/mp4', buffer: big });
+  const tooBig = page.locator('.att-video.att-error');
+  await tooBig.waitFor({ timeout: 30000 });
+  const t413 = await tooBig.locator('[role="alert"]').textContent();
+  assert(t413.includes('Video too large') && t413.includes(`up to ${VIDEO_MAX_MB} MiB`) && t413.includes('--max-video-mb'), `413 text: ${t413}`);
+  await shot(page, 'desktop-video-errors');
   await page.context().close();
 });
 

@@ -2,7 +2,8 @@
 // fixtures' FFV1/Matroska and H.264/MP4 clips), a follow-up turn about the same clip that encodes
 // nothing (its rows come from the prefix cache), the same clip in another conversation served from
 // the embedding cache, a mixed image + video message, llama-server's input_video part, per-request
-// sampling, and bad videos answered 4xx with the OpenAI error body. Prints "video: N passed, N failed".
+// sampling, bad videos answered 4xx with the OpenAI error body, and POST /video/frames (the web page's
+// frame strip) agreeing with the chat request. Prints "video: N passed, N failed".
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { root, MODEL_ID, check, client, postJson, errorOf, metrics, test, runServerSuite, dataUrl } from "./lib.mjs";
@@ -116,6 +117,28 @@ test("Responses input_video and an async job with a video", async () => {
     await new Promise((res) => setTimeout(res, 50));
   }
   check(got?.status === "done", "the video job is done", got);
+});
+
+test("POST /video/frames: the frames a chat request samples, with times and thumbnails", async () => {
+  // the same clip and sampling as the chat above: 12 video tokens there, so 12 here
+  const r = await postJson(S, "/video/frames", { video_url: { url: mkv() }, video: SMALL, thumbnail: { width: 48, height: 48 } });
+  check(r.status === 200, "200", r.body.slice(0, 300));
+  const j = JSON.parse(r.body);
+  check(JSON.stringify(j.frames.map((f) => f.index)) === "[0,3,6,9]", "linspace(0, 9, 4)", j.frames);
+  check(j.frames[1].time_s === 3 / 5 && j.frames[1].group === 0 && j.frames[2].group === 1, "time = index / fps, two frames a group", j.frames);
+  check(JSON.stringify(j.groups.map((g) => g.text)) === JSON.stringify(["<0.3 seconds>", "<1.5 seconds>"]), "the prompt's timestamps", j.groups);
+  check(j.video_tokens === 12 && JSON.stringify(j.video_grid_thw) === "[2,4,6]", "the chat's 12 video tokens", j);
+  check(j.thumbnails.width === 48 && j.thumbnails.height === 32 && j.thumbnails.data.length === 4, "4 thumbnails of 48x32", j.thumbnails.width);
+  check(j.thumbnails.data.every((d) => Buffer.from(d, "base64").length === 48 * 32 * 3), "rgb24 thumbnails", null);
+  const chat = await ask([{ role: "user", content: [videoPart(mkv()), { type: "text", text: "?" }] }]);
+  check(chat.timings?.image_tokens === j.video_tokens, "the chat request agrees", chat.timings);
+  // the chat's caps and errors, before anything is asked
+  const many = await postJson(S, "/video/frames", { video_url: { url: mkv() }, video: { num_frames: 33 } });
+  check(many.status === 400 && errorOf(many)?.param === "video.num_frames", "num_frames above --video-max-frames", many.body);
+  const junk = await postJson(S, "/video/frames", { video_url: { url: "data:video/mp4;base64," + Buffer.from("no video here").toString("base64") } });
+  check(junk.status === 400 && /not a video/.test(errorOf(junk)?.message), "not a video", junk.body);
+  const get = await fetch(`${S.base}/video/frames`);
+  check(get.status === 405, "GET is 405", get.status);
 });
 
 runServerSuite("video", ["--ctx", "4096", "--video-max-frames", "32", "--video-max-seconds", "2"], { started: (s) => { S = s; } });

@@ -171,18 +171,40 @@ void call_fill_limits(server *s, api_limits *lim) {
 
 /* The stop check of a request's pre-processing (image fetch/decode, tokenizing, budget waits), on
  * its connection thread: the drain gave up, its time is up, or its client has gone. */
-static qvl_status prep_stop(void *user) {
-  call *k = user;
-  if (atomic_load(&k->srv->abort_prep))
+qvl_status call_prep_check(server *s, int fd, double deadline) {
+  if (atomic_load(&s->abort_prep))
     return qvl_errorf(QVL_ERR_BUSY, "the server is shutting down: the request was cancelled after drain_timeout_s");
-  if (k->deadline > 0 && time_now_s() > k->deadline)
+  if (deadline > 0 && time_now_s() > deadline)
     return qvl_errorf(QVL_ERR_TIMEOUT, "the request timed out while its input was prepared (timeout_s %lld)",
-                      (long long)k->srv->cfg->timeout_s);
-  if (call_client_gone(k->fd)) {
-    atomic_fetch_add(&k->srv->disconnects, 1);
+                      (long long)s->cfg->timeout_s);
+  if (call_client_gone(fd)) {
+    atomic_fetch_add(&s->disconnects, 1);
     return qvl_errorf(QVL_ERR_CANCELLED, "the client went away");
   }
   return QVL_OK;
+}
+
+static qvl_status prep_stop(void *user) {
+  call *k = user;
+  return call_prep_check(k->srv, k->fd, k->deadline);
+}
+
+double call_deadline(const server *s, const conn_req *r) {
+  return s->cfg->timeout_s > 0 ? r->log.t0 + (double)s->cfg->timeout_s : 0;
+}
+
+void call_fill_media(server *s, image_source_opts *src, video_limits *video) {
+  memset(src, 0, sizeof *src);
+  src->allow_files = false;
+  src->max_bytes = (size_t)s->cfg->max_image_mb << 20;
+  if (s->fetch.n_allow) {
+    src->fetch_remote = fetch_remote;
+    src->fetch_remote_stoppable = fetch_remote_stoppable;
+    src->fetch_user = &s->fetch;
+  }
+  video_limits_default(video);
+  video->max_bytes = (size_t)s->cfg->max_video_mb << 20;
+  video->max_seconds = (double)s->cfg->video_max_seconds;
 }
 
 /* Parses and submits (be_lock read-held by the caller). On failure fills e and returns NULL. */
@@ -220,7 +242,7 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   }
   session_key(r->session_hdr, req.root, k->session);
   k->fd = job ? -1 : r->fd; /* a job outlives its POST: only the drain and the deadline stop it */
-  k->deadline = s->cfg->timeout_s > 0 ? r->log.t0 + (double)s->cfg->timeout_s : 0;
+  k->deadline = call_deadline(s, r);
   k->log = r->log;
   snprintf(k->log.id, sizeof k->log.id, "%s", k->id);
   k->log.chat = true;
@@ -248,13 +270,7 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   er.prompt.pre.min_pixels = req.min_pixels;
   er.prompt.pre.max_pixels = req.max_pixels;
   er.prompt.limits.max_bytes = (size_t)s->cfg->max_image_mb << 20;
-  er.prompt.source.allow_files = false;
-  er.prompt.source.max_bytes = (size_t)s->cfg->max_image_mb << 20;
-  if (s->fetch.n_allow) {
-    er.prompt.source.fetch_remote = fetch_remote;
-    er.prompt.source.fetch_remote_stoppable = fetch_remote_stoppable;
-    er.prompt.source.fetch_user = &s->fetch;
-  }
+  call_fill_media(s, &er.prompt.source, &er.prompt.video_limits);
   er.prompt.max_images = (int)s->cfg->max_images;
   er.prompt.limits.max_pixels = s->cfg->max_image_pixels;
   er.prompt.max_request_pixels = s->cfg->max_request_pixels;
@@ -263,8 +279,6 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
   er.prompt.video = req.video;
   er.prompt.max_videos = (int)s->cfg->max_videos;
   er.prompt.max_video_frames = s->cfg->video_max_frames;
-  er.prompt.video_limits.max_bytes = (size_t)s->cfg->max_video_mb << 20;
-  er.prompt.video_limits.max_seconds = (double)s->cfg->video_max_seconds;
   er.prompt.content_special_tokens = s->cfg->content_special_tokens;
   er.prompt.budget = s->budget;
   er.prompt.stop = prep_stop;

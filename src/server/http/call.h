@@ -14,6 +14,8 @@
 
 #include "base/buf.h"
 #include "prompt/history.h"
+#include "prompt/image_source.h"
+#include "video/decode.h"
 #include "server/dialects/dialect.h"
 #include "server/http/request.h"
 #include "server/http/session.h"
@@ -71,5 +73,14 @@ call *call_submit(server *s, conn_req *r, bool job, compat_request *cr, api_erro
 void call_fill_limits(server *s, api_limits *lim);
 /* Whether the client on fd has hung up (POLLRDHUP; false for fd < 0). */
 bool call_client_gone(int fd);
+/* The stop check of a request's pre-processing on its connection thread: the drain gave up
+ * (abort_prep), the deadline (0: none) has passed, or the client on fd has gone. */
+qvl_status call_prep_check(server *s, int fd, double deadline);
+/* When a request that arrived as r times out (timeout_s; 0 when there is none). */
+double call_deadline(const server *s, const conn_req *r);
+/* Where a request's images and videos may come from, and the caps on its videos, under this
+ * server's settings (data: URLs, allow-listed fetches, --max-image-mb, --max-video-mb,
+ * --video-max-seconds). */
+void call_fill_media(server *s, image_source_opts *src, video_limits *video);
 
 #endif

@@ -19,6 +19,7 @@
 #include "server/http/endpoints.h"
 #include "server/http/prompt_endpoints.h"
 #include "server/http/reply.h"
+#include "server/http/video_frames_endpoint.h"
 #include "server/http/web_assets.h"
 #include "server/jobs/jobs_http.h"
 
@@ -65,6 +66,7 @@ static const route routes[] = {
     {"/tokenize", ROUTE_KEY, ROUTE_POST, prompt_endpoints_tokenize},
     {"/detokenize", ROUTE_KEY, ROUTE_POST, prompt_endpoints_detokenize},
     {"/apply-template", ROUTE_KEY, ROUTE_POST, prompt_endpoints_apply_template},
+    {"/video/frames", ROUTE_KEY, ROUTE_POST, video_frames_endpoint},
 };
 
 #define N_ROUTES (sizeof routes / sizeof routes[0])
