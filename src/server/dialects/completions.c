@@ -91,14 +91,9 @@ static const char *const passed[] = {"model", "stream", "stream_options", "max_t
                                      "stop", "n", "logit_bias", "logprobs"};
 
 bool completions_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e) {
-  memset(out, 0, sizeof *out);
-  out->fmt = &completions_format;
-  cmpl_state *st = calloc(1, sizeof *st);
-  if (!st) {
-    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
+  cmpl_state *st = compat_request_start(out, &completions_format, sizeof *st, e);
+  if (!st)
     return false;
-  }
-  out->state = st;
   api_random_id("cmpl-", st->id, sizeof st->id);
   snprintf(out->id, sizeof out->id, "%s", st->id);
   snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");

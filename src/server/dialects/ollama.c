@@ -293,30 +293,16 @@ static bool translate_tool_calls(const cJSON *tc, int msg, cJSON *m, const char 
 }
 
 static ollama_state *new_state(compat_request *out, bool generate, api_error *e) {
-  memset(out, 0, sizeof *out);
-  out->fmt = &ollama_format;
-  ollama_state *st = calloc(1, sizeof *st);
-  if (!st) {
-    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
+  ollama_state *st = compat_request_start(out, &ollama_format, sizeof *st, e);
+  if (!st)
     return NULL;
-  }
   st->generate = generate;
-  out->state = st;
   api_random_id("ollama-", out->id, sizeof out->id);
   return st;
 }
 
-bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e) {
-  ollama_state *st = new_state(out, false, e);
-  if (!st)
-    return false;
-  cJSON *root = compat_parse_body(body, len, e);
-  if (!root)
-    return false;
-  cJSON *chat = cJSON_CreateObject();
-  bool ok = false;
-  if (!translate_common(root, ctx, chat, st, e))
-    goto done;
+/* /api/chat's own fields into chat. */
+static bool chat_fields(const cJSON *root, cJSON *chat, ollama_state *st, api_error *e) {
   compat_copy_field(chat, "tools", root, "tools");
   compat_copy_field(chat, "tool_choice", root, "tool_choice"); /* a qvl extension: Ollama has none */
   const cJSON *tools = cJSON_GetObjectItemCaseSensitive(chat, "tools"), *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
@@ -326,7 +312,7 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
   if (!cJSON_IsArray(msgs) || !msgs->child) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "messages",
                   "'messages' must be a non-empty array");
-    goto done;
+    return false;
   }
   cJSON *out_msgs = cJSON_AddArrayToObject(chat, "messages");
   int i = 0;
@@ -336,11 +322,11 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
     if (!cJSON_IsString(role)) {
       bad(e, param, "'role' must be a string");
-      goto done;
+      return false;
     }
     if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
       bad(e, param, "'content' must be a string");
-      goto done;
+      return false;
     }
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"),
                 *tool_name = cJSON_GetObjectItemCaseSensitive(m, "tool_name"),
@@ -348,61 +334,40 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
     bool has_calls = tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && !tc->child); /* [] on any role: none */
     if (has_calls && strcmp(role->valuestring, "assistant")) {
       bad(e, param, "only assistant messages carry 'tool_calls'");
-      goto done;
+      return false;
     }
     if ((tool_name && !cJSON_IsNull(tool_name) && !cJSON_IsString(tool_name)) ||
         (tcid && !cJSON_IsNull(tcid) && !cJSON_IsString(tcid))) {
       bad(e, param, "'tool_name' and 'tool_call_id' must be strings");
-      goto done;
+      return false;
     }
     if (!add_message(out_msgs, role->valuestring, cJSON_IsString(content) ? content->valuestring : "",
                      cJSON_GetObjectItemCaseSensitive(m, "images"), param, e))
-      goto done;
+      return false;
     cJSON *added = cJSON_GetArrayItem(out_msgs, i);
     const cJSON *thinking = cJSON_GetObjectItemCaseSensitive(m, "thinking");
     if (cJSON_IsString(thinking) && !strcmp(role->valuestring, "assistant")) /* an earlier answer's reasoning */
       cJSON_AddStringToObject(added, "reasoning_content", thinking->valuestring);
     if (has_calls && !translate_tool_calls(tc, i, added, param, e))
-      goto done;
+      return false;
     if (!strcmp(role->valuestring, "tool") && cJSON_IsString(tcid))
       cJSON_AddStringToObject(added, "tool_call_id", tcid->valuestring);
   }
-  ok = compat_finish_chat(chat, out, e);
-done:
-  cJSON_Delete(root);
-  cJSON_Delete(chat);
-  return ok;
+  return true;
 }
 
-bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out,
-                               api_error *e) {
-  ollama_state *st = new_state(out, true, e);
-  if (!st)
-    return false;
-  cJSON *root = compat_parse_body(body, len, e);
-  if (!root)
-    return false;
-  cJSON *chat = cJSON_CreateObject();
-  bool ok = false;
-  static const char *const refused[][2] = {{"suffix", "no fill-in-the-middle"},
-                                           {"template", "the model's own chat template is used"},
-                                           {"context", "send the conversation to /api/chat instead"},
-                                           {"tools", "tool calls are answered by /api/chat"}};
-  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-    if (!compat_refuse_field(root, refused[i][0], true, refused[i][1], e))
-      goto done;
-  if (!translate_common(root, ctx, chat, st, e))
-    goto done;
+/* /api/generate's own fields into chat, or (a load request) the answer itself in out->reply_body. */
+static bool generate_fields(const cJSON *root, cJSON *chat, ollama_state *st, compat_request *out, api_error *e) {
   const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt"),
               *system = cJSON_GetObjectItemCaseSensitive(root, "system"),
               *images = cJSON_GetObjectItemCaseSensitive(root, "images");
   bool raw = false;
   if (!api_get_bool(root, "raw", NULL, &raw, e))
-    goto done;
+    return false;
   if ((prompt && !cJSON_IsNull(prompt) && !cJSON_IsString(prompt)) ||
       (system && !cJSON_IsNull(system) && !cJSON_IsString(system))) {
     bad(e, "prompt", "'prompt' and 'system' must be strings");
-    goto done;
+    return false;
   }
   const char *text = cJSON_IsString(prompt) ? prompt->valuestring : "";
   bool has_images = cJSON_IsArray(images) && images->child;
@@ -419,32 +384,64 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
     out->reply_body = cJSON_PrintUnformatted(o);
     out->reply_status = 200;
     cJSON_Delete(o);
-    ok = out->reply_body != NULL;
-    goto done;
+    return out->reply_body != NULL;
   }
   if (raw) {
     if (has_images) {
       api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "raw",
                     "raw prompts cannot carry images (the template places them)");
-      goto done;
+      return false;
     }
     out->raw = true;
     out->raw_len = strlen(text);
     if (!(out->raw_text = strdup(text))) {
       api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
-      goto done;
+      return false;
     }
   }
   cJSON *msgs = cJSON_AddArrayToObject(chat, "messages");
   if (cJSON_IsString(system) && system->valuestring[0] && !out->raw)
     add_message(msgs, "system", system->valuestring, NULL, "system", e);
   if (!add_message(msgs, "user", out->raw ? "" : text, out->raw ? NULL : images, "images", e))
-    goto done;
-  ok = compat_finish_chat(chat, out, e);
-done:
+    return false;
+  return true;
+}
+
+/* Fields of Ollama's /api/generate that qvl does not have. */
+static const char *const generate_refused[][2] = {{"suffix", "no fill-in-the-middle"},
+                                                  {"template", "the model's own chat template is used"},
+                                                  {"context", "send the conversation to /api/chat instead"},
+                                                  {"tools", "tool calls are answered by /api/chat"}};
+
+static bool translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e,
+                      bool generate) {
+  ollama_state *st = new_state(out, generate, e);
+  if (!st)
+    return false;
+  cJSON *root = compat_parse_body(body, len, e);
+  if (!root)
+    return false;
+  cJSON *chat = cJSON_CreateObject();
+  bool ok;
+  if (generate)
+    ok = compat_refuse_fields(root, generate_refused, sizeof generate_refused / sizeof generate_refused[0], e) &&
+         translate_common(root, ctx, chat, st, e) && generate_fields(root, chat, st, out, e);
+  else
+    ok = translate_common(root, ctx, chat, st, e) && chat_fields(root, chat, st, e);
+  if (ok && !out->reply_body)
+    ok = compat_finish_chat(chat, out, e);
   cJSON_Delete(root);
   cJSON_Delete(chat);
   return ok;
+}
+
+bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e) {
+  return translate(body, len, ctx, out, e, false);
+}
+
+bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out,
+                               api_error *e) {
+  return translate(body, len, ctx, out, e, true);
 }
 
 /* ---- answers --------------------------------------------------------------------------------- */
