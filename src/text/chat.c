@@ -92,10 +92,11 @@ static qvl_status append_text_item(buf *b, chat_prompt *p, const cJSON *item, in
 }
 
 /* Content of a user or tool message (and of every message in the Thinking template): string, or a
- * list of text / image / video items, appended to b. Images are listed in p (NULL: not listed, for
+ * list of text / image / video items, appended to b; without with_media (system and assistant
+ * content) only the items' text, other items passed over. Images are listed in p (NULL: not listed, for
  * the Thinking template's look-ahead that only inspects the text). Text is recorded as a plain span
  * (special-token text in it stays text) only when it goes straight into the prompt, b == &p->text. */
-static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content, int msg) {
+static qvl_status render_content(buf *b, chat_prompt *p, const cJSON *content, int msg, bool with_media) {
   if (cJSON_IsString(content))
     return p && b == &p->text ? append_plain(p, content->valuestring) : buf_append_str(b, content->valuestring);
   if (!content || cJSON_IsNull(content))
@@ -107,17 +108,17 @@ static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content
   for (const cJSON *item = content->child; item; item = item->next, idx++) {
     if (!cJSON_IsObject(item))
       return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d] must be an object", msg, idx);
-    if (is_image_item(item)) {
+    if (with_media && is_image_item(item)) {
       QVL_TRY(buf_append_str(b, VISION_PLACEHOLDER));
       if (p)
         QVL_TRY(add_media(p, item, msg, false));
-    } else if (is_video_item(item)) {
+    } else if (with_media && is_video_item(item)) {
       QVL_TRY(buf_append_str(b, VIDEO_PLACEHOLDER));
       if (p)
         QVL_TRY(add_media(p, item, msg, true));
     } else if (has_key(item, "text")) {
       QVL_TRY(append_text_item(b, p && b == &p->text ? p : NULL, item, msg, idx));
-    } else {
+    } else if (with_media) {
       const char *t = type_of(item);
       return qvl_errorf(QVL_ERR_INVALID_ARG,
                         "messages[%d].content[%d]: unknown content part type '%s' (expected text, "
@@ -128,27 +129,17 @@ static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content
   return QVL_OK;
 }
 
+static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content, int msg) {
+  return render_content(b, p, content, msg, true);
+}
+
 static qvl_status render_media_content(chat_prompt *p, const cJSON *content, int msg) {
   return render_media_into(&p->text, p, content, msg);
 }
 
 /* System and assistant content: a string, or the text of every item that has one. */
 static qvl_status render_text_content(buf *b, const cJSON *content, int msg) {
-  if (cJSON_IsString(content))
-    return buf_append_str(b, content->valuestring);
-  if (!content || cJSON_IsNull(content))
-    return QVL_OK;
-  if (!cJSON_IsArray(content))
-    return qvl_errorf(QVL_ERR_INVALID_ARG,
-                      "messages[%d].content must be a string or an array of content parts", msg);
-  int idx = 0;
-  for (const cJSON *item = content->child; item; item = item->next, idx++) {
-    if (!cJSON_IsObject(item))
-      return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d] must be an object", msg, idx);
-    if (has_key(item, "text"))
-      QVL_TRY(append_text_item(b, NULL, item, msg, idx));
-  }
-  return QVL_OK;
+  return render_content(b, NULL, content, msg, false);
 }
 
 static bool content_truthy(const cJSON *content) {

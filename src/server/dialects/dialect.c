@@ -118,6 +118,12 @@ cJSON *compat_function_tool(const cJSON *t, const char *schema_key, bool with_st
   return ct;
 }
 
+bool compat_tools_callable(const cJSON *chat) {
+  const cJSON *tools = cJSON_GetObjectItemCaseSensitive(chat, "tools");
+  const cJSON *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
+  return cJSON_IsArray(tools) && tools->child && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"));
+}
+
 bool compat_finish_chat(cJSON *chat, compat_request *out, api_error *e) {
   out->chat_body = cJSON_PrintUnformatted(chat);
   if (!out->chat_body) {

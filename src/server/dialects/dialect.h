@@ -113,6 +113,9 @@ bool compat_refuse_fields(const cJSON *root, const char *const (*fields)[2], siz
 /* A chat completions function tool {type: function, function: {name, description, parameters}}
  * from a dialect's tool t, whose schema is t[schema_key]; with_strict also copies t.strict. */
 cJSON *compat_function_tool(const cJSON *t, const char *schema_key, bool with_strict);
+/* Whether the model may call a tool under the chat body: it lists tools and tool_choice is not
+ * "none" (the chat path's parse_tools); the answer's text that may begin a call is then held. */
+bool compat_tools_callable(const cJSON *chat);
 /* The final chat.completion.chunk (json, taken) with the usage and timings of r added, for streams
  * whose client did not ask with stream_options.include_usage (--stream-usage; docs/API.md). */
 char *compat_chunk_add_usage(char *json, const char *id, int64_t created, const char *model, const api_result *r);

@@ -660,8 +660,7 @@ static bool translate(const char *body, size_t len, const compat_ctx *ctx, compa
     compat_copy_field(chat, passed[i], root, passed[i]);
   if (!translate_system(root, msgs, e) || !translate_messages(root, msgs, e) || !translate_tools(root, chat, e))
     goto done;
-  const cJSON *choice = get(chat, "tool_choice");
-  st->hold_tools = get(chat, "tools") && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"));
+  st->hold_tools = compat_tools_callable(chat);
   ok = compat_finish_chat(chat, out, e);
 done:
   cJSON_Delete(root);

@@ -305,9 +305,7 @@ static ollama_state *new_state(compat_request *out, bool generate, api_error *e)
 static bool chat_fields(const cJSON *root, cJSON *chat, ollama_state *st, api_error *e) {
   compat_copy_field(chat, "tools", root, "tools");
   compat_copy_field(chat, "tool_choice", root, "tool_choice"); /* a qvl extension: Ollama has none */
-  const cJSON *tools = cJSON_GetObjectItemCaseSensitive(chat, "tools"), *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
-  st->hold_tools = cJSON_IsArray(tools) && tools->child &&
-                   !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")); /* the chat's parse_tools */
+  st->hold_tools = compat_tools_callable(chat);
   const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
   if (!cJSON_IsArray(msgs) || !msgs->child) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "messages",

@@ -662,9 +662,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
       cJSON_AddBoolToObject(chat, "parallel_tool_calls", false);
     }
   }
-  const cJSON *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
-  st->hold_tools = cJSON_GetObjectItemCaseSensitive(chat, "tools") &&
-                   !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")); /* the chat's parse_tools */
+  st->hold_tools = compat_tools_callable(chat);
 
   /* what the response object repeats of the request */
   st->echo = cJSON_CreateObject();
