@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/finish.h"
+#include "server/openai/json_print.h"
 
 typedef struct cmpl_state {
   char id[48];
@@ -184,12 +185,6 @@ static void add_usage(cJSON *o, const api_result *r) {
                           (double)r->cached_prompt_tokens);
 }
 
-static char *print(cJSON *o) {
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
-}
-
 static char *result_json(void *state, const api_result *r) {
   cmpl_state *st = state;
   cJSON *o = base(st);
@@ -201,7 +196,7 @@ static char *result_json(void *state, const api_result *r) {
   add_choice(o, api_text_json(b.data, b.len), fr ? fr : "stop");
   buf_free(&b);
   add_usage(o, r);
-  return print(o);
+  return json_print_take(o);
 }
 
 static char *error_json(void *state, const api_error *e) {
@@ -210,7 +205,7 @@ static char *error_json(void *state, const api_error *e) {
 }
 
 static void append_chunk(buf *out, cJSON *o) {
-  char *s = print(o);
+  char *s = json_print_take(o);
   if (s)
     sse_append(out, s);
   free(s);

@@ -1,6 +1,7 @@
 /* Anthropic's Messages API translated to and from the chat path (see messages.h). */
 #include "server/dialects/messages.h"
 
+#include "server/openai/json_print.h"
 #include "server/openai/json_raw.h"
 #include "server/openai/reasoning_field.h"
 #include "server/openai/sse.h"
@@ -71,9 +72,7 @@ static char *error_body(const api_error *e) {
   cJSON *err = cJSON_AddObjectToObject(o, "error");
   cJSON_AddStringToObject(err, "type", messages_error_type(e->http));
   cJSON_AddStringToObject(err, "message", e->message);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
+  return json_print_take(o);
 }
 
 static char *error_json(void *state, const api_error *e) {
@@ -782,21 +781,15 @@ static cJSON *message_object(const msgs_state *st, const api_result *r, const cJ
   return o;
 }
 
-static char *print(cJSON *o) {
-  char *s = o ? cJSON_PrintUnformatted(o) : NULL;
-  cJSON_Delete(o);
-  return s;
-}
-
 static char *result_json(void *state, const api_result *r) {
   msgs_state *st = state;
   if (st->count) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "input_tokens", (double)r->prompt_tokens);
-    return print(o);
+    return json_print_take(o);
   }
   cJSON *choice = compat_chat_choice(r);
-  char *s = print(message_object(st, r, choice));
+  char *s = json_print_take(message_object(st, r, choice));
   cJSON_Delete(choice);
   return s;
 }
@@ -813,7 +806,7 @@ static void emit(buf *out, const char *type, cJSON *o) {
     cJSON_AddItemToObject(ev, f->string, f); /* the key is copied, f keeps its own */
   }
   cJSON_Delete(o);
-  char *s = print(ev);
+  char *s = json_print_take(ev);
   if (!s)
     return;
   sse_append_event(out, type, s);

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/finish.h"
+#include "server/openai/json_print.h"
 #include "server/openai/json_raw.h"
 
 typedef struct ollama_state {
@@ -48,9 +49,7 @@ static void unix_rfc3339(int64_t t, char *out, size_t cap) {
 static char *error_body(const char *msg) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "error", msg);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
+  return json_print_take(o);
 }
 
 static bool bad(api_error *e, const char *param, const char *msg) {
@@ -518,12 +517,6 @@ static void add_stats(cJSON *o, const api_result *r) {
   cJSON_AddNumberToObject(o, "eval_duration", floor(t->decode_ms * 1e6));
 }
 
-static char *print(cJSON *o) {
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
-}
-
 /* The chat's logprobs entries ({token, logprob, bytes, top_logprobs}) are Ollama's Logprob shape;
  * top_logprobs is left out when none were asked for, as Ollama omits it. */
 static void add_logprobs(cJSON *o, const ollama_state *st, const cJSON *choice) {
@@ -551,7 +544,7 @@ static char *result_json(void *state, const api_result *r) {
       cJSON_Delete(choice);
     }
     add_stats(o, r);
-    return print(o);
+    return json_print_take(o);
   }
   /* with tools: the text before the calls as content, the calls as message.tool_calls (Ollama keeps
    * done_reason "stop" for them) */
@@ -562,7 +555,7 @@ static char *result_json(void *state, const api_result *r) {
   add_logprobs(o, st, choice);
   add_stats(o, r);
   cJSON_Delete(choice);
-  return print(o);
+  return json_print_take(o);
 }
 
 static char *error_json(void *state, const api_error *e) {
@@ -586,12 +579,12 @@ static void stream_text(void *state, buf *out, const char *text, size_t len) {
       return;
     buf_append(&st->sent, text, len);
   }
-  append_line(out, print(answer(st, text, len, false)));
+  append_line(out, json_print_take(answer(st, text, len, false)));
 }
 
 static void stream_thinking(void *state, buf *out, const char *text, size_t len) {
   ollama_state *st = state;
-  append_line(out, print(answer_with(st, "", 0, text, len, false)));
+  append_line(out, json_print_take(answer_with(st, "", 0, text, len, false)));
 }
 
 static void stream_end(void *state, buf *out, const api_result *r) {
@@ -607,12 +600,12 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     cJSON *choice = compat_chat_choice(r);
     const char *rest = compat_unsent(compat_choice_content(choice), &st->sent);
     if (*rest)
-      append_line(out, print(answer(st, rest, strlen(rest), false)));
+      append_line(out, json_print_take(answer(st, rest, strlen(rest), false)));
     const cJSON *calls = compat_choice_tool_calls(choice);
     if (calls) {
       cJSON *o = answer(st, "", 0, false);
       add_tool_calls(o, calls);
-      append_line(out, print(o));
+      append_line(out, json_print_take(o));
     }
     cJSON_Delete(choice);
   }
@@ -623,7 +616,7 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     cJSON_Delete(choice);
   }
   add_stats(o, r);
-  append_line(out, print(o));
+  append_line(out, json_print_take(o));
 }
 
 const compat_format ollama_format = {
@@ -750,10 +743,10 @@ char *ollama_info(const char *path, const char *method, const char *body, size_t
     unix_rfc3339(ctx->started, ts, sizeof ts);
     cJSON_AddStringToObject(o, "modified_at", ts);
     *status = 200;
-    return print(o);
+    return json_print_take(o);
   }
   cJSON *o = cJSON_CreateObject();
   cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "models"), model_entry(ctx, ps));
   *status = 200;
-  return print(o);
+  return json_print_take(o);
 }
