@@ -216,8 +216,8 @@ serve:
 # `make test` is what CI runs: the release build with every test, then the same unit, kernel, golden,
 # CLI and fuzz-corpus tests under ASan + UBSan (the server and browser suites are left out there:
 # they test timing-sensitive behaviour the sanitizers slow down), and a clang build with -Werror.
-# `make test-quick` runs only the first part.
-test: all
+# `make test-quick` runs only the first part. The benchmark programs are built too, so that they cannot rot.
+test: all bench
 	@BUILD=$(BUILD) tests/run.sh
 	@echo "== ASan + UBSan =="
 	@$(MAKE) --no-print-directory SAN=1 -j2 all

@@ -11,6 +11,7 @@
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,43 +152,79 @@ static int batch_direct(const vlm *m, const int *sizes, int n_sizes, int steps) 
   return 0;
 }
 
-int main(int argc, char **argv) {
-  const char *model = NULL, *mmproj = NULL, *v;
-  int threads = 0, w = 1024, h = 768, n_decode = 32, conc[8] = {1, 2, 4, 8}, n_conc = 4;
-  bool skip_turns = false, skip_conc = false;
-  int direct_steps = 0;
-  for (int i = 1; i < argc; i++) {
-    if (arg_value(argc, argv, &i, "--model", "-m", &v))
-      model = v;
-    else if (arg_value(argc, argv, &i, "--mmproj", NULL, &v))
-      mmproj = v;
-    else if (arg_value(argc, argv, &i, "--threads", "-t", &v))
-      threads = (int)arg_int("--threads", v, 1, 1024);
-    else if (arg_value(argc, argv, &i, "--decode", NULL, &v))
-      n_decode = (int)arg_int("--decode", v, 2, 4096);
-    else if (arg_value(argc, argv, &i, "--size", NULL, &v)) {
-      if (sscanf(v, "%dx%d", &w, &h) != 2 || w < 16 || h < 16 || w > 8192 || h > 8192) {
-        fprintf(stderr, "--size: expected WxH, found '%s'\n", v);
-        return 2;
-      }
-    } else if (arg_value(argc, argv, &i, "--conc", NULL, &v)) {
-      n_conc = 0;
-      char tmp[128];
-      snprintf(tmp, sizeof tmp, "%s", v);
-      for (char *t = strtok(tmp, ","); t && n_conc < 8; t = strtok(NULL, ","))
-        conc[n_conc++] = (int)arg_int("--conc", t, 1, 64);
-    } else if (arg_value(argc, argv, &i, "--direct", NULL, &v)) {
-      direct_steps = (int)arg_int("--direct", v, 1, 4096);
-    } else if (arg_flag(argv, i, "--skip-turns", NULL))
-      skip_turns = true;
-    else if (arg_flag(argv, i, "--skip-conc", NULL))
-      skip_conc = true;
-    else {
-      fprintf(stderr, "usage: engine_bench -m MODEL.gguf --mmproj MMPROJ.gguf [--size 1024x768] [--conc 1,2,4,8] "
-                      "[--decode 32] [-t N] [--skip-turns] [--skip-conc] [--direct STEPS]\n");
-      return 2;
-    }
+/* --size WxH */
+static qvl_status parse_size(void *dst, const qvl_opt_bind *b, const char *v, const char *where) {
+  int *wh = (int *)((char *)dst + b->off);
+  if (sscanf(v, "%dx%d", &wh[0], &wh[1]) != 2 || wh[0] < 16 || wh[1] < 16 || wh[0] > 8192 || wh[1] > 8192)
+    return qvl_opts_fail("%s: expected WxH (16..8192 each), found '%s'", where, v);
+  return QVL_OK;
+}
+
+/* --conc 1,2,4,8 */
+static qvl_status parse_conc(void *dst, const qvl_opt_bind *b, const char *v, const char *where) {
+  static const qvl_opt one = {"conc", NULL, QVL_OPT_INT, .min = 1, .max = 64};
+  int *c = (int *)((char *)dst + b->off), n = 0;
+  char tmp[128];
+  snprintf(tmp, sizeof tmp, "%s", v);
+  for (char *t = strtok(tmp, ","); t; t = strtok(NULL, ",")) {
+    int64_t x;
+    if (n == 8)
+      return qvl_opts_fail("%s: at most 8 concurrency levels", where);
+    qvl_status st = qvl_opt_int(&one, t, where, &x);
+    if (st != QVL_OK)
+      return st;
+    c[1 + n++] = (int)x;
   }
+  if (n == 0)
+    return qvl_opts_fail("%s: give at least one concurrency level", where);
+  c[0] = n;
+  return QVL_OK;
+}
+
+typedef struct bench_opts {
+  const char *model, *mmproj;
+  int64_t threads, n_decode, direct_steps;
+  int size[2];
+  int conc[9]; /* count, then the levels */
+  bool skip_turns, skip_conc;
+} bench_opts;
+
+static const qvl_opt o_decode = {"decode", NULL, QVL_OPT_INT, 2, 4096, .help = "tokens decoded per turn"};
+static const qvl_opt o_size = {"size", NULL, QVL_OPT_CALL, .meta = "WxH", .help = "image size"};
+static const qvl_opt o_conc = {"conc", NULL, QVL_OPT_CALL, .meta = "N,N,..", .help = "concurrent sequences per row"};
+static const qvl_opt o_direct = {"direct", NULL, QVL_OPT_INT, 1, 4096, .help = "decoder_step_batch steps, no engine"};
+static const qvl_opt o_skip_turns = {"skip_turns", NULL, QVL_OPT_BOOL, .help = "skip the multi-turn rows"};
+static const qvl_opt o_skip_conc = {"skip_conc", NULL, QVL_OPT_BOOL, .help = "skip the concurrency rows"};
+
+static const qvl_opt_bind bench_binds[] = {
+    QVL_OPT_FIELD(qvl_opt_model, bench_opts, model),   QVL_OPT_FIELD(qvl_opt_mmproj, bench_opts, mmproj),
+    QVL_OPT_FIELD(qvl_opt_threads, bench_opts, threads), QVL_OPT_FIELD(o_decode, bench_opts, n_decode),
+    {&o_size, offsetof(bench_opts, size), 0, parse_size, NULL},
+    {&o_conc, offsetof(bench_opts, conc), 0, parse_conc, NULL},
+    QVL_OPT_FIELD(o_direct, bench_opts, direct_steps), QVL_OPT_FIELD(o_skip_turns, bench_opts, skip_turns),
+    QVL_OPT_FIELD(o_skip_conc, bench_opts, skip_conc)};
+
+static const qvl_opt_cmd bench_cmd = {.name = "engine_bench",
+                                      .usage = "usage: engine_bench -m MODEL.gguf --mmproj MMPROJ.gguf [options]\n",
+                                      .opts = bench_binds,
+                                      .n_opts = sizeof bench_binds / sizeof bench_binds[0]};
+
+int main(int argc, char **argv) {
+  bench_opts o = {.n_decode = 32, .size = {1024, 768}, .conc = {4, 1, 2, 4, 8}};
+  bool help = false;
+  if (qvl_opts_parse(&bench_cmd, argc, argv, 1, &o, NULL, NULL, NULL, &help) != QVL_OK) {
+    fprintf(stderr, "%s\n", qvl_last_error());
+    qvl_opts_usage(&bench_cmd, &o, stderr);
+    return 2;
+  }
+  if (help) {
+    qvl_opts_usage(&bench_cmd, &o, stdout);
+    return 0;
+  }
+  const char *model = o.model, *mmproj = o.mmproj;
+  int threads = (int)o.threads, w = o.size[0], h = o.size[1], n_decode = (int)o.n_decode, n_conc = o.conc[0];
+  int *conc = o.conc + 1, direct_steps = (int)o.direct_steps;
+  bool skip_turns = o.skip_turns, skip_conc = o.skip_conc;
   if (!model) {
     fprintf(stderr, "engine_bench: -m MODEL.gguf is required\n");
     return 2;

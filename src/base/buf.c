@@ -57,6 +57,20 @@ void buf_free(buf *b) {
   b->len = b->cap = 0;
 }
 
+qvl_status buf_finish(buf *b, qvl_status s, char **out, size_t *len) {
+  *out = NULL;
+  if (s == QVL_OK && !b->data)
+    s = buf_append(b, "", 0);
+  if (s != QVL_OK) {
+    buf_free(b);
+    return s;
+  }
+  *out = b->data;
+  if (len)
+    *len = b->len;
+  return QVL_OK;
+}
+
 qvl_status buf_read_file(const char *path, size_t max_bytes, buf *out) {
   FILE *f = fopen(path, "rb");
   if (!f)

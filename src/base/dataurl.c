@@ -60,6 +60,11 @@ qvl_status base64_decode(const char *s, size_t len, size_t max_bytes, buf *out) 
   return QVL_OK;
 }
 
+qvl_status dataurl_encode(const char *mime, const void *data, size_t len, buf *out) {
+  QVL_TRY(buf_printf(out, "data:%s;base64,", mime));
+  return base64_encode(data, len, out);
+}
+
 qvl_status base64_encode(const void *data, size_t len, buf *out) {
   static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   const unsigned char *p = data;

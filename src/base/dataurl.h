@@ -15,6 +15,8 @@ qvl_status base64_decode(const char *s, size_t len, size_t max_bytes, buf *out);
 
 /* Standard base64 with padding. */
 qvl_status base64_encode(const void *data, size_t len, buf *out);
+/* Appends the data: URL "data:<mime>;base64,<data in base64>" to out. */
+qvl_status dataurl_encode(const char *mime, const void *data, size_t len, buf *out);
 
 /* True if url starts with "data:" (case-insensitive). */
 bool dataurl_is(const char *url);

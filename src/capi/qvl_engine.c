@@ -6,19 +6,18 @@
 #include "capi/request_impl.h"
 #include "base/status.h"
 
+/* The settings qvl_engine_params carries, each named as in engine_config. */
+#define ENGINE_PARAMS(X)                                                                                         \
+  X(max_batch_size) X(max_wait_ms) X(queue_capacity) X(n_ctx) X(max_prompt_tokens) X(kv_cache_mb)               \
+  X(image_cache_mb) X(prefix_cache_mb) X(request_timeout_ms)
+
 void qvl_engine_params_default(qvl_engine_params *p) {
   engine_config c;
   engine_config_default(&c);
   memset(p, 0, sizeof *p);
-  p->max_batch_size = c.max_batch_size;
-  p->max_wait_ms = c.max_wait_ms;
-  p->queue_capacity = c.queue_capacity;
-  p->n_ctx = c.n_ctx;
-  p->max_prompt_tokens = c.max_prompt_tokens;
-  p->kv_cache_mb = c.kv_cache_mb;
-  p->image_cache_mb = c.image_cache_mb;
-  p->prefix_cache_mb = c.prefix_cache_mb;
-  p->request_timeout_ms = c.request_timeout_ms;
+#define FROM_CONFIG(field) p->field = c.field;
+  ENGINE_PARAMS(FROM_CONFIG)
+#undef FROM_CONFIG
 }
 
 qvl_status qvl_engine_start(const qvl_model *m, const qvl_engine_params *params, qvl_engine **out) {
@@ -26,15 +25,9 @@ qvl_status qvl_engine_start(const qvl_model *m, const qvl_engine_params *params,
   engine_config c;
   engine_config_default(&c); /* the settings the public struct does not carry keep their defaults */
   if (params) {
-    c.max_batch_size = params->max_batch_size;
-    c.max_wait_ms = params->max_wait_ms;
-    c.queue_capacity = params->queue_capacity;
-    c.n_ctx = params->n_ctx;
-    c.max_prompt_tokens = params->max_prompt_tokens;
-    c.kv_cache_mb = params->kv_cache_mb;
-    c.image_cache_mb = params->image_cache_mb;
-    c.prefix_cache_mb = params->prefix_cache_mb;
-    c.request_timeout_ms = params->request_timeout_ms;
+#define TO_CONFIG(field) c.field = params->field;
+    ENGINE_PARAMS(TO_CONFIG)
+#undef TO_CONFIG
   }
   qvl_engine *e = calloc(1, sizeof *e);
   if (!e)

@@ -88,15 +88,7 @@ qvl_status qvl_video_data_url(const void *data, size_t len, char **url) {
                                                                                        : "application/octet-stream";
   *url = NULL;
   buf u = {0};
-  qvl_status s = buf_printf(&u, "data:%s;base64,", mime);
-  if (s == QVL_OK)
-    s = base64_encode(data, len, &u);
-  if (s != QVL_OK) {
-    buf_free(&u);
-    return s;
-  }
-  *url = u.data;
-  return QVL_OK;
+  return buf_finish(&u, dataurl_encode(mime, data, len, &u), url, NULL);
 }
 
 qvl_status qvl_image_data_url(const void *data, size_t len, char **url) {
@@ -107,13 +99,5 @@ qvl_status qvl_image_data_url(const void *data, size_t len, char **url) {
                      : len > 12 && !memcmp(b + 8, "WEBP", 4)           ? "image/webp"
                                                                        : "image/png";
   buf u = {0};
-  qvl_status s = buf_printf(&u, "data:%s;base64,", mime);
-  if (s == QVL_OK)
-    s = base64_encode(data, len, &u);
-  if (s != QVL_OK) {
-    buf_free(&u);
-    return s;
-  }
-  *url = u.data;
-  return QVL_OK;
+  return buf_finish(&u, dataurl_encode(mime, data, len, &u), url, NULL);
 }

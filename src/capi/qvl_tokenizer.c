@@ -49,17 +49,8 @@ qvl_status qvl_tokenize(const qvl_tokenizer *t, const char *text, size_t len, in
 }
 
 qvl_status qvl_detokenize(const qvl_tokenizer *t, const int32_t *ids, size_t n, bool skip_special, char **text) {
-  *text = NULL;
   buf b = {0};
-  qvl_status s = tokenizer_decode(t->t, ids, n, skip_special, &b);
-  if (s == QVL_OK && !b.data)
-    s = buf_append(&b, "", 0);
-  if (s != QVL_OK) {
-    buf_free(&b);
-    return s;
-  }
-  *text = b.data;
-  return QVL_OK;
+  return buf_finish(&b, tokenizer_decode(t->t, ids, n, skip_special, &b), text, NULL);
 }
 
 int32_t qvl_n_vocab(const qvl_tokenizer *t) { return tokenizer_vocab_size(t->t); }

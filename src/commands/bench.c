@@ -17,6 +17,7 @@
 #include "commands/bench_constrained.h"
 #include "commands/bench_gap.h"
 #include "commands/bench_image.h"
+#include "commands/bench_question.h"
 #include "commands/bench_video.h"
 #include "engine/generate.h"
 #include "engine/vlm.h"
@@ -218,55 +219,25 @@ static qvl_status bench_images(const vlm *m, const bench_opts *o, cJSON *out) {
 
 /* The whole path a user waits for: JPEG in a data: URL -> prompt with the image -> first token. */
 static qvl_status bench_ttft(const vlm *m, cJSON *out) {
-  unsigned char *jpg = NULL;
-  unsigned long jsize = 0;
-  if (bench_make_jpeg(1024, 768, &jpg, &jsize) != 0)
-    return QVL_ERR_NOMEM;
   buf url = {0};
-  buf_append_str(&url, "data:image/jpeg;base64,");
-  qvl_status st = base64_encode(jpg, jsize, &url);
-  free(jpg);
-  cJSON *msgs = cJSON_CreateArray(), *u = cJSON_CreateObject();
-  cJSON_AddStringToObject(u, "role", "user");
-  cJSON *content = cJSON_AddArrayToObject(u, "content");
-  cJSON *img = cJSON_CreateObject();
-  cJSON_AddStringToObject(img, "type", "image_url");
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(img, "image_url"), "url", url.data);
-  cJSON_AddItemToArray(content, img);
-  cJSON *txt = cJSON_CreateObject();
-  cJSON_AddStringToObject(txt, "type", "text");
-  cJSON_AddStringToObject(txt, "text", "What is in this image? Answer briefly.");
-  cJSON_AddItemToArray(content, txt);
-  cJSON_AddItemToArray(msgs, u);
-  buf_free(&url);
+  qvl_status st = bench_jpeg_data_url(1024, 768, &url);
   fprintf(stderr, "[bench] time to first token, 1024x768 image question...\n");
   vlm_prompt_opts po;
   vlm_prompt_opts_default(&po);
   po.pre.min_pixels = 1;
   po.pre.max_pixels = 1024 * 768;
-  vlm_prompt p;
-  double t0 = time_now_s();
+  bench_question_times t;
   if (st == QVL_OK)
-    st = vlm_prompt_build(m, msgs, &po, &p);
-  cJSON_Delete(msgs);
-  if (st != QVL_OK)
-    return st;
-  gen_params gp = gen_params_default();
-  gp.max_tokens = 1;
-  gp.sampling.temperature = 0;
-  gen_result r;
-  st = generate(m, &p, &gp, NULL, NULL, &r);
-  double total = (time_now_s() - t0) * 1e3;
+    st = bench_first_token(m, "image_url", url.data, "What is in this image? Answer briefly.", &po, &t);
+  buf_free(&url);
   if (st == QVL_OK) {
-    cJSON_AddNumberToObject(out, "ttft_ms", total);
+    cJSON_AddNumberToObject(out, "ttft_ms", t.total_ms);
     cJSON *parts = cJSON_AddObjectToObject(out, "ttft_parts_ms");
-    cJSON_AddNumberToObject(parts, "decode_and_preprocess", p.preprocess_ms);
-    cJSON_AddNumberToObject(parts, "vision", p.vision_ms);
-    cJSON_AddNumberToObject(parts, "prefill", r.prefill_ms);
-    cJSON_AddNumberToObject(out, "ttft_prompt_tokens", (double)p.n);
+    cJSON_AddNumberToObject(parts, "decode_and_preprocess", t.preprocess_ms);
+    cJSON_AddNumberToObject(parts, "vision", t.vision_ms);
+    cJSON_AddNumberToObject(parts, "prefill", t.prefill_ms);
+    cJSON_AddNumberToObject(out, "ttft_prompt_tokens", (double)t.prompt_tokens);
   }
-  gen_result_free(&r);
-  vlm_prompt_free(&p);
   return st;
 }
 
@@ -395,6 +366,21 @@ static void print_table(const cJSON *o) {
   }
 }
 
+/* Adds the peak RSS and prints the result: as JSON, or the stages or the main table. */
+static void print_result(cJSON *out, bool json, bool stages) {
+  cJSON_AddNumberToObject(out, "peak_rss_mb", peak_rss_mb());
+  if (json) {
+    char *js = cJSON_Print(out);
+    printf("%s\n", js);
+    free(js);
+  } else if (stages) {
+    printf("qvl bench --image-stages: isa %s, %d threads\n", kernels_isa(), kernels_threads());
+    print_stages(out);
+  } else {
+    print_table(out);
+  }
+}
+
 void qvl_bench_opts_default(qvl_bench_opts *o) {
   *o = (qvl_bench_opts){.n_prefill = 512, .n_decode = 128, .n_batch_steps = 32,
                         .batch_sizes = {1, 2, 4, 8}, .n_batch_sizes = 4, .constrained = true};
@@ -441,15 +427,7 @@ qvl_status qvl_bench(const qvl_bench_opts *opts) {
                           (double)kv_cache_bytes_type(hp->n_layer, 1, hp->n_head_kv * hp->head_dim, kv_default_type()));
   if (o.image_stages) {
     st = bench_image_stages(m, &o, out);
-    cJSON_AddNumberToObject(out, "peak_rss_mb", peak_rss_mb());
-    if (o.json) {
-      char *js = cJSON_Print(out);
-      printf("%s\n", js);
-      free(js);
-    } else {
-      printf("qvl bench --image-stages: isa %s, %d threads\n", kernels_isa(), kernels_threads());
-      print_stages(out);
-    }
+    print_result(out, o.json, true);
     cJSON_Delete(out);
     vlm_free(m);
     return st;
@@ -477,14 +455,7 @@ qvl_status qvl_bench(const qvl_bench_opts *opts) {
       st = bench_constrained(m, sizes, 2, o.n_batch_steps, out);
     }
   }
-  cJSON_AddNumberToObject(out, "peak_rss_mb", peak_rss_mb());
-  if (o.json) {
-    char *js = cJSON_Print(out);
-    printf("%s\n", js);
-    free(js);
-  } else {
-    print_table(out);
-  }
+  print_result(out, o.json, false);
   cJSON_Delete(out);
   vlm_free(m);
   return st;

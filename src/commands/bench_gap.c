@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "base/timing.h"
 #include "commands/bench_image.h"
+#include "commands/bench_question.h"
 #include "engine/engine.h"
 
 typedef struct gap_stream {
@@ -66,24 +67,6 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-static cJSON *user_msg(const char *text, const char *image_url) {
-  cJSON *msgs = cJSON_CreateArray(), *u = cJSON_CreateObject();
-  cJSON_AddStringToObject(u, "role", "user");
-  cJSON *content = cJSON_AddArrayToObject(u, "content");
-  if (image_url) {
-    cJSON *img = cJSON_CreateObject();
-    cJSON_AddStringToObject(img, "type", "image_url");
-    cJSON_AddStringToObject(cJSON_AddObjectToObject(img, "image_url"), "url", image_url);
-    cJSON_AddItemToArray(content, img);
-  }
-  cJSON *txt = cJSON_CreateObject();
-  cJSON_AddStringToObject(txt, "type", "text");
-  cJSON_AddStringToObject(txt, "text", text);
-  cJSON_AddItemToArray(content, txt);
-  cJSON_AddItemToArray(msgs, u);
-  return msgs;
-}
-
 /* One run: a text stream decoding, then the image question submitted; the stream's largest gap
  * from the image's submission until its answer. */
 static qvl_status one_run(const vlm *m, int layers_per_step, const char *url, double *gap_ms, double *vision_ms) {
@@ -97,8 +80,8 @@ static qvl_status one_run(const vlm *m, int layers_per_step, const char *url, do
   QVL_TRY(engine_start(m, &c, &e));
   gap_stream g = {.text_status = QVL_OK, .image_status = QVL_OK};
   pthread_mutex_init(&g.mu, NULL);
-  cJSON *tmsg = user_msg("Write a long story about a lighthouse keeper.", NULL);
-  cJSON *imsg = user_msg("What is in this image? Answer briefly.", url);
+  cJSON *tmsg = bench_question_messages("image_url", NULL, "Write a long story about a lighthouse keeper.");
+  cJSON *imsg = bench_question_messages("image_url", url, "What is in this image? Answer briefly.");
   engine_request tr = {.messages = tmsg, .on_text = on_text, .on_done = on_text_done, .user = &g};
   vlm_prompt_opts_default(&tr.prompt);
   tr.gen = gen_params_default();
@@ -148,15 +131,8 @@ static qvl_status one_run(const vlm *m, int layers_per_step, const char *url, do
 }
 
 qvl_status bench_stream_gap(const vlm *m, cJSON *out) {
-  unsigned char *jpg = NULL;
-  unsigned long jsize = 0;
-  if (bench_make_jpeg(1024, 768, &jpg, &jsize) != 0)
-    return QVL_ERR_NOMEM;
   buf url = {0};
-  qvl_status st = buf_append_str(&url, "data:image/jpeg;base64,");
-  if (st == QVL_OK)
-    st = base64_encode(jpg, jsize, &url);
-  free(jpg);
+  qvl_status st = bench_jpeg_data_url(1024, 768, &url);
   engine_config d;
   engine_config_default(&d);
   cJSON *gap = cJSON_AddObjectToObject(out, "stream_gap_ms");

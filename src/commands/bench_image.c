@@ -9,6 +9,8 @@
 
 #include "commands/bench_image.h"
 
+#include "base/dataurl.h"
+
 int bench_make_jpeg(int width, int height, unsigned char **out, unsigned long *size) {
   unsigned char *rgb = malloc((size_t)width * (size_t)height * 3);
   if (!rgb)
@@ -45,4 +47,14 @@ int bench_make_jpeg(int width, int height, unsigned char **out, unsigned long *s
   jpeg_destroy_compress(&c);
   free(rgb);
   return 0;
+}
+
+qvl_status bench_jpeg_data_url(int width, int height, buf *url) {
+  unsigned char *jpg = NULL;
+  unsigned long jsize = 0;
+  if (bench_make_jpeg(width, height, &jpg, &jsize) != 0)
+    return QVL_ERR_NOMEM;
+  qvl_status st = dataurl_encode("image/jpeg", jpg, jsize, url);
+  free(jpg);
+  return st;
 }

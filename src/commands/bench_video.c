@@ -10,6 +10,7 @@
 #include "base/dataurl.h"
 #include "base/status.h"
 #include "base/timing.h"
+#include "commands/bench_question.h"
 #include "engine/generate.h"
 #include "video/clip.h"
 
@@ -147,52 +148,24 @@ qvl_status bench_video(const vlm *m, const char *path, cJSON *out) {
   /* the whole question: data: URL -> prompt (decode, vision) -> prefill -> first token */
   buf url = {0};
   if (st == QVL_OK)
-    st = buf_append_str(&url, "data:video/x-matroska;base64,");
-  if (st == QVL_OK)
-    st = base64_encode(clip.data, clip.len, &url);
+    st = dataurl_encode("video/x-matroska", clip.data, clip.len, &url);
   buf_free(&clip);
-  cJSON *msgs = cJSON_CreateArray(), *u = cJSON_CreateObject();
-  cJSON_AddStringToObject(u, "role", "user");
-  cJSON *content = cJSON_AddArrayToObject(u, "content");
-  cJSON *vp = cJSON_CreateObject();
-  cJSON_AddStringToObject(vp, "type", "video_url");
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(vp, "video_url"), "url", url.data ? url.data : "");
-  cJSON_AddItemToArray(content, vp);
-  cJSON *txt = cJSON_CreateObject();
-  cJSON_AddStringToObject(txt, "type", "text");
-  cJSON_AddStringToObject(txt, "text", "What happens in this video? Answer briefly.");
-  cJSON_AddItemToArray(content, txt);
-  cJSON_AddItemToArray(msgs, u);
-  buf_free(&url);
   fprintf(stderr, "[bench] time to first token, 10 s 640x360 video question...\n");
-  vlm_prompt_opts po;
-  vlm_prompt_opts_default(&po);
-  vlm_prompt p = {0};
-  t0 = time_now_s();
-  c0 = time_process_cpu_s();
+  bench_question_times t;
   if (st == QVL_OK)
-    st = vlm_prompt_build(m, msgs, &po, &p);
-  cJSON_Delete(msgs);
-  if (st != QVL_OK)
-    return st;
-  gen_params gp = gen_params_default();
-  gp.max_tokens = 1;
-  gp.sampling.temperature = 0;
-  gen_result r;
-  st = generate(m, &p, &gp, NULL, NULL, &r);
-  double total = (time_now_s() - t0) * 1e3, total_cpu = (time_process_cpu_s() - c0) * 1e3;
+    st = bench_first_token(m, "video_url", url.data ? url.data : "", "What happens in this video? Answer briefly.",
+                           NULL, &t);
+  buf_free(&url);
   if (st == QVL_OK) {
-    cJSON_AddNumberToObject(v, "vision_encode", p.vision_ms);
-    cJSON_AddNumberToObject(v, "prefill", r.prefill_ms);
-    cJSON_AddNumberToObject(v, "ttft", total);
-    cJSON_AddNumberToObject(v, "ttft_decode_and_preprocess", p.preprocess_ms);
-    cJSON_AddNumberToObject(out, "video_decode_share_of_ttft", total > 0 ? p.preprocess_ms / total : 0);
+    cJSON_AddNumberToObject(v, "vision_encode", t.vision_ms);
+    cJSON_AddNumberToObject(v, "prefill", t.prefill_ms);
+    cJSON_AddNumberToObject(v, "ttft", t.total_ms);
+    cJSON_AddNumberToObject(v, "ttft_decode_and_preprocess", t.preprocess_ms);
+    cJSON_AddNumberToObject(out, "video_decode_share_of_ttft", t.total_ms > 0 ? t.preprocess_ms / t.total_ms : 0);
     /* the same decode alone (above) against the question's CPU time, every thread counted */
-    cJSON_AddNumberToObject(vc, "ttft", total_cpu);
-    cJSON_AddNumberToObject(out, "video_decode_cpu_share_of_ttft", total_cpu > 0 ? c_dec * 1e3 / total_cpu : 0);
-    cJSON_AddNumberToObject(out, "video_prompt_tokens", (double)p.n);
+    cJSON_AddNumberToObject(vc, "ttft", t.total_cpu_ms);
+    cJSON_AddNumberToObject(out, "video_decode_cpu_share_of_ttft", t.total_cpu_ms > 0 ? c_dec * 1e3 / t.total_cpu_ms : 0);
+    cJSON_AddNumberToObject(out, "video_prompt_tokens", (double)t.prompt_tokens);
   }
-  gen_result_free(&r);
-  vlm_prompt_free(&p);
   return st;
 }

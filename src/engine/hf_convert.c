@@ -285,6 +285,35 @@ static qvl_status write_tokenizer(gguf_writer *w, hf_model *hf) {
   return s;
 }
 
+/* ---- keys and tensors both files write ------------------------------------------------------------- */
+
+static qvl_status put_general(gguf_writer *w, const char *arch, const char *type, const char *name) {
+  QVL_TRY(gguf_writer_set_str(w, "general.architecture", arch));
+  QVL_TRY(gguf_writer_set_str(w, "general.type", type));
+  QVL_TRY(gguf_writer_set_str(w, "general.name", name));
+  return gguf_writer_set_u32(w, "general.quantization_version", 2);
+}
+
+typedef struct u32_key {
+  const char *key;
+  int64_t value;
+} u32_key;
+
+static qvl_status put_u32s(gguf_writer *w, const u32_key *keys, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    QVL_TRY(gguf_writer_set_u32(w, keys[i].key, (uint32_t)keys[i].value));
+  return QVL_OK;
+}
+
+/* <prefix>.weight as a matrix of outtype's kind and <prefix>.bias in F32. */
+static qvl_status put_linear(gguf_writer *w, pool *pl, const wtable *t, const char *prefix, qvl_dtype outtype, bool *used) {
+  char n[96];
+  snprintf(n, sizeof n, "%s.weight", prefix);
+  QVL_TRY(put(w, pl, t, n, matrix_type(t, n, outtype), used));
+  snprintf(n, sizeof n, "%s.bias", prefix);
+  return put(w, pl, t, n, QVL_DTYPE_F32, used);
+}
+
 /* ---- text model ------------------------------------------------------------------------------------ */
 
 static qvl_status write_text(hf_model *hf, const hf_convert_opts *o, const char *name) {
@@ -299,24 +328,23 @@ static qvl_status write_text(hf_model *hf, const hf_convert_opts *o, const char 
 #define TRY(x) \
   if (s == QVL_OK) \
   s = (x)
-  TRY(gguf_writer_set_str(w, "general.architecture", "qwen3vl"));
-  TRY(gguf_writer_set_str(w, "general.type", "model"));
-  TRY(gguf_writer_set_str(w, "general.name", name));
-  TRY(gguf_writer_set_u32(w, "general.quantization_version", 2));
-  TRY(gguf_writer_set_u32(w, "qwen3vl.block_count", (uint32_t)hp->n_layer));
-  TRY(gguf_writer_set_u32(w, "qwen3vl.context_length", (uint32_t)hp->n_ctx_train));
-  TRY(gguf_writer_set_u32(w, "qwen3vl.embedding_length", (uint32_t)hp->n_embd));
-  TRY(gguf_writer_set_u32(w, "qwen3vl.feed_forward_length", (uint32_t)hp->n_ff));
-  TRY(gguf_writer_set_u32(w, "qwen3vl.attention.head_count", (uint32_t)hp->n_head));
-  TRY(gguf_writer_set_u32(w, "qwen3vl.attention.head_count_kv", (uint32_t)hp->n_head_kv));
+  TRY(put_general(w, "qwen3vl", "model", name));
+  const u32_key shape[] = {{"qwen3vl.block_count", hp->n_layer},
+                           {"qwen3vl.context_length", hp->n_ctx_train},
+                           {"qwen3vl.embedding_length", hp->n_embd},
+                           {"qwen3vl.feed_forward_length", hp->n_ff},
+                           {"qwen3vl.attention.head_count", hp->n_head},
+                           {"qwen3vl.attention.head_count_kv", hp->n_head_kv}};
+  TRY(put_u32s(w, shape, sizeof shape / sizeof shape[0]));
   int32_t sec[4] = {hp->rope_sections[0], hp->rope_sections[1], hp->rope_sections[2], hp->rope_sections[3]};
   TRY(gguf_writer_set_array(w, "qwen3vl.rope.dimension_sections", GGUF_TYPE_INT32, sec, 4));
   TRY(gguf_writer_set_f32(w, "qwen3vl.rope.freq_base", hp->rope_theta));
   TRY(gguf_writer_set_f32(w, "qwen3vl.attention.layer_norm_rms_epsilon", hp->rms_eps));
-  TRY(gguf_writer_set_u32(w, "qwen3vl.attention.key_length", (uint32_t)hp->head_dim));
-  TRY(gguf_writer_set_u32(w, "qwen3vl.attention.value_length", (uint32_t)hp->head_dim));
-  TRY(gguf_writer_set_u32(w, "general.file_type", (uint32_t)hf_convert_file_type(o->outtype)));
-  TRY(gguf_writer_set_u32(w, "qwen3vl.n_deepstack_layers", (uint32_t)hp->n_deepstack));
+  const u32_key heads[] = {{"qwen3vl.attention.key_length", hp->head_dim},
+                           {"qwen3vl.attention.value_length", hp->head_dim},
+                           {"general.file_type", hf_convert_file_type(o->outtype)},
+                           {"qwen3vl.n_deepstack_layers", hp->n_deepstack}};
+  TRY(put_u32s(w, heads, sizeof heads / sizeof heads[0]));
   TRY(write_tokenizer(w, hf));
   qvl_dtype ot = o->outtype;
   TRY(put(w, &pl, t, "token_embd.weight", matrix_type(t, "token_embd.weight", ot), used));
@@ -365,19 +393,17 @@ static qvl_status write_mmproj(hf_model *hf, const hf_convert_opts *o, const cha
 #define TRY(x) \
   if (s == QVL_OK) \
   s = (x)
-  TRY(gguf_writer_set_str(w, "general.architecture", "clip"));
-  TRY(gguf_writer_set_str(w, "general.type", "mmproj"));
-  TRY(gguf_writer_set_str(w, "general.name", name));
-  TRY(gguf_writer_set_u32(w, "general.quantization_version", 2));
+  TRY(put_general(w, "clip", "mmproj", name));
   TRY(gguf_writer_set_u32(w, "general.file_type", (uint32_t)hf_convert_file_type(o->outtype)));
   TRY(gguf_writer_set_bool(w, "clip.has_vision_encoder", true));
-  TRY(gguf_writer_set_u32(w, "clip.vision.projection_dim", (uint32_t)hp->proj_dim));
-  TRY(gguf_writer_set_u32(w, "clip.vision.image_size", (uint32_t)(side * hp->patch_size)));
-  TRY(gguf_writer_set_u32(w, "clip.vision.patch_size", (uint32_t)hp->patch_size));
-  TRY(gguf_writer_set_u32(w, "clip.vision.embedding_length", (uint32_t)hp->n_embd));
-  TRY(gguf_writer_set_u32(w, "clip.vision.feed_forward_length", (uint32_t)hp->n_ff));
-  TRY(gguf_writer_set_u32(w, "clip.vision.block_count", (uint32_t)hp->n_layer));
-  TRY(gguf_writer_set_u32(w, "clip.vision.attention.head_count", (uint32_t)hp->n_head));
+  const u32_key shape[] = {{"clip.vision.projection_dim", hp->proj_dim},
+                           {"clip.vision.image_size", side * hp->patch_size},
+                           {"clip.vision.patch_size", hp->patch_size},
+                           {"clip.vision.embedding_length", hp->n_embd},
+                           {"clip.vision.feed_forward_length", hp->n_ff},
+                           {"clip.vision.block_count", hp->n_layer},
+                           {"clip.vision.attention.head_count", hp->n_head}};
+  TRY(put_u32s(w, shape, sizeof shape / sizeof shape[0]));
   TRY(gguf_writer_set_array(w, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, hp->image_mean, 3));
   TRY(gguf_writer_set_array(w, "clip.vision.image_std", GGUF_TYPE_FLOAT32, hp->image_std, 3));
   TRY(gguf_writer_set_str(w, "clip.projector_type", "qwen3vl_merger"));
@@ -411,21 +437,15 @@ static qvl_status write_mmproj(hf_model *hf, const hf_convert_opts *o, const cha
       s = put(w, &pl, t, n, QVL_DTYPE_F32, used);
     }
     for (size_t k = 0; s == QVL_OK && k < 4; k++) {
-      snprintf(n, sizeof n, "v.blk.%lld.%s.weight", (long long)il, lin[k]);
-      s = put(w, &pl, t, n, matrix_type(t, n, ot), used);
-      snprintf(n, sizeof n, "v.blk.%lld.%s.bias", (long long)il, lin[k]);
-      TRY(put(w, &pl, t, n, QVL_DTYPE_F32, used));
+      snprintf(n, sizeof n, "v.blk.%lld.%s", (long long)il, lin[k]);
+      s = put_linear(w, &pl, t, n, ot, used);
     }
   }
   TRY(put(w, &pl, t, "v.post_ln.weight", QVL_DTYPE_F32, used));
   TRY(put(w, &pl, t, "v.post_ln.bias", QVL_DTYPE_F32, used));
   static const char *const mm[] = {"mm.0", "mm.2"};
-  for (int k = 0; s == QVL_OK && k < 2; k++) {
-    snprintf(n, sizeof n, "%s.weight", mm[k]);
-    s = put(w, &pl, t, n, matrix_type(t, n, ot), used);
-    snprintf(n, sizeof n, "%s.bias", mm[k]);
-    TRY(put(w, &pl, t, n, QVL_DTYPE_F32, used));
-  }
+  for (int k = 0; s == QVL_OK && k < 2; k++)
+    s = put_linear(w, &pl, t, mm[k], ot, used);
   for (int j = 0; s == QVL_OK && j < c->n_deepstack; j++) {
     long long L = (long long)c->deepstack_layers[j];
     snprintf(n, sizeof n, "v.deepstack.%lld.norm.weight", L);
@@ -434,10 +454,8 @@ static qvl_status write_mmproj(hf_model *hf, const hf_convert_opts *o, const cha
     TRY(put(w, &pl, t, n, QVL_DTYPE_F32, used));
     static const char *const fc[] = {"fc1", "fc2"};
     for (int k = 0; s == QVL_OK && k < 2; k++) {
-      snprintf(n, sizeof n, "v.deepstack.%lld.%s.weight", L, fc[k]);
-      s = put(w, &pl, t, n, matrix_type(t, n, ot), used);
-      snprintf(n, sizeof n, "v.deepstack.%lld.%s.bias", L, fc[k]);
-      TRY(put(w, &pl, t, n, QVL_DTYPE_F32, used));
+      snprintf(n, sizeof n, "v.deepstack.%lld.%s", L, fc[k]);
+      s = put_linear(w, &pl, t, n, ot, used);
     }
   }
   TRY(check_all_used(t, used));

@@ -728,60 +728,60 @@ static qvl_status get_int(const gguf *g, const char *key, const char *want, cons
   return QVL_OK;
 }
 
-qvl_status gguf_get_u32(const gguf *g, const char *key, uint32_t *out) {
+/* An integer key whose value must lie in [lo, hi] (fit names the target type in the error). */
+static qvl_status get_int_in(const gguf *g, const char *key, const char *want, const char *fit, int64_t lo,
+                             int64_t hi, int64_t *out) {
   const gguf_kv *kv;
-  QVL_TRY(get_int(g, key, "an integer (uint32)", &kv));
+  QVL_TRY(get_int(g, key, want, &kv));
   if (type_is_signed(kv->type)) {
-    if (kv->num.i < 0 || kv->num.i > (int64_t)UINT32_MAX)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %lld (%s) does not fit in uint32", g->img.label, key,
-                        (long long)kv->num.i, gguf_type_name(kv->type));
-    *out = (uint32_t)kv->num.i;
-  } else {
-    if (kv->num.u > UINT32_MAX)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %llu (%s) does not fit in uint32", g->img.label, key,
-                        (unsigned long long)kv->num.u, gguf_type_name(kv->type));
-    *out = (uint32_t)kv->num.u;
-  }
-  return QVL_OK;
-}
-
-qvl_status gguf_get_i64(const gguf *g, const char *key, int64_t *out) {
-  const gguf_kv *kv;
-  QVL_TRY(get_int(g, key, "an integer (int64)", &kv));
-  if (type_is_signed(kv->type)) {
+    if (kv->num.i < lo || kv->num.i > hi)
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %lld (%s) does not fit in %s", g->img.label, key,
+                        (long long)kv->num.i, gguf_type_name(kv->type), fit);
     *out = kv->num.i;
   } else {
-    if (kv->num.u > (uint64_t)INT64_MAX)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %llu (%s) does not fit in int64", g->img.label, key,
-                        (unsigned long long)kv->num.u, gguf_type_name(kv->type));
+    if (kv->num.u > (uint64_t)hi)
+      return qvl_errorf(QVL_ERR_FORMAT, "%s: key '%s' = %llu (%s) does not fit in %s", g->img.label, key,
+                        (unsigned long long)kv->num.u, gguf_type_name(kv->type), fit);
     *out = (int64_t)kv->num.u;
   }
   return QVL_OK;
 }
 
+qvl_status gguf_get_u32(const gguf *g, const char *key, uint32_t *out) {
+  int64_t v;
+  QVL_TRY(get_int_in(g, key, "an integer (uint32)", "uint32", 0, UINT32_MAX, &v));
+  *out = (uint32_t)v;
+  return QVL_OK;
+}
+
+qvl_status gguf_get_i64(const gguf *g, const char *key, int64_t *out) {
+  return get_int_in(g, key, "an integer (int64)", "int64", INT64_MIN, INT64_MAX, out);
+}
+
+/* A key that must have the scalar type `type` (expected names it in the error). */
+static qvl_status lookup_typed(const gguf *g, const char *key, gguf_type type, const char *expected,
+                               const gguf_kv **kv) {
+  QVL_TRY(lookup(g, key, kv));
+  return (*kv)->type == type ? QVL_OK : wrong_type(g, *kv, expected);
+}
+
 qvl_status gguf_get_f32(const gguf *g, const char *key, float *out) {
-  const gguf_kv *kv;
-  QVL_TRY(lookup(g, key, &kv));
-  if (kv->type != GGUF_TYPE_FLOAT32)
-    return wrong_type(g, kv, "float32");
+  const gguf_kv *kv = NULL;
+  QVL_TRY(lookup_typed(g, key, GGUF_TYPE_FLOAT32, "float32", &kv));
   *out = (float)kv->num.f;
   return QVL_OK;
 }
 
 qvl_status gguf_get_bool(const gguf *g, const char *key, bool *out) {
-  const gguf_kv *kv;
-  QVL_TRY(lookup(g, key, &kv));
-  if (kv->type != GGUF_TYPE_BOOL)
-    return wrong_type(g, kv, "bool");
+  const gguf_kv *kv = NULL;
+  QVL_TRY(lookup_typed(g, key, GGUF_TYPE_BOOL, "bool", &kv));
   *out = kv->num.u != 0;
   return QVL_OK;
 }
 
 qvl_status gguf_get_str(const gguf *g, const char *key, const char **out) {
-  const gguf_kv *kv;
-  QVL_TRY(lookup(g, key, &kv));
-  if (kv->type != GGUF_TYPE_STRING)
-    return wrong_type(g, kv, "string");
+  const gguf_kv *kv = NULL;
+  QVL_TRY(lookup_typed(g, key, GGUF_TYPE_STRING, "string", &kv));
   *out = kv->str;
   return QVL_OK;
 }

@@ -113,36 +113,27 @@ static qvl_status set_scalar(gguf_writer *w, const char *key, gguf_type type, co
   return s;
 }
 
-qvl_status gguf_writer_set_u8(gguf_writer *w, const char *key, uint8_t v) {
-  return set_scalar(w, key, GGUF_TYPE_UINT8, &v, 1);
-}
-qvl_status gguf_writer_set_i8(gguf_writer *w, const char *key, int8_t v) {
-  return set_scalar(w, key, GGUF_TYPE_INT8, &v, 1);
-}
-qvl_status gguf_writer_set_u16(gguf_writer *w, const char *key, uint16_t v) {
-  return set_scalar(w, key, GGUF_TYPE_UINT16, &v, 2);
-}
-qvl_status gguf_writer_set_i16(gguf_writer *w, const char *key, int16_t v) {
-  return set_scalar(w, key, GGUF_TYPE_INT16, &v, 2);
-}
-qvl_status gguf_writer_set_u32(gguf_writer *w, const char *key, uint32_t v) {
-  return set_scalar(w, key, GGUF_TYPE_UINT32, &v, 4);
-}
-qvl_status gguf_writer_set_i32(gguf_writer *w, const char *key, int32_t v) {
-  return set_scalar(w, key, GGUF_TYPE_INT32, &v, 4);
-}
-qvl_status gguf_writer_set_u64(gguf_writer *w, const char *key, uint64_t v) {
-  return set_scalar(w, key, GGUF_TYPE_UINT64, &v, 8);
-}
-qvl_status gguf_writer_set_i64(gguf_writer *w, const char *key, int64_t v) {
-  return set_scalar(w, key, GGUF_TYPE_INT64, &v, 8);
-}
-qvl_status gguf_writer_set_f32(gguf_writer *w, const char *key, float v) {
-  return set_scalar(w, key, GGUF_TYPE_FLOAT32, &v, 4);
-}
-qvl_status gguf_writer_set_f64(gguf_writer *w, const char *key, double v) {
-  return set_scalar(w, key, GGUF_TYPE_FLOAT64, &v, 8);
-}
+/* Each fixed-size scalar setter: suffix, C type, GGUF type. The value is stored in host
+ * (little-endian) order, sizeof(C type) bytes. */
+#define GGUF_WRITER_SCALARS(X)                                                                                   \
+  X(u8, uint8_t, GGUF_TYPE_UINT8)                                                                                \
+  X(i8, int8_t, GGUF_TYPE_INT8)                                                                                  \
+  X(u16, uint16_t, GGUF_TYPE_UINT16)                                                                             \
+  X(i16, int16_t, GGUF_TYPE_INT16)                                                                               \
+  X(u32, uint32_t, GGUF_TYPE_UINT32)                                                                             \
+  X(i32, int32_t, GGUF_TYPE_INT32)                                                                               \
+  X(u64, uint64_t, GGUF_TYPE_UINT64)                                                                             \
+  X(i64, int64_t, GGUF_TYPE_INT64)                                                                               \
+  X(f32, float, GGUF_TYPE_FLOAT32)                                                                               \
+  X(f64, double, GGUF_TYPE_FLOAT64)
+
+#define GGUF_WRITER_SET_SCALAR(suffix, ctype, type)                                                              \
+  qvl_status gguf_writer_set_##suffix(gguf_writer *w, const char *key, ctype v) {                                \
+    return set_scalar(w, key, type, &v, sizeof v);                                                               \
+  }
+GGUF_WRITER_SCALARS(GGUF_WRITER_SET_SCALAR)
+#undef GGUF_WRITER_SET_SCALAR
+
 qvl_status gguf_writer_set_bool(gguf_writer *w, const char *key, bool v) {
   uint8_t b = v ? 1 : 0;
   return set_scalar(w, key, GGUF_TYPE_BOOL, &b, 1);
@@ -169,6 +160,13 @@ qvl_status gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) {
   return gguf_writer_set_strn(w, key, v, v ? strlen(v) : 0);
 }
 
+/* An array value starts with its element type (u32) and element count (u64). */
+static qvl_status append_array_head(buf *val, gguf_type elem_type, uint64_t n) {
+  uint32_t et = (uint32_t)elem_type;
+  QVL_TRY(buf_append(val, &et, 4));
+  return buf_append(val, &n, 8);
+}
+
 qvl_status gguf_writer_set_array(gguf_writer *w, const char *key, gguf_type elem_type, const void *data,
                                  uint64_t n) {
   const char *k = key ? key : "(null)";
@@ -187,10 +185,7 @@ qvl_status gguf_writer_set_array(gguf_writer *w, const char *key, gguf_type elem
                           k, (unsigned long long)i, ((const uint8_t *)data)[i]);
   buf *val;
   QVL_TRY(kv_slot(w, key, GGUF_TYPE_ARRAY, &val));
-  uint32_t et = (uint32_t)elem_type;
-  qvl_status s = buf_append(val, &et, 4);
-  if (s == QVL_OK)
-    s = buf_append(val, &n, 8);
+  qvl_status s = append_array_head(val, elem_type, n);
   if (s == QVL_OK)
     s = buf_append(val, data, (size_t)(n * es));
   if (s != QVL_OK)
@@ -208,10 +203,7 @@ qvl_status gguf_writer_set_str_array(gguf_writer *w, const char *key, const char
                         key ? key : "(null)", (unsigned long long)i);
   buf *val;
   QVL_TRY(kv_slot(w, key, GGUF_TYPE_ARRAY, &val));
-  uint32_t et = GGUF_TYPE_STRING;
-  qvl_status s = buf_append(val, &et, 4);
-  if (s == QVL_OK)
-    s = buf_append(val, &n, 8);
+  qvl_status s = append_array_head(val, GGUF_TYPE_STRING, n);
   for (uint64_t i = 0; i < n && s == QVL_OK; i++) {
     const char *p = strs[i] ? strs[i] : "";
     s = append_str(val, p, lens ? lens[i] : strlen(p));
@@ -411,14 +403,8 @@ qvl_status gguf_writer_save_mem(const gguf_writer *w, void **out, size_t *size) 
     return qvl_errorf(QVL_ERR_INVALID_ARG, "gguf writer: NULL writer");
   buf b = {0};
   sink sk = {.b = &b, .where = "gguf writer"};
-  qvl_status s = write_all(w, &sk);
-  if (s == QVL_OK && !b.data)
-    s = buf_append(&b, "", 0);
-  if (s != QVL_OK) {
-    buf_free(&b);
-    return s;
-  }
-  *out = b.data;
-  *size = b.len;
+  char *bytes;
+  QVL_TRY(buf_finish(&b, write_all(w, &sk), &bytes, size));
+  *out = bytes;
   return QVL_OK;
 }

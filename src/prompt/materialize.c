@@ -89,15 +89,7 @@ static bool known_media(const prompt_media *md, const prompt_opts *o, prompt_kno
 static qvl_status load_image(const prompt_media *md, const prompt_opts *o, prompt_image *out) {
   if (md->kind == PROMPT_MEDIA_VIDEO)
     return prompt_video_load(md, o, out);
-  out->bytes_key = md->bytes_key;
-  out->media_index = md->index;
-  out->message_index = md->message_index;
-  out->width = md->width;
-  out->height = md->height;
-  out->pixels = md->pixels;
-  out->resized_pixels = md->resized_pixels;
-  if (o->keep_sources)
-    out->source = rcbuf_ref(md->bytes);
+  prompt_image_from_media(md, o, out);
   prompt_known_image k;
   if (known_media(md, o, &k)) {
     out->hash = k.hash;

@@ -290,6 +290,18 @@ qvl_status prompt_plan_build(const prompt_model *m, const cJSON *messages, const
   return s;
 }
 
+void prompt_image_from_media(const prompt_media *md, const prompt_opts *o, prompt_image *out) {
+  out->bytes_key = md->bytes_key;
+  out->media_index = md->index;
+  out->message_index = md->message_index;
+  out->width = md->width;
+  out->height = md->height;
+  out->pixels = md->pixels;
+  out->resized_pixels = md->resized_pixels;
+  if (o->keep_sources)
+    out->source = rcbuf_ref(md->bytes);
+}
+
 prompt_plan_size prompt_plan_size_without(const prompt_plan *p, int drop) {
   prompt_plan_size z = {0};
   for (int k = 0; k < p->n_spans; k++) {

@@ -84,6 +84,10 @@ qvl_status prompt_encode_piece(const tokenizer *tok, const buf *text, const text
                                size_t off, size_t len, const prompt_opts *o, size_t max_ids, int32_t **ids,
                                size_t *n_ids);
 
+/* Starts the prompt image of a planned media item with what the plan read from its header: keys,
+ * indices, sizes, and (o->keep_sources) a reference to its bytes. */
+void prompt_image_from_media(const prompt_media *md, const prompt_opts *o, prompt_image *out);
+
 /* Tokens, media and messages of the plan without the first `drop` turns (arithmetic only). */
 typedef struct prompt_plan_size {
   int64_t n_tokens;

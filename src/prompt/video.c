@@ -179,21 +179,13 @@ static void take_pixels(prompt_image *im) {
 }
 
 qvl_status prompt_video_load(const prompt_media *md, const prompt_opts *o, prompt_image *out) {
+  prompt_image_from_media(md, o, out);
   out->is_video = true;
-  out->bytes_key = md->bytes_key;
   out->hash = md->bytes_key;
-  out->media_index = md->index;
-  out->message_index = md->message_index;
-  out->width = md->width;
-  out->height = md->height;
-  out->pixels = md->pixels;
-  out->resized_pixels = md->resized_pixels;
   out->grid_t = md->grid_t;
   out->grid_h = md->grid_h;
   out->grid_w = md->grid_w;
   out->n_tokens = md->n_tokens;
-  if (o->keep_sources)
-    out->source = rcbuf_ref(md->bytes);
   prompt_known_image k;
   if (o->defer_vision && !o->keep_images && o->known_image && o->known_image(o->known_user, md->bytes_key, &k) &&
       k.grid_t == md->grid_t && k.grid_h == md->grid_h && k.grid_w == md->grid_w && k.n_tokens == md->n_tokens) {

@@ -33,8 +33,9 @@ static bool is_video_item(const cJSON *item) {
          has_key(item, "video_url");
 }
 
-static const char *video_url_of(const cJSON *item) {
-  const cJSON *u = cJSON_GetObjectItemCaseSensitive(item, "video_url");
+/* The URL of an image or video part: item[url_key] as a string or {url}, else item[bare_key]. */
+static const char *media_url_of(const cJSON *item, const char *url_key, const char *bare_key) {
+  const cJSON *u = cJSON_GetObjectItemCaseSensitive(item, url_key);
   if (cJSON_IsString(u))
     return u->valuestring;
   if (cJSON_IsObject(u)) {
@@ -42,38 +43,17 @@ static const char *video_url_of(const cJSON *item) {
     if (cJSON_IsString(url))
       return url->valuestring;
   }
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, "video");
-  return cJSON_IsString(v) ? v->valuestring : NULL;
+  const cJSON *bare = cJSON_GetObjectItemCaseSensitive(item, bare_key);
+  return cJSON_IsString(bare) ? bare->valuestring : NULL;
 }
 
-static qvl_status add_video(chat_prompt *p, const cJSON *item, int msg) {
+static qvl_status add_media(chat_prompt *p, const cJSON *item, int msg, bool is_video) {
   chat_image *grown = realloc(p->images, sizeof *grown * (size_t)(p->n_images + 1));
   if (!grown)
-    return qvl_errorf(QVL_ERR_NOMEM, "out of memory listing videos");
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory listing %s", is_video ? "videos" : "images");
   p->images = grown;
-  p->images[p->n_images++] = (chat_image){item, video_url_of(item), msg, true};
-  return QVL_OK;
-}
-
-static const char *image_url_of(const cJSON *item) {
-  const cJSON *u = cJSON_GetObjectItemCaseSensitive(item, "image_url");
-  if (cJSON_IsString(u))
-    return u->valuestring;
-  if (cJSON_IsObject(u)) {
-    const cJSON *url = cJSON_GetObjectItemCaseSensitive(u, "url");
-    if (cJSON_IsString(url))
-      return url->valuestring;
-  }
-  const cJSON *im = cJSON_GetObjectItemCaseSensitive(item, "image");
-  return cJSON_IsString(im) ? im->valuestring : NULL;
-}
-
-static qvl_status add_image(chat_prompt *p, const cJSON *item, int msg) {
-  chat_image *grown = realloc(p->images, sizeof *grown * (size_t)(p->n_images + 1));
-  if (!grown)
-    return qvl_errorf(QVL_ERR_NOMEM, "out of memory listing images");
-  p->images = grown;
-  p->images[p->n_images++] = (chat_image){item, image_url_of(item), msg, false};
+  const char *url = is_video ? media_url_of(item, "video_url", "video") : media_url_of(item, "image_url", "image");
+  p->images[p->n_images++] = (chat_image){item, url, msg, is_video};
   return QVL_OK;
 }
 
@@ -112,10 +92,11 @@ static qvl_status append_text_item(buf *b, chat_prompt *p, const cJSON *item, in
 }
 
 /* Content of a user or tool message (and of every message in the Thinking template): string, or a
- * list of text / image / video items, appended to b. Images are listed in p (NULL: not listed, for
+ * list of text / image / video items, appended to b; without with_media (system and assistant
+ * content) only the items' text, other items passed over. Images are listed in p (NULL: not listed, for
  * the Thinking template's look-ahead that only inspects the text). Text is recorded as a plain span
  * (special-token text in it stays text) only when it goes straight into the prompt, b == &p->text. */
-static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content, int msg) {
+static qvl_status render_content(buf *b, chat_prompt *p, const cJSON *content, int msg, bool with_media) {
   if (cJSON_IsString(content))
     return p && b == &p->text ? append_plain(p, content->valuestring) : buf_append_str(b, content->valuestring);
   if (!content || cJSON_IsNull(content))
@@ -127,17 +108,17 @@ static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content
   for (const cJSON *item = content->child; item; item = item->next, idx++) {
     if (!cJSON_IsObject(item))
       return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d] must be an object", msg, idx);
-    if (is_image_item(item)) {
+    if (with_media && is_image_item(item)) {
       QVL_TRY(buf_append_str(b, VISION_PLACEHOLDER));
       if (p)
-        QVL_TRY(add_image(p, item, msg));
-    } else if (is_video_item(item)) {
+        QVL_TRY(add_media(p, item, msg, false));
+    } else if (with_media && is_video_item(item)) {
       QVL_TRY(buf_append_str(b, VIDEO_PLACEHOLDER));
       if (p)
-        QVL_TRY(add_video(p, item, msg));
+        QVL_TRY(add_media(p, item, msg, true));
     } else if (has_key(item, "text")) {
       QVL_TRY(append_text_item(b, p && b == &p->text ? p : NULL, item, msg, idx));
-    } else {
+    } else if (with_media) {
       const char *t = type_of(item);
       return qvl_errorf(QVL_ERR_INVALID_ARG,
                         "messages[%d].content[%d]: unknown content part type '%s' (expected text, "
@@ -148,27 +129,17 @@ static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content
   return QVL_OK;
 }
 
+static qvl_status render_media_into(buf *b, chat_prompt *p, const cJSON *content, int msg) {
+  return render_content(b, p, content, msg, true);
+}
+
 static qvl_status render_media_content(chat_prompt *p, const cJSON *content, int msg) {
   return render_media_into(&p->text, p, content, msg);
 }
 
 /* System and assistant content: a string, or the text of every item that has one. */
 static qvl_status render_text_content(buf *b, const cJSON *content, int msg) {
-  if (cJSON_IsString(content))
-    return buf_append_str(b, content->valuestring);
-  if (!content || cJSON_IsNull(content))
-    return QVL_OK;
-  if (!cJSON_IsArray(content))
-    return qvl_errorf(QVL_ERR_INVALID_ARG,
-                      "messages[%d].content must be a string or an array of content parts", msg);
-  int idx = 0;
-  for (const cJSON *item = content->child; item; item = item->next, idx++) {
-    if (!cJSON_IsObject(item))
-      return qvl_errorf(QVL_ERR_INVALID_ARG, "messages[%d].content[%d] must be an object", msg, idx);
-    if (has_key(item, "text"))
-      QVL_TRY(append_text_item(b, NULL, item, msg, idx));
-  }
-  return QVL_OK;
+  return render_content(b, NULL, content, msg, false);
 }
 
 static bool content_truthy(const cJSON *content) {

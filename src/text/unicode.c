@@ -119,6 +119,13 @@ qvl_status utf8_append_lossy_nonul(buf *out, const char *s, size_t len) {
   }
 }
 
+size_t utf8_piece_len(const char *s, size_t len, size_t max) {
+  size_t take = len < max ? len : max;
+  while (take < len && ((unsigned char)s[take] & 0xC0) == 0x80)
+    take++;
+  return take;
+}
+
 size_t utf8_incomplete_tail(const char *s, size_t len) {
   const unsigned char *p = (const unsigned char *)s;
   /* A sequence is at most 4 bytes: look at the last 3 for a lead byte whose sequence is cut. */

@@ -39,6 +39,9 @@ qvl_status utf8_append_lossy_nonul(buf *out, const char *s, size_t len);
 /* Number of bytes at the end of s that form an incomplete but so far valid UTF-8 sequence (0..3):
  * a streaming decoder holds these back until the next bytes arrive. */
 size_t utf8_incomplete_tail(const char *s, size_t len);
+/* The length of the next piece when s (len bytes) is cut into pieces of about max bytes: max, or
+ * len if shorter, plus the continuation bytes that finish a character cut there. */
+size_t utf8_piece_len(const char *s, size_t len, size_t max);
 
 /* True if valid UTF-8 s is unchanged by NFC for certain (a fast scan; false means "maybe"). */
 bool unicode_nfc_quick_check(const char *s, size_t len);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/finish.h"
+#include "server/openai/json_print.h"
 
 typedef struct cmpl_state {
   char id[48];
@@ -91,14 +92,9 @@ static const char *const passed[] = {"model", "stream", "stream_options", "max_t
                                      "stop", "n", "logit_bias", "logprobs"};
 
 bool completions_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e) {
-  memset(out, 0, sizeof *out);
-  out->fmt = &completions_format;
-  cmpl_state *st = calloc(1, sizeof *st);
-  if (!st) {
-    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
+  cmpl_state *st = compat_request_start(out, &completions_format, sizeof *st, e);
+  if (!st)
     return false;
-  }
-  out->state = st;
   api_random_id("cmpl-", st->id, sizeof st->id);
   snprintf(out->id, sizeof out->id, "%s", st->id);
   snprintf(st->model, sizeof st->model, "%s", ctx->model_id ? ctx->model_id : "qvl");
@@ -189,12 +185,6 @@ static void add_usage(cJSON *o, const api_result *r) {
                           (double)r->cached_prompt_tokens);
 }
 
-static char *print(cJSON *o) {
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
-}
-
 static char *result_json(void *state, const api_result *r) {
   cmpl_state *st = state;
   cJSON *o = base(st);
@@ -206,7 +196,7 @@ static char *result_json(void *state, const api_result *r) {
   add_choice(o, api_text_json(b.data, b.len), fr ? fr : "stop");
   buf_free(&b);
   add_usage(o, r);
-  return print(o);
+  return json_print_take(o);
 }
 
 static char *error_json(void *state, const api_error *e) {
@@ -215,7 +205,7 @@ static char *error_json(void *state, const api_error *e) {
 }
 
 static void append_chunk(buf *out, cJSON *o) {
-  char *s = print(o);
+  char *s = json_print_take(o);
   if (s)
     sse_append(out, s);
   free(s);

@@ -71,6 +71,14 @@ cJSON *compat_parse_body(const char *body, size_t len, api_error *e) {
   return root;
 }
 
+void *compat_request_start(compat_request *out, const compat_format *fmt, size_t state_size, api_error *e) {
+  memset(out, 0, sizeof *out);
+  out->fmt = fmt;
+  if (!(out->state = calloc(1, state_size)))
+    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
+  return out->state;
+}
+
 void compat_copy_field(cJSON *chat, const char *chat_name, const cJSON *root, const char *name) {
   const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, name);
   if (!j || cJSON_IsNull(j))
@@ -89,6 +97,31 @@ bool compat_refuse_field(const cJSON *root, const char *name, bool allow_empty, 
   api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", name, "'%s' is not supported%s%s", name,
                 why && *why ? ": " : "", why ? why : "");
   return false;
+}
+
+bool compat_refuse_fields(const cJSON *root, const char *const (*fields)[2], size_t n, api_error *e) {
+  for (size_t i = 0; i < n; i++)
+    if (!compat_refuse_field(root, fields[i][0], true, fields[i][1], e))
+      return false;
+  return true;
+}
+
+cJSON *compat_function_tool(const cJSON *t, const char *schema_key, bool with_strict) {
+  cJSON *ct = cJSON_CreateObject();
+  cJSON_AddStringToObject(ct, "type", "function");
+  cJSON *f = cJSON_AddObjectToObject(ct, "function");
+  compat_copy_field(f, "name", t, "name");
+  compat_copy_field(f, "description", t, "description");
+  compat_copy_field(f, "parameters", t, schema_key);
+  if (with_strict)
+    compat_copy_field(f, "strict", t, "strict");
+  return ct;
+}
+
+bool compat_tools_callable(const cJSON *chat) {
+  const cJSON *tools = cJSON_GetObjectItemCaseSensitive(chat, "tools");
+  const cJSON *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
+  return cJSON_IsArray(tools) && tools->child && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"));
 }
 
 bool compat_finish_chat(cJSON *chat, compat_request *out, api_error *e) {

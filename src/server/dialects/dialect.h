@@ -96,6 +96,10 @@ void compat_request_free(compat_request *r);
 
 /* ---- helpers shared by the translators (compat.c) ---- */
 
+/* Starts a translation: clears out, sets its formatter and gives it a zeroed state of state_size
+ * bytes (freed with out). NULL (e set) when out of memory. */
+void *compat_request_start(compat_request *out, const compat_format *fmt, size_t state_size, api_error *e);
+
 /* Parses a request body as a JSON object (cJSON, caller frees) with the chat endpoint's rules:
  * not empty, no trailing data, depth <= API_MAX_JSON_DEPTH. */
 cJSON *compat_parse_body(const char *body, size_t len, api_error *e);
@@ -104,6 +108,14 @@ void compat_copy_field(cJSON *chat, const char *chat_name, const cJSON *root, co
 /* 400 unsupported_parameter naming the field when root[name] is present, not null, and not one of
  * the harmless values (false, "", [], {} when allow_empty). */
 bool compat_refuse_field(const cJSON *root, const char *name, bool allow_empty, const char *why, api_error *e);
+/* compat_refuse_field (allow_empty) for each {name, why} of a list. */
+bool compat_refuse_fields(const cJSON *root, const char *const (*fields)[2], size_t n, api_error *e);
+/* A chat completions function tool {type: function, function: {name, description, parameters}}
+ * from a dialect's tool t, whose schema is t[schema_key]; with_strict also copies t.strict. */
+cJSON *compat_function_tool(const cJSON *t, const char *schema_key, bool with_strict);
+/* Whether the model may call a tool under the chat body: it lists tools and tool_choice is not
+ * "none" (the chat path's parse_tools); the answer's text that may begin a call is then held. */
+bool compat_tools_callable(const cJSON *chat);
 /* The final chat.completion.chunk (json, taken) with the usage and timings of r added, for streams
  * whose client did not ask with stream_options.include_usage (--stream-usage; docs/API.md). */
 char *compat_chunk_add_usage(char *json, const char *id, int64_t created, const char *model, const api_result *r);

@@ -1,8 +1,11 @@
 /* Anthropic's Messages API translated to and from the chat path (see messages.h). */
 #include "server/dialects/messages.h"
 
+#include "server/openai/json_print.h"
 #include "server/openai/json_raw.h"
 #include "server/openai/reasoning_field.h"
+#include "server/openai/sse.h"
+#include "text/unicode.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -69,9 +72,7 @@ static char *error_body(const api_error *e) {
   cJSON *err = cJSON_AddObjectToObject(o, "error");
   cJSON_AddStringToObject(err, "type", messages_error_type(e->http));
   cJSON_AddStringToObject(err, "message", e->message);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
+  return json_print_take(o);
 }
 
 static char *error_json(void *state, const api_error *e) {
@@ -486,13 +487,7 @@ static bool translate_tools(const cJSON *root, cJSON *chat, api_error *e) {
         return bad(e, param, "a tool needs 'name' as a non-empty string");
       if (!cJSON_IsObject(schema))
         return bad(e, param, "a tool needs 'input_schema' as a JSON schema object");
-      cJSON *ct = cJSON_CreateObject();
-      cJSON_AddStringToObject(ct, "type", "function");
-      cJSON *f = cJSON_AddObjectToObject(ct, "function");
-      compat_copy_field(f, "name", t, "name");
-      compat_copy_field(f, "description", t, "description");
-      compat_copy_field(f, "parameters", t, "input_schema");
-      cJSON_AddItemToArray(out, ct);
+      cJSON_AddItemToArray(out, compat_function_tool(t, "input_schema", false));
     }
     if (!out->child) /* [] means no tools */
       cJSON_DeleteItemFromObjectCaseSensitive(chat, "tools");
@@ -571,14 +566,9 @@ static const char *const passed[] = {"temperature", "top_p", "top_k", "min_p", "
                                      "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "boxes"};
 
 static msgs_state *new_state(const compat_ctx *ctx, compat_request *out, api_error *e) {
-  memset(out, 0, sizeof *out);
-  out->fmt = &messages_format;
-  msgs_state *st = calloc(1, sizeof *st);
-  if (!st) {
-    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
+  msgs_state *st = compat_request_start(out, &messages_format, sizeof *st, e);
+  if (!st)
     return NULL;
-  }
-  out->state = st;
   api_random_id("", st->hex, sizeof st->hex);
   snprintf(st->id, sizeof st->id, "msg_%s", st->hex);
   snprintf(out->id, sizeof out->id, "%s", st->id);
@@ -598,9 +588,8 @@ static bool translate(const char *body, size_t len, const compat_ctx *ctx, compa
     return false;
   cJSON *chat = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(chat, "messages");
   bool ok = false;
-  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-    if (!compat_refuse_field(root, refused[i][0], true, refused[i][1], e))
-      goto done;
+  if (!compat_refuse_fields(root, refused, sizeof refused / sizeof refused[0], e))
+    goto done;
   const cJSON *model = get(root, "model");
   if (!present(model) && !count) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "model", "model: Field required");
@@ -670,8 +659,7 @@ static bool translate(const char *body, size_t len, const compat_ctx *ctx, compa
     compat_copy_field(chat, passed[i], root, passed[i]);
   if (!translate_system(root, msgs, e) || !translate_messages(root, msgs, e) || !translate_tools(root, chat, e))
     goto done;
-  const cJSON *choice = get(chat, "tool_choice");
-  st->hold_tools = get(chat, "tools") && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"));
+  st->hold_tools = compat_tools_callable(chat);
   ok = compat_finish_chat(chat, out, e);
 done:
   cJSON_Delete(root);
@@ -793,21 +781,15 @@ static cJSON *message_object(const msgs_state *st, const api_result *r, const cJ
   return o;
 }
 
-static char *print(cJSON *o) {
-  char *s = o ? cJSON_PrintUnformatted(o) : NULL;
-  cJSON_Delete(o);
-  return s;
-}
-
 static char *result_json(void *state, const api_result *r) {
   msgs_state *st = state;
   if (st->count) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "input_tokens", (double)r->prompt_tokens);
-    return print(o);
+    return json_print_take(o);
   }
   cJSON *choice = compat_chat_choice(r);
-  char *s = print(message_object(st, r, choice));
+  char *s = json_print_take(message_object(st, r, choice));
   cJSON_Delete(choice);
   return s;
 }
@@ -824,13 +806,10 @@ static void emit(buf *out, const char *type, cJSON *o) {
     cJSON_AddItemToObject(ev, f->string, f); /* the key is copied, f keeps its own */
   }
   cJSON_Delete(o);
-  char *s = print(ev);
+  char *s = json_print_take(ev);
   if (!s)
     return;
-  buf_append_str(out, "event: ");
-  buf_append_str(out, type);
-  buf_append_str(out, "\n");
-  sse_append(out, s);
+  sse_append_event(out, type, s);
   free(s);
 }
 
@@ -887,6 +866,19 @@ static void thinking_stop(msgs_state *st, buf *out) {
   block_stop(st, out);
 }
 
+/* Appends text to the text or thinking block (opening it first): kept in sent or thinking, sent as
+ * a text_delta or thinking_delta. */
+static void block_append(msgs_state *st, buf *out, int kind, const char *text, size_t len) {
+  bool thinking = kind == BLOCK_THINKING;
+  if (st->open != kind)
+    block_start(st, out, kind, thinking ? thinking_block("", 0) : text_block("", 0));
+  buf_append(thinking ? &st->thinking : &st->sent, text, len);
+  cJSON *d = cJSON_CreateObject();
+  cJSON_AddStringToObject(d, "type", thinking ? "thinking_delta" : "text_delta");
+  cJSON_AddItemToObject(d, thinking ? "thinking" : "text", api_text_json(text, len));
+  block_delta(st, out, d);
+}
+
 /* A piece of reasoning: the thinking block (opened by the first piece, always block 0, as all the
  * reasoning comes before the answer) gets a thinking_delta. */
 static void stream_reasoning(void *state, buf *out, const char *text, size_t len) {
@@ -894,26 +886,14 @@ static void stream_reasoning(void *state, buf *out, const char *text, size_t len
   stream_open(st, out);
   if (!len || (st->open != BLOCK_THINKING && st->next_block > 0))
     return; /* (never: reasoning after the answer began) */
-  if (st->open != BLOCK_THINKING)
-    block_start(st, out, BLOCK_THINKING, thinking_block("", 0));
-  buf_append(&st->thinking, text, len);
-  cJSON *d = cJSON_CreateObject();
-  cJSON_AddStringToObject(d, "type", "thinking_delta");
-  cJSON_AddItemToObject(d, "thinking", api_text_json(text, len));
-  block_delta(st, out, d);
+  block_append(st, out, BLOCK_THINKING, text, len);
 }
 
 static void text_delta(msgs_state *st, buf *out, const char *text, size_t len) {
   if (!len)
     return;
   thinking_stop(st, out);
-  if (st->open != BLOCK_TEXT)
-    block_start(st, out, BLOCK_TEXT, text_block("", 0));
-  buf_append(&st->sent, text, len);
-  cJSON *d = cJSON_CreateObject();
-  cJSON_AddStringToObject(d, "type", "text_delta");
-  cJSON_AddItemToObject(d, "text", api_text_json(text, len));
-  block_delta(st, out, d);
+  block_append(st, out, BLOCK_TEXT, text, len);
 }
 
 static void stream_text(void *state, buf *out, const char *text, size_t len) {
@@ -933,9 +913,7 @@ static void stream_call(msgs_state *st, buf *out, int i, const cJSON *call) {
   const char *a = cJSON_IsRaw(input) ? input->valuestring : "{}";
   size_t al = strlen(a);
   for (size_t pos = 0; pos < al;) { /* fragments cut on UTF-8 character boundaries */
-    size_t take = al - pos < ARG_DELTA ? al - pos : ARG_DELTA;
-    while (pos + take < al && ((unsigned char)a[pos + take] & 0xC0) == 0x80)
-      take++;
+    size_t take = utf8_piece_len(a + pos, al - pos, ARG_DELTA);
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "type", "input_json_delta");
     cJSON_AddItemToObject(d, "partial_json", api_text_json(a + pos, take));

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "base/finish.h"
+#include "server/openai/json_print.h"
 #include "server/openai/json_raw.h"
 
 typedef struct ollama_state {
@@ -48,9 +49,7 @@ static void unix_rfc3339(int64_t t, char *out, size_t cap) {
 static char *error_body(const char *msg) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "error", msg);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
+  return json_print_take(o);
 }
 
 static bool bad(api_error *e, const char *param, const char *msg) {
@@ -293,40 +292,24 @@ static bool translate_tool_calls(const cJSON *tc, int msg, cJSON *m, const char 
 }
 
 static ollama_state *new_state(compat_request *out, bool generate, api_error *e) {
-  memset(out, 0, sizeof *out);
-  out->fmt = &ollama_format;
-  ollama_state *st = calloc(1, sizeof *st);
-  if (!st) {
-    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
+  ollama_state *st = compat_request_start(out, &ollama_format, sizeof *st, e);
+  if (!st)
     return NULL;
-  }
   st->generate = generate;
-  out->state = st;
   api_random_id("ollama-", out->id, sizeof out->id);
   return st;
 }
 
-bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e) {
-  ollama_state *st = new_state(out, false, e);
-  if (!st)
-    return false;
-  cJSON *root = compat_parse_body(body, len, e);
-  if (!root)
-    return false;
-  cJSON *chat = cJSON_CreateObject();
-  bool ok = false;
-  if (!translate_common(root, ctx, chat, st, e))
-    goto done;
+/* /api/chat's own fields into chat. */
+static bool chat_fields(const cJSON *root, cJSON *chat, ollama_state *st, api_error *e) {
   compat_copy_field(chat, "tools", root, "tools");
   compat_copy_field(chat, "tool_choice", root, "tool_choice"); /* a qvl extension: Ollama has none */
-  const cJSON *tools = cJSON_GetObjectItemCaseSensitive(chat, "tools"), *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
-  st->hold_tools = cJSON_IsArray(tools) && tools->child &&
-                   !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")); /* the chat's parse_tools */
+  st->hold_tools = compat_tools_callable(chat);
   const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
   if (!cJSON_IsArray(msgs) || !msgs->child) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "missing_required_parameter", "messages",
                   "'messages' must be a non-empty array");
-    goto done;
+    return false;
   }
   cJSON *out_msgs = cJSON_AddArrayToObject(chat, "messages");
   int i = 0;
@@ -336,11 +319,11 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
     if (!cJSON_IsString(role)) {
       bad(e, param, "'role' must be a string");
-      goto done;
+      return false;
     }
     if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
       bad(e, param, "'content' must be a string");
-      goto done;
+      return false;
     }
     const cJSON *tc = cJSON_GetObjectItemCaseSensitive(m, "tool_calls"),
                 *tool_name = cJSON_GetObjectItemCaseSensitive(m, "tool_name"),
@@ -348,61 +331,40 @@ bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, 
     bool has_calls = tc && !cJSON_IsNull(tc) && !(cJSON_IsArray(tc) && !tc->child); /* [] on any role: none */
     if (has_calls && strcmp(role->valuestring, "assistant")) {
       bad(e, param, "only assistant messages carry 'tool_calls'");
-      goto done;
+      return false;
     }
     if ((tool_name && !cJSON_IsNull(tool_name) && !cJSON_IsString(tool_name)) ||
         (tcid && !cJSON_IsNull(tcid) && !cJSON_IsString(tcid))) {
       bad(e, param, "'tool_name' and 'tool_call_id' must be strings");
-      goto done;
+      return false;
     }
     if (!add_message(out_msgs, role->valuestring, cJSON_IsString(content) ? content->valuestring : "",
                      cJSON_GetObjectItemCaseSensitive(m, "images"), param, e))
-      goto done;
+      return false;
     cJSON *added = cJSON_GetArrayItem(out_msgs, i);
     const cJSON *thinking = cJSON_GetObjectItemCaseSensitive(m, "thinking");
     if (cJSON_IsString(thinking) && !strcmp(role->valuestring, "assistant")) /* an earlier answer's reasoning */
       cJSON_AddStringToObject(added, "reasoning_content", thinking->valuestring);
     if (has_calls && !translate_tool_calls(tc, i, added, param, e))
-      goto done;
+      return false;
     if (!strcmp(role->valuestring, "tool") && cJSON_IsString(tcid))
       cJSON_AddStringToObject(added, "tool_call_id", tcid->valuestring);
   }
-  ok = compat_finish_chat(chat, out, e);
-done:
-  cJSON_Delete(root);
-  cJSON_Delete(chat);
-  return ok;
+  return true;
 }
 
-bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out,
-                               api_error *e) {
-  ollama_state *st = new_state(out, true, e);
-  if (!st)
-    return false;
-  cJSON *root = compat_parse_body(body, len, e);
-  if (!root)
-    return false;
-  cJSON *chat = cJSON_CreateObject();
-  bool ok = false;
-  static const char *const refused[][2] = {{"suffix", "no fill-in-the-middle"},
-                                           {"template", "the model's own chat template is used"},
-                                           {"context", "send the conversation to /api/chat instead"},
-                                           {"tools", "tool calls are answered by /api/chat"}};
-  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-    if (!compat_refuse_field(root, refused[i][0], true, refused[i][1], e))
-      goto done;
-  if (!translate_common(root, ctx, chat, st, e))
-    goto done;
+/* /api/generate's own fields into chat, or (a load request) the answer itself in out->reply_body. */
+static bool generate_fields(const cJSON *root, cJSON *chat, ollama_state *st, compat_request *out, api_error *e) {
   const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, "prompt"),
               *system = cJSON_GetObjectItemCaseSensitive(root, "system"),
               *images = cJSON_GetObjectItemCaseSensitive(root, "images");
   bool raw = false;
   if (!api_get_bool(root, "raw", NULL, &raw, e))
-    goto done;
+    return false;
   if ((prompt && !cJSON_IsNull(prompt) && !cJSON_IsString(prompt)) ||
       (system && !cJSON_IsNull(system) && !cJSON_IsString(system))) {
     bad(e, "prompt", "'prompt' and 'system' must be strings");
-    goto done;
+    return false;
   }
   const char *text = cJSON_IsString(prompt) ? prompt->valuestring : "";
   bool has_images = cJSON_IsArray(images) && images->child;
@@ -419,32 +381,64 @@ bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *c
     out->reply_body = cJSON_PrintUnformatted(o);
     out->reply_status = 200;
     cJSON_Delete(o);
-    ok = out->reply_body != NULL;
-    goto done;
+    return out->reply_body != NULL;
   }
   if (raw) {
     if (has_images) {
       api_error_status(e, QVL_ERR_INVALID_ARG, "unsupported_parameter", "raw",
                     "raw prompts cannot carry images (the template places them)");
-      goto done;
+      return false;
     }
     out->raw = true;
     out->raw_len = strlen(text);
     if (!(out->raw_text = strdup(text))) {
       api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
-      goto done;
+      return false;
     }
   }
   cJSON *msgs = cJSON_AddArrayToObject(chat, "messages");
   if (cJSON_IsString(system) && system->valuestring[0] && !out->raw)
     add_message(msgs, "system", system->valuestring, NULL, "system", e);
   if (!add_message(msgs, "user", out->raw ? "" : text, out->raw ? NULL : images, "images", e))
-    goto done;
-  ok = compat_finish_chat(chat, out, e);
-done:
+    return false;
+  return true;
+}
+
+/* Fields of Ollama's /api/generate that qvl does not have. */
+static const char *const generate_refused[][2] = {{"suffix", "no fill-in-the-middle"},
+                                                  {"template", "the model's own chat template is used"},
+                                                  {"context", "send the conversation to /api/chat instead"},
+                                                  {"tools", "tool calls are answered by /api/chat"}};
+
+static bool translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e,
+                      bool generate) {
+  ollama_state *st = new_state(out, generate, e);
+  if (!st)
+    return false;
+  cJSON *root = compat_parse_body(body, len, e);
+  if (!root)
+    return false;
+  cJSON *chat = cJSON_CreateObject();
+  bool ok;
+  if (generate)
+    ok = compat_refuse_fields(root, generate_refused, sizeof generate_refused / sizeof generate_refused[0], e) &&
+         translate_common(root, ctx, chat, st, e) && generate_fields(root, chat, st, out, e);
+  else
+    ok = translate_common(root, ctx, chat, st, e) && chat_fields(root, chat, st, e);
+  if (ok && !out->reply_body)
+    ok = compat_finish_chat(chat, out, e);
   cJSON_Delete(root);
   cJSON_Delete(chat);
   return ok;
+}
+
+bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e) {
+  return translate(body, len, ctx, out, e, false);
+}
+
+bool ollama_generate_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out,
+                               api_error *e) {
+  return translate(body, len, ctx, out, e, true);
 }
 
 /* ---- answers --------------------------------------------------------------------------------- */
@@ -523,12 +517,6 @@ static void add_stats(cJSON *o, const api_result *r) {
   cJSON_AddNumberToObject(o, "eval_duration", floor(t->decode_ms * 1e6));
 }
 
-static char *print(cJSON *o) {
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
-}
-
 /* The chat's logprobs entries ({token, logprob, bytes, top_logprobs}) are Ollama's Logprob shape;
  * top_logprobs is left out when none were asked for, as Ollama omits it. */
 static void add_logprobs(cJSON *o, const ollama_state *st, const cJSON *choice) {
@@ -556,7 +544,7 @@ static char *result_json(void *state, const api_result *r) {
       cJSON_Delete(choice);
     }
     add_stats(o, r);
-    return print(o);
+    return json_print_take(o);
   }
   /* with tools: the text before the calls as content, the calls as message.tool_calls (Ollama keeps
    * done_reason "stop" for them) */
@@ -567,7 +555,7 @@ static char *result_json(void *state, const api_result *r) {
   add_logprobs(o, st, choice);
   add_stats(o, r);
   cJSON_Delete(choice);
-  return print(o);
+  return json_print_take(o);
 }
 
 static char *error_json(void *state, const api_error *e) {
@@ -591,12 +579,12 @@ static void stream_text(void *state, buf *out, const char *text, size_t len) {
       return;
     buf_append(&st->sent, text, len);
   }
-  append_line(out, print(answer(st, text, len, false)));
+  append_line(out, json_print_take(answer(st, text, len, false)));
 }
 
 static void stream_thinking(void *state, buf *out, const char *text, size_t len) {
   ollama_state *st = state;
-  append_line(out, print(answer_with(st, "", 0, text, len, false)));
+  append_line(out, json_print_take(answer_with(st, "", 0, text, len, false)));
 }
 
 static void stream_end(void *state, buf *out, const api_result *r) {
@@ -612,12 +600,12 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     cJSON *choice = compat_chat_choice(r);
     const char *rest = compat_unsent(compat_choice_content(choice), &st->sent);
     if (*rest)
-      append_line(out, print(answer(st, rest, strlen(rest), false)));
+      append_line(out, json_print_take(answer(st, rest, strlen(rest), false)));
     const cJSON *calls = compat_choice_tool_calls(choice);
     if (calls) {
       cJSON *o = answer(st, "", 0, false);
       add_tool_calls(o, calls);
-      append_line(out, print(o));
+      append_line(out, json_print_take(o));
     }
     cJSON_Delete(choice);
   }
@@ -628,7 +616,7 @@ static void stream_end(void *state, buf *out, const api_result *r) {
     cJSON_Delete(choice);
   }
   add_stats(o, r);
-  append_line(out, print(o));
+  append_line(out, json_print_take(o));
 }
 
 const compat_format ollama_format = {
@@ -755,10 +743,10 @@ char *ollama_info(const char *path, const char *method, const char *body, size_t
     unix_rfc3339(ctx->started, ts, sizeof ts);
     cJSON_AddStringToObject(o, "modified_at", ts);
     *status = 200;
-    return print(o);
+    return json_print_take(o);
   }
   cJSON *o = cJSON_CreateObject();
   cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "models"), model_entry(ctx, ps));
   *status = 200;
-  return print(o);
+  return json_print_take(o);
 }

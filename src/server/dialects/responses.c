@@ -9,6 +9,8 @@
 #include "base/timing.h"
 #include "engine/model_sampling.h"
 #include "server/dialects/responses_store.h"
+#include "server/openai/sse.h"
+#include "text/unicode.h"
 
 /* ---- the formatter's state ------------------------------------------------------------------- */
 
@@ -389,14 +391,7 @@ static bool translate_tools(const cJSON *root, cJSON *chat, api_error *e) {
         snprintf(param, sizeof param, "tools[%d].parameters", i);
         return bad(e, param, "invalid_type", "'parameters' must be a JSON schema object");
       }
-      cJSON *ct = cJSON_CreateObject();
-      cJSON_AddStringToObject(ct, "type", "function");
-      cJSON *f = cJSON_AddObjectToObject(ct, "function");
-      compat_copy_field(f, "name", t, "name");
-      compat_copy_field(f, "description", t, "description");
-      compat_copy_field(f, "parameters", t, "parameters");
-      compat_copy_field(f, "strict", t, "strict");
-      cJSON_AddItemToArray(out, ct);
+      cJSON_AddItemToArray(out, compat_function_tool(t, "parameters", true));
     }
     if (!out->child) /* [] means no tools */
       cJSON_DeleteItemFromObjectCaseSensitive(chat, "tools");
@@ -517,14 +512,9 @@ static bool translate_logprobs(const cJSON *root, cJSON *chat, api_error *e) {
 }
 
 bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e) {
-  memset(out, 0, sizeof *out);
-  out->fmt = &responses_format;
-  resp_state *st = calloc(1, sizeof *st);
-  if (!st) {
-    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory");
+  resp_state *st = compat_request_start(out, &responses_format, sizeof *st, e);
+  if (!st)
     return false;
-  }
-  out->state = st;
   char hex[48];
   api_random_id("", hex, sizeof hex);
   snprintf(st->id, sizeof st->id, "resp_%s", hex);
@@ -542,9 +532,8 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
     return false;
   cJSON *chat = cJSON_CreateObject(), *msgs = cJSON_CreateArray(), *conv = cJSON_CreateArray();
   bool ok = false;
-  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-    if (!compat_refuse_field(root, refused[i][0], true, refused[i][1], e))
-      goto done;
+  if (!compat_refuse_fields(root, refused, sizeof refused / sizeof refused[0], e))
+    goto done;
   /* reasoning.effort -> the chat's reasoning_effort (a model that does not reason refuses it) */
   const cJSON *rsn = cJSON_GetObjectItemCaseSensitive(root, "reasoning");
   if (!ctx->reasoning_model &&
@@ -673,9 +662,7 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
       cJSON_AddBoolToObject(chat, "parallel_tool_calls", false);
     }
   }
-  const cJSON *choice = cJSON_GetObjectItemCaseSensitive(chat, "tool_choice");
-  st->hold_tools = cJSON_GetObjectItemCaseSensitive(chat, "tools") &&
-                   !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none")); /* the chat's parse_tools */
+  st->hold_tools = compat_tools_callable(chat);
 
   /* what the response object repeats of the request */
   st->echo = cJSON_CreateObject();
@@ -1023,10 +1010,7 @@ static void emit(resp_state *st, buf *out, const char *type, cJSON *o) {
   cJSON_Delete(o);
   if (!s)
     return;
-  buf_append_str(out, "event: ");
-  buf_append_str(out, type);
-  buf_append_str(out, "\n");
-  sse_append(out, s);
+  sse_append_event(out, type, s);
   free(s);
 }
 
@@ -1162,9 +1146,7 @@ static void stream_call(resp_state *st, buf *out, int i, int at, const cJSON *ca
   const char *a = cJSON_IsString(args) ? args->valuestring : "";
   size_t al = strlen(a);
   for (size_t pos = 0; pos < al;) { /* fragments cut on UTF-8 character boundaries */
-    size_t take = al - pos < ARG_DELTA ? al - pos : ARG_DELTA;
-    while (pos + take < al && ((unsigned char)a[pos + take] & 0xC0) == 0x80)
-      take++;
+    size_t take = utf8_piece_len(a + pos, al - pos, ARG_DELTA);
     o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "item_id", id);
     cJSON_AddNumberToObject(o, "output_index", at);

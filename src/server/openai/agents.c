@@ -481,9 +481,7 @@ void api_agents_stream_tail(buf *out, const char *id, int64_t created, const cha
       const char *a = calls[i].arguments;
       size_t al = strlen(a), at = 0;
       while (at < al) {
-        size_t take = al - at < ARG_FRAGMENT ? al - at : ARG_FRAGMENT;
-        while (at + take < al && ((unsigned char)a[at + take] & 0xC0) == 0x80)
-          take++;
+        size_t take = utf8_piece_len(a + at, al - at, ARG_FRAGMENT);
         char frag[ARG_FRAGMENT + 8];
         memcpy(frag, a + at, take);
         frag[take] = 0;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "base/status.h"
+#include "server/openai/json_print.h"
 
 static void error_vset(api_error *e, int http, const char *type, const char *code, const char *param,
                        const char *fmt, va_list ap) {
@@ -58,14 +59,10 @@ static cJSON *error_object(const api_error *e) {
 char *api_error_json(const api_error *e) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddItemToObject(o, "error", error_object(e));
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
+  return json_print_take(o);
 }
 
 char *api_error_inner_json(const api_error *e) {
   cJSON *o = error_object(e);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
+  return json_print_take(o);
 }

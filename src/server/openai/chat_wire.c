@@ -1,7 +1,7 @@
 /* The OpenAI chat API as JSON (see api.h). */
 #include "server/openai/chat_wire.h"
-#include "server/openai/video_wire.h"
 #include "server/openai/json_field.h"
+#include "server/openai/video_wire.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -15,6 +15,7 @@
 #include "engine/model_sampling.h"
 #include "server/openai/client_fields.h"
 #include "server/openai/history_field.h"
+#include "server/openai/json_print.h"
 #include "server/openai/reasoning_field.h"
 #include "text/sampler.h"
 #include "text/unicode.h"
@@ -504,13 +505,12 @@ cJSON *api_completion_object(const char *id, int64_t created, const char *model,
 
 char *api_completion_json(const char *id, int64_t created, const char *model, const api_result *r) {
   cJSON *o = api_completion_object(id, created, model, r);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
+  return json_print_take(o);
 }
 
-char *api_chunk_json(const char *id, int64_t created, const char *model, bool role, const char *content,
-                     size_t content_len, const char *finish_reason) {
+/* A chunk of one choice whose delta carries text under key (none when text is NULL). */
+static char *delta_chunk_json(const char *id, int64_t created, const char *model, bool role, const char *key,
+                              const char *text, size_t len, const char *finish_reason) {
   cJSON *o = base_object(id, "chat.completion.chunk", created, model);
   cJSON *choices = cJSON_AddArrayToObject(o, "choices");
   cJSON *c = cJSON_CreateObject();
@@ -518,44 +518,32 @@ char *api_chunk_json(const char *id, int64_t created, const char *model, bool ro
   cJSON *d = cJSON_AddObjectToObject(c, "delta");
   if (role)
     cJSON_AddStringToObject(d, "role", "assistant");
-  if (content)
-    cJSON_AddItemToObject(d, "content", string_n(content, content_len));
+  if (text)
+    cJSON_AddItemToObject(d, key, string_n(text, len));
   cJSON_AddNullToObject(c, "logprobs");
   if (finish_reason)
     cJSON_AddStringToObject(c, "finish_reason", finish_reason);
   else
     cJSON_AddNullToObject(c, "finish_reason");
   cJSON_AddItemToArray(choices, c);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
+  return json_print_take(o);
+}
+
+char *api_chunk_json(const char *id, int64_t created, const char *model, bool role, const char *content,
+                     size_t content_len, const char *finish_reason) {
+  return delta_chunk_json(id, created, model, role, "content", content, content_len, finish_reason);
 }
 
 char *api_reasoning_chunk_json(const char *id, int64_t created, const char *model, bool role, const char *text,
                                size_t len) {
-  cJSON *o = base_object(id, "chat.completion.chunk", created, model);
-  cJSON *choices = cJSON_AddArrayToObject(o, "choices");
-  cJSON *c = cJSON_CreateObject();
-  cJSON_AddNumberToObject(c, "index", 0);
-  cJSON *d = cJSON_AddObjectToObject(c, "delta");
-  if (role)
-    cJSON_AddStringToObject(d, "role", "assistant");
-  cJSON_AddItemToObject(d, "reasoning_content", string_n(text, len));
-  cJSON_AddNullToObject(c, "logprobs");
-  cJSON_AddNullToObject(c, "finish_reason");
-  cJSON_AddItemToArray(choices, c);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
+  return delta_chunk_json(id, created, model, role, "reasoning_content", text ? text : "", len, NULL);
 }
 
 char *api_usage_chunk_json(const char *id, int64_t created, const char *model, const api_result *r) {
   cJSON *o = base_object(id, "chat.completion.chunk", created, model);
   cJSON_AddArrayToObject(o, "choices");
   add_usage(o, r);
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
+  return json_print_take(o);
 }
 
 void api_random_id(const char *prefix, char *out, size_t cap) {

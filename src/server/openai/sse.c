@@ -14,4 +14,9 @@ qvl_status sse_append(buf *out, const char *json) {
   return buf_append_str(out, "\n\n");
 }
 
+qvl_status sse_append_event(buf *out, const char *type, const char *json) {
+  QVL_TRY(buf_printf(out, "event: %s\n", type));
+  return sse_append(out, json);
+}
+
 qvl_status sse_append_done(buf *out) { return buf_append_str(out, "data: [DONE]\n\n"); }

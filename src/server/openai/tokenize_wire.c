@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "server/openai/json_print.h"
 #include "text/chat.h"
 #include "text/unicode.h"
 
@@ -32,12 +33,6 @@ static bool get_flag(const cJSON *root, const char *name, bool dflt, bool *out, 
   }
   *out = cJSON_IsTrue(j);
   return true;
-}
-
-static char *print(cJSON *o) {
-  char *s = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  return s;
 }
 
 /* A token's text, or its bytes as numbers when they are not valid UTF-8 on their own. */
@@ -96,7 +91,7 @@ char *tok_wire_tokenize(const tokenizer *t, const char *body, size_t len, api_er
     cJSON_AddItemToArray(tokens, p);
   }
   free(ids);
-  out = print(o);
+  out = json_print_take(o);
   if (!out)
     api_error_status(e, QVL_ERR_NOMEM, NULL, NULL, "out of memory");
 done:
@@ -142,7 +137,7 @@ char *tok_wire_detokenize(const tokenizer *t, const char *body, size_t len, api_
   }
   cJSON *o = cJSON_CreateObject();
   cJSON_AddItemToObject(o, "content", api_text_json(text.data, text.len));
-  out = print(o);
+  out = json_print_take(o);
 done:
   free(ids);
   buf_free(&text);
@@ -170,7 +165,7 @@ char *tok_wire_apply_template(const vlm *m, const api_chat_request *req, api_err
   cJSON *j = cJSON_CreateObject();
   cJSON_AddItemToObject(j, "prompt", api_text_json(p.text.data, p.text.len));
   chat_prompt_free(&p);
-  char *out = print(j);
+  char *out = json_print_take(j);
   if (!out)
     api_error_status(e, QVL_ERR_NOMEM, NULL, NULL, "out of memory");
   return out;
