@@ -326,36 +326,34 @@ static bool handle_line(chat *c, char *line, bool tty) {
   return true;
 }
 
-int cmd_chat(int argc, char **argv) {
-  chat_opts o;
-  chat_opts_init(&o);
-  int rc = args_parse(&chat_cmd, argc, argv, &o, NULL, NULL);
+static int chat_main(chat_opts *o, int argc, char **argv) {
+  int rc = args_parse(&chat_cmd, argc, argv, o, NULL, NULL);
   if (rc >= 0)
     return rc;
-  if (args_apply_process("qvl chat", o.m.precision, o.m.kv_type))
+  if (args_apply_process("qvl chat", o->m.precision, o->m.kv_type))
     return 2;
-  if ((rc = args_resolve_model("qvl chat", &o.m)) != 0)
+  if ((rc = args_resolve_model("qvl chat", &o->m)) != 0)
     return rc;
-  if (!o.m.model)
-    return args_usage_error(&chat_cmd, &o, "-m MODEL.gguf is required");
-  if (o.min_px > o.max_px) {
+  if (!o->m.model)
+    return args_usage_error(&chat_cmd, o, "-m MODEL.gguf is required");
+  if (o->min_px > o->max_px) {
     fprintf(stderr, "qvl chat: --min-pixels is larger than --max-pixels\n");
     return 2;
   }
-  if (o.g.max_tokens >= o.ctx) {
-    fprintf(stderr, "qvl chat: --max-tokens %lld leaves no room for a prompt in --ctx %lld\n", (long long)o.g.max_tokens,
-            (long long)o.ctx);
+  if (o->g.max_tokens >= o->ctx) {
+    fprintf(stderr, "qvl chat: --max-tokens %lld leaves no room for a prompt in --ctx %lld\n", (long long)o->g.max_tokens,
+            (long long)o->ctx);
     return 2;
   }
   qvl_model_params mp;
   qvl_model_params_default(&mp);
-  mp.dtype = o.m.dtype;
-  mp.threads = (int)o.m.threads;
-  const char *model = o.m.model, *system = o.system;
-  int64_t ctx = o.ctx;
+  mp.dtype = o->m.dtype;
+  mp.threads = (int)o->m.threads;
+  const char *model = o->m.model, *system = o->system;
+  int64_t ctx = o->ctx;
   qvl_model *m = NULL;
   qvl_engine *e = NULL;
-  rc = answer_engine_open(model, o.m.mmproj, &mp, ctx, true, &m, &e);
+  rc = answer_engine_open(model, o->m.mmproj, &mp, ctx, true, &m, &e);
   if (rc)
     return rc;
   chat c;
@@ -363,14 +361,14 @@ int cmd_chat(int argc, char **argv) {
   c.e = e;
   c.m = m;
   c.system = system;
-  c.gen = o.g;
+  c.gen = o->g;
   c.ctx = ctx;
-  c.min_px = o.min_px;
-  c.max_px = o.max_px;
+  c.min_px = o->min_px;
+  c.max_px = o->max_px;
   c.has_vision = qvl_model_has_vision(m);
   chat_reset(&c);
-  for (int i = 0; i < o.n_images; i++)
-    if (!add_image(&c, o.images[i], true))
+  for (int i = 0; i < o->n_images; i++)
+    if (!add_image(&c, o->images[i], true))
       rc = 2;
 
   /* Ctrl-C: stop the current answer, never the program (no SA_RESTART: a blocked read returns) */
@@ -426,5 +424,14 @@ int cmd_chat(int argc, char **argv) {
   cJSON_Delete(c.msgs);
   qvl_engine_stop(e, false);
   qvl_model_free(m);
+  return rc;
+}
+
+/* What parsing allocated is freed here, whichever way chat_main returns. */
+int cmd_chat(int argc, char **argv) {
+  chat_opts o;
+  chat_opts_init(&o);
+  int rc = chat_main(&o, argc, argv);
+  qvl_opts_free(&chat_cmd, &o);
   return rc;
 }

@@ -142,7 +142,8 @@ QVL_API void qvl_opt_env_name(const qvl_opt *o, char *out, size_t n);  /* "QVL_M
 /* --help: c->usage, one line per option (flags, value, help, default from `defaults` when it lies in
  * the option's range, the environment variable where it is read), then c->notes. */
 QVL_API void qvl_opts_usage(const qvl_opt_cmd *c, const void *defaults, FILE *f);
-/* Frees the STR and LIST values of an own_strings command. */
+/* Frees what parsing allocated: every LIST array, and the STR and LIST strings of an own_strings
+ * command. */
 QVL_API void qvl_opts_free(const qvl_opt_cmd *c, void *dst);
 
 #ifdef __cplusplus

@@ -329,13 +329,11 @@ void qvl_opts_usage(const qvl_opt_cmd *c, const void *defaults, FILE *f) {
 }
 
 void qvl_opts_free(const qvl_opt_cmd *c, void *dst) {
-  if (!c->own_strings)
-    return;
   for (size_t i = 0; i < c->n_opts; i++) {
     const qvl_opt_bind *b = &c->opts[i];
     if (b->opt->kind == QVL_OPT_LIST) {
-      qvl_opts_list_clear(c, b, dst);
-    } else if (b->opt->kind == QVL_OPT_STR) {
+      qvl_opts_list_clear(c, b, dst); /* the array is always the parser's; its strings when own_strings */
+    } else if (b->opt->kind == QVL_OPT_STR && c->own_strings) {
       char **field = (char **)((char *)dst + b->off);
       free(*field);
       *field = NULL;
