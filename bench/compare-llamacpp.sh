@@ -63,7 +63,7 @@ llama_image() { # SIZE NAME NTOKENS: llama-mtmd-cli answers the image question, 
 }
 qvl_image() { # SIZE NAME NTOKENS: qvl run answers the same question at the image's full size
   /usr/bin/time -v "$QVL" run -m "$MODEL" --mmproj "$MMPROJ" -t "$T" --image "$out/img_$1.png" \
-    --min-pixels 1 --max-pixels 786432 -p "$QUESTION" -n "$3" --temp 0 --json \
+    --min-pixels 1024 --max-pixels 786432 -p "$QUESTION" -n "$3" --temp 0 --json \
     >"$out/$2.json" 2>"$out/$2.err" || { tail -20 "$out/$2.err" >&2; exit 1; }
 }
 
