@@ -22,28 +22,10 @@
 #include "image/preprocess.h"
 #include "model/safetensors.h"
 #include "test.h"
+#include "test_files.h"
 
 #define FIXTURES "tests/fixtures/preprocess"
 #define DATA "tests/data/images"
-
-static int read_file(const char *path, buf *b) {
-  memset(b, 0, sizeof *b);
-  if (buf_read_file(path, (size_t)64 << 20, b) != QVL_OK) {
-    CHECK(0, "cannot read %s: %s", path, qvl_last_error());
-    return 0;
-  }
-  return 1;
-}
-
-static cJSON *read_json(const char *path) {
-  buf b;
-  if (!read_file(path, &b))
-    return NULL;
-  cJSON *j = cJSON_Parse(b.data);
-  buf_free(&b);
-  CHECK(j != NULL, "cannot parse %s", path);
-  return j;
-}
 
 static int json_int(const cJSON *o, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -61,7 +43,7 @@ static const char *json_str(const cJSON *o, const char *key) {
 static qvl_status decode_file(const char *path, const image_limits *lim, image_rgb *img) {
   buf b;
   memset(img, 0, sizeof *img);
-  if (!read_file(path, &b))
+  if (!test_read_file(path, &b))
     return QVL_ERR_IO;
   qvl_status s = image_decode(b.data, b.len, lim, img, NULL);
   buf_free(&b);
@@ -92,7 +74,7 @@ static void check_u8_image(const char *what, const image_rgb *img, const st_tens
 static void test_fixture_case(const char *name) {
   char path[1024];
   snprintf(path, sizeof path, FIXTURES "/%s/case.json", name);
-  cJSON *c = read_json(path);
+  cJSON *c = test_read_json(path);
   if (!c)
     return;
   const char *image = json_str(c, "image");
@@ -200,7 +182,7 @@ static void test_fixtures(void) {
 }
 
 static void test_smart_resize_table(void) {
-  cJSON *j = read_json(FIXTURES "/smart_resize.json");
+  cJSON *j = test_read_json(FIXTURES "/smart_resize.json");
   if (!j)
     return;
   const cJSON *cases = cJSON_GetObjectItemCaseSensitive(j, "cases"), *c;
@@ -259,7 +241,7 @@ static int status_from_name(const char *s) {
 }
 
 static void test_data_cases(void) {
-  cJSON *j = read_json(DATA "/cases.json");
+  cJSON *j = test_read_json(DATA "/cases.json");
   if (!j)
     return;
   char path[1024];
@@ -346,7 +328,7 @@ static void test_prefixes(const char *file) {
   buf b;
   char path[512];
   snprintf(path, sizeof path, DATA "/%s", file);
-  if (!read_file(path, &b))
+  if (!test_read_file(path, &b))
     return;
   int crashes = 0, wrong = 0;
   for (size_t n = 0; n < b.len; n++) {
@@ -428,7 +410,7 @@ static void test_exif_parser(void) {
 
 static void test_probe_and_sniff(void) {
   buf b;
-  if (!read_file(DATA "/exif8.jpg", &b))
+  if (!test_read_file(DATA "/exif8.jpg", &b))
     return;
   image_info info;
   CHECK(image_probe(b.data, b.len, NULL, &info) == QVL_OK && info.format == IMAGE_FORMAT_JPEG &&
@@ -436,13 +418,13 @@ static void test_probe_and_sniff(void) {
         "probe exif8.jpg: %s %dx%d o%d", image_format_name(info.format), info.width, info.height,
         info.orientation);
   buf_free(&b);
-  if (!read_file(DATA "/lossy_alpha.webp", &b))
+  if (!test_read_file(DATA "/lossy_alpha.webp", &b))
     return;
   CHECK(image_probe(b.data, b.len, NULL, &info) == QVL_OK && info.format == IMAGE_FORMAT_WEBP &&
             info.has_alpha && info.width == 61 && info.height == 37,
         "probe lossy_alpha.webp");
   buf_free(&b);
-  if (!read_file(DATA "/bomb_20000x20000.png", &b))
+  if (!test_read_file(DATA "/bomb_20000x20000.png", &b))
     return;
   CHECK(image_probe(b.data, b.len, NULL, &info) == QVL_ERR_TOO_LARGE && info.width == 20000,
         "probe bomb: %s", qvl_last_error());

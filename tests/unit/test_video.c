@@ -18,30 +18,12 @@
 #include "image/preprocess.h"
 #include "model/safetensors.h"
 #include "test.h"
+#include "test_files.h"
 #include "video/clip.h"
 #include "video/decode.h"
 #include "video/sample.h"
 
 #define FIX "tests/fixtures"
-
-static int read_file(const char *path, buf *b) {
-  memset(b, 0, sizeof *b);
-  if (buf_read_file(path, (size_t)64 << 20, b) != QVL_OK) {
-    CHECK(0, "cannot read %s: %s", path, qvl_last_error());
-    return 0;
-  }
-  return 1;
-}
-
-static cJSON *read_json(const char *path) {
-  buf b;
-  if (!read_file(path, &b))
-    return NULL;
-  cJSON *j = cJSON_Parse(b.data);
-  buf_free(&b);
-  CHECK(j != NULL, "cannot parse %s", path);
-  return j;
-}
 
 static double num(const cJSON *o, const char *k) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -49,7 +31,7 @@ static double num(const cJSON *o, const char *k) {
 }
 
 static void test_frame_sampling(void) {
-  cJSON *j = read_json(FIX "/preprocess_video/frame_sampling.json");
+  cJSON *j = test_read_json(FIX "/preprocess_video/frame_sampling.json");
   if (!j)
     return;
   const cJSON *c;
@@ -107,7 +89,7 @@ static void test_frame_sampling(void) {
 }
 
 static void test_smart_resize(void) {
-  cJSON *j = read_json(FIX "/preprocess_video/smart_resize.json");
+  cJSON *j = test_read_json(FIX "/preprocess_video/smart_resize.json");
   if (!j)
     return;
   const cJSON *c;
@@ -154,7 +136,7 @@ static void test_case_clip(const char *case_dir, const char *clip, int64_t min_p
   char path[512];
   buf b;
   snprintf(path, sizeof path, FIX "/videos/%s", clip);
-  if (!read_file(path, &b))
+  if (!test_read_file(path, &b))
     return;
   snprintf(path, sizeof path, FIX "/cases/%s/expected.safetensors", case_dir);
   safetensors *st = NULL;
@@ -194,7 +176,7 @@ static void test_case_clip(const char *case_dir, const char *clip, int64_t min_p
 
 static void test_h264_mp4(void) {
   buf b;
-  if (!read_file(FIX "/videos/clip_96x64_24f_12fps_h264.mp4", &b))
+  if (!test_read_file(FIX "/videos/clip_96x64_24f_12fps_h264.mp4", &b))
     return;
   video_sampling smp;
   video_sampling_default(&smp);
@@ -239,7 +221,7 @@ static void test_seek_equals_linear(const char *clip) {
   char path[256];
   snprintf(path, sizeof path, FIX "/videos/%s", clip);
   buf b;
-  if (!read_file(path, &b))
+  if (!test_read_file(path, &b))
     return;
   video_reader *r = NULL;
   qvl_status s = video_reader_open(b.data, b.len, NULL, NULL, NULL, &r);
@@ -271,7 +253,7 @@ static void test_seek_equals_linear(const char *clip) {
  * frames bit-identical to decoding every frame. */
 static void test_skip_equals_all(void) {
   buf b;
-  if (!read_file(FIX "/videos/clip_96x64_24f_12fps_h264.mp4", &b))
+  if (!test_read_file(FIX "/videos/clip_96x64_24f_12fps_h264.mp4", &b))
     return;
   video_reader *r = NULL;
   if (video_reader_open(b.data, b.len, NULL, NULL, NULL, &r) != QVL_OK) {
@@ -300,7 +282,7 @@ static void test_skip_equals_all(void) {
  * crash (ASan runs this too). */
 static void test_bad_inputs(void) {
   buf b;
-  if (!read_file(FIX "/videos/clip_96x64_10f_5fps.mkv", &b))
+  if (!test_read_file(FIX "/videos/clip_96x64_10f_5fps.mkv", &b))
     return;
   int errors = 0;
   for (size_t len = 0; len < b.len; len += len < 512 ? 7 : 997) {
@@ -354,7 +336,7 @@ static void test_bad_inputs(void) {
   lim.max_frame_pixels = 96 * 64 - 1;
   CHECK(video_reader_open(b.data, b.len, &lim, NULL, NULL, &r) == QVL_ERR_TOO_LARGE, "pixel cap");
   buf_free(&b);
-  if (read_file(FIX "/images/scene_64x128.png", &b)) {
+  if (test_read_file(FIX "/images/scene_64x128.png", &b)) {
     qvl_status s = video_reader_open(b.data, b.len, NULL, NULL, NULL, &r);
     CHECK(s == QVL_ERR_FORMAT || s == QVL_ERR_UNSUPPORTED, "a PNG as a video: %d %s", (int)s, qvl_last_error());
     buf_free(&b);

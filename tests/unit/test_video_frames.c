@@ -16,18 +16,10 @@
 #include "model/safetensors.h"
 #include "server/openai/video_frames_wire.h"
 #include "test.h"
+#include "test_files.h"
 #include "video/thumbs.h"
 
 #define FIX "tests/fixtures"
-
-static int read_file(const char *path, buf *b) {
-  memset(b, 0, sizeof *b);
-  if (buf_read_file(path, (size_t)16 << 20, b) != QVL_OK) {
-    CHECK(0, "cannot read %s: %s", path, qvl_last_error());
-    return 0;
-  }
-  return 1;
-}
 
 static void test_thumb_size(void) {
   static const int rows[][6] = {
@@ -50,7 +42,7 @@ static void test_thumb_size(void) {
  * itself, a smaller one the image path's bicubic of it. */
 static void test_thumbnails_are_the_sampled_frames(void) {
   buf b;
-  if (!read_file(FIX "/videos/clip_96x64_10f_5fps.mkv", &b))
+  if (!test_read_file(FIX "/videos/clip_96x64_10f_5fps.mkv", &b))
     return;
   safetensors *st = NULL;
   CHECK(st_open(FIX "/cases/micro-a/f32/video_basic/expected.safetensors", &st) == QVL_OK, "expected: %s",
@@ -96,7 +88,7 @@ static void test_thumbnails_are_the_sampled_frames(void) {
 
 static char *clip_body(const char *clip_path, const char *extra) {
   buf b, url = {0}, body = {0};
-  if (!read_file(clip_path, &b))
+  if (!test_read_file(clip_path, &b))
     return NULL;
   CHECK(base64_encode(b.data, b.len, &url) == QVL_OK && buf_append(&url, "", 1) == QVL_OK, "base64");
   CHECK(buf_printf(&body, "{\"video_url\":{\"url\":\"data:video/mp4;base64,%s\"}%s}", url.data, extra) == QVL_OK,
