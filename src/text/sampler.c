@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 
 typedef struct cand {
@@ -130,12 +131,7 @@ qvl_status sampler_init(const sampler_params *p, int64_t n_vocab, sampler **out)
 void sampler_free(sampler *s) {
   if (!s)
     return;
-  free(s->seen);
-  free(s->seen_ids);
-  free(s->count);
-  free(s->out_ids);
-  free(s->cands);
-  free(s);
+  FREE_EACH(s->seen, s->seen_ids, s->count, s->out_ids, s->cands, s);
 }
 
 static void mark_seen(sampler *s, int32_t id) {
