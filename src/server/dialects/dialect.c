@@ -4,15 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "server/openai/agents.h"
 
 void compat_request_free(compat_request *r) {
   if (!r)
     return;
-  free(r->chat_body);
-  free(r->raw_text);
-  free(r->raw_ids);
-  free(r->reply_body);
+  FREE_EACH(r->chat_body, r->raw_text, r->raw_ids, r->reply_body);
   if (r->fmt && r->fmt->free_state && r->state)
     r->fmt->free_state(r->state);
   memset(r, 0, sizeof *r);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 #include "server/openai/api_error.h"
 #include "server/openai/json_field.h"
@@ -234,10 +235,7 @@ bool api_logprobs_copy(api_logprobs *d, const engine_result *r) {
 void api_logprobs_free(api_logprobs *l) {
   if (!l)
     return;
-  free(l->lp);
-  free(l->top_ids);
-  free(l->top_lp);
-  free(l->off);
+  FREE_EACH(l->lp, l->top_ids, l->top_lp, l->off);
   buf_free(&l->text);
   memset(l, 0, sizeof *l);
 }

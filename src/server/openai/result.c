@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
+
 bool api_result_copy(api_result *d, const engine_result *r) {
   memset(d, 0, sizeof *d);
   d->status = r->status;
@@ -56,10 +58,8 @@ void api_result_free(api_result *r) {
   api_logprobs_free(&r->lp);
   for (int i = 0; i < r->n_media; i++)
     rcbuf_unref(r->media[i].ref.bytes);
-  free(r->media);
+  FREE_EACH(r->media, r->images);
   r->media = NULL;
-  r->n_media = 0;
-  free(r->images);
   r->images = NULL;
-  r->n_images = 0;
+  r->n_media = r->n_images = 0;
 }
