@@ -21,6 +21,24 @@
 #include "server/openai/chat_wire.h"
 #include "server/openai/history_field.h"
 
+/* Appends the chunk j (taken; NULL when out of memory: nothing) as an event. */
+static void send_chunk(call *k, char *j) {
+  if (j)
+    sse_append(&k->out, j);
+  free(j);
+}
+
+/* A chunk of answer text; the first chunk of the stream carries the role. */
+static void send_text(call *k, const char *text, size_t len) {
+  send_chunk(k, api_chunk_json(k->id, k->created, k->model, !k->sent_role, text, len, NULL));
+  k->sent_role = true;
+}
+
+/* Empties a pending buffer whose text has been formatted. */
+static void consumed(buf *b) {
+  b->len = 0;
+  b->data[0] = '\0';
+}
 
 /* Formats what is due into k->out (mutex held). */
 static void stream_format(call *k) {
@@ -28,22 +46,17 @@ static void stream_format(call *k) {
     if (k->fmt && k->fmt->stream_reasoning) {
       k->fmt->stream_reasoning(k->fmt_state, &k->out, k->pending_reasoning.data, k->pending_reasoning.len);
     } else if (!k->fmt) {
-      char *j = api_reasoning_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending_reasoning.data,
-                                         k->pending_reasoning.len);
-      if (j)
-        sse_append(&k->out, j);
-      free(j);
+      send_chunk(k, api_reasoning_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending_reasoning.data,
+                                             k->pending_reasoning.len));
       k->sent_role = true;
     }
-    k->pending_reasoning.len = 0;
-    k->pending_reasoning.data[0] = '\0';
+    consumed(&k->pending_reasoning);
     return;
   }
   if (k->fmt) { /* another API's stream shape (dialects/dialect.h) */
     if (k->pending.len) {
       k->fmt->stream_text(k->fmt_state, &k->out, k->pending.data, k->pending.len);
-      k->pending.len = 0;
-      k->pending.data[0] = '\0';
+      consumed(&k->pending);
     } else if (k->done) {
       k->fmt->stream_end(k->fmt_state, &k->out, &k->result);
       k->finished = true;
@@ -55,31 +68,20 @@ static void stream_format(call *k) {
      * that may begin one waits in held. */
     if (!k->tool_seen)
       buf_append(&k->held, k->pending.data, k->pending.len);
-    k->pending.len = 0;
-    k->pending.data[0] = '\0';
+    consumed(&k->pending);
     size_t safe = k->tool_seen ? 0 : api_tool_text_safe(k->held.data, k->held.len, &k->tool_seen);
     if (k->done && !k->tool_seen)
       safe = k->held.len;
-    if (safe > 0) {
-      char *j = api_chunk_json(k->id, k->created, k->model, !k->sent_role, k->held.data, safe, NULL);
-      if (j)
-        sse_append(&k->out, j);
-      free(j);
-      k->sent_role = true;
-    }
+    if (safe > 0)
+      send_text(k, k->held.data, safe);
     size_t keep = k->tool_seen ? 0 : k->held.len - safe;
     memmove(k->held.data, k->held.data + safe, keep);
     k->held.len = keep;
     return;
   }
   if (k->pending.len) {
-    char *j = api_chunk_json(k->id, k->created, k->model, !k->sent_role, k->pending.data, k->pending.len, NULL);
-    if (j)
-      sse_append(&k->out, j);
-    free(j);
-    k->sent_role = true;
-    k->pending.len = 0;
-    k->pending.data[0] = '\0';
+    send_text(k, k->pending.data, k->pending.len);
+    consumed(&k->pending);
     return;
   }
   if (!k->done)
@@ -88,32 +90,18 @@ static void stream_format(call *k) {
   if (r->status != QVL_OK) {
     api_error e;
     api_error_from_status(&e, r->status, r->error);
-    char *j = api_error_json(&e);
-    if (j)
-      sse_append(&k->out, j);
-    free(j);
+    send_chunk(k, api_error_json(&e));
   } else {
-    if (!k->sent_role) { /* no text at all: still one chunk with the role, as OpenAI does */
-      char *j = api_chunk_json(k->id, k->created, k->model, true, "", 0, NULL);
-      if (j)
-        sse_append(&k->out, j);
-      free(j);
-      k->sent_role = true;
-    }
+    if (!k->sent_role) /* no text at all: still one chunk with the role, as OpenAI does */
+      send_text(k, "", 0);
     api_agents_stream_tail(&k->out, k->id, k->created, k->model, r);
     const char *fr = api_agents_finish_reason(r);
     char *j = api_chunk_json(k->id, k->created, k->model, false, NULL, 0, fr ? fr : "stop");
     if (j && !k->include_usage && k->srv->cfg->stream_usage)
       j = compat_chunk_add_usage(j, k->id, k->created, k->model, r); /* --stream-usage (dialects/dialect.h) */
-    if (j)
-      sse_append(&k->out, j);
-    free(j);
-    if (k->include_usage) {
-      j = api_usage_chunk_json(k->id, k->created, k->model, r);
-      if (j)
-        sse_append(&k->out, j);
-      free(j);
-    }
+    send_chunk(k, j);
+    if (k->include_usage)
+      send_chunk(k, api_usage_chunk_json(k->id, k->created, k->model, r));
   }
   sse_append_done(&k->out);
   k->finished = true;
