@@ -143,18 +143,7 @@ qvl_status server_start(const server_config *cfg, server **out) {
       st = conn_guard_start(s->guard, s->listen_fd, s->d);
   }
   if (st != QVL_OK) {
-    if (s->d)
-      MHD_stop_daemon(s->d);
-    conn_guard_free(s->guard);
-    image_budget_free(s->budget);
-    if (s->listen_fd >= 0)
-      close(s->listen_fd);
-    jobs_free(s->jobs);
-    resp_store_free(s->responses);
-    pthread_rwlock_destroy(&s->be_lock);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    free(s);
+    server_stop(s); /* releases whatever of the above was set up: every part may still be unset */
     return st;
   }
   *out = s;
