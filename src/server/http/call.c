@@ -35,10 +35,7 @@ static call *call_new(server *s) {
   k->fd = -1;
   pthread_mutex_lock(&s->mu);
   s->calls_alive++;
-  k->live_next = s->live;
-  if (s->live)
-    s->live->live_prev = k;
-  s->live = k;
+  lru_push_front(&s->live, &k->live);
   pthread_mutex_unlock(&s->mu);
   return k;
 }
@@ -61,12 +58,7 @@ void call_unref(call *k) {
   pthread_cond_destroy(&k->cv);
   pthread_mutex_lock(&s->mu);
   s->calls_alive--;
-  if (k->live_prev)
-    k->live_prev->live_next = k->live_next;
-  else
-    s->live = k->live_next;
-  if (k->live_next)
-    k->live_next->live_prev = k->live_prev;
+  lru_unlink(&s->live, &k->live);
   free(k);
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);

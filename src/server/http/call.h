@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "base/buf.h"
+#include "base/lru.h"
 #include "prompt/history.h"
 #include "prompt/image_source.h"
 #include "video/decode.h"
@@ -24,6 +25,7 @@
 #include "server/openai/result.h"
 
 typedef struct call {
+  lru_node live;            /* first member: server.live's node converts back to the call (under server.mu) */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int refs;
@@ -55,7 +57,6 @@ typedef struct call {
   /* hostile load */
   double deadline;          /* timeout_s from arrival, pre-processing included (0 = none) */
   atomic_bool drain_cancelled; /* cancelled because the drain timed out */
-  struct call *live_next, *live_prev; /* server.live, under server.mu */
   api_agent_opts agent;     /* tool calls / logprobs in the response */
   bool tool_seen;           /* stream: a <tool_call> began; no more content deltas */
   buf held;                 /* stream: text that may begin a <tool_call>, not sent yet */

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/lru.h"
 #include "base/status.h"
 #include "base/timing.h"
 
@@ -25,7 +26,7 @@
 typedef enum gc_state { GC_WAITING, GC_BODY, GC_BUSY } gc_state;
 
 typedef struct gconn {
-  struct gconn *next, *prev;
+  lru_node link;              /* first member: conn_guard.conns's node converts back to the entry */
   conn_guard *g;
   int fd;
   struct sockaddr_storage addr;
@@ -44,7 +45,7 @@ typedef struct linger_sock {
 struct conn_guard {
   conn_guard_opts o;
   pthread_mutex_t mu;        /* the list, every gconn's fields, the stats */
-  gconn *head;
+  lru_list conns;            /* newest first (lru.h, used as a plain list) */
   conn_guard_stats st;
   int listen_fd;
   struct MHD_Daemon *d;
@@ -54,6 +55,10 @@ struct conn_guard {
   linger_sock lingers[LINGER_MAX];
   int n_linger;
 };
+
+/* Walking the connections (mutex held). */
+static gconn *first_conn(const conn_guard *g) { return (gconn *)g->conns.head; }
+static gconn *next_conn(const gconn *e) { return (gconn *)e->link.next; }
 
 qvl_status conn_guard_new(const conn_guard_opts *o, conn_guard **out) {
   *out = NULL;
@@ -143,7 +148,7 @@ static void reject(conn_guard *g, int fd, bool per_client, double now) {
 /* The oldest connection waiting for headers for EVICT_MIN_AGE_S or more (mutex held). */
 static gconn *evictable(conn_guard *g, const struct sockaddr_storage *client, double now) {
   gconn *best = NULL;
-  for (gconn *e = g->head; e; e = e->next)
+  for (gconn *e = first_conn(g); e; e = next_conn(e))
     if (!e->kicked && !e->reserve && e->state == GC_WAITING && now - e->t_state >= EVICT_MIN_AGE_S &&
         (!client || same_client(&e->addr, client)) && (!best || e->t_state < best->t_state))
       best = e;
@@ -154,7 +159,7 @@ static void admit(conn_guard *g, int fd, const struct sockaddr_storage *addr, so
   double now = time_now_s();
   pthread_mutex_lock(&g->mu);
   int pool = 0, res = 0, mine = 0;
-  for (gconn *e = g->head; e; e = e->next) {
+  for (gconn *e = first_conn(g); e; e = next_conn(e)) {
     if (e->kicked)
       continue;
     if (e->reserve)
@@ -205,23 +210,15 @@ static void admit(conn_guard *g, int fd, const struct sockaddr_storage *addr, so
   e->state = GC_WAITING;
   e->t_state = now;
   e->reserve = reserve;
-  e->next = g->head;
-  if (g->head)
-    g->head->prev = e;
-  g->head = e;
+  lru_push_front(&g->conns, &e->link);
   g->st.accepted++;
   pthread_mutex_unlock(&g->mu);
   if (MHD_add_connection(g->d, fd, (const struct sockaddr *)addr, addrlen) != MHD_YES) {
     /* libmicrohttpd closed the socket; forget the entry unless its CLOSED notification did */
     pthread_mutex_lock(&g->mu);
-    for (gconn *x = g->head; x; x = x->next)
+    for (gconn *x = first_conn(g); x; x = next_conn(x))
       if (x == e) {
-        if (e->prev)
-          e->prev->next = e->next;
-        else
-          g->head = e->next;
-        if (e->next)
-          e->next->prev = e->prev;
+        lru_unlink(&g->conns, &e->link);
         free(e);
         break;
       }
@@ -231,7 +228,7 @@ static void admit(conn_guard *g, int fd, const struct sockaddr_storage *addr, so
 
 static void check_deadlines(conn_guard *g, double now) {
   pthread_mutex_lock(&g->mu);
-  for (gconn *e = g->head; e; e = e->next) {
+  for (gconn *e = first_conn(g); e; e = next_conn(e)) {
     if (e->kicked || e->state == GC_BUSY)
       continue;
     double limit = e->state == GC_WAITING ? g->o.header_timeout_s : g->o.body_timeout_s;
@@ -324,9 +321,9 @@ void conn_guard_free(conn_guard *g) {
   if (!g)
     return;
   conn_guard_stop(g);
-  gconn *e = g->head;
+  gconn *e = first_conn(g);
   while (e) { /* none once the daemon has stopped; freed anyway */
-    gconn *n = e->next;
+    gconn *n = next_conn(e);
     free(e);
     e = n;
   }
@@ -342,7 +339,7 @@ void conn_guard_notify(void *cls, struct MHD_Connection *c, void **socket_contex
     if (!ci)
       return;
     pthread_mutex_lock(&g->mu);
-    for (gconn *e = g->head; e; e = e->next)
+    for (gconn *e = first_conn(g); e; e = next_conn(e))
       if (!e->mhd && e->fd == ci->connect_fd) {
         e->mhd = c;
         *socket_context = e;
@@ -355,12 +352,7 @@ void conn_guard_notify(void *cls, struct MHD_Connection *c, void **socket_contex
   if (!e)
     return;
   pthread_mutex_lock(&g->mu);
-  if (e->prev)
-    e->prev->next = e->next;
-  else
-    g->head = e->next;
-  if (e->next)
-    e->next->prev = e->prev;
+  lru_unlink(&g->conns, &e->link);
   pthread_mutex_unlock(&g->mu);
   free(e);
   *socket_context = NULL;
@@ -397,7 +389,7 @@ void conn_guard_get_stats(conn_guard *g, conn_guard_stats *out) {
   pthread_mutex_lock(&g->mu);
   *out = g->st;
   out->open = out->reserve_open = 0;
-  for (gconn *e = g->head; e; e = e->next) {
+  for (gconn *e = first_conn(g); e; e = next_conn(e)) {
     out->open++;
     out->reserve_open += e->reserve;
   }

@@ -183,7 +183,7 @@ bool server_drain(server *s, double timeout_s) {
     atomic_store(&s->abort_prep, true);
     uint64_t ids[256];
     int n = 0;
-    for (call *k = s->live; k && n < 256; k = k->live_next) {
+    for (call *k = (call *)s->live.head; k && n < 256; k = (call *)k->live.next) {
       k->drain_cancelled = true;
       if (k->engine_id)
         ids[n++] = k->engine_id;

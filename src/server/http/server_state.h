@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/lru.h"
 #include "image/budget.h"
 #include "server/dialects/responses_store.h"
 #include "server/fetch/fetch.h"
@@ -51,7 +52,7 @@ struct server {
   pthread_cond_t cv;
   int64_t calls_alive;
   int64_t accepted;         /* chat/job requests admitted whose response is not yet sent */
-  struct call *live;        /* every call, for cancelling them when the drain times out */
+  lru_list live;            /* every call (lru.h, used as a plain list), for cancelling them when the drain times out */
   conn_guard *guard;
   image_budget *budget;
 
