@@ -134,13 +134,7 @@ enum MHD_Result endpoints_asset(struct MHD_Connection *c, server *s, conn_req *r
   MHD_add_response_header(resp, "Content-Security-Policy", WEB_ASSETS_CSP);
   reply_common_headers(resp);
   cors_add_headers(s->cfg, c, resp);
-  int status = fresh ? 304 : 200;
-  enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
-  MHD_destroy_response(resp);
-  r->log.status = status;
-  r->responded = true;
-  reply_count_status(s, status);
-  return ret;
+  return reply_queue(c, s, r, fresh ? 304 : 200, resp);
 }
 
 /* A CORS preflight from an allowed origin (cors.h): 204 with what the browser asked to send. */

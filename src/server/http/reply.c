@@ -19,6 +19,15 @@ void reply_common_headers(struct MHD_Response *resp) {
   MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
 }
 
+enum MHD_Result reply_queue(struct MHD_Connection *c, server *s, conn_req *r, int status, struct MHD_Response *resp) {
+  enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+  MHD_destroy_response(resp);
+  r->log.status = status;
+  r->responded = true;
+  reply_count_status(s, status);
+  return ret;
+}
+
 enum MHD_Result reply(struct MHD_Connection *c, server *s, conn_req *r, int status, const char *ctype,
                       char *body, size_t len, const char *const *extra) {
   struct MHD_Response *resp =
@@ -35,12 +44,7 @@ enum MHD_Result reply(struct MHD_Connection *c, server *s, conn_req *r, int stat
     MHD_add_response_header(resp, extra[i], extra[i + 1]);
   if (r->close_after)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-  enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
-  MHD_destroy_response(resp);
-  r->log.status = status;
-  r->responded = true;
-  reply_count_status(s, status);
-  return ret;
+  return reply_queue(c, s, r, status, resp);
 }
 
 enum MHD_Result reply_json(struct MHD_Connection *c, server *s, conn_req *r, int status, char *json,

@@ -19,6 +19,9 @@ void reply_common_headers(struct MHD_Response *resp);
 /* Counts a response's status class for /metrics. */
 void reply_count_status(server *s, int status);
 
+/* Queues resp, its headers all added (the reference is taken), and records status for the log line
+ * and /metrics. */
+enum MHD_Result reply_queue(struct MHD_Connection *c, server *s, conn_req *r, int status, struct MHD_Response *resp);
 /* Queues a response whose body (malloc'd) is taken. extra: NULL-terminated name, value pairs. */
 enum MHD_Result reply(struct MHD_Connection *c, server *s, conn_req *r, int status, const char *ctype, char *body,
                       size_t len, const char *const *extra);
