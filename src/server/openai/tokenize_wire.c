@@ -53,20 +53,36 @@ static cJSON *piece(const tokenizer *t, int32_t id) {
   return a;
 }
 
-char *tok_wire_tokenize(const tokenizer *t, const char *body, size_t len, api_error *e) {
+/* The answer object printed (malloc'd; o is taken); NULL with e filled when out of memory. */
+static char *print_answer(cJSON *o, api_error *e) {
+  char *out = json_print_take(o);
+  if (!out)
+    api_error_status(e, QVL_ERR_NOMEM, NULL, NULL, "out of memory");
+  return out;
+}
+
+/* A body (a JSON object) and its answer: answer builds it from the body's fields, or fills e and
+ * returns NULL. */
+typedef cJSON *(*answer_fn)(const tokenizer *t, const cJSON *root, api_error *e);
+static char *answer_body(const tokenizer *t, const char *body, size_t len, answer_fn answer, api_error *e) {
   cJSON *root = parse_object(body, len, e);
   if (!root)
     return NULL;
-  char *out = NULL;
+  cJSON *o = answer(t, root, e);
+  cJSON_Delete(root);
+  return o ? print_answer(o, e) : NULL;
+}
+
+static cJSON *tokenize_answer(const tokenizer *t, const cJSON *root, api_error *e) {
   bool add_special, parse_special, with_pieces;
   const cJSON *content = cJSON_GetObjectItemCaseSensitive(root, "content");
   if (!cJSON_IsString(content)) {
     api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", "content", "'content' must be a string");
-    goto done;
+    return NULL;
   }
   if (!get_flag(root, "add_special", false, &add_special, e) || !get_flag(root, "parse_special", true, &parse_special, e) ||
       !get_flag(root, "with_pieces", false, &with_pieces, e))
-    goto done;
+    return NULL;
   (void)add_special; /* Qwen3 adds no BOS/EOS */
   int32_t *ids = NULL;
   size_t n = 0;
@@ -77,7 +93,7 @@ char *tok_wire_tokenize(const tokenizer *t, const char *body, size_t len, api_er
     api_error_status(e, st == QVL_ERR_CONTEXT_OVERFLOW ? QVL_ERR_TOO_LARGE : st, NULL, "content",
                      "'content' cannot be tokenized: %s", qvl_last_error());
     free(ids);
-    goto done;
+    return NULL;
   }
   cJSON *o = cJSON_CreateObject(), *tokens = cJSON_AddArrayToObject(o, "tokens");
   for (size_t i = 0; i < n; i++) {
@@ -91,19 +107,11 @@ char *tok_wire_tokenize(const tokenizer *t, const char *body, size_t len, api_er
     cJSON_AddItemToArray(tokens, p);
   }
   free(ids);
-  out = json_print_take(o);
-  if (!out)
-    api_error_status(e, QVL_ERR_NOMEM, NULL, NULL, "out of memory");
-done:
-  cJSON_Delete(root);
-  return out;
+  return o;
 }
 
-char *tok_wire_detokenize(const tokenizer *t, const char *body, size_t len, api_error *e) {
-  cJSON *root = parse_object(body, len, e);
-  if (!root)
-    return NULL;
-  char *out = NULL;
+static cJSON *detokenize_answer(const tokenizer *t, const cJSON *root, api_error *e) {
+  cJSON *o = NULL;
   int32_t *ids = NULL;
   buf text = {0};
   const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(root, "tokens");
@@ -135,14 +143,20 @@ char *tok_wire_detokenize(const tokenizer *t, const char *body, size_t len, api_
     api_error_status(e, QVL_ERR_NOMEM, NULL, NULL, "out of memory");
     goto done;
   }
-  cJSON *o = cJSON_CreateObject();
+  o = cJSON_CreateObject();
   cJSON_AddItemToObject(o, "content", api_text_json(text.data, text.len));
-  out = json_print_take(o);
 done:
   free(ids);
   buf_free(&text);
-  cJSON_Delete(root);
-  return out;
+  return o;
+}
+
+char *tok_wire_tokenize(const tokenizer *t, const char *body, size_t len, api_error *e) {
+  return answer_body(t, body, len, tokenize_answer, e);
+}
+
+char *tok_wire_detokenize(const tokenizer *t, const char *body, size_t len, api_error *e) {
+  return answer_body(t, body, len, detokenize_answer, e);
 }
 
 char *tok_wire_apply_template(const vlm *m, const api_chat_request *req, api_error *e) {
@@ -165,8 +179,5 @@ char *tok_wire_apply_template(const vlm *m, const api_chat_request *req, api_err
   cJSON *j = cJSON_CreateObject();
   cJSON_AddItemToObject(j, "prompt", api_text_json(p.text.data, p.text.len));
   chat_prompt_free(&p);
-  char *out = json_print_take(j);
-  if (!out)
-    api_error_status(e, QVL_ERR_NOMEM, NULL, NULL, "out of memory");
-  return out;
+  return print_answer(j, e);
 }
