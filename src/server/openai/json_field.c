@@ -5,18 +5,14 @@
 #include <string.h>
 
 const char *json_type_name(const cJSON *j) {
-  if (cJSON_IsNull(j))
-    return "null";
-  if (cJSON_IsBool(j))
-    return "a boolean";
-  if (cJSON_IsNumber(j))
-    return "a number";
-  if (cJSON_IsString(j))
-    return "a string";
-  if (cJSON_IsArray(j))
-    return "an array";
-  if (cJSON_IsObject(j))
-    return "an object";
+  static const struct {
+    cJSON_bool (*is)(const cJSON *);
+    const char *name;
+  } types[] = {{cJSON_IsNull, "null"},     {cJSON_IsBool, "a boolean"}, {cJSON_IsNumber, "a number"},
+               {cJSON_IsString, "a string"}, {cJSON_IsArray, "an array"}, {cJSON_IsObject, "an object"}};
+  for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+    if (types[i].is(j))
+      return types[i].name;
   return "invalid JSON";
 }
 
