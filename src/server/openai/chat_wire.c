@@ -46,6 +46,13 @@ static const cJSON *field(const cJSON *root, const char *name) {
   return j && !cJSON_IsNull(j) ? j : NULL;
 }
 
+/* *out = field(root, name); false (e filled) when it is there but not of the type `is` checks. */
+static bool typed_field(const cJSON *root, const char *name, cJSON_bool (*is)(const cJSON *), const char *expected,
+                        const cJSON **out, api_error *e) {
+  *out = field(root, name);
+  return !*out || is(*out) || bad_type(e, name, expected, *out);
+}
+
 static bool get_number(const cJSON *root, const char *name, double lo, double hi, double *out, api_error *e) {
   const cJSON *j = field(root, name);
   if (!j)
@@ -252,12 +259,10 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
     goto fail;
   }
 
-  const cJSON *model = field(root, "model");
+  const cJSON *model;
+  if (!typed_field(root, "model", cJSON_IsString, "a string", &model, e))
+    goto fail;
   if (model) {
-    if (!cJSON_IsString(model)) {
-      bad_type(e, "model", "a string", model);
-      goto fail;
-    }
     bool ok = false;
     for (int i = 0; i < lim->n_model_ids && !ok; i++)
       ok = !strcmp(model->valuestring, lim->model_ids[i]);
@@ -290,12 +295,10 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
 
   if (!get_bool(root, "stream", &out->stream, e))
     goto fail;
-  const cJSON *so = field(root, "stream_options");
+  const cJSON *so;
+  if (!typed_field(root, "stream_options", cJSON_IsObject, "an object", &so, e))
+    goto fail;
   if (so) {
-    if (!cJSON_IsObject(so)) {
-      bad_type(e, "stream_options", "an object", so);
-      goto fail;
-    }
     if (!get_bool(so, "include_usage", &out->include_usage, e))
       goto fail;
   }
@@ -414,9 +417,7 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
   }
   return true;
 fail:
-  grammar_free(out->grammar);
-  cJSON_Delete(root);
-  memset(out, 0, sizeof *out);
+  api_chat_request_free(out); /* out->root is root */
   return false;
 }
 
