@@ -68,6 +68,19 @@ static bool bad(api_error *e, const char *param, const char *code, const char *m
   return false;
 }
 
+/* root[name] as a whole number in [lo, hi] into *out (left as it is when absent or null); false with
+ * e filled (msg) when it is anything else. */
+static bool get_whole(const cJSON *root, const char *name, double lo, double hi, const char *msg, int64_t *out,
+                      api_error *e) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, name);
+  if (!j || cJSON_IsNull(j))
+    return true;
+  if (!cJSON_IsNumber(j) || j->valuedouble < lo || j->valuedouble > hi || j->valuedouble != (double)(int64_t)j->valuedouble)
+    return bad(e, name, "invalid_value", msg);
+  *out = (int64_t)j->valuedouble;
+  return true;
+}
+
 /* An output item of a stored response as a chat message: "msg_<hex>" is its message (the text),
  * "fc_<hex>_<i>" its i-th function call (an assistant message with only that call); NULL when the
  * response is not stored (any more). */
@@ -630,37 +643,26 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
   cJSON_AddItemToObject(chat, "messages", msgs);
   msgs = NULL;
 
-  const cJSON *mot = cJSON_GetObjectItemCaseSensitive(root, "max_output_tokens");
-  if (mot && !cJSON_IsNull(mot)) {
-    if (!cJSON_IsNumber(mot) || mot->valuedouble < 1 || mot->valuedouble > 1e15 ||
-        mot->valuedouble != (double)(int64_t)mot->valuedouble) {
-      bad(e, "max_output_tokens", "invalid_value", "'max_output_tokens' must be an integer >= 1");
-      goto done;
-    }
+  int64_t max_output_tokens = 0; /* stays 0 when absent */
+  if (!get_whole(root, "max_output_tokens", 1, 1e15, "'max_output_tokens' must be an integer >= 1", &max_output_tokens, e))
+    goto done;
+  if (max_output_tokens)
     compat_copy_field(chat, "max_tokens", root, "max_output_tokens");
-  }
   for (size_t i = 0; i < sizeof passed / sizeof passed[0]; i++)
     compat_copy_field(chat, passed[i], root, passed[i]);
   if (!translate_tools(root, chat, e) || !translate_text(root, chat, e) || !translate_logprobs(root, chat, e))
     goto done;
   /* max_tool_calls: 0 means no calls (tool_choice none), 1 one call (parallel_tool_calls false), N
    * the first N of the model's calls (answer_choice) */
-  st->max_tool_calls = -1;
-  const cJSON *mtc = cJSON_GetObjectItemCaseSensitive(root, "max_tool_calls");
-  if (mtc && !cJSON_IsNull(mtc)) {
-    if (!cJSON_IsNumber(mtc) || mtc->valuedouble < 0 || mtc->valuedouble > 1e9 ||
-        mtc->valuedouble != (double)(int64_t)mtc->valuedouble) {
-      bad(e, "max_tool_calls", "invalid_value", "'max_tool_calls' must be an integer >= 0");
-      goto done;
-    }
-    st->max_tool_calls = (int64_t)mtc->valuedouble;
-    if (st->max_tool_calls == 0 && cJSON_GetObjectItemCaseSensitive(chat, "tools")) {
-      cJSON_DeleteItemFromObjectCaseSensitive(chat, "tool_choice");
-      cJSON_AddStringToObject(chat, "tool_choice", "none");
-    } else if (st->max_tool_calls == 1) {
-      cJSON_DeleteItemFromObjectCaseSensitive(chat, "parallel_tool_calls");
-      cJSON_AddBoolToObject(chat, "parallel_tool_calls", false);
-    }
+  st->max_tool_calls = -1; /* stays -1 when absent */
+  if (!get_whole(root, "max_tool_calls", 0, 1e9, "'max_tool_calls' must be an integer >= 0", &st->max_tool_calls, e))
+    goto done;
+  if (st->max_tool_calls == 0 && cJSON_GetObjectItemCaseSensitive(chat, "tools")) {
+    cJSON_DeleteItemFromObjectCaseSensitive(chat, "tool_choice");
+    cJSON_AddStringToObject(chat, "tool_choice", "none");
+  } else if (st->max_tool_calls == 1) {
+    cJSON_DeleteItemFromObjectCaseSensitive(chat, "parallel_tool_calls");
+    cJSON_AddBoolToObject(chat, "parallel_tool_calls", false);
   }
   st->hold_tools = compat_tools_callable(chat);
 
