@@ -45,7 +45,7 @@ static void flat_free(flat *f) {
   free(f->lines);
 }
 
-static void quote(buf *b, const char *v) {
+void config_yaml_quote(buf *b, const char *v) {
   buf_append_str(b, "\"");
   for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
     if (*p == '"' || *p == '\\')
@@ -145,7 +145,7 @@ static qvl_status emit(flat *f, size_t line, const char *key, const char *v, boo
   buf_printf(&b, "%s:", key);
   if (!plain_empty) {
     buf_append_str(&b, " ");
-    quote(&b, v);
+    config_yaml_quote(&b, v);
   }
   qvl_status s = flat_put(f, line, &b, clash);
   buf_free(&b);
@@ -236,7 +236,7 @@ qvl_status config_yaml_normalize(const char *text, size_t len, const char *name,
         for (char *t = copy ? strtok_r(copy, "\x1f", &save) : NULL; t; t = strtok_r(NULL, "\x1f", &save), i++) {
           if (i)
             buf_append_str(&b, ", ");
-          quote(&b, t);
+          config_yaml_quote(&b, t);
         }
         free(copy);
         buf_append_str(&b, "]");

@@ -22,6 +22,9 @@
 
 struct server_config;
 
+/* Appends v as a YAML double-quoted string ('"' and '\\' escaped, control bytes as \xHH). */
+void config_yaml_quote(buf *b, const char *v);
+
 /* Rewrites a nested / aliased YAML config into the flat form server_config_apply_yaml reads, with
  * every setting on the line it came from (so later errors keep their line numbers). *rewritten is
  * false (and out untouched) when the text needs no rewriting or is not a mapping at all; the flat

@@ -411,16 +411,11 @@ void server_config_usage(FILE *f) {
 
 /* A YAML double-quoted string. */
 static void print_quoted(FILE *f, const char *v) {
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      fprintf(f, "\\%c", *p);
-    else if (*p < 0x20)
-      fprintf(f, "\\x%02x", *p);
-    else
-      fputc(*p, f);
-  }
-  fputc('"', f);
+  buf b = {0};
+  config_yaml_quote(&b, v);
+  if (b.data)
+    fwrite(b.data, 1, b.len, f);
+  buf_free(&b);
 }
 
 void server_config_print_yaml(const server_config *c, FILE *f) {
