@@ -74,15 +74,10 @@ void video_frames_request_free(video_frames_request *r) {
 }
 
 static const char *fps_rule_name(video_fps_rule r) {
-  switch (r) {
-  case VIDEO_FPS_AVG_FRAME_RATE:
-    return "avg_frame_rate";
-  case VIDEO_FPS_FROM_TIMESTAMPS:
-    return "timestamps";
-  case VIDEO_FPS_FALLBACK:
-    return "fallback";
-  }
-  return "unknown";
+  static const char *const names[] = {[VIDEO_FPS_AVG_FRAME_RATE] = "avg_frame_rate",
+                                      [VIDEO_FPS_FROM_TIMESTAMPS] = "timestamps",
+                                      [VIDEO_FPS_FALLBACK] = "fallback"};
+  return (unsigned)r < sizeof names / sizeof names[0] && names[r] ? names[r] : "unknown";
 }
 
 static bool add_thumbnails(cJSON *o, const video_thumbs *t) {
