@@ -2,6 +2,7 @@
 #include "server/http/prompt_endpoints.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/http/call.h"
 #include "server/http/reply.h"
@@ -10,7 +11,10 @@
 
 typedef enum prompt_tool { TOOL_TOKENIZE, TOOL_DETOKENIZE, TOOL_APPLY_TEMPLATE } prompt_tool;
 
-static enum MHD_Result serve(struct MHD_Connection *c, server *s, conn_req *r, prompt_tool tool) {
+enum MHD_Result prompt_endpoints_serve(struct MHD_Connection *c, server *s, conn_req *r, const request_target *t) {
+  prompt_tool tool = !strcmp(t->url, "/tokenize")     ? TOOL_TOKENIZE
+                     : !strcmp(t->url, "/detokenize") ? TOOL_DETOKENIZE
+                                                      : TOOL_APPLY_TEMPLATE;
   api_error e;
   const char *body = r->body.data ? r->body.data : "";
   size_t len = r->body.len;
@@ -37,20 +41,4 @@ static enum MHD_Result serve(struct MHD_Connection *c, server *s, conn_req *r, p
   if (!json)
     return reply_error(c, s, r, &e, NULL);
   return reply_json(c, s, r, 200, json, NULL);
-}
-
-enum MHD_Result prompt_endpoints_tokenize(struct MHD_Connection *c, server *s, conn_req *r, const request_target *t) {
-  (void)t;
-  return serve(c, s, r, TOOL_TOKENIZE);
-}
-
-enum MHD_Result prompt_endpoints_detokenize(struct MHD_Connection *c, server *s, conn_req *r, const request_target *t) {
-  (void)t;
-  return serve(c, s, r, TOOL_DETOKENIZE);
-}
-
-enum MHD_Result prompt_endpoints_apply_template(struct MHD_Connection *c, server *s, conn_req *r,
-                                                const request_target *t) {
-  (void)t;
-  return serve(c, s, r, TOOL_APPLY_TEMPLATE);
 }

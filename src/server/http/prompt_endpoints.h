@@ -9,9 +9,7 @@
 
 #include "server/http/request.h"
 
-enum MHD_Result prompt_endpoints_tokenize(struct MHD_Connection *c, server *s, conn_req *r, const request_target *t);
-enum MHD_Result prompt_endpoints_detokenize(struct MHD_Connection *c, server *s, conn_req *r, const request_target *t);
-enum MHD_Result prompt_endpoints_apply_template(struct MHD_Connection *c, server *s, conn_req *r,
-                                                const request_target *t);
+/* The handler of all three: t->url says which. */
+enum MHD_Result prompt_endpoints_serve(struct MHD_Connection *c, server *s, conn_req *r, const request_target *t);
 
 #endif

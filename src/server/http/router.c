@@ -63,9 +63,9 @@ static const route routes[] = {
     {"/v1/jobs/", ROUTE_PREFIX, ROUTE_DELETE, jobs_http_delete},
     {"/v1/models", 0, ROUTE_GET, endpoints_models},
     {"/v1/models/", ROUTE_PREFIX, ROUTE_GET, endpoints_model},
-    {"/tokenize", ROUTE_KEY, ROUTE_POST, prompt_endpoints_tokenize},
-    {"/detokenize", ROUTE_KEY, ROUTE_POST, prompt_endpoints_detokenize},
-    {"/apply-template", ROUTE_KEY, ROUTE_POST, prompt_endpoints_apply_template},
+    {"/tokenize", ROUTE_KEY, ROUTE_POST, prompt_endpoints_serve},
+    {"/detokenize", ROUTE_KEY, ROUTE_POST, prompt_endpoints_serve},
+    {"/apply-template", ROUTE_KEY, ROUTE_POST, prompt_endpoints_serve},
     {"/video/frames", ROUTE_KEY, ROUTE_POST, video_frames_endpoint},
 };
 
