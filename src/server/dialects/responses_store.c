@@ -95,23 +95,21 @@ qvl_status resp_store_init(int max_entries, size_t max_bytes, double ttl_s, resp
   return QVL_OK;
 }
 
-void resp_store_free(resp_store *s) {
-  if (!s)
-    return;
-  for (int i = 0; i < s->n; i++) {
-    free(s->e[i].json);
-    resp_media_unref(s->e[i].media);
-  }
-  free(s->e);
-  pthread_mutex_destroy(&s->mu);
-  free(s);
-}
-
 static void drop(resp_store *s, int i) {
   s->bytes -= s->e[i].bytes;
   free(s->e[i].json);
   resp_media_unref(s->e[i].media);
   s->e[i] = s->e[--s->n];
+}
+
+void resp_store_free(resp_store *s) {
+  if (!s)
+    return;
+  while (s->n)
+    drop(s, s->n - 1);
+  free(s->e);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
 }
 
 static void expire(resp_store *s, double now) {
