@@ -89,16 +89,27 @@ static bool get_bool(const cJSON *root, const char *name, bool *out, api_error *
   return api_get_bool(root, name, NULL, out, e);
 }
 
+/* item[key], where item must be an object and item[key] a string; NULL with e filled (naming param)
+ * otherwise. */
+static const cJSON *string_member(const cJSON *item, const char *param, const char *key, api_error *e) {
+  if (!cJSON_IsObject(item)) {
+    bad_type(e, param, "an object", item);
+    return NULL;
+  }
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, key);
+  if (!cJSON_IsString(v)) {
+    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "%s: '%s' must be a string", param, key);
+    return NULL;
+  }
+  return v;
+}
+
 static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images, int *n_videos, api_error *e) {
   char param[64];
   snprintf(param, sizeof param, "messages[%d].content[%d]", mi, pi);
-  if (!cJSON_IsObject(part))
-    return bad_type(e, param, "an object", part);
-  const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-  if (!cJSON_IsString(type)) {
-    api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "%s: 'type' must be a string", param);
+  const cJSON *type = string_member(part, param, "type", e);
+  if (!type)
     return false;
-  }
   if (!strcmp(type->valuestring, "text")) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
     if (!cJSON_IsString(t)) {
@@ -161,13 +172,9 @@ static bool check_messages(const cJSON *msgs, int *n_images, int *n_videos, api_
   for (const cJSON *m = msgs->child; m; m = m->next, mi++) {
     char param[64];
     snprintf(param, sizeof param, "messages[%d]", mi);
-    if (!cJSON_IsObject(m))
-      return bad_type(e, param, "an object", m);
-    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-    if (!cJSON_IsString(role)) {
-      api_error_status(e, QVL_ERR_INVALID_ARG, "invalid_type", param, "%s: 'role' must be a string", param);
+    const cJSON *role = string_member(m, param, "role", e);
+    if (!role)
       return false;
-    }
     static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
     bool known = false;
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
