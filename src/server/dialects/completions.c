@@ -147,11 +147,9 @@ bool completions_translate(const char *body, size_t len, const compat_ctx *ctx, 
   cJSON_AddStringToObject(m, "role", "user");
   cJSON_AddStringToObject(m, "content", "");
   cJSON_AddItemToArray(cJSON_AddArrayToObject(chat, "messages"), m);
-  ok = compat_finish_chat(chat, out, e);
+  ok = true;
 done:
-  cJSON_Delete(root);
-  cJSON_Delete(chat);
-  return ok;
+  return compat_finish(root, chat, ok, out, e);
 }
 
 static cJSON *base(const cmpl_state *st) {

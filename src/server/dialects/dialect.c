@@ -122,14 +122,19 @@ bool compat_tools_callable(const cJSON *chat) {
   return cJSON_IsArray(tools) && tools->child && !(cJSON_IsString(choice) && !strcmp(choice->valuestring, "none"));
 }
 
-bool compat_finish_chat(cJSON *chat, compat_request *out, api_error *e) {
-  out->chat_body = cJSON_PrintUnformatted(chat);
-  if (!out->chat_body) {
-    api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory translating the request");
-    return false;
+bool compat_finish(cJSON *root, cJSON *chat, bool ok, compat_request *out, api_error *e) {
+  if (ok && !out->reply_body) {
+    out->chat_body = cJSON_PrintUnformatted(chat);
+    if (out->chat_body) {
+      out->chat_len = strlen(out->chat_body);
+    } else {
+      api_error_status(e, QVL_ERR_INTERNAL, NULL, NULL, "out of memory translating the request");
+      ok = false;
+    }
   }
-  out->chat_len = strlen(out->chat_body);
-  return true;
+  cJSON_Delete(root);
+  cJSON_Delete(chat);
+  return ok;
 }
 
 char *compat_chunk_add_usage(char *json, const char *id, int64_t created, const char *model, const api_result *r) {

@@ -119,8 +119,10 @@ bool compat_tools_callable(const cJSON *chat);
 /* The final chat.completion.chunk (json, taken) with the usage and timings of r added, for streams
  * whose client did not ask with stream_options.include_usage (--stream-usage; docs/API.md). */
 char *compat_chunk_add_usage(char *json, const char *id, int64_t created, const char *model, const api_result *r);
-/* Prints chat into out->chat_body. */
-bool compat_finish_chat(cJSON *chat, compat_request *out, api_error *e);
+/* Ends a translation that parsed root into chat: when ok, prints chat into out->chat_body (unless
+ * the translator answered itself, out->reply_body); frees root and chat either way. Whether the
+ * translation succeeded (false with e filled when printing runs out of memory). */
+bool compat_finish(cJSON *root, cJSON *chat, bool ok, compat_request *out, api_error *e);
 
 /* ---- tool calls and logprobs of an answer, as the chat path makes them ---- */
 

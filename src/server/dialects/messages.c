@@ -660,11 +660,9 @@ static bool translate(const char *body, size_t len, const compat_ctx *ctx, compa
   if (!translate_system(root, msgs, e) || !translate_messages(root, msgs, e) || !translate_tools(root, chat, e))
     goto done;
   st->hold_tools = compat_tools_callable(chat);
-  ok = compat_finish_chat(chat, out, e);
+  ok = true;
 done:
-  cJSON_Delete(root);
-  cJSON_Delete(chat);
-  return ok;
+  return compat_finish(root, chat, ok, out, e);
 }
 
 bool messages_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e) {

@@ -425,11 +425,7 @@ static bool translate(const char *body, size_t len, const compat_ctx *ctx, compa
          translate_common(root, ctx, chat, st, e) && generate_fields(root, chat, st, out, e);
   else
     ok = translate_common(root, ctx, chat, st, e) && chat_fields(root, chat, st, e);
-  if (ok && !out->reply_body)
-    ok = compat_finish_chat(chat, out, e);
-  cJSON_Delete(root);
-  cJSON_Delete(chat);
-  return ok;
+  return compat_finish(root, chat, ok, out, e);
 }
 
 bool ollama_chat_translate(const char *body, size_t len, const compat_ctx *ctx, compat_request *out, api_error *e) {

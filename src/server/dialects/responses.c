@@ -684,13 +684,11 @@ bool responses_translate(const char *body, size_t len, const compat_ctx *ctx, co
     out->resolve_media = resp_media_resolve;
     out->resolve_user = st->media;
   }
-  ok = compat_finish_chat(chat, out, e);
+  ok = true;
 done:
-  cJSON_Delete(root);
-  cJSON_Delete(chat);
   cJSON_Delete(msgs);
   cJSON_Delete(conv);
-  return ok;
+  return compat_finish(root, chat, ok, out, e);
 }
 
 /* ---- the response object --------------------------------------------------------------------- */
