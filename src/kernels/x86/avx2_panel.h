@@ -1,7 +1,7 @@
 /*
- * The 16-row panel walk shared by the AVX2 matmul files (avx2.c, avx2_vnni.c): a panel function
- * computes acc[t][h] (rows 8h .. 8h+7 of panel p for token t + k), panel_store adds the bias and
- * writes it, and a tile runs them through tile_generic (simd_common.h).
+ * The 16-row panels of the AVX2 matmul files (avx2.c, avx2_vnni.c): a panel function computes
+ * acc[t][h] (rows 8h .. 8h+7 of panel p for token t + k), panel_store adds the bias and writes it;
+ * DEFINE_RUN and DEFINE_TILE (simd_common.h) make runs and tiles of them.
  */
 #ifndef QVL_KERNELS_X86_AVX2_PANEL_H
 #define QVL_KERNELS_X86_AVX2_PANEL_H
