@@ -224,6 +224,7 @@ static bool amx_permission(void) {
 
 static kn_ops build_ops(int t) {
   kn_ops ops = kn_ops_ref;
+#if defined(__x86_64__) /* the x86/ variants are compiled (and the tiers above ref exist) only there */
   if (t >= T_AVX2)
     kn_avx2_override(&ops);
   if (t == T_AVX2VNNI)
@@ -234,6 +235,9 @@ static kn_ops build_ops(int t) {
     kn_avx512bf16_override(&ops);
   if (t == T_AMX)
     kn_amx_override(&ops);
+#else
+  (void)t;
+#endif
   return ops;
 }
 
@@ -412,6 +416,10 @@ static void run_parallel(int64_t n, int64_t chunk, threadpool_fn fn, void *arg) 
 /* ---------------------------------------------------------------------------------------------
  * Parallel for (public)
  */
+/* The end of the span of `per` items starting at `start`, clipped to n items in all: tasks split
+ * their range into such spans, the last one shorter. */
+static int64_t span_end(int64_t start, int64_t per, int64_t n) { return start + per < n ? start + per : n; }
+
 typedef struct pf_ctx {
   kn_task_fn fn;
   void *arg;
@@ -461,14 +469,11 @@ qvl_status kn_weight_init_prec(kn_weight *w, const tensor *t, kn_precision p) {
 const char *kn_precision_name(kn_precision p) { return p == KN_PREC_FAST ? "fast" : "exact"; }
 
 qvl_status kn_precision_parse(const char *s, kn_precision *out) {
-  if (s && !strcmp(s, "exact")) {
-    *out = KN_PREC_EXACT;
-    return QVL_OK;
-  }
-  if (s && !strcmp(s, "fast")) {
-    *out = KN_PREC_FAST;
-    return QVL_OK;
-  }
+  for (kn_precision p = KN_PREC_EXACT; p <= KN_PREC_FAST; p++)
+    if (s && !strcmp(s, kn_precision_name(p))) {
+      *out = p;
+      return QVL_OK;
+    }
   return qvl_errorf(QVL_ERR_INVALID_ARG, "precision '%s': expected 'exact' or 'fast'", s ? s : "(null)");
 }
 
@@ -535,12 +540,8 @@ static void mm_body(void *arg, int64_t i, int thread) {
   const mm_job *j = arg;
   int64_t rt = i % j->n_row_tasks, tt = i / j->n_row_tasks;
   int64_t r0 = rt * j->rows_per_task, t0 = tt * j->toks_per_task;
-  int64_t r1 = r0 + j->rows_per_task, t1 = t0 + j->toks_per_task;
-  if (r1 > j->m.w->n_out)
-    r1 = j->m.w->n_out;
-  if (t1 > j->m.n_tokens)
-    t1 = j->m.n_tokens;
-  j->k->tile(&j->m, r0, r1, t0, t1, thread);
+  j->k->tile(&j->m, r0, span_end(r0, j->rows_per_task, j->m.w->n_out), t0,
+              span_end(t0, j->toks_per_task, j->m.n_tokens), thread);
 }
 
 typedef struct aq_job {
@@ -616,7 +617,7 @@ static void rows_body(void *arg, int64_t i, int thread) {
   (void)thread;
   const rows_job *j = arg;
   int64_t r0 = i * j->rows_per_task;
-  int64_t r1 = r0 + j->rows_per_task < j->n_rows ? r0 + j->rows_per_task : j->n_rows;
+  int64_t r1 = span_end(r0, j->rows_per_task, j->n_rows);
   if (j->layer)
     g_ops.layernorm(j->x + r0 * j->n, j->w, j->b, r1 - r0, j->n, j->eps, j->y + r0 * j->n);
   else
@@ -660,7 +661,7 @@ static void ew_body(void *arg, int64_t i, int thread) {
   (void)thread;
   const ew_job *j = arg;
   int64_t s = i * EW_CHUNK;
-  int64_t len = j->n - s < EW_CHUNK ? j->n - s : EW_CHUNK;
+  int64_t len = span_end(s, EW_CHUNK, j->n) - s;
   switch (j->op) {
   case EW_GELU_TANH:
     g_ops.gelu_tanh(j->a + s, len);
@@ -706,7 +707,7 @@ static void attn_body(void *arg, int64_t i, int thread) {
   bool by_head = j->a.kv_prep != NULL;
   int h = (int)(by_head ? i / j->n_q_tasks : i % units);
   int64_t q0 = (by_head ? i % j->n_q_tasks : i / units) * j->q_per_task;
-  int64_t q1 = q0 + j->q_per_task < j->a.n_q ? q0 + j->q_per_task : j->a.n_q;
+  int64_t q1 = span_end(q0, j->q_per_task, j->a.n_q);
   if (j->a.fast && !j->a.k16 && g_ops.attention_fast)
     g_ops.attention_fast(&j->a, h, q0, q1, thread);
   else

@@ -150,6 +150,10 @@ typedef struct kn_ops {
  * panel, per element (float types) or per block, "groups" are 4 consecutive bytes of a row's block
  * data for all 16 rows: group g, row r, byte e at g*64 + r*4 + e. */
 #define PR 16 /* rows per panel */
+/* Rows of panel p of a matrix with n_out rows that exist (PR, fewer in a last partial panel). */
+static inline int kn_panel_rows(int64_t n_out, int64_t p) {
+  return (int)(n_out - p * PR < PR ? n_out - p * PR : PR);
+}
 
 #define QK8_0 32
 #define QK_K 256
@@ -168,6 +172,20 @@ typedef struct kn_ops {
 #define X16_Q6_K_Q 288
 #define X16_Q6_K_QH_AT(H) (X16_Q6_K_Q + (H) * 192)
 #define X16_Q6_K_QL_AT(G) (X16_Q6_K_Q + (((G) / 16) * 8 + ((G) % 8)) * 192 + 64 + 64 * (((G) % 16) / 8))
+
+/* Bytes of one 16-row panel in X16 layout `layout` for n_in inputs (0 for other layouts). */
+static inline size_t kn_x16_panel_bytes(int layout, int64_t n_in) {
+  switch (layout) {
+  case KN_LAYOUT_X16_F32: return (size_t)n_in * 64;
+  case KN_LAYOUT_X16_F16:
+  case KN_LAYOUT_X16_BF16: return (size_t)n_in * 32;
+  case KN_LAYOUT_X16_Q8_0: return (size_t)(n_in / 32) * X16_Q8_0_BLK;
+  case KN_LAYOUT_X16_Q4_0: return (size_t)(n_in / 32) * X16_Q4_0_BLK;
+  case KN_LAYOUT_X16_Q4_K: return (size_t)(n_in / 256) * X16_Q4_K_SB;
+  case KN_LAYOUT_X16_Q6_K: return (size_t)(n_in / 256) * X16_Q6_K_SB;
+  default: return 0;
+  }
+}
 
 /* Repacks F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q6_K weights into the X16 layout (other types untouched). */
 qvl_status kn_pack_x16(kn_weight *w);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kernels/act_quant.h"
 #include "kernels/kernels_impl.h"
 
 
@@ -17,6 +18,30 @@ static void put_groups(uint8_t *dst, const uint8_t *const *src, int rows, int n_
     for (int r = 0; r < rows; r++)
       for (int e = 0; e < 4; e++)
         dst[g * 64 + r * 4 + e] = (uint8_t)(src[r][4 * g + e] ^ flip);
+}
+
+/* The repacked copy of w: one zeroed, 64-byte aligned buffer of `panel` bytes per 16-row panel. */
+static qvl_status alloc_panels(const kn_weight *w, size_t panel, void **out) {
+  int64_t np = (w->n_out + PR - 1) / PR;
+  if ((uint64_t)np > SIZE_MAX / panel)
+    return qvl_errorf(QVL_ERR_TOO_LARGE, "repacked weight %lld x %lld too large",
+                      (long long)w->n_out, (long long)w->n_in);
+  size_t total = panel * (size_t)np;
+  void *mem = NULL;
+  if (posix_memalign(&mem, 64, total ? total : 64) != 0)
+    return qvl_errorf(QVL_ERR_NOMEM, "cannot allocate %zu bytes for the repacked weight", total);
+  memset(mem, 0, total);
+  *out = mem;
+  return QVL_OK;
+}
+
+/* Float panels: element i of row r at (i * PR + r) * esz (esz a constant at each call, so the
+ * copies stay single moves). */
+static inline __attribute__((always_inline)) void put_elems(uint8_t *dst, const uint8_t *const *src, int rows,
+                                                            int64_t n_in, size_t esz) {
+  for (int64_t i = 0; i < n_in; i++)
+    for (int r = 0; r < rows; r++)
+      memcpy(dst + ((size_t)i * PR + (size_t)r) * esz, src[r] + (size_t)i * esz, esz);
 }
 
 static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
@@ -31,46 +56,32 @@ static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
 
 qvl_status kn_pack_x16(kn_weight *w) {
   int64_t np = (w->n_out + PR - 1) / PR, n_in = w->n_in;
-  size_t panel;
   int layout;
   switch (w->type) {
-  case QVL_DTYPE_F32: panel = (size_t)n_in * 64; layout = KN_LAYOUT_X16_F32; break;
-  case QVL_DTYPE_F16: panel = (size_t)n_in * 32; layout = KN_LAYOUT_X16_F16; break;
-  case QVL_DTYPE_BF16: panel = (size_t)n_in * 32; layout = KN_LAYOUT_X16_BF16; break;
-  case QVL_DTYPE_Q8_0: panel = (size_t)(n_in / 32) * X16_Q8_0_BLK; layout = KN_LAYOUT_X16_Q8_0; break;
-  case QVL_DTYPE_Q4_0: panel = (size_t)(n_in / 32) * X16_Q4_0_BLK; layout = KN_LAYOUT_X16_Q4_0; break;
-  case QVL_DTYPE_Q4_K: panel = (size_t)(n_in / 256) * X16_Q4_K_SB; layout = KN_LAYOUT_X16_Q4_K; break;
-  case QVL_DTYPE_Q6_K: panel = (size_t)(n_in / 256) * X16_Q6_K_SB; layout = KN_LAYOUT_X16_Q6_K; break;
+  case QVL_DTYPE_F32: layout = KN_LAYOUT_X16_F32; break;
+  case QVL_DTYPE_F16: layout = KN_LAYOUT_X16_F16; break;
+  case QVL_DTYPE_BF16: layout = KN_LAYOUT_X16_BF16; break;
+  case QVL_DTYPE_Q8_0: layout = KN_LAYOUT_X16_Q8_0; break;
+  case QVL_DTYPE_Q4_0: layout = KN_LAYOUT_X16_Q4_0; break;
+  case QVL_DTYPE_Q4_K: layout = KN_LAYOUT_X16_Q4_K; break;
+  case QVL_DTYPE_Q6_K: layout = KN_LAYOUT_X16_Q6_K; break;
   default: return QVL_OK; /* the reference path handles it */
   }
-  if ((uint64_t)np > SIZE_MAX / panel)
-    return qvl_errorf(QVL_ERR_TOO_LARGE, "repacked weight %lld x %lld too large",
-                      (long long)w->n_out, (long long)n_in);
-  size_t total = panel * (size_t)np;
-  void *mem = NULL;
-  if (posix_memalign(&mem, 64, total ? total : 64) != 0)
-    return qvl_errorf(QVL_ERR_NOMEM, "cannot allocate %zu bytes for the repacked weight", total);
+  size_t panel = kn_x16_panel_bytes(layout, n_in);
+  void *mem;
+  QVL_TRY(alloc_panels(w, panel, &mem));
   uint8_t *dst = mem;
-  memset(dst, 0, total);
   const uint8_t *data = w->data;
   for (int64_t p = 0; p < np; p++) {
     uint8_t *pd = dst + (size_t)p * panel;
-    int rows = (int)(w->n_out - p * PR < PR ? w->n_out - p * PR : PR);
+    int rows = kn_panel_rows(w->n_out, p);
     const uint8_t *row[PR];
     for (int r = 0; r < rows; r++)
       row[r] = data + (size_t)(p * PR + r) * w->row_bytes;
     switch (w->type) {
-    case QVL_DTYPE_F32:
-      for (int64_t i = 0; i < n_in; i++)
-        for (int r = 0; r < rows; r++)
-          memcpy(pd + (size_t)i * 64 + r * 4, row[r] + i * 4, 4);
-      break;
+    case QVL_DTYPE_F32: put_elems(pd, row, rows, n_in, 4); break;
     case QVL_DTYPE_F16:
-    case QVL_DTYPE_BF16:
-      for (int64_t i = 0; i < n_in; i++)
-        for (int r = 0; r < rows; r++)
-          memcpy(pd + (size_t)i * 32 + r * 2, row[r] + i * 2, 2);
-      break;
+    case QVL_DTYPE_BF16: put_elems(pd, row, rows, n_in, 2); break;
     case QVL_DTYPE_Q8_0:
     case QVL_DTYPE_Q4_0: {
       bool q8 = w->type == QVL_DTYPE_Q8_0;
@@ -183,33 +194,8 @@ const kn_mm_kernel *kn_x16_select(const kn_weight *w, const kn_x16_kernels *k) {
 size_t kn_act32_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 32) * 8; }
 size_t kn_act256_bytes(int64_t n_in) { return (size_t)n_in + (size_t)(n_in / 256) * 52; }
 
-void kn_act32_quantize_c(const float *x, void *xq, int64_t n_in) {
-  int8_t *q = xq;
-  int64_t nb = n_in / 32;
-  float *d = (float *)(q + n_in);
-  int32_t *s = (int32_t *)(d + nb);
-  for (int64_t b = 0; b < nb; b++) {
-    int32_t s16[2];
-    d[b] = quant_run_c(x + b * 32, 32, q + b * 32, s16);
-    s[b] = s16[0] + s16[1];
-  }
-}
-
-void kn_act256_quantize_c(const float *x, void *xq, int64_t n_in) {
-  int8_t *q = xq;
-  int64_t ns = n_in / 256;
-  float *d = (float *)(q + n_in);
-  int16_t *s16 = (int16_t *)(d + ns);
-  int16_t *s32 = s16 + ns * 16;
-  for (int64_t b = 0; b < ns; b++) {
-    int32_t sums[16];
-    d[b] = quant_run_c(x + b * 256, 256, q + b * 256, sums);
-    for (int g = 0; g < 16; g++)
-      s16[b * 16 + g] = (int16_t)sums[g];
-    for (int g = 0; g < 8; g++)
-      s32[b * 8 + g] = (int16_t)(sums[2 * g] + sums[2 * g + 1]);
-  }
-}
+void kn_act32_quantize_c(const float *x, void *xq, int64_t n_in) { kn_act32_fill(x, xq, n_in, 1, quant_run_c); }
+void kn_act256_quantize_c(const float *x, void *xq, int64_t n_in) { kn_act256_fill(x, xq, n_in, quant_run_c); }
 
 /* ---------------------------------------------------------------------------------------------
  * Fast tier: bf16 pairs for vdpbf16ps (KN_LAYOUT_X16_BF16P). Lane r of pair k holds the bf16 of
@@ -224,18 +210,13 @@ qvl_status kn_pack_x16_fast(kn_weight *w) {
     return kn_pack_x16(w);
   int64_t np = (w->n_out + PR - 1) / PR, n_in = w->n_in, pairs = KN_BF16P_PAIRS(n_in);
   size_t panel = (size_t)pairs * 64;
-  if ((uint64_t)np > SIZE_MAX / panel)
-    return qvl_errorf(QVL_ERR_TOO_LARGE, "repacked weight %lld x %lld too large",
-                      (long long)w->n_out, (long long)n_in);
-  size_t total = panel * (size_t)np;
-  uint16_t *dst = NULL;
-  if (posix_memalign((void **)&dst, 64, total ? total : 64) != 0)
-    return qvl_errorf(QVL_ERR_NOMEM, "cannot allocate %zu bytes for the repacked weight", total);
-  memset(dst, 0, total);
+  void *mem;
+  QVL_TRY(alloc_panels(w, panel, &mem));
+  uint16_t *dst = mem;
   const bool f16 = w->type == QVL_DTYPE_F16;
   for (int64_t p = 0; p < np; p++) {
     uint16_t *pd = dst + (size_t)p * (panel / 2);
-    int rows = (int)(w->n_out - p * PR < PR ? w->n_out - p * PR : PR);
+    int rows = kn_panel_rows(w->n_out, p);
     for (int r = 0; r < rows; r++) {
       const uint16_t *src = (const uint16_t *)((const uint8_t *)w->data + (size_t)(p * PR + r) * w->row_bytes);
       for (int64_t i = 0; i < n_in; i++) {
@@ -261,18 +242,13 @@ qvl_status kn_pack_amx_bf16(kn_weight *w, bool split) {
     return qvl_errorf(QVL_ERR_INTERNAL, "AMX bf16 packing of a %s matrix", dtype_name(w->type));
   int64_t np = (w->n_out + PR - 1) / PR, n_in = w->n_in, ks = KN_AMX_STEPS(n_in);
   size_t step = split ? 2048 : 1024, panel = (size_t)ks * step;
-  if ((uint64_t)np > SIZE_MAX / panel)
-    return qvl_errorf(QVL_ERR_TOO_LARGE, "repacked weight %lld x %lld too large",
-                      (long long)w->n_out, (long long)n_in);
-  size_t total = panel * (size_t)np;
-  uint8_t *dst = NULL;
-  if (posix_memalign((void **)&dst, 64, total ? total : 64) != 0)
-    return qvl_errorf(QVL_ERR_NOMEM, "cannot allocate %zu bytes for the repacked weight", total);
-  memset(dst, 0, total);
+  void *mem;
+  QVL_TRY(alloc_panels(w, panel, &mem));
+  uint8_t *dst = mem;
   const bool f16 = w->type == QVL_DTYPE_F16;
   for (int64_t p = 0; p < np; p++) {
     uint8_t *pd = dst + (size_t)p * panel;
-    int rows = (int)(w->n_out - p * PR < PR ? w->n_out - p * PR : PR);
+    int rows = kn_panel_rows(w->n_out, p);
     for (int r = 0; r < rows; r++) {
       const uint8_t *src = (const uint8_t *)w->data + (size_t)(p * PR + r) * w->row_bytes;
       for (int64_t i = 0; i < n_in; i++) {

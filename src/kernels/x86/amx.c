@@ -25,7 +25,4 @@ void kn_amx_override(kn_ops *ops) {
   amx_attn_install(ops, "amx");
 }
 
-#else
-#include "kernels/kernels_impl.h"
-void kn_amx_override(kn_ops *ops) { (void)ops; }
 #endif

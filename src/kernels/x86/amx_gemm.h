@@ -97,7 +97,7 @@ static size_t amx_scratch(int64_t n_in, size_t xq_stride) {
 /* y for C result c (token rows t.., panel p): fp32 values in c[16][16]. */
 static void amx_put(const kn_mm *m, const float *c, int64_t t, int64_t t1, int64_t p) {
   int64_t n_out = m->w->n_out, r0 = p * PR;
-  int rows = (int)(n_out - r0 < PR ? n_out - r0 : PR);
+  int rows = kn_panel_rows(n_out, p);
   for (int i = 0; i < 16 && t + i < t1; i++) {
     float *y = m->y + (t + i) * n_out + r0;
     for (int j = 0; j < rows; j++)

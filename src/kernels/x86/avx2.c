@@ -38,9 +38,7 @@ INLINE __m256 load_w8(const uint8_t *p, int layout) {
 INLINE void panel_float(const uint8_t *pw, int layout, const float *x, int64_t n_in, int TT,
                         __m256 acc[][2]) {
   size_t esz = layout == KN_LAYOUT_X16_F32 ? 64 : 32;
-  UNROLL
-  for (int t = 0; t < TT; t++)
-    acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  panel_zero(TT, acc);
   for (int64_t i = 0; i < n_in; i++) {
     const uint8_t *p = pw + (size_t)i * esz;
     __m256 w0 = load_w8(p, layout), w1 = load_w8(p + esz / 2, layout);
@@ -56,9 +54,7 @@ INLINE void panel_float(const uint8_t *pw, int layout, const float *x, int64_t n
 INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, int64_t n_in,
                        int TT, __m256 acc[][2]) {
   int64_t nb = n_in / 32;
-  UNROLL
-  for (int t = 0; t < TT; t++)
-    acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  panel_zero(TT, acc);
   const __m256i lo4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *blk = pw + (size_t)b * (q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
@@ -99,9 +95,7 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
 INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
                        __m256 acc[][2]) {
   int64_t ns = n_in / 256;
-  UNROLL
-  for (int t = 0; t < TT; t++)
-    acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  panel_zero(TT, acc);
   const __m256i lo4 = _mm256_set1_epi8(0x0F);
   for (int64_t sb = 0; sb < ns; sb++) {
     const uint8_t *blk = pw + (size_t)sb * X16_Q4_K_SB;
@@ -147,9 +141,7 @@ INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
 INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
                        __m256 acc[][2]) {
   int64_t ns = n_in / 256;
-  UNROLL
-  for (int t = 0; t < TT; t++)
-    acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  panel_zero(TT, acc);
   const __m256i m0f = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   for (int64_t sb = 0; sb < ns; sb++) {
     const uint8_t *blk = pw + (size_t)sb * X16_Q6_K_SB;
@@ -189,26 +181,13 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
   }
 }
 
-#define FLOAT_BODY(TT)                                                                     \
-  panel_float(PANEL_PTR(w, (size_t)w->n_in * (w->layout == KN_LAYOUT_X16_F32 ? 64 : 32)), \
-              w->layout, m->x + t * w->n_in, w->n_in, TT, acc)
-#define Q80_BODY(TT, Q4)                                                                        \
-  panel_q8_0(PANEL_PTR(w, (size_t)(w->n_in / 32) * ((Q4) ? X16_Q4_0_BLK : X16_Q8_0_BLK)), Q4, \
-             XQ(t), m->xq_stride, w->n_in, TT, acc)
-#define Q4K_BODY(TT) \
-  panel_q4_K(PANEL_PTR(w, (size_t)(w->n_in / 256) * X16_Q4_K_SB), XQ(t), m->xq_stride, w->n_in, TT, acc)
-#define Q6K_BODY(TT) \
-  panel_q6_K(PANEL_PTR(w, (size_t)(w->n_in / 256) * X16_Q6_K_SB), XQ(t), m->xq_stride, w->n_in, TT, acc)
-
-DEFINE_RUN(run_f_6, 6, FLOAT_BODY(6))
-DEFINE_RUN(run_f_3, 3, FLOAT_BODY(3))
-DEFINE_RUN(run_f_1, 1, FLOAT_BODY(1))
-DEFINE_RUN(run_q8_4, 4, Q80_BODY(4, false))
-DEFINE_RUN(run_q8_2, 2, Q80_BODY(2, false))
-DEFINE_RUN(run_q8_1, 1, Q80_BODY(1, false))
-DEFINE_RUN(run_q4_4, 4, Q80_BODY(4, true))
-DEFINE_RUN(run_q4_2, 2, Q80_BODY(2, true))
-DEFINE_RUN(run_q4_1, 1, Q80_BODY(1, true))
+/* One float run for the three layouts: panel_float widens by w->layout. */
+DEFINE_RUN(run_f_6, 6, FLOAT_BODY(6, w->layout))
+DEFINE_RUN(run_f_3, 3, FLOAT_BODY(3, w->layout))
+DEFINE_RUN(run_f_1, 1, FLOAT_BODY(1, w->layout))
+DEFINE_Q80_RUNS(4)
+DEFINE_Q80_RUNS(2)
+DEFINE_Q80_RUNS(1)
 DEFINE_RUN(run_q4k_1, 1, Q4K_BODY(1))
 DEFINE_RUN(run_q6k_1, 1, Q6K_BODY(1))
 
@@ -220,17 +199,7 @@ DEFINE_TILE(tile_q4_0, 4, run_q4_4, run_q4_2, run_q4_1)
 DEFINE_TILE(tile_q4_K, 1, run_q4k_1)
 DEFINE_TILE(tile_q6_K, 1, run_q6k_1)
 
-static const kn_mm_kernel mm_float = {NULL, NULL, tile_float, PR, NULL};
-static const kn_mm_kernel mm_q8_0 = {kn_act32_bytes, kn_act32_quantize_c, tile_q8_0, PR, NULL};
-static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, kn_act32_quantize_c, tile_q4_0, PR, NULL};
-static const kn_mm_kernel mm_q4_K = {kn_act256_bytes, kn_act256_quantize_c, tile_q4_K, PR, NULL};
-static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, kn_act256_quantize_c, tile_q6_K, PR, NULL};
-
-const kn_mm_kernel *kn_avx2_mm_select(const kn_weight *w, int64_t n_tokens) {
-  (void)n_tokens;
-  static const kn_x16_kernels k = {&mm_float, &mm_q8_0, &mm_q4_0, &mm_q4_K, &mm_q6_K};
-  return kn_x16_select(w, &k);
-}
+DEFINE_X16_SELECT(kn_avx2_mm_select, kn_act32_quantize_c, kn_act32_quantize_c, kn_act256_quantize_c)
 
 /* ---------------------------------------------------------------------------------------------
  * Element-wise
@@ -313,7 +282,4 @@ void kn_avx2_override(kn_ops *ops) {
   kn_avx2_attn_override(ops);
 }
 
-#else
-#include "kernels/kernels_impl.h"
-void kn_avx2_override(kn_ops *ops) { (void)ops; }
 #endif

@@ -370,7 +370,4 @@ void kn_avx2_attn_override(kn_ops *ops) {
   ops->attention_prep = avx2_attention_prep;
 }
 
-#else
-#include "kernels/kernels_impl.h"
-void kn_avx2_attn_override(kn_ops *ops) { (void)ops; }
 #endif

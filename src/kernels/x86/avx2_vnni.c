@@ -23,12 +23,10 @@
 /* The weight vectors of one 4-quant group are loaded once and used by every token of the tile
  * (the AVX2 kernel reloads them per token: with one instruction per group left, loads would bound
  * it). */
-INLINE void panel_int8(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, int64_t n_in, int TT,
+INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, int64_t n_in, int TT,
                        __m256 acc[][2]) {
   int64_t nb = n_in / 32;
-  UNROLL
-  for (int t = 0; t < TT; t++)
-    acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  panel_zero(TT, acc);
   const __m256i lo4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *blk = pw + (size_t)b * (q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
@@ -78,16 +76,9 @@ INLINE void panel_int8(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
   }
 }
 
-#define INT8_BODY(TT, Q4)                                                                       \
-  panel_int8(PANEL_PTR(w, (size_t)(w->n_in / 32) * ((Q4) ? X16_Q4_0_BLK : X16_Q8_0_BLK)), Q4, \
-             XQ(t), m->xq_stride, w->n_in, TT, acc)
-
-DEFINE_RUN(run_q8_4, 4, INT8_BODY(4, false))
-DEFINE_RUN(run_q8_2, 2, INT8_BODY(2, false))
-DEFINE_RUN(run_q8_1, 1, INT8_BODY(1, false))
-DEFINE_RUN(run_q4_4, 4, INT8_BODY(4, true))
-DEFINE_RUN(run_q4_2, 2, INT8_BODY(2, true))
-DEFINE_RUN(run_q4_1, 1, INT8_BODY(1, true))
+DEFINE_Q80_RUNS(4)
+DEFINE_Q80_RUNS(2)
+DEFINE_Q80_RUNS(1)
 /* 16 rows x 4 tokens: 8 int32 sums + 2 (Q4_0: 4) weight vectors + 1 broadcast in registers; the 8
  * float sums are touched once per block. */
 DEFINE_TILE(tile_q8_0, 4, run_q8_4, run_q8_2, run_q8_1)
@@ -122,7 +113,4 @@ void kn_avx2vnni_override(kn_ops *ops) {
   ops->choice[KN_OP_MM_Q4_0] = (kn_choice){"avx2 vnni 16x4", "int8 blocks, VEX vpdpbusd (AVX-VNNI)"};
 }
 
-#else
-#include "kernels/kernels_impl.h"
-void kn_avx2vnni_override(kn_ops *ops) { (void)ops; }
 #endif

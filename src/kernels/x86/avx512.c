@@ -25,6 +25,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
+#include "kernels/act_quant.h"
 #include "kernels/x86/avx512_common.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -55,35 +56,12 @@ static inline float quant_run(const float *x, int n, int8_t *q, int32_t *sums16)
 /* act32 layout, but the block sums are stored already multiplied by the weights' offset (-128 for
  * Q8_0, -8 for Q4_0): the kernels start each block's int32 sum from a broadcast load of it, with no
  * integer multiply and no register-to-vector move per block and token. */
-static void act32_quantize_off(const float *x, void *xq, int64_t n_in, int32_t off) {
-  int8_t *q = xq;
-  int64_t nb = n_in / 32;
-  float *d = (float *)(q + n_in);
-  int32_t *s = (int32_t *)(d + nb);
-  for (int64_t b = 0; b < nb; b++) {
-    int32_t s16[2];
-    d[b] = quant_run(x + b * 32, 32, q + b * 32, s16);
-    s[b] = off * (s16[0] + s16[1]);
-  }
-}
-static void act32_quantize_q8(const float *x, void *xq, int64_t n_in) { act32_quantize_off(x, xq, n_in, -128); }
-static void act32_quantize_q4(const float *x, void *xq, int64_t n_in) { act32_quantize_off(x, xq, n_in, -8); }
-
-static void act256_quantize(const float *x, void *xq, int64_t n_in) {
-  int8_t *q = xq;
-  int64_t ns = n_in / 256;
-  float *d = (float *)(q + n_in);
-  int16_t *s16 = (int16_t *)(d + ns);
-  int16_t *s32 = s16 + ns * 16;
-  for (int64_t b = 0; b < ns; b++) {
-    int32_t sums[16];
-    d[b] = quant_run(x + b * 256, 256, q + b * 256, sums);
-    for (int g = 0; g < 16; g++)
-      s16[b * 16 + g] = (int16_t)sums[g];
-    for (int g = 0; g < 8; g++)
-      s32[b * 8 + g] = (int16_t)(sums[2 * g] + sums[2 * g + 1]);
-  }
-}
+/* The act32 block sums are stored already multiplied by the weights' offset (-128 for Q8_0, -8
+ * for Q4_0): the kernels start each block's int32 sum from a broadcast load of it, with no integer
+ * multiply and no register-to-vector move per block and token. */
+static void act32_quantize_q8(const float *x, void *xq, int64_t n_in) { kn_act32_fill(x, xq, n_in, -128, quant_run); }
+static void act32_quantize_q4(const float *x, void *xq, int64_t n_in) { kn_act32_fill(x, xq, n_in, -8, quant_run); }
+static void act256_quantize(const float *x, void *xq, int64_t n_in) { kn_act256_fill(x, xq, n_in, quant_run); }
 
 /* ---------------------------------------------------------------------------------------------
  * Panel kernels. Each computes acc[t] (16 rows) for TT tokens; TT is a compile-time constant in
@@ -108,9 +86,7 @@ INLINE __m512 load_w16(const uint8_t *p, int layout) {
 INLINE void panel_float(const uint8_t *pw, int layout, const float *x, int64_t n_in, int TT,
                         __m512 *acc) {
   size_t esz = layout == KN_LAYOUT_X16_F32 ? 64 : 32;
-  UNROLL
-  for (int t = 0; t < TT; t++)
-    acc[t] = _mm512_setzero_ps();
+  panel_zero(acc, TT);
   for (int64_t i = 0; i < n_in; i++) {
     __m512 w = load_w16(pw + (size_t)i * esz, layout);
     UNROLL
@@ -124,12 +100,8 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
   int64_t nb = n_in / 32;
   const float *xd[8];
   const int32_t *xsum[8];
-  UNROLL
-  for (int t = 0; t < TT; t++) {
-    acc[t] = _mm512_setzero_ps();
-    xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
-    xsum[t] = (const int32_t *)(xd[t] + nb);
-  }
+  kn_act_rows(xq, xs, n_in, TT, xd, xsum, NULL);
+  panel_zero(acc, TT);
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *blk = pw + (size_t)b * (q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
@@ -172,12 +144,8 @@ INLINE void panel2_q8_0(const uint8_t *pw, size_t panel, bool q4, const int8_t *
   const size_t blk_bytes = q4 ? X16_Q4_0_BLK : X16_Q8_0_BLK;
   const float *xd[6];
   const int32_t *xsum[6];
-  UNROLL
-  for (int t = 0; t < TT; t++) {
-    acc[t] = acc[TT + t] = _mm512_setzero_ps();
-    xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
-    xsum[t] = (const int32_t *)(xd[t] + nb);
-  }
+  kn_act_rows(xq, xs, n_in, TT, xd, xsum, NULL);
+  panel_zero(acc, 2 * TT);
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < nb; b++) {
     const uint8_t *b0 = pw + (size_t)b * blk_bytes, *b1 = b0 + panel;
@@ -229,13 +197,9 @@ INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
                        __m512 *acc) {
   int64_t ns = n_in / 256;
   const float *xd[4];
-  const int16_t *x32[4];
-  UNROLL
-  for (int t = 0; t < TT; t++) {
-    acc[t] = _mm512_setzero_ps();
-    xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
-    x32[t] = (const int16_t *)(xd[t] + ns) + ns * 16;
-  }
+  const int16_t *x16[4]; /* the 32-value sums follow at x16 + 16 ns */
+  kn_act_rows(xq, xs, n_in, TT, xd, NULL, x16);
+  panel_zero(acc, TT);
   const __m512i lo4 = _mm512_set1_epi8(0x0F);
   for (int64_t sb = 0; sb < ns; sb++) {
     const uint8_t *blk = pw + (size_t)sb * X16_Q4_K_SB;
@@ -250,7 +214,7 @@ INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
       __m512i mp = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(blk + X16_Q4_K_MIN + 32 * c)));
       UNROLL
       for (int t = 0; t < TT; t++)
-        B[t] = _mm512_dpwssd_epi32(B[t], mp, bcast4((const int8_t *)(x32[t] + sb * 8 + 2 * c)));
+        B[t] = _mm512_dpwssd_epi32(B[t], mp, bcast4((const int8_t *)(x16[t] + ns * 16 + sb * 8 + 2 * c)));
     }
     UNROLL
     for (int k = 0; k < 4; k++) {
@@ -293,12 +257,8 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
   int64_t ns = n_in / 256;
   const float *xd[4];
   const int16_t *x16[4];
-  UNROLL
-  for (int t = 0; t < TT; t++) {
-    acc[t] = _mm512_setzero_ps();
-    xd[t] = (const float *)(xq + (size_t)t * xs + n_in);
-    x16[t] = (const int16_t *)(xd[t] + ns);
-  }
+  kn_act_rows(xq, xs, n_in, TT, xd, NULL, x16);
+  panel_zero(acc, TT);
   const __m512i m0f = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
   for (int64_t sb = 0; sb < ns; sb++) {
     const uint8_t *blk = pw + (size_t)sb * X16_Q6_K_SB;
@@ -358,58 +318,31 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
 }
 
 
-#define DEFINE_PANEL_RUN(NAME, TT, BODY)                                                  \
-  static void NAME(const kn_mm *m, int64_t p, int64_t t) {                               \
-    __m512 acc[TT];                                                                      \
-    const kn_weight *w = m->w;                                                           \
-    (void)w;                                                                             \
-    BODY;                                                                                \
-    panel_store(m, p, t, TT, acc);                                                       \
-  }
-
-#define PANEL_PTR(w, bytes) ((const uint8_t *)(w)->packed + (size_t)p * (bytes))
-#define XQ(t) ((const int8_t *)m->xq + (size_t)(t) * m->xq_stride)
-
-#define FLOAT_BODY(TT, L)                                                              \
-  panel_float(PANEL_PTR(w, (size_t)w->n_in * ((L) == KN_LAYOUT_X16_F32 ? 64 : 32)), L, \
-              m->x + t * w->n_in, w->n_in, TT, acc)
-#define Q80_BODY(TT, Q4)                                                                        \
-  panel_q8_0(PANEL_PTR(w, (size_t)(w->n_in / 32) * ((Q4) ? X16_Q4_0_BLK : X16_Q8_0_BLK)), Q4, \
-             XQ(t), m->xq_stride, w->n_in, TT, acc)
-#define Q4K_BODY(TT) \
-  panel_q4_K(PANEL_PTR(w, (size_t)(w->n_in / 256) * X16_Q4_K_SB), XQ(t), m->xq_stride, w->n_in, TT, acc)
-#define Q6K_BODY(TT) \
-  panel_q6_K(PANEL_PTR(w, (size_t)(w->n_in / 256) * X16_Q6_K_SB), XQ(t), m->xq_stride, w->n_in, TT, acc)
-
 #define DEFINE_FLOAT_RUNS(SUF, L)                              \
-  DEFINE_PANEL_RUN(run_##SUF##_8, 8, FLOAT_BODY(8, L))         \
-  DEFINE_PANEL_RUN(run_##SUF##_4, 4, FLOAT_BODY(4, L))         \
-  DEFINE_PANEL_RUN(run_##SUF##_2, 2, FLOAT_BODY(2, L))         \
-  DEFINE_PANEL_RUN(run_##SUF##_1, 1, FLOAT_BODY(1, L))
+  DEFINE_RUN(run_##SUF##_8, 8, FLOAT_BODY(8, L))         \
+  DEFINE_RUN(run_##SUF##_4, 4, FLOAT_BODY(4, L))         \
+  DEFINE_RUN(run_##SUF##_2, 2, FLOAT_BODY(2, L))         \
+  DEFINE_RUN(run_##SUF##_1, 1, FLOAT_BODY(1, L))
 DEFINE_FLOAT_RUNS(f32, KN_LAYOUT_X16_F32)
 DEFINE_FLOAT_RUNS(f16, KN_LAYOUT_X16_F16)
 DEFINE_FLOAT_RUNS(bf16, KN_LAYOUT_X16_BF16)
-DEFINE_PANEL_RUN(run_q8_8, 8, Q80_BODY(8, false))
-DEFINE_PANEL_RUN(run_q8_4, 4, Q80_BODY(4, false))
-DEFINE_PANEL_RUN(run_q8_2, 2, Q80_BODY(2, false))
-DEFINE_PANEL_RUN(run_q8_1, 1, Q80_BODY(1, false))
-DEFINE_PANEL_RUN(run_q4_8, 8, Q80_BODY(8, true))
-DEFINE_PANEL_RUN(run_q4_4, 4, Q80_BODY(4, true))
-DEFINE_PANEL_RUN(run_q4_2, 2, Q80_BODY(2, true))
-DEFINE_PANEL_RUN(run_q4_1, 1, Q80_BODY(1, true))
-DEFINE_PANEL_RUN(run_q4k_4, 4, Q4K_BODY(4))
-DEFINE_PANEL_RUN(run_q4k_2, 2, Q4K_BODY(2))
-DEFINE_PANEL_RUN(run_q4k_1, 1, Q4K_BODY(1))
-DEFINE_PANEL_RUN(run_q6k_4, 4, Q6K_BODY(4))
-DEFINE_PANEL_RUN(run_q6k_2, 2, Q6K_BODY(2))
-DEFINE_PANEL_RUN(run_q6k_1, 1, Q6K_BODY(1))
+DEFINE_Q80_RUNS(8)
+DEFINE_Q80_RUNS(4)
+DEFINE_Q80_RUNS(2)
+DEFINE_Q80_RUNS(1)
+DEFINE_RUN(run_q4k_4, 4, Q4K_BODY(4))
+DEFINE_RUN(run_q4k_2, 2, Q4K_BODY(2))
+DEFINE_RUN(run_q4k_1, 1, Q4K_BODY(1))
+DEFINE_RUN(run_q6k_4, 4, Q6K_BODY(4))
+DEFINE_RUN(run_q6k_2, 2, Q6K_BODY(2))
+DEFINE_RUN(run_q6k_1, 1, Q6K_BODY(1))
 
 
 /* Two panels (p, p + 1) x TT tokens for Q8_0 / Q4_0. */
 #define DEFINE_Q80_PAIR_RUN(NAME, TT, Q4)                                                        \
   static void NAME(const kn_mm *m, int64_t p, int64_t t) {                                      \
     __m512 acc[2 * TT];                                                                         \
-    size_t panel = (size_t)(m->w->n_in / 32) * ((Q4) ? X16_Q4_0_BLK : X16_Q8_0_BLK);             \
+    size_t panel = kn_x16_panel_bytes((Q4) ? KN_LAYOUT_X16_Q4_0 : KN_LAYOUT_X16_Q8_0, m->w->n_in); \
     panel2_q8_0((const uint8_t *)m->w->packed + (size_t)p * panel, panel, Q4, XQ(t),            \
                 m->xq_stride, m->w->n_in, TT, acc);                                             \
     panel_store(m, p, t, TT, acc);                                                              \
@@ -430,13 +363,11 @@ DEFINE_Q80_PAIR_RUN(run2_q4_1, 1, true)
  * panel_float, so results equal the batched path bit for bit. */
 INLINE void gemv_float4(const kn_mm *m, int64_t p, int L) {
   const kn_weight *w = m->w;
-  size_t esz = L == KN_LAYOUT_X16_F32 ? 64 : 32, panel = (size_t)w->n_in * esz;
+  size_t esz = L == KN_LAYOUT_X16_F32 ? 64 : 32, panel = kn_x16_panel_bytes(L, w->n_in);
   const uint8_t *pw = (const uint8_t *)w->packed + (size_t)p * panel;
   const float *x = m->x;
   __m512 acc[4];
-  UNROLL
-  for (int k = 0; k < 4; k++)
-    acc[k] = _mm512_setzero_ps();
+  panel_zero(acc, 4);
   for (int64_t i = 0; i < w->n_in; i++) {
     __m512 xv = _mm512_set1_ps(x[i]);
     UNROLL
@@ -464,7 +395,8 @@ static void tile_pairs(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64
    * while this pair computes: otherwise the first chunk of every pair waits for them from L3 or
    * DRAM (the merger's 16 MB matrices do not stay in a shared L3). Its effect alone was not
    * separated from the pair kernel's in the noisy measurements (docs/KERNELS.md). */
-  size_t pair = 2 * (size_t)(m->w->n_in / 32) * (m->w->layout == KN_LAYOUT_X16_Q4_0 ? X16_Q4_0_BLK : X16_Q8_0_BLK);
+  bool q4 = m->w->layout == KN_LAYOUT_X16_Q4_0;
+  size_t pair = 2 * kn_x16_panel_bytes(q4 ? KN_LAYOUT_X16_Q4_0 : KN_LAYOUT_X16_Q8_0, m->w->n_in);
   int64_t n_chunks = (t1 - t0 + 5) / 6;
   size_t slice = (pair / (size_t)n_chunks + 63) & ~(size_t)63;
   int64_t p = p0;
@@ -518,29 +450,10 @@ static void tile_q4_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_
   static const panel_fn two[] = {run2_q4_6, run2_q4_4, run2_q4_2, run2_q4_1};
   tile_pairs(m, r0, r1, t0, t1, two, one);
 }
-static void tile_q4_K(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
-  (void)th;
-  static const panel_fn run[] = {run_q4k_4, run_q4k_2, run_q4k_1};
-  tile_generic(m, r0, r1, t0, t1, run, 4);
-}
-static void tile_q6_K(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) {
-  (void)th;
-  static const panel_fn run[] = {run_q6k_4, run_q6k_2, run_q6k_1};
-  tile_generic(m, r0, r1, t0, t1, run, 4);
-}
+DEFINE_TILE(tile_q4_K, 4, run_q4k_4, run_q4k_2, run_q4k_1)
+DEFINE_TILE(tile_q6_K, 4, run_q6k_4, run_q6k_2, run_q6k_1)
 
-static const kn_mm_kernel mm_float = {NULL, NULL, tile_float, PR, NULL};
-static const kn_mm_kernel mm_q8_0 = {kn_act32_bytes, act32_quantize_q8, tile_q8_0, PR, NULL};
-static const kn_mm_kernel mm_q4_0 = {kn_act32_bytes, act32_quantize_q4, tile_q4_0, PR, NULL};
-static const kn_mm_kernel mm_q4_K = {kn_act256_bytes, act256_quantize, tile_q4_K, PR, NULL};
-static const kn_mm_kernel mm_q6_K = {kn_act256_bytes, act256_quantize, tile_q6_K, PR, NULL};
-
-
-const kn_mm_kernel *kn_avx512_mm_select(const kn_weight *w, int64_t n_tokens) {
-  (void)n_tokens;
-  static const kn_x16_kernels k = {&mm_float, &mm_q8_0, &mm_q4_0, &mm_q4_K, &mm_q6_K};
-  return kn_x16_select(w, &k);
-}
+DEFINE_X16_SELECT(kn_avx512_mm_select, act32_quantize_q8, act32_quantize_q4, act256_quantize)
 
 /* ---------------------------------------------------------------------------------------------
  * Element-wise and row operations
@@ -724,10 +637,7 @@ INLINE void attn_block(const float *qs, const void *kb, const void *vb, int64_t 
   float ps[16];
   _mm512_storeu_ps(ps, p);
   __m512 av[ATT_MAXV] = {0};
-  __m512 vc = _mm512_set1_ps(c);
-  UNROLL
-  for (int k = 0; k < nv; k++)
-    av[k] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * k), vc);
+  acc_row_load(av, acc, nv, _mm512_set1_ps(c));
   for (int jj = 0; jj < nb; jj++) {
     const void *v = kv_at(vb, jj * kv_stride, f16);
     __m512 pj = _mm512_set1_ps(ps[jj]);
@@ -735,26 +645,19 @@ INLINE void attn_block(const float *qs, const void *kb, const void *vb, int64_t 
     for (int k = 0; k < nv; k++)
       av[k] = _mm512_fmadd_ps(pj, kv_ldm(k == nv - 1 ? lm : 0xFFFF, v, 16 * k, f16), av[k]);
   }
-  UNROLL
-  for (int k = 0; k < nv; k++)
-    _mm512_storeu_ps(acc + 16 * k, av[k]);
+  acc_row_store(acc, av, nv);
 }
 
 
 INLINE void attn_tile(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr, int nv, bool f16) {
   int hd = a->head_dim, hp = nv * 16; /* padded head dim */
   __mmask16 lm = tail_mask(hd - (nv - 1) * 16);
-  const int64_t G = a->n_head / a->n_kv_head;
   const void *kb = kv_base(a, false, (int64_t)kvh * hd, f16), *vb = kv_base(a, true, (int64_t)kvh * hd, f16);
   float *qs = scr, *acc = scr + ATT_QT * hp, *ml = acc + ATT_QT * hp; /* ml: m[QT], l[QT] */
   int nq = (int)(i1 - i0);
-  int64_t nk[ATT_QT], kmax = 0;
+  int64_t nk[ATT_QT], kmax = tile_keys(a, i0, nq, nk);
   for (int r = 0; r < nq; r++) {
-    int64_t i = ROW_I(i0 + r);
-    int h = ROW_H(i0 + r);
-    nk[r] = kn_attn_keys(a, i);
-    kmax = nk[r] > kmax ? nk[r] : kmax;
-    const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
+    const float *q = tile_row_q(a, kvh, i0 + r);
     __m512 sc = _mm512_set1_ps(a->scale);
     for (int c = 0; c < nv; c++) {
       _mm512_storeu_ps(qs + r * hp + 16 * c,
@@ -773,14 +676,8 @@ INLINE void attn_tile(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *
       attn_block(qs + r * hp, kj, vj, a->kv_stride, nb, &ml[r], &ml[ATT_QT + r], acc + r * hp, nv, lm, f16);
     }
   }
-  for (int r = 0; r < nq; r++) {
-    float l = ml[ATT_QT + r];
-    __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
-    float *o = a->out + ROW_I(i0 + r) * a->out_stride + (int64_t)ROW_H(i0 + r) * hd;
-    for (int c = 0; c < nv; c++)
-      _mm512_mask_storeu_ps(o + 16 * c, c == nv - 1 ? lm : 0xFFFF,
-                            _mm512_mul_ps(_mm512_loadu_ps(acc + r * hp + 16 * c), il));
-  }
+  for (int r = 0; r < nq; r++)
+    tile_row_store(a, kvh, i0 + r, acc + r * hp, ml[ATT_QT + r], nv, lm);
 }
 
 
@@ -792,19 +689,14 @@ INLINE void attn_tile(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *
 INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr, int NV, int QB,
                         bool f16) {
   const int hd = 16 * NV;
-  const int64_t G = a->n_head / a->n_kv_head;
   const void *kb = kv_base(a, false, (int64_t)kvh * hd, f16), *vb = kv_base(a, true, (int64_t)kvh * hd, f16);
   float *qs = scr, *acc = qs + ATT_QT * hd, *ml = acc + ATT_QT * hd, *kt = ml + 2 * ATT_QT;
   float *ps = kt + 32 * hd; /* [QB][32] */
   int nq = (int)(i1 - i0);
-  int64_t nk[ATT_QT], kmax = 0;
+  int64_t nk[ATT_QT], kmax = tile_keys(a, i0, nq, nk);
   __m512 sc = _mm512_set1_ps(a->scale);
   for (int r = 0; r < nq; r++) {
-    int64_t i = ROW_I(i0 + r);
-    int h = ROW_H(i0 + r);
-    nk[r] = kn_attn_keys(a, i);
-    kmax = nk[r] > kmax ? nk[r] : kmax;
-    const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
+    const float *q = tile_row_q(a, kvh, i0 + r);
     for (int c = 0; c < NV; c++) {
       _mm512_storeu_ps(qs + r * hd + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(q + 16 * c), sc));
       _mm512_storeu_ps(acc + r * hd + 16 * c, _mm512_setzero_ps());
@@ -880,10 +772,7 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
         }
         _mm512_storeu_ps(ps + 32 * r, p0);
         _mm512_storeu_ps(ps + 32 * r + 16, p1);
-        __m512 vc = _mm512_set1_ps(c);
-        UNROLL
-        for (int k = 0; k < NV; k++)
-          av[r][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + rr[r] * hd + 16 * k), vc);
+        acc_row_load(av[r], acc + rr[r] * hd, NV, _mm512_set1_ps(c));
       }
       for (int jj = 0; jj < nb; jj++) {
         const void *v = kv_at(vj, jj * a->kv_stride, f16);
@@ -898,17 +787,11 @@ INLINE void attn_tile_t(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float
       UNROLL
       for (int r = 0; r < QB; r++)
         if (g0 + r < nq)
-          for (int k = 0; k < NV; k++)
-            _mm512_storeu_ps(acc + rr[r] * hd + 16 * k, av[r][k]);
+          acc_row_store(acc + rr[r] * hd, av[r], NV);
     }
   }
-  for (int r = 0; r < nq; r++) {
-    float l = ml[ATT_QT + r];
-    __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
-    float *o = a->out + ROW_I(i0 + r) * a->out_stride + (int64_t)ROW_H(i0 + r) * hd;
-    for (int c = 0; c < NV; c++)
-      _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + r * hd + 16 * c), il));
-  }
+  for (int r = 0; r < nq; r++)
+    tile_row_store(a, kvh, i0 + r, acc + r * hd, ml[ATT_QT + r], NV, 0xFFFF);
 }
 
 /* Called once per KV head (kn_ops.attn_by_group): queries [q0, q1) of every query head of the
@@ -1004,7 +887,4 @@ void kn_avx512_override(kn_ops *ops) {
   ops->attn_by_group = true;
 }
 
-#else
-#include "kernels/kernels_impl.h"
-void kn_avx512_override(kn_ops *ops) { (void)ops; }
 #endif

@@ -161,7 +161,6 @@ static void bf16_kv_block(const kn_attn *a, int kvh, int64_t j0, int nb, uint32_
 
 INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, float *scr) {
   enum { HD = ATT_HD_BF, NV = HD / 16, NP = HD / 2, QB = 4, KB = ATT_KB_BF, NH = KB / 16 };
-  const int64_t G = a->n_head / a->n_kv_head;
   /* scratch: qb [QT][NP] pairs, acc [QT][HD], mv [QT][16] (the running max in every lane),
    * lv [QT][16] (16 partial sums of the probabilities, added up at the end), kt2 [NH][NP][16],
    * vt2 [KB/2][NV][16], ps [QB][KB/2] pairs */
@@ -169,14 +168,10 @@ INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, fl
   float *acc = scr + ATT_QT * NP, *mv = acc + ATT_QT * HD, *lv = mv + ATT_QT * 16;
   uint32_t *kt2s = (uint32_t *)(lv + ATT_QT * 16), *vt2s = kt2s + NH * NP * 16, *ps = vt2s + (KB / 2) * NV * 16;
   int nq = (int)(i1 - i0);
-  int64_t nk[ATT_QT], kmax = 0;
+  int64_t nk[ATT_QT], kmax = tile_keys(a, i0, nq, nk);
   __m512 sc = _mm512_set1_ps(a->scale);
   for (int r = 0; r < nq; r++) {
-    int64_t i = ROW_I(i0 + r);
-    int h = ROW_H(i0 + r);
-    nk[r] = kn_attn_keys(a, i);
-    kmax = nk[r] > kmax ? nk[r] : kmax;
-    const float *q = a->q + i * a->q_stride + (int64_t)h * HD;
+    const float *q = tile_row_q(a, kvh, i0 + r);
     for (int c = 0; c < NV; c += 2)
       _mm512_storeu_si512(qb + r * NP + 8 * c,
                           (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(_mm512_loadu_ps(q + 16 * c + 16), sc),
@@ -280,9 +275,7 @@ INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, fl
         }
         _mm512_storeu_si512(ps + (KB / 2) * r, (__m512i)_mm512_cvtne2ps_pbh(p[1], p[0]));
         _mm512_storeu_si512(ps + (KB / 2) * r + 16, (__m512i)_mm512_cvtne2ps_pbh(p[3], p[2]));
-        UNROLL
-        for (int k = 0; k < NV; k++)
-          av[r][k] = _mm512_mul_ps(_mm512_loadu_ps(acc + rr[r] * HD + 16 * k), vc);
+        acc_row_load(av[r], acc + rr[r] * HD, NV, vc);
       }
       for (int kp = 0; kp < nkp; kp++) {
         UNROLL
@@ -296,17 +289,11 @@ INLINE void attn_tile_bf16(const kn_attn *a, int kvh, int64_t i0, int64_t i1, fl
       UNROLL
       for (int r = 0; r < QB; r++)
         if (g0 + r < nq)
-          for (int k = 0; k < NV; k++)
-            _mm512_storeu_ps(acc + rr[r] * HD + 16 * k, av[r][k]);
+          acc_row_store(acc + rr[r] * HD, av[r], NV);
     }
   }
-  for (int r = 0; r < nq; r++) {
-    float l = _mm512_reduce_add_ps(_mm512_loadu_ps(lv + 16 * r));
-    __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
-    float *o = a->out + ROW_I(i0 + r) * a->out_stride + (int64_t)ROW_H(i0 + r) * HD;
-    for (int c = 0; c < NV; c++)
-      _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_loadu_ps(acc + r * HD + 16 * c), il));
-  }
+  for (int r = 0; r < nq; r++)
+    tile_row_store(a, kvh, i0 + r, acc + r * HD, _mm512_reduce_add_ps(_mm512_loadu_ps(lv + 16 * r)), NV, 0xFFFF);
 }
 
 /* Fast-tier entry: head_dim 64 tiles in bf16; anything else as the exact path. */
@@ -371,7 +358,4 @@ void kn_avx512bf16_override(kn_ops *ops) {
   ops->attention_fast_prep = avx512_attention_fast_prep;
 }
 
-#else
-#include "kernels/kernels_impl.h"
-void kn_avx512bf16_override(kn_ops *ops) { (void)ops; }
 #endif

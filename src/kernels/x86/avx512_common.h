@@ -13,10 +13,20 @@
 #include "kernels/kernels_impl.h"
 #include "kernels/x86/simd_common.h"
 
+/* acc[t]: the panel's 16 rows for token t (DEFINE_RUN in simd_common.h). */
+#define PANEL_ACC(name, TT) __m512 name[TT]
+
+/* Zeroes n accumulators (a run's, or a panel pair's 2 TT). */
+INLINE void panel_zero(__m512 *acc, int n) {
+  UNROLL
+  for (int k = 0; k < n; k++)
+    acc[k] = _mm512_setzero_ps();
+}
+
 /* Stores the (masked) 16 outputs per token of panel p for TT tokens starting at t, plus bias. */
 INLINE void panel_store(const kn_mm *m, int64_t p, int64_t t, int TT, const __m512 *acc) {
   int64_t n_out = m->w->n_out, r0 = p * PR;
-  int rows = (int)(n_out - r0 < PR ? n_out - r0 : PR);
+  int rows = kn_panel_rows(n_out, p);
   __mmask16 mask = (__mmask16)((1u << rows) - 1);
   __m512 bias = m->bias ? _mm512_maskz_loadu_ps(mask, m->bias + r0) : _mm512_setzero_ps();
   for (int k = 0; k < TT; k++)
@@ -72,6 +82,47 @@ INLINE void transpose16(__m512 *r) {
  * block once. */
 #define ROW_I(R) ((R) / G)
 #define ROW_H(R) (kvh * G + (int)((R) % G))
+
+/* A row's output accumulator (nv vectors of 16) in registers for one key block: loaded rescaled
+ * by c (the online softmax's correction for a grown maximum), stored back after the block. */
+INLINE void acc_row_load(__m512 *av, const float *acc, int nv, __m512 c) {
+  UNROLL
+  for (int k = 0; k < nv; k++)
+    av[k] = _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * k), c);
+}
+INLINE void acc_row_store(float *acc, const __m512 *av, int nv) {
+  UNROLL
+  for (int k = 0; k < nv; k++)
+    _mm512_storeu_ps(acc + 16 * k, av[k]);
+}
+
+/* The keys each row of the tile [i0, i0 + nq) sees, into nk[r]; returns the most
+ * any of them sees. */
+INLINE int64_t tile_keys(const kn_attn *a, int64_t i0, int nq, int64_t *nk) {
+  const int64_t G = a->n_head / a->n_kv_head;
+  int64_t kmax = 0;
+  for (int r = 0; r < nq; r++) {
+    nk[r] = kn_attn_keys(a, ROW_I(i0 + r));
+    kmax = nk[r] > kmax ? nk[r] : kmax;
+  }
+  return kmax;
+}
+
+/* The query vector of tile row R. */
+INLINE const float *tile_row_q(const kn_attn *a, int kvh, int64_t R) {
+  const int64_t G = a->n_head / a->n_kv_head;
+  return a->q + ROW_I(R) * a->q_stride + (int64_t)ROW_H(R) * a->head_dim;
+}
+
+/* The output of tile row R: acc / l in nv chunks of 16 (the last one masked by lm); zeros when l
+ * is 0 (a row that saw no key). */
+INLINE void tile_row_store(const kn_attn *a, int kvh, int64_t R, const float *acc, float l, int nv, __mmask16 lm) {
+  const int64_t G = a->n_head / a->n_kv_head;
+  __m512 il = _mm512_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
+  float *o = a->out + ROW_I(R) * a->out_stride + (int64_t)ROW_H(R) * a->head_dim;
+  for (int c = 0; c < nv; c++)
+    _mm512_mask_storeu_ps(o + 16 * c, c == nv - 1 ? lm : 0xFFFF, _mm512_mul_ps(_mm512_loadu_ps(acc + 16 * c), il));
+}
 
 /* The exact-tier attention of avx512.c (the fast tier falls back to it). */
 void kn_avx512_attention(const kn_attn *a, int kvh, int64_t q0, int64_t q1, int thread);

@@ -71,4 +71,52 @@ static inline void tile_generic(const kn_mm *m, int64_t r0, int64_t r1, int64_t 
 
 #define PEAK_PROBE(NAME, T, INIT, STEP, SUM) PEAK_PROBE_N(NAME, T, 16, INIT, STEP, SUM)
 
+/* Matmul runs: NAME computes panel p for tokens t .. t+TT-1 of the kn_mm m with BODY (one of the
+ * *_BODY calls below) into acc, then panel_store writes them. Each ISA's panel header defines
+ * PANEL_ACC (its accumulator array for TT tokens) and panel_store; each matmul file defines the
+ * panel functions with the parameters of the bodies. */
+#define DEFINE_RUN(NAME, TT, BODY)                          \
+  static void NAME(const kn_mm *m, int64_t p, int64_t t) { \
+    PANEL_ACC(acc, TT);                                    \
+    const kn_weight *w = m->w;                             \
+    BODY;                                                  \
+    panel_store(m, p, t, TT, acc);                         \
+  }
+#define X16_PANEL(L) ((const uint8_t *)w->packed + (size_t)p * kn_x16_panel_bytes(L, w->n_in))
+#define XQ(t) ((const int8_t *)m->xq + (size_t)(t) * m->xq_stride)
+#define FLOAT_BODY(TT, L) panel_float(X16_PANEL(L), L, m->x + t * w->n_in, w->n_in, TT, acc)
+#define Q80_BODY(TT, Q4)                                                                             \
+  panel_q8_0(X16_PANEL((Q4) ? KN_LAYOUT_X16_Q4_0 : KN_LAYOUT_X16_Q8_0), Q4, XQ(t), m->xq_stride, \
+             w->n_in, TT, acc)
+#define Q4K_BODY(TT) panel_q4_K(X16_PANEL(KN_LAYOUT_X16_Q4_K), XQ(t), m->xq_stride, w->n_in, TT, acc)
+#define Q6K_BODY(TT) panel_q6_K(X16_PANEL(KN_LAYOUT_X16_Q6_K), XQ(t), m->xq_stride, w->n_in, TT, acc)
+
+/* run_q8_TT and run_q4_TT: the Q8_0 and Q4_0 runs of TT tokens (one panel_q8_0 for both). */
+#define DEFINE_Q80_RUNS(TT)                            \
+  DEFINE_RUN(run_q8_##TT, TT, Q80_BODY(TT, false)) \
+  DEFINE_RUN(run_q4_##TT, TT, Q80_BODY(TT, true))
+
+/* A tile function over runs of MAX, MAX/2, ..., 1 tokens (tile_generic). */
+#define DEFINE_TILE(NAME, MAX, ...)                                                           \
+  static void NAME(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, int64_t t1, int th) { \
+    (void)th;                                                                                 \
+    static const panel_fn run[] = {__VA_ARGS__};                                              \
+    tile_generic(m, r0, r1, t0, t1, run, MAX);                                                \
+  }
+
+/* NAME, a variant's matmul choice for X16 weights: its tile functions tile_float, tile_q8_0,
+ * tile_q4_0, tile_q4_K, tile_q6_K, with act32 activations quantized by ACT_Q8 / ACT_Q4 for Q8_0 /
+ * Q4_0 and act256 activations quantized by ACT_K for the K-quants (kn_x16_select). */
+#define DEFINE_X16_SELECT(NAME, ACT_Q8, ACT_Q4, ACT_K)                            \
+  const kn_mm_kernel *NAME(const kn_weight *w, int64_t n_tokens) {              \
+    (void)n_tokens;                                                              \
+    static const kn_mm_kernel flt = {NULL, NULL, tile_float, PR, NULL};         \
+    static const kn_mm_kernel q8_0 = {kn_act32_bytes, ACT_Q8, tile_q8_0, PR, NULL}; \
+    static const kn_mm_kernel q4_0 = {kn_act32_bytes, ACT_Q4, tile_q4_0, PR, NULL}; \
+    static const kn_mm_kernel q4_K = {kn_act256_bytes, ACT_K, tile_q4_K, PR, NULL}; \
+    static const kn_mm_kernel q6_K = {kn_act256_bytes, ACT_K, tile_q6_K, PR, NULL}; \
+    static const kn_x16_kernels k = {&flt, &q8_0, &q4_0, &q4_K, &q6_K};         \
+    return kn_x16_select(w, &k);                                                 \
+  }
+
 #endif
