@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/free_each.h"
 #include "base/mapfile.h"
 #include "base/status.h"
 
@@ -620,10 +621,7 @@ void gguf_close(gguf *g) {
     return;
   for (int64_t k = 0; k < g->n_kv; k++)
     free(g->kv[k].arr_str_off);
-  free(g->kv);
-  free(g->tensors);
-  free(g->kv_index.slots);
-  free(g->tensor_index.slots);
+  FREE_EACH(g->kv, g->tensors, g->kv_index.slots, g->tensor_index.slots);
   while (g->arena) {
     arena_block *next = g->arena->next;
     free(g->arena);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 
 /* ---- building -------------------------------------------------------------------------------- */
@@ -74,12 +75,7 @@ void grammar_set_root(grammar *g, uint32_t node) { g->nodes[GRAMMAR_NODE_ROOT].c
 void grammar_free(grammar *g) {
   if (!g)
     return;
-  free(g->nodes);
-  free(g->props);
-  free(g->lits);
-  free(g->alts);
-  free(g->pool);
-  free(g);
+  FREE_EACH(g->nodes, g->props, g->lits, g->alts, g->pool, g);
 }
 
 qvl_status grammar_init(grammar **out) {
