@@ -326,6 +326,21 @@ static inline int nearest_int(float fval) {
 
 #define GROUP_MAX_EPS 1e-15f
 
+/* The element of x[0..n) largest in magnitude, signed (the first of equals; 0 when all are 0), and
+ * that magnitude in *amax. */
+static float largest_magnitude(const float *x, int n, float *amax) {
+  float max = 0, a = 0;
+  for (int i = 0; i < n; i++) {
+    float ax = fabsf(x[i]);
+    if (ax > a) {
+      a = ax;
+      max = x[i];
+    }
+  }
+  *amax = a;
+  return max;
+}
+
 static void quant_q8_0(const float *x, void *dst, int64_t nb) {
   blk_q8_0 *y = dst;
   for (int64_t i = 0; i < nb; i++) {
@@ -346,13 +361,8 @@ static void quant_q4_0(const float *x, void *dst, int64_t nb) {
   blk_q4_0 *y = dst;
   for (int64_t i = 0; i < nb; i++) {
     const float *xb = x + i * QK4_0;
-    float amax = 0.0f, max = 0.0f; /* max = the signed value of largest magnitude */
-    for (int j = 0; j < QK4_0; j++) {
-      if (amax < fabsf(xb[j])) {
-        amax = fabsf(xb[j]);
-        max = xb[j];
-      }
-    }
+    float amax;
+    float max = largest_magnitude(xb, QK4_0, &amax);
     float d = max / -8.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
@@ -452,14 +462,8 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
 /* Symmetric fit x ~ scale * (L - nmax), L in [0, 2 nmax), weights x^2, over a sweep of 19 candidate
  * scales (ggml's make_qx_quants with rmse_type = 1 and no importance weights). */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; i++) {
-    float ax = fabsf(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax;
+  float max = largest_magnitude(x, n, &amax);
   if (amax < GROUP_MAX_EPS) {
     for (int i = 0; i < n; i++)
       L[i] = 0;
@@ -622,14 +626,8 @@ static void quant_q6_K(const float *x, void *dst, int64_t nb) {
 static void quant_q8_K(const float *x, void *dst, int64_t nb) {
   blk_q8_K *y = dst;
   for (int64_t i = 0; i < nb; i++) {
-    float max = 0, amax = 0;
-    for (int j = 0; j < QK_K; j++) {
-      float ax = fabsf(x[j]);
-      if (ax > amax) {
-        amax = ax;
-        max = x[j];
-      }
-    }
+    float amax;
+    float max = largest_magnitude(x, QK_K, &amax);
     if (!amax) {
       memset(&y[i], 0, sizeof y[i]);
       x += QK_K;
