@@ -137,6 +137,18 @@ static qvl_status write_meta(gguf_writer *w, const meta_entry *e, size_t n) {
   return QVL_OK;
 }
 
+/* The general.* keys every generated file starts with. */
+static qvl_status write_general(gguf_writer *w, const char *arch, const char *kind, const char *name, qvl_dtype type) {
+  const meta_entry meta[] = {
+      {"general.architecture", GGUF_TYPE_STRING, .str = arch},
+      {"general.type", GGUF_TYPE_STRING, .str = kind},
+      {"general.name", GGUF_TYPE_STRING, .str = name},
+      {"general.quantization_version", GGUF_TYPE_UINT32, .u32 = 2},
+      {"general.file_type", GGUF_TYPE_UINT32, .u32 = (uint32_t)file_type_of(type)},
+  };
+  return write_meta(w, meta, sizeof meta / sizeof meta[0]);
+}
+
 static qvl_status copy_tokenizer(gguf_writer *w, const gguf *src, int64_t n_vocab) {
   for (int64_t i = 0; i < gguf_n_kv(src); i++) {
     const char *key = gguf_key_name(src, i);
@@ -218,11 +230,6 @@ qvl_status random_text_write(const random_text_shape *sh, qvl_dtype type, const 
   if (!w)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   const meta_entry meta[] = {
-      {"general.architecture", GGUF_TYPE_STRING, .str = "qwen3vl"},
-      {"general.type", GGUF_TYPE_STRING, .str = "model"},
-      {"general.name", GGUF_TYPE_STRING, .str = "qvl-random-qwen3vl"},
-      {"general.quantization_version", GGUF_TYPE_UINT32, .u32 = 2},
-      {"general.file_type", GGUF_TYPE_UINT32, .u32 = (uint32_t)file_type_of(type)},
       {"qwen3vl.block_count", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_layer},
       {"qwen3vl.context_length", GGUF_TYPE_UINT32, .u32 = 262144},
       {"qwen3vl.embedding_length", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_embd},
@@ -237,7 +244,9 @@ qvl_status random_text_write(const random_text_shape *sh, qvl_dtype type, const 
       {"qwen3vl.attention.value_length", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->head_dim},
       {"qwen3vl.n_deepstack_layers", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_deepstack},
   };
-  qvl_status s = write_meta(w, meta, sizeof meta / sizeof meta[0]);
+  qvl_status s = write_general(w, "qwen3vl", "model", "qvl-random-qwen3vl", type);
+  if (s == QVL_OK)
+    s = write_meta(w, meta, sizeof meta / sizeof meta[0]);
   if (s == QVL_OK)
     s = copy_tokenizer(w, tok_src, sh->n_vocab);
   if (s == QVL_OK && sh->chat_template)
@@ -316,11 +325,6 @@ qvl_status random_mmproj_write(const random_vision_shape *sh, qvl_dtype type, ui
       is_ds[sh->deepstack_layers[k]] = true;
   float half[3] = {0.5f, 0.5f, 0.5f};
   const meta_entry meta[] = {
-      {"general.architecture", GGUF_TYPE_STRING, .str = "clip"},
-      {"general.type", GGUF_TYPE_STRING, .str = "mmproj"},
-      {"general.name", GGUF_TYPE_STRING, .str = "qvl-random-qwen3vl-mmproj"},
-      {"general.quantization_version", GGUF_TYPE_UINT32, .u32 = 2},
-      {"general.file_type", GGUF_TYPE_UINT32, .u32 = (uint32_t)file_type_of(type)},
       {"clip.has_vision_encoder", GGUF_TYPE_BOOL, .b = true},
       {"clip.vision.projection_dim", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->proj_dim},
       {"clip.vision.image_size", GGUF_TYPE_UINT32, .u32 = (uint32_t)(sh->pos_side * sh->patch_size)},
@@ -338,7 +342,9 @@ qvl_status random_mmproj_write(const random_vision_shape *sh, qvl_dtype type, ui
       {"clip.vision.is_deepstack_layers", GGUF_TYPE_ARRAY, .arr_type = GGUF_TYPE_BOOL, .arr = is_ds,
        .arr_n = (uint64_t)sh->n_layer},
   };
-  qvl_status s = write_meta(w, meta, sizeof meta / sizeof meta[0]);
+  qvl_status s = write_general(w, "clip", "mmproj", "qvl-random-qwen3vl-mmproj", type);
+  if (s == QVL_OK)
+    s = write_meta(w, meta, sizeof meta / sizeof meta[0]);
   if (s == QVL_OK)
     s = mmproj_tensors(w, sh, type, seed);
   if (s == QVL_OK)
