@@ -220,8 +220,7 @@ qvl_status token_mask_walker_init(const token_trie *tt, token_mask_walker **out)
 void token_mask_walker_free(token_mask_walker *w) {
   if (!w)
     return;
-  free(w->st);
-  free(w);
+  FREE_EACH(w->st, w);
 }
 
 void token_mask_walker_set_poll(token_mask_walker *w, token_mask_poll_fn poll, void *user) {

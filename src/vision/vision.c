@@ -839,8 +839,7 @@ qvl_status vision_job_run(vision_job *j, int64_t max_layers, bool *done_out) {
 void vision_job_free(vision_job *j) {
   if (!j)
     return;
-  free(j->mem);
-  free(j);
+  FREE_EACH(j->mem, j);
 }
 
 qvl_status vision_encode(const vision_model *m, const float *pixel_values, int64_t grid_t,
