@@ -939,25 +939,24 @@ typedef struct encode_ctx {
   size_t pieces;
 } encode_ctx;
 
+/* Resizes *p to bytes; on failure *p keeps its old block (still owned by the caller) and it is false. */
+static bool realloc_keep(void **p, size_t bytes) {
+  void *q = realloc(*p, bytes);
+  if (q)
+    *p = q;
+  return q != NULL;
+}
+
 static qvl_status ctx_scratch(encode_ctx *c, size_t n) {
   if (n <= c->scratch_cap)
     return QVL_OK;
   size_t cap = c->scratch_cap ? c->scratch_cap : 256;
   while (cap < n)
     cap *= 2;
-  int32_t *sym = realloc(c->sym, cap * sizeof *sym);
-  if (sym)
-    c->sym = sym;
-  int32_t *prev = realloc(c->prev, cap * sizeof *prev);
-  if (prev)
-    c->prev = prev;
-  int32_t *next = realloc(c->next, cap * sizeof *next);
-  if (next)
-    c->next = next;
-  uint64_t *heap = realloc(c->heap, 2 * cap * sizeof *heap);
-  if (heap)
-    c->heap = heap;
-  if (!sym || !prev || !next || !heap)
+  if (!realloc_keep((void **)&c->sym, cap * sizeof *c->sym) ||
+      !realloc_keep((void **)&c->prev, cap * sizeof *c->prev) ||
+      !realloc_keep((void **)&c->next, cap * sizeof *c->next) ||
+      !realloc_keep((void **)&c->heap, 2 * cap * sizeof *c->heap))
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory encoding a %zu-byte piece", n);
   c->scratch_cap = cap;
   return QVL_OK;
