@@ -224,6 +224,14 @@ static qvl_status text_tensors(gguf_writer *w, const random_text_shape *sh, qvl_
   return QVL_OK;
 }
 
+/* The end of writing a file: saves w to path when all before succeeded (s is QVL_OK); frees w. */
+static qvl_status save_and_free(gguf_writer *w, qvl_status s, const char *path) {
+  if (s == QVL_OK)
+    s = gguf_writer_save(w, path);
+  gguf_writer_free(w);
+  return s;
+}
+
 qvl_status random_text_write(const random_text_shape *sh, qvl_dtype type, const gguf *tok_src, uint64_t seed,
                              const char *path) {
   gguf_writer *w = gguf_writer_init();
@@ -253,10 +261,7 @@ qvl_status random_text_write(const random_text_shape *sh, qvl_dtype type, const 
     s = gguf_writer_set_str(w, "tokenizer.chat_template", sh->chat_template);
   if (s == QVL_OK)
     s = text_tensors(w, sh, type, seed);
-  if (s == QVL_OK)
-    s = gguf_writer_save(w, path);
-  gguf_writer_free(w);
-  return s;
+  return save_and_free(w, s, path);
 }
 
 static qvl_status linear(gguf_writer *w, const char *prefix, qvl_dtype type, int64_t n_in, int64_t n_out,
@@ -347,8 +352,5 @@ qvl_status random_mmproj_write(const random_vision_shape *sh, qvl_dtype type, ui
     s = write_meta(w, meta, sizeof meta / sizeof meta[0]);
   if (s == QVL_OK)
     s = mmproj_tensors(w, sh, type, seed);
-  if (s == QVL_OK)
-    s = gguf_writer_save(w, path);
-  gguf_writer_free(w);
-  return s;
+  return save_and_free(w, s, path);
 }
