@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/free_each.h"
 #include "base/mapfile.h"
 #include "base/status.h"
 
@@ -361,33 +362,60 @@ static qvl_status parse_value(reader *r, gguf_kv *kv) {
   return QVL_OK;
 }
 
+/* How reading a key's name and a tensor's name differ: the words of the messages, the length limit
+ * and the index the name goes into. */
+typedef struct entry_names {
+  const char *noun;        /* "<noun> #k has an empty name" */
+  const char *nul_byte;    /* "<noun> #k ('name') <nul_byte>" */
+  const char *dup_what;    /* "duplicate <dup_what> 'name'" */
+  const char *dup_entries; /* "(<dup_entries> #i and #k)" */
+  uint64_t max_len;        /* 0: no limit */
+  name_of_fn name_of;
+} entry_names;
+
+static const entry_names key_names = {"key", "contains a NUL byte", "key", "entries", GGUF_MAX_KEY_LEN, kv_name_of};
+static const entry_names tensor_names = {"tensor", "has a NUL byte in its name", "tensor name", "tensors", 0,
+                                         tensor_name_of};
+
+/* Reads the name of entry #k, checks it (not empty, within the limit, no NUL byte, not a
+ * duplicate), copies it into the arena as *name and adds it to ix. *shown is its printable form,
+ * for the caller's later messages. */
+static qvl_status read_entry_name(reader *r, uint64_t k, const entry_names *en, name_index *ix, const char **name,
+                                  name_buf *shown) {
+  gguf *g = r->g;
+  const uint8_t *p;
+  uint64_t len;
+  snprintf(r->what, sizeof r->what, "the name of %s #%llu", en->noun, (unsigned long long)k);
+  QVL_TRY(read_str(r, &p, &len));
+  *shown = show_name(p, len);
+  if (len == 0)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: %s #%llu has an empty name", g->img.label, en->noun, (unsigned long long)k);
+  if (en->max_len && len > en->max_len)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: %s #%llu ('%s') is %llu bytes long, the limit is %llu", g->img.label,
+                      en->noun, (unsigned long long)k, shown->s, (unsigned long long)len,
+                      (unsigned long long)en->max_len);
+  if (memchr(p, 0, (size_t)len))
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: %s #%llu ('%s') %s", g->img.label, en->noun, (unsigned long long)k,
+                      shown->s, en->nul_byte);
+  int64_t dup;
+  uint64_t slot = index_probe(ix, g, en->name_of, (const char *)p, (size_t)len, &dup);
+  if (dup >= 0)
+    return qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate %s '%s' (%s #%lld and #%llu)", g->img.label, en->dup_what,
+                      shown->s, en->dup_entries, (long long)dup, (unsigned long long)k);
+  *name = arena_copy(g, p, (size_t)len);
+  if (!*name)
+    return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory copying %s names", g->img.label, en->noun);
+  ix->slots[slot] = (uint32_t)k + 1;
+  return QVL_OK;
+}
+
 static qvl_status parse_kvs(reader *r, uint64_t n_kv) {
   gguf *g = r->g;
   for (uint64_t k = 0; k < n_kv; k++) {
     gguf_kv *kv = &g->kv[k];
-    const uint8_t *p;
-    uint64_t len;
     uint32_t type;
-    snprintf(r->what, sizeof r->what, "the name of key #%llu", (unsigned long long)k);
-    QVL_TRY(read_str(r, &p, &len));
-    name_buf shown = show_name(p, len);
-    if (len == 0)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key #%llu has an empty name", g->img.label, (unsigned long long)k);
-    if (len > GGUF_MAX_KEY_LEN)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key #%llu ('%s') is %llu bytes long, the limit is %d", g->img.label,
-                        (unsigned long long)k, shown.s, (unsigned long long)len, GGUF_MAX_KEY_LEN);
-    if (memchr(p, 0, (size_t)len))
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: key #%llu ('%s') contains a NUL byte", g->img.label,
-                        (unsigned long long)k, shown.s);
-    int64_t dup;
-    uint64_t slot = index_probe(&g->kv_index, g, kv_name_of, (const char *)p, (size_t)len, &dup);
-    if (dup >= 0)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate key '%s' (entries #%lld and #%llu)", g->img.label,
-                        shown.s, (long long)dup, (unsigned long long)k);
-    kv->key = arena_copy(g, p, (size_t)len);
-    if (!kv->key)
-      return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory copying key names", g->img.label);
-    g->kv_index.slots[slot] = (uint32_t)k + 1;
+    name_buf shown;
+    QVL_TRY(read_entry_name(r, k, &key_names, &g->kv_index, &kv->key, &shown));
     g->n_kv = (int64_t)k + 1; /* entries up to here are complete enough for gguf_close */
     snprintf(r->what, sizeof r->what, "the type of key '%s'", shown.s);
     QVL_TRY(read_u32(r, &type));
@@ -420,26 +448,8 @@ static qvl_status parse_tensor_infos(reader *r, uint64_t n_tensors) {
   gguf *g = r->g;
   for (uint64_t k = 0; k < n_tensors; k++) {
     tensor *t = &g->tensors[k];
-    const uint8_t *p;
-    uint64_t len;
-    snprintf(r->what, sizeof r->what, "the name of tensor #%llu", (unsigned long long)k);
-    QVL_TRY(read_str(r, &p, &len));
-    name_buf shown = show_name(p, len);
-    if (len == 0)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor #%llu has an empty name", g->img.label,
-                        (unsigned long long)k);
-    if (memchr(p, 0, (size_t)len))
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor #%llu ('%s') has a NUL byte in its name", g->img.label,
-                        (unsigned long long)k, shown.s);
-    int64_t dup;
-    uint64_t slot = index_probe(&g->tensor_index, g, tensor_name_of, (const char *)p, (size_t)len, &dup);
-    if (dup >= 0)
-      return qvl_errorf(QVL_ERR_FORMAT, "%s: duplicate tensor name '%s' (tensors #%lld and #%llu)",
-                        g->img.label, shown.s, (long long)dup, (unsigned long long)k);
-    t->name = arena_copy(g, p, (size_t)len);
-    if (!t->name)
-      return qvl_errorf(QVL_ERR_NOMEM, "%s: out of memory copying tensor names", g->img.label);
-    g->tensor_index.slots[slot] = (uint32_t)k + 1;
+    name_buf shown;
+    QVL_TRY(read_entry_name(r, k, &tensor_names, &g->tensor_index, &t->name, &shown));
     g->n_tensors = (int64_t)k + 1;
 
     uint32_t n_dims, type;
@@ -620,10 +630,7 @@ void gguf_close(gguf *g) {
     return;
   for (int64_t k = 0; k < g->n_kv; k++)
     free(g->kv[k].arr_str_off);
-  free(g->kv);
-  free(g->tensors);
-  free(g->kv_index.slots);
-  free(g->tensor_index.slots);
+  FREE_EACH(g->kv, g->tensors, g->kv_index.slots, g->tensor_index.slots);
   while (g->arena) {
     arena_block *next = g->arena->next;
     free(g->arena);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/free_each.h"
 #include "base/mapfile.h"
 #include "base/status.h"
 
@@ -55,9 +56,7 @@ void gguf_writer_free(gguf_writer *w) {
     free(w->t[i].name);
     free(w->t[i].owned);
   }
-  free(w->kv);
-  free(w->t);
-  free(w);
+  FREE_EACH(w->kv, w->t, w);
 }
 
 static qvl_status grow(void **arr, size_t *cap, size_t n, size_t elem) {

@@ -108,6 +108,47 @@ static int file_type_of(qvl_dtype t) {
   }
 }
 
+/* One metadata key of a generated file: type says which member holds the value (GGUF_TYPE_ARRAY:
+ * arr_n elements of arr_type at arr). */
+typedef struct meta_entry {
+  const char *key;
+  gguf_type type;
+  const char *str;
+  uint32_t u32;
+  float f32;
+  bool b;
+  gguf_type arr_type;
+  const void *arr;
+  uint64_t arr_n;
+} meta_entry;
+
+/* Writes the n entries in order. */
+static qvl_status write_meta(gguf_writer *w, const meta_entry *e, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    switch (e[i].type) {
+    case GGUF_TYPE_STRING: QVL_TRY(gguf_writer_set_str(w, e[i].key, e[i].str)); break;
+    case GGUF_TYPE_UINT32: QVL_TRY(gguf_writer_set_u32(w, e[i].key, e[i].u32)); break;
+    case GGUF_TYPE_FLOAT32: QVL_TRY(gguf_writer_set_f32(w, e[i].key, e[i].f32)); break;
+    case GGUF_TYPE_BOOL: QVL_TRY(gguf_writer_set_bool(w, e[i].key, e[i].b)); break;
+    case GGUF_TYPE_ARRAY: QVL_TRY(gguf_writer_set_array(w, e[i].key, e[i].arr_type, e[i].arr, e[i].arr_n)); break;
+    default: return qvl_errorf(QVL_ERR_INTERNAL, "random model: metadata '%s' has no writer", e[i].key);
+    }
+  }
+  return QVL_OK;
+}
+
+/* The general.* keys every generated file starts with. */
+static qvl_status write_general(gguf_writer *w, const char *arch, const char *kind, const char *name, qvl_dtype type) {
+  const meta_entry meta[] = {
+      {"general.architecture", GGUF_TYPE_STRING, .str = arch},
+      {"general.type", GGUF_TYPE_STRING, .str = kind},
+      {"general.name", GGUF_TYPE_STRING, .str = name},
+      {"general.quantization_version", GGUF_TYPE_UINT32, .u32 = 2},
+      {"general.file_type", GGUF_TYPE_UINT32, .u32 = (uint32_t)file_type_of(type)},
+  };
+  return write_meta(w, meta, sizeof meta / sizeof meta[0]);
+}
+
 static qvl_status copy_tokenizer(gguf_writer *w, const gguf *src, int64_t n_vocab) {
   for (int64_t i = 0; i < gguf_n_kv(src); i++) {
     const char *key = gguf_key_name(src, i);
@@ -183,54 +224,44 @@ static qvl_status text_tensors(gguf_writer *w, const random_text_shape *sh, qvl_
   return QVL_OK;
 }
 
+/* The end of writing a file: saves w to path when all before succeeded (s is QVL_OK); frees w. */
+static qvl_status save_and_free(gguf_writer *w, qvl_status s, const char *path) {
+  if (s == QVL_OK)
+    s = gguf_writer_save(w, path);
+  gguf_writer_free(w);
+  return s;
+}
+
 qvl_status random_text_write(const random_text_shape *sh, qvl_dtype type, const gguf *tok_src, uint64_t seed,
                              const char *path) {
   gguf_writer *w = gguf_writer_init();
   if (!w)
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-  qvl_status s = gguf_writer_set_str(w, "general.architecture", "qwen3vl");
+  const meta_entry meta[] = {
+      {"qwen3vl.block_count", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_layer},
+      {"qwen3vl.context_length", GGUF_TYPE_UINT32, .u32 = 262144},
+      {"qwen3vl.embedding_length", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_embd},
+      {"qwen3vl.feed_forward_length", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_ff},
+      {"qwen3vl.attention.head_count", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_head},
+      {"qwen3vl.attention.head_count_kv", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_head_kv},
+      {"qwen3vl.rope.dimension_sections", GGUF_TYPE_ARRAY, .arr_type = GGUF_TYPE_INT32, .arr = sh->sections,
+       .arr_n = 4},
+      {"qwen3vl.rope.freq_base", GGUF_TYPE_FLOAT32, .f32 = sh->rope_theta},
+      {"qwen3vl.attention.layer_norm_rms_epsilon", GGUF_TYPE_FLOAT32, .f32 = 1e-6f},
+      {"qwen3vl.attention.key_length", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->head_dim},
+      {"qwen3vl.attention.value_length", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->head_dim},
+      {"qwen3vl.n_deepstack_layers", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_deepstack},
+  };
+  qvl_status s = write_general(w, "qwen3vl", "model", "qvl-random-qwen3vl", type);
   if (s == QVL_OK)
-    s = gguf_writer_set_str(w, "general.type", "model");
-  if (s == QVL_OK)
-    s = gguf_writer_set_str(w, "general.name", "qvl-random-qwen3vl");
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "general.quantization_version", 2);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type_of(type));
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "qwen3vl.block_count", (uint32_t)sh->n_layer);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "qwen3vl.context_length", 262144);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "qwen3vl.embedding_length", (uint32_t)sh->n_embd);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "qwen3vl.feed_forward_length", (uint32_t)sh->n_ff);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "qwen3vl.attention.head_count", (uint32_t)sh->n_head);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "qwen3vl.attention.head_count_kv", (uint32_t)sh->n_head_kv);
-  if (s == QVL_OK)
-    s = gguf_writer_set_array(w, "qwen3vl.rope.dimension_sections", GGUF_TYPE_INT32, sh->sections, 4);
-  if (s == QVL_OK)
-    s = gguf_writer_set_f32(w, "qwen3vl.rope.freq_base", sh->rope_theta);
-  if (s == QVL_OK)
-    s = gguf_writer_set_f32(w, "qwen3vl.attention.layer_norm_rms_epsilon", 1e-6f);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "qwen3vl.attention.key_length", (uint32_t)sh->head_dim);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "qwen3vl.attention.value_length", (uint32_t)sh->head_dim);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "qwen3vl.n_deepstack_layers", (uint32_t)sh->n_deepstack);
+    s = write_meta(w, meta, sizeof meta / sizeof meta[0]);
   if (s == QVL_OK)
     s = copy_tokenizer(w, tok_src, sh->n_vocab);
   if (s == QVL_OK && sh->chat_template)
     s = gguf_writer_set_str(w, "tokenizer.chat_template", sh->chat_template);
   if (s == QVL_OK)
     s = text_tensors(w, sh, type, seed);
-  if (s == QVL_OK)
-    s = gguf_writer_save(w, path);
-  gguf_writer_free(w);
-  return s;
+  return save_and_free(w, s, path);
 }
 
 static qvl_status linear(gguf_writer *w, const char *prefix, qvl_dtype type, int64_t n_in, int64_t n_out,
@@ -298,49 +329,28 @@ qvl_status random_mmproj_write(const random_vision_shape *sh, qvl_dtype type, ui
     if (sh->deepstack_layers[k] >= 0 && sh->deepstack_layers[k] < sh->n_layer)
       is_ds[sh->deepstack_layers[k]] = true;
   float half[3] = {0.5f, 0.5f, 0.5f};
-  qvl_status s = gguf_writer_set_str(w, "general.architecture", "clip");
+  const meta_entry meta[] = {
+      {"clip.has_vision_encoder", GGUF_TYPE_BOOL, .b = true},
+      {"clip.vision.projection_dim", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->proj_dim},
+      {"clip.vision.image_size", GGUF_TYPE_UINT32, .u32 = (uint32_t)(sh->pos_side * sh->patch_size)},
+      {"clip.vision.patch_size", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->patch_size},
+      {"clip.vision.embedding_length", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_embd},
+      {"clip.vision.feed_forward_length", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_ff},
+      {"clip.vision.block_count", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_layer},
+      {"clip.vision.attention.head_count", GGUF_TYPE_UINT32, .u32 = (uint32_t)sh->n_head},
+      {"clip.vision.image_mean", GGUF_TYPE_ARRAY, .arr_type = GGUF_TYPE_FLOAT32, .arr = half, .arr_n = 3},
+      {"clip.vision.image_std", GGUF_TYPE_ARRAY, .arr_type = GGUF_TYPE_FLOAT32, .arr = half, .arr_n = 3},
+      {"clip.projector_type", GGUF_TYPE_STRING, .str = "qwen3vl_merger"},
+      {"clip.use_gelu", GGUF_TYPE_BOOL, .b = true},
+      {"clip.vision.spatial_merge_size", GGUF_TYPE_UINT32, .u32 = 2},
+      {"clip.vision.attention.layer_norm_epsilon", GGUF_TYPE_FLOAT32, .f32 = 1e-6f},
+      {"clip.vision.is_deepstack_layers", GGUF_TYPE_ARRAY, .arr_type = GGUF_TYPE_BOOL, .arr = is_ds,
+       .arr_n = (uint64_t)sh->n_layer},
+  };
+  qvl_status s = write_general(w, "clip", "mmproj", "qvl-random-qwen3vl-mmproj", type);
   if (s == QVL_OK)
-    s = gguf_writer_set_str(w, "general.type", "mmproj");
-  if (s == QVL_OK)
-    s = gguf_writer_set_str(w, "general.name", "qvl-random-qwen3vl-mmproj");
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "general.quantization_version", 2);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "general.file_type", (uint32_t)file_type_of(type));
-  if (s == QVL_OK)
-    s = gguf_writer_set_bool(w, "clip.has_vision_encoder", true);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "clip.vision.projection_dim", (uint32_t)sh->proj_dim);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "clip.vision.image_size", (uint32_t)(sh->pos_side * sh->patch_size));
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "clip.vision.patch_size", (uint32_t)sh->patch_size);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "clip.vision.embedding_length", (uint32_t)sh->n_embd);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "clip.vision.feed_forward_length", (uint32_t)sh->n_ff);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "clip.vision.block_count", (uint32_t)sh->n_layer);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "clip.vision.attention.head_count", (uint32_t)sh->n_head);
-  if (s == QVL_OK)
-    s = gguf_writer_set_array(w, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, half, 3);
-  if (s == QVL_OK)
-    s = gguf_writer_set_array(w, "clip.vision.image_std", GGUF_TYPE_FLOAT32, half, 3);
-  if (s == QVL_OK)
-    s = gguf_writer_set_str(w, "clip.projector_type", "qwen3vl_merger");
-  if (s == QVL_OK)
-    s = gguf_writer_set_bool(w, "clip.use_gelu", true);
-  if (s == QVL_OK)
-    s = gguf_writer_set_u32(w, "clip.vision.spatial_merge_size", 2);
-  if (s == QVL_OK)
-    s = gguf_writer_set_f32(w, "clip.vision.attention.layer_norm_epsilon", 1e-6f);
-  if (s == QVL_OK)
-    s = gguf_writer_set_array(w, "clip.vision.is_deepstack_layers", GGUF_TYPE_BOOL, is_ds, (uint64_t)sh->n_layer);
+    s = write_meta(w, meta, sizeof meta / sizeof meta[0]);
   if (s == QVL_OK)
     s = mmproj_tensors(w, sh, type, seed);
-  if (s == QVL_OK)
-    s = gguf_writer_save(w, path);
-  gguf_writer_free(w);
-  return s;
+  return save_and_free(w, s, path);
 }

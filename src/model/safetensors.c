@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/free_each.h"
 #include "base/mapfile.h"
 #include "base/status.h"
 
@@ -384,13 +385,9 @@ void st_close(safetensors *st) {
     return;
   for (int64_t i = 0; i < st->n; i++)
     free((char *)st->t[i].name);
-  for (size_t i = 0; i < st->n_meta; i++) {
-    free(st->meta[i].key);
-    free(st->meta[i].value);
-  }
-  free(st->meta);
-  free(st->t);
-  free(st->index);
+  for (size_t i = 0; i < st->n_meta; i++)
+    FREE_EACH(st->meta[i].key, st->meta[i].value);
+  FREE_EACH(st->meta, st->t, st->index);
   file_image_close(&st->img);
   free(st);
 }
@@ -439,17 +436,11 @@ st_writer *st_writer_init(void) { return calloc(1, sizeof(st_writer)); }
 void st_writer_free(st_writer *w) {
   if (!w)
     return;
-  for (size_t i = 0; i < w->n; i++) {
-    free(w->t[i].name);
-    free(w->t[i].data);
-  }
-  for (size_t i = 0; i < w->n_meta; i++) {
-    free(w->meta[i].key);
-    free(w->meta[i].value);
-  }
-  free(w->t);
-  free(w->meta);
-  free(w);
+  for (size_t i = 0; i < w->n; i++)
+    FREE_EACH(w->t[i].name, w->t[i].data);
+  for (size_t i = 0; i < w->n_meta; i++)
+    FREE_EACH(w->meta[i].key, w->meta[i].value);
+  FREE_EACH(w->t, w->meta, w);
 }
 
 static qvl_status grow(void **arr, size_t *cap, size_t n, size_t elem) {

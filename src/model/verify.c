@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/free_each.h"
 #include "base/relpath.h"
 #include "base/status.h"
 
@@ -277,9 +278,7 @@ typedef struct check_list {
 static void check_list_free(check_list *c) {
   for (size_t i = 0; i < c->n; i++)
     free(c->path[i]);
-  free(c->path);
-  free(c->size);
-  free(c->sha);
+  FREE_EACH(c->path, c->size, c->sha);
   memset(c, 0, sizeof *c);
 }
 

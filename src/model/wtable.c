@@ -4,6 +4,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 
 typedef struct wentry {
@@ -34,15 +35,11 @@ qvl_status wtable_init(const char *label, wtable **out) {
 void wtable_free(wtable *t) {
   if (!t)
     return;
-  for (int64_t i = 0; i < t->n; i++) {
-    free(t->e[i].name);
-    free(t->e[i].owned);
-  }
-  free(t->e);
+  for (int64_t i = 0; i < t->n; i++)
+    FREE_EACH(t->e[i].name, t->e[i].owned);
   if (t->release)
     t->release(t->owner);
-  free(t->label);
-  free(t);
+  FREE_EACH(t->e, t->label, t);
 }
 
 void wtable_set_owner(wtable *t, void (*release)(void *user), void *user) {

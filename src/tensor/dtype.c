@@ -219,7 +219,8 @@ static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m
   }
 }
 
-static void dequant_q8_0(const blk_q8_0 *b, float *y, int64_t nb) {
+static void dequant_q8_0(const void *src, float *y, int64_t nb) {
+  const blk_q8_0 *b = src;
   for (int64_t i = 0; i < nb; i++) {
     float d = fp16_to_f32(b[i].d);
     for (int j = 0; j < QK8_0; j++)
@@ -227,7 +228,8 @@ static void dequant_q8_0(const blk_q8_0 *b, float *y, int64_t nb) {
   }
 }
 
-static void dequant_q4_0(const blk_q4_0 *b, float *y, int64_t nb) {
+static void dequant_q4_0(const void *src, float *y, int64_t nb) {
+  const blk_q4_0 *b = src;
   for (int64_t i = 0; i < nb; i++) {
     float d = fp16_to_f32(b[i].d);
     for (int j = 0; j < QK4_0 / 2; j++) {
@@ -237,7 +239,8 @@ static void dequant_q4_0(const blk_q4_0 *b, float *y, int64_t nb) {
   }
 }
 
-static void dequant_q4_K(const blk_q4_K *b, float *y, int64_t nb) {
+static void dequant_q4_K(const void *src, float *y, int64_t nb) {
+  const blk_q4_K *b = src;
   for (int64_t i = 0; i < nb; i++) {
     const uint8_t *q = b[i].qs;
     float d = fp16_to_f32(b[i].d);
@@ -259,7 +262,8 @@ static void dequant_q4_K(const blk_q4_K *b, float *y, int64_t nb) {
   }
 }
 
-static void dequant_q6_K(const blk_q6_K *b, float *y, int64_t nb) {
+static void dequant_q6_K(const void *src, float *y, int64_t nb) {
+  const blk_q6_K *b = src;
   for (int64_t i = 0; i < nb; i++) {
     float d = fp16_to_f32(b[i].d);
     const uint8_t *ql = b[i].ql;
@@ -285,59 +289,26 @@ static void dequant_q6_K(const blk_q6_K *b, float *y, int64_t nb) {
   }
 }
 
-static void dequant_q8_K(const blk_q8_K *b, float *y, int64_t nb) {
+static void dequant_q8_K(const void *src, float *y, int64_t nb) {
+  const blk_q8_K *b = src;
   for (int64_t i = 0; i < nb; i++)
     for (int j = 0; j < QK_K; j++)
       y[i * QK_K + j] = b[i].d * (float)b[i].qs[j];
 }
 
-void dtype_dequantize_row(qvl_dtype t, const void *src, float *dst, int64_t n) {
-  switch (t) {
-  case QVL_DTYPE_F32:
-    memcpy(dst, src, (size_t)n * sizeof(float));
-    return;
-  case QVL_DTYPE_F16: {
-    const uint8_t *s = src;
-    for (int64_t i = 0; i < n; i++) {
-      uint16_t h;
-      memcpy(&h, s + 2 * i, 2);
-      dst[i] = fp16_to_f32(h);
-    }
-    return;
-  }
-  case QVL_DTYPE_BF16: {
-    const uint8_t *s = src;
-    for (int64_t i = 0; i < n; i++) {
-      uint16_t h;
-      memcpy(&h, s + 2 * i, 2);
-      dst[i] = bf16_to_f32(h);
-    }
-    return;
-  }
-  case QVL_DTYPE_Q8_0:
-    assert(n % QK8_0 == 0);
-    dequant_q8_0(src, dst, n / QK8_0);
-    return;
-  case QVL_DTYPE_Q4_0:
-    assert(n % QK4_0 == 0);
-    dequant_q4_0(src, dst, n / QK4_0);
-    return;
-  case QVL_DTYPE_Q4_K:
-    assert(n % QK_K == 0);
-    dequant_q4_K(src, dst, n / QK_K);
-    return;
-  case QVL_DTYPE_Q6_K:
-    assert(n % QK_K == 0);
-    dequant_q6_K(src, dst, n / QK_K);
-    return;
-  case QVL_DTYPE_Q8_K:
-    assert(n % QK_K == 0);
-    dequant_q8_K(src, dst, n / QK_K);
-    return;
-  default:
-    assert(!"dtype_dequantize_row: unsupported type");
+/* F16 and BF16 rows: one 16-bit element a block. */
+static void widen_16bit(const void *src, float *y, int64_t n, float (*to_f32)(uint16_t)) {
+  const uint8_t *s = src;
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t h;
+    memcpy(&h, s + 2 * i, 2);
+    y[i] = to_f32(h);
   }
 }
+
+static void dequant_f32(const void *src, float *y, int64_t n) { memcpy(y, src, (size_t)n * sizeof(float)); }
+static void dequant_f16(const void *src, float *y, int64_t n) { widen_16bit(src, y, n, fp16_to_f32); }
+static void dequant_bf16(const void *src, float *y, int64_t n) { widen_16bit(src, y, n, bf16_to_f32); }
 
 /* ---------------------------------------------------------------------------------------------
  * Quantization (ggml reference algorithms).
@@ -355,7 +326,23 @@ static inline int nearest_int(float fval) {
 
 #define GROUP_MAX_EPS 1e-15f
 
-static void quant_q8_0(const float *x, blk_q8_0 *y, int64_t nb) {
+/* The element of x[0..n) largest in magnitude, signed (the first of equals; 0 when all are 0), and
+ * that magnitude in *amax. */
+static float largest_magnitude(const float *x, int n, float *amax) {
+  float max = 0, a = 0;
+  for (int i = 0; i < n; i++) {
+    float ax = fabsf(x[i]);
+    if (ax > a) {
+      a = ax;
+      max = x[i];
+    }
+  }
+  *amax = a;
+  return max;
+}
+
+static void quant_q8_0(const float *x, void *dst, int64_t nb) {
+  blk_q8_0 *y = dst;
   for (int64_t i = 0; i < nb; i++) {
     float amax = 0.0f;
     for (int j = 0; j < QK8_0; j++) {
@@ -370,16 +357,12 @@ static void quant_q8_0(const float *x, blk_q8_0 *y, int64_t nb) {
   }
 }
 
-static void quant_q4_0(const float *x, blk_q4_0 *y, int64_t nb) {
+static void quant_q4_0(const float *x, void *dst, int64_t nb) {
+  blk_q4_0 *y = dst;
   for (int64_t i = 0; i < nb; i++) {
     const float *xb = x + i * QK4_0;
-    float amax = 0.0f, max = 0.0f; /* max = the signed value of largest magnitude */
-    for (int j = 0; j < QK4_0; j++) {
-      if (amax < fabsf(xb[j])) {
-        amax = fabsf(xb[j]);
-        max = xb[j];
-      }
-    }
+    float amax;
+    float max = largest_magnitude(xb, QK4_0, &amax);
     float d = max / -8.0f;
     float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_fp16(d);
@@ -479,14 +462,8 @@ static float make_qkx2_quants(int n, int nmax, const float *x, const float *weig
 /* Symmetric fit x ~ scale * (L - nmax), L in [0, 2 nmax), weights x^2, over a sweep of 19 candidate
  * scales (ggml's make_qx_quants with rmse_type = 1 and no importance weights). */
 static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; i++) {
-    float ax = fabsf(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax;
+  float max = largest_magnitude(x, n, &amax);
   if (amax < GROUP_MAX_EPS) {
     for (int i = 0; i < n; i++)
       L[i] = 0;
@@ -528,7 +505,8 @@ static float make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
   return scale;
 }
 
-static void quant_q4_K(const float *x, blk_q4_K *y, int64_t nb) {
+static void quant_q4_K(const float *x, void *dst, int64_t nb) {
+  blk_q4_K *y = dst;
   uint8_t L[QK_K], Laux[32];
   float weights[32], mins[QK_K / 32], scales[QK_K / 32];
   for (int64_t i = 0; i < nb; i++) {
@@ -588,7 +566,8 @@ static void quant_q4_K(const float *x, blk_q4_K *y, int64_t nb) {
   }
 }
 
-static void quant_q6_K(const float *x, blk_q6_K *y, int64_t nb) {
+static void quant_q6_K(const float *x, void *dst, int64_t nb) {
+  blk_q6_K *y = dst;
   int8_t L[QK_K];
   float scales[QK_K / 16];
   for (int64_t i = 0; i < nb; i++) {
@@ -644,16 +623,11 @@ static void quant_q6_K(const float *x, blk_q6_K *y, int64_t nb) {
   }
 }
 
-static void quant_q8_K(const float *x, blk_q8_K *y, int64_t nb) {
+static void quant_q8_K(const float *x, void *dst, int64_t nb) {
+  blk_q8_K *y = dst;
   for (int64_t i = 0; i < nb; i++) {
-    float max = 0, amax = 0;
-    for (int j = 0; j < QK_K; j++) {
-      float ax = fabsf(x[j]);
-      if (ax > amax) {
-        amax = ax;
-        max = x[j];
-      }
-    }
+    float amax;
+    float max = largest_magnitude(x, QK_K, &amax);
     if (!amax) {
       memset(&y[i], 0, sizeof y[i]);
       x += QK_K;
@@ -677,48 +651,53 @@ static void quant_q8_K(const float *x, blk_q8_K *y, int64_t nb) {
   }
 }
 
-void dtype_quantize_row(qvl_dtype t, const float *src, void *dst, int64_t n) {
-  switch (t) {
-  case QVL_DTYPE_F32:
-    memcpy(dst, src, (size_t)n * sizeof(float));
-    return;
-  case QVL_DTYPE_F16: {
-    uint8_t *d = dst;
-    for (int64_t i = 0; i < n; i++) {
-      uint16_t h = f32_to_fp16(src[i]);
-      memcpy(d + 2 * i, &h, 2);
-    }
-    return;
-  }
-  case QVL_DTYPE_BF16: {
-    uint8_t *d = dst;
-    for (int64_t i = 0; i < n; i++) {
-      uint16_t h = f32_to_bf16(src[i]);
-      memcpy(d + 2 * i, &h, 2);
-    }
-    return;
-  }
-  case QVL_DTYPE_Q8_0:
-    assert(n % QK8_0 == 0);
-    quant_q8_0(src, dst, n / QK8_0);
-    return;
-  case QVL_DTYPE_Q4_0:
-    assert(n % QK4_0 == 0);
-    quant_q4_0(src, dst, n / QK4_0);
-    return;
-  case QVL_DTYPE_Q4_K:
-    assert(n % QK_K == 0);
-    quant_q4_K(src, dst, n / QK_K);
-    return;
-  case QVL_DTYPE_Q6_K:
-    assert(n % QK_K == 0);
-    quant_q6_K(src, dst, n / QK_K);
-    return;
-  case QVL_DTYPE_Q8_K:
-    assert(n % QK_K == 0);
-    quant_q8_K(src, dst, n / QK_K);
-    return;
-  default:
-    assert(!"dtype_quantize_row: unsupported type");
+static void narrow_16bit(const float *x, void *dst, int64_t n, uint16_t (*from_f32)(float)) {
+  uint8_t *d = dst;
+  for (int64_t i = 0; i < n; i++) {
+    uint16_t h = from_f32(x[i]);
+    memcpy(d + 2 * i, &h, 2);
   }
 }
+
+static void quant_f32(const float *x, void *dst, int64_t n) { memcpy(dst, x, (size_t)n * sizeof(float)); }
+static void quant_f16(const float *x, void *dst, int64_t n) { narrow_16bit(x, dst, n, f32_to_fp16); }
+static void quant_bf16(const float *x, void *dst, int64_t n) { narrow_16bit(x, dst, n, f32_to_bf16); }
+
+/* ---------------------------------------------------------------------------------------------
+ * Rows: a type's block converters, called on the whole blocks of a row (types[].blck elements
+ * each; 1 for F32, F16, BF16).
+ */
+typedef struct {
+  void (*dequant)(const void *src, float *y, int64_t n_blocks);
+  void (*quant)(const float *x, void *dst, int64_t n_blocks);
+} row_codec;
+
+static const row_codec codecs[QVL_DTYPE_MAX] = {
+    [QVL_DTYPE_F32] = {dequant_f32, quant_f32},   [QVL_DTYPE_F16] = {dequant_f16, quant_f16},
+    [QVL_DTYPE_BF16] = {dequant_bf16, quant_bf16}, [QVL_DTYPE_Q8_0] = {dequant_q8_0, quant_q8_0},
+    [QVL_DTYPE_Q4_0] = {dequant_q4_0, quant_q4_0}, [QVL_DTYPE_Q4_K] = {dequant_q4_K, quant_q4_K},
+    [QVL_DTYPE_Q6_K] = {dequant_q6_K, quant_q6_K}, [QVL_DTYPE_Q8_K] = {dequant_q8_K, quant_q8_K},
+};
+
+/* The codec of t, or NULL (with an assertion) for a type without one; n must fill whole blocks. */
+static const row_codec *codec_of(qvl_dtype t, int64_t n) {
+  if ((int)t < 0 || (int)t >= QVL_DTYPE_MAX || !codecs[t].dequant) {
+    assert(!"dtype row conversion: unsupported type");
+    return NULL;
+  }
+  assert(n % types[t].blck == 0);
+  return &codecs[t];
+}
+
+void dtype_dequantize_row(qvl_dtype t, const void *src, float *dst, int64_t n) {
+  const row_codec *c = codec_of(t, n);
+  if (c)
+    c->dequant(src, dst, n / types[t].blck);
+}
+
+void dtype_quantize_row(qvl_dtype t, const float *src, void *dst, int64_t n) {
+  const row_codec *c = codec_of(t, n);
+  if (c)
+    c->quant(src, dst, n / types[t].blck);
+}
+

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 
 #define VISION_PLACEHOLDER "<|vision_start|><|image_pad|><|vision_end|>"
@@ -430,15 +431,8 @@ bool chat_template_is_thinking(const char *tmpl) {
 
 void chat_prompt_free(chat_prompt *p) {
   buf_free(&p->text);
-  free(p->images);
-  p->images = NULL;
-  p->n_images = 0;
-  free(p->msg_off);
-  p->msg_off = NULL;
-  p->n_msgs = 0;
-  free(p->plain);
-  p->plain = NULL;
-  p->n_plain = p->cap_plain = 0;
+  FREE_EACH(p->images, p->msg_off, p->plain);
+  *p = (chat_prompt){0}; /* left empty, as a fresh one */
 }
 
 static qvl_status json_string(buf *b, const char *s) {

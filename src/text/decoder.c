@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "base/log.h"
 #include "base/status.h"
 
@@ -404,10 +405,7 @@ qvl_status decoder_load_gguf(const char *path, decoder_model **out) {
 }
 
 static void layer_free(decoder_layer *L) {
-  free(L->attn_norm);
-  free(L->q_norm);
-  free(L->k_norm);
-  free(L->ffn_norm);
+  FREE_EACH(L->attn_norm, L->q_norm, L->k_norm, L->ffn_norm);
   kn_weight *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
   for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
     kn_weight_free(w[i]);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 
 /* ---- building -------------------------------------------------------------------------------- */
@@ -74,12 +75,7 @@ void grammar_set_root(grammar *g, uint32_t node) { g->nodes[GRAMMAR_NODE_ROOT].c
 void grammar_free(grammar *g) {
   if (!g)
     return;
-  free(g->nodes);
-  free(g->props);
-  free(g->lits);
-  free(g->alts);
-  free(g->pool);
-  free(g);
+  FREE_EACH(g->nodes, g->props, g->lits, g->alts, g->pool, g);
 }
 
 qvl_status grammar_init(grammar **out) {
@@ -344,6 +340,14 @@ static inline int take_ws(grammar_frame *f, int c) {
   return R_REJECT;
 }
 
+/* A phase that takes exactly the byte want and moves on to phase next. */
+static inline int expect_byte(grammar_frame *f, int c, int want, uint8_t next) {
+  if (c != want)
+    return R_REJECT;
+  f->phase = next;
+  return R_OK;
+}
+
 /* Whether a frame of node pushed to make the stack depth frames deep can still be completed under
  * the depth cap. */
 static inline bool fits(const grammar *g, uint32_t depth, uint32_t node) {
@@ -384,10 +388,7 @@ static int step_object(const grammar *g, const grammar_node *nd, grammar_frame *
   int w;
   switch (f->phase) {
   case 0:
-    if (c != '{')
-      return R_REJECT;
-    f->phase = 1;
-    return R_OK;
+    return expect_byte(f, c, '{', 1);
   case 1:
   case 6:
     if ((w = take_ws(f, c)) >= 0)
@@ -423,10 +424,7 @@ static int step_object(const grammar *g, const grammar_node *nd, grammar_frame *
   case 3:
     if ((w = take_ws(f, c)) >= 0)
       return w;
-    if (c != ':')
-      return R_REJECT;
-    f->phase = 4;
-    return R_OK;
+    return expect_byte(f, c, ':', 4);
   case 4:
     if ((w = take_ws(f, c)) >= 0)
       return w;
@@ -457,10 +455,7 @@ static int step_array(const grammar *g, const grammar_node *nd, grammar_frame *f
   int w;
   switch (f->phase) {
   case 0:
-    if (c != '[')
-      return R_REJECT;
-    f->phase = 1;
-    return R_OK;
+    return expect_byte(f, c, '[', 1);
   case 1:
   case 3:
     if ((w = take_ws(f, c)) >= 0)
@@ -495,10 +490,7 @@ static int step_array(const grammar *g, const grammar_node *nd, grammar_frame *f
 static int step_string(const grammar_node *nd, grammar_frame *f, int c) {
   switch (f->phase) {
   case 0:
-    if (c != '"')
-      return R_REJECT;
-    f->phase = 1;
-    return R_OK;
+    return expect_byte(f, c, '"', 1);
   case 1:
     if (c == '"')
       return f->cur >= nd->min_items ? R_DONE : R_REJECT;

@@ -478,6 +478,24 @@ static qvl_status finalize(compiler *c) {
   }
 }
 
+/* The last step of every compile: when s is QVL_OK, root becomes the grammar's root, the grammar is
+ * checked (finalize) and handed to *out; otherwise the grammar is freed. The compiler is freed
+ * either way; returns the final status. */
+static qvl_status finish(compiler *c, qvl_status s, uint32_t root, grammar **out) {
+  if (s == QVL_OK) {
+    grammar_set_root(c->g, root);
+    c->path[0] = 0; /* finalize reports from the top of the schema */
+    s = finalize(c);
+  }
+  if (s == QVL_OK)
+    *out = c->g;
+  else
+    grammar_free(c->g);
+  free(c->marks);
+  free(c);
+  return s;
+}
+
 qvl_status json_schema_any_object(grammar **out) { return grammar_init(out); }
 
 qvl_status json_schema_compile(const cJSON *schema, grammar **out) {
@@ -488,21 +506,11 @@ qvl_status json_schema_compile(const cJSON *schema, grammar **out) {
   if (!c)
     return qvl_errorf(QVL_ERR_NOMEM, "json_schema: out of memory");
   qvl_status s = grammar_init(&c->g);
-  uint32_t root;
+  uint32_t root = 0;
   c->doc = schema;
   if (s == QVL_OK)
     s = compile(c, schema, &root);
-  if (s == QVL_OK) {
-    grammar_set_root(c->g, root);
-    s = finalize(c);
-  }
-  if (s == QVL_OK)
-    *out = c->g;
-  else
-    grammar_free(c->g);
-  free(c->marks);
-  free(c);
-  return s;
+  return finish(c, s, root, out);
 }
 
 qvl_status json_schema_tool_calls(const cJSON *tools, const char *only_name, bool parallel, grammar **out) {
@@ -574,16 +582,5 @@ qvl_status json_schema_tool_calls(const cJSON *tools, const char *only_name, boo
     (void)suf; /* suf == pre + 1: the wrap's two literals */
     s = grammar_add_node(c->g, &w, &wrap);
   }
-  if (s == QVL_OK) {
-    grammar_set_root(c->g, wrap);
-    c->path[0] = 0;
-    s = finalize(c);
-  }
-  if (s == QVL_OK)
-    *out = c->g;
-  else
-    grammar_free(c->g);
-  free(c->marks);
-  free(c);
-  return s;
+  return finish(c, s, wrap, out);
 }

@@ -22,13 +22,15 @@ kv_type kv_type_resolve(kv_type t) { return t == KV_TYPE_DEFAULT ? g_default : t
 const char *kv_type_name(kv_type t) { return kv_type_resolve(t) == KV_TYPE_F32 ? "f32" : "f16"; }
 
 qvl_status kv_type_parse(const char *s, kv_type *out) {
-  if (s && !strcasecmp(s, "f32")) {
-    *out = KV_TYPE_F32;
-    return QVL_OK;
-  }
-  if (s && !strcasecmp(s, "f16")) {
-    *out = KV_TYPE_F16;
-    return QVL_OK;
+  static const struct {
+    const char *name;
+    kv_type type;
+  } names[] = {{"f32", KV_TYPE_F32}, {"f16", KV_TYPE_F16}};
+  for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++) {
+    if (!strcasecmp(s, names[i].name)) {
+      *out = names[i].type;
+      return QVL_OK;
+    }
   }
   return qvl_errorf(QVL_ERR_INVALID_ARG, "unknown KV cache type '%s' (use f16 or f32)", s ? s : "");
 }

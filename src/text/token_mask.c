@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 #include "text/unicode.h"
 
@@ -56,11 +57,7 @@ static int ref_cmp(const void *x, const void *y) {
 }
 
 static void trie_free(trie *t) {
-  free(t->byte);
-  free(t->depth);
-  free(t->skip);
-  free(t->tok);
-  free(t->tok_next);
+  FREE_EACH(t->byte, t->depth, t->skip, t->tok, t->tok_next);
   memset(t, 0, sizeof *t);
 }
 
@@ -223,8 +220,7 @@ qvl_status token_mask_walker_init(const token_trie *tt, token_mask_walker **out)
 void token_mask_walker_free(token_mask_walker *w) {
   if (!w)
     return;
-  free(w->st);
-  free(w);
+  FREE_EACH(w->st, w);
 }
 
 void token_mask_walker_set_poll(token_mask_walker *w, token_mask_poll_fn poll, void *user) {

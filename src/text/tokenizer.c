@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 #include "text/unicode.h"
 #include "text/unicode_data.h"
@@ -210,9 +211,7 @@ static qvl_status builder_init(builder *b, int32_t n_vocab, const char *label) {
 
 static void builder_free(builder *b) {
   buf_free(&b->bytes);
-  free(b->offs);
-  free(b->lens);
-  free(b->in_vocab);
+  FREE_EACH(b->offs, b->lens, b->in_vocab);
   tokenizer_free(b->t);
   b->t = NULL;
 }
@@ -442,9 +441,7 @@ static qvl_status added_push(added_list *a, int32_t id, const char *text, size_t
 static void added_free(added_list *a) {
   for (size_t i = 0; i < a->n; i++)
     free(a->texts[i]);
-  free(a->ids);
-  free(a->texts);
-  free(a->lens);
+  FREE_EACH(a->ids, a->texts, a->lens);
   memset(a, 0, sizeof *a);
 }
 
@@ -466,14 +463,7 @@ static qvl_status build_trie(tokenizer *t, const added_list *a) {
 void tokenizer_free(tokenizer *t) {
   if (!t)
     return;
-  free(t->kind);
-  free(t->tok_off);
-  free(t->tok_bytes);
-  free(t->vocab_slots);
-  free(t->pair_slots);
-  free(t->merge_id);
-  free(t->trie);
-  free(t);
+  FREE_EACH(t->kind, t->tok_off, t->tok_bytes, t->vocab_slots, t->pair_slots, t->merge_id, t->trie, t);
 }
 
 /* ---- init from GGUF ----------------------------------------------------------------------- */
@@ -949,25 +939,24 @@ typedef struct encode_ctx {
   size_t pieces;
 } encode_ctx;
 
+/* Resizes *p to bytes; on failure *p keeps its old block (still owned by the caller) and it is false. */
+static bool realloc_keep(void **p, size_t bytes) {
+  void *q = realloc(*p, bytes);
+  if (q)
+    *p = q;
+  return q != NULL;
+}
+
 static qvl_status ctx_scratch(encode_ctx *c, size_t n) {
   if (n <= c->scratch_cap)
     return QVL_OK;
   size_t cap = c->scratch_cap ? c->scratch_cap : 256;
   while (cap < n)
     cap *= 2;
-  int32_t *sym = realloc(c->sym, cap * sizeof *sym);
-  if (sym)
-    c->sym = sym;
-  int32_t *prev = realloc(c->prev, cap * sizeof *prev);
-  if (prev)
-    c->prev = prev;
-  int32_t *next = realloc(c->next, cap * sizeof *next);
-  if (next)
-    c->next = next;
-  uint64_t *heap = realloc(c->heap, 2 * cap * sizeof *heap);
-  if (heap)
-    c->heap = heap;
-  if (!sym || !prev || !next || !heap)
+  if (!realloc_keep((void **)&c->sym, cap * sizeof *c->sym) ||
+      !realloc_keep((void **)&c->prev, cap * sizeof *c->prev) ||
+      !realloc_keep((void **)&c->next, cap * sizeof *c->next) ||
+      !realloc_keep((void **)&c->heap, 2 * cap * sizeof *c->heap))
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory encoding a %zu-byte piece", n);
   c->scratch_cap = cap;
   return QVL_OK;

@@ -73,21 +73,27 @@ size_t utf8_encode(uint32_t cp, char out[4]) {
   return 4;
 }
 
-size_t utf8_valid_prefix(const char *s, size_t len) {
+/* The length of the longest prefix of s that is valid UTF-8 and holds no code point with any of
+ * stop_flags (unicode_flags). Bytes below skip_below are single-byte code points taken without a
+ * look: the caller knows none of them can stop the scan. */
+static size_t scan_code_points(const char *s, size_t len, unsigned char skip_below, uint32_t stop_flags) {
   const unsigned char *p = (const unsigned char *)s;
   size_t i = 0;
   while (i < len) {
-    if (p[i] < 0x80) {
+    if (p[i] < skip_below) {
       i++;
       continue;
     }
     size_t n;
-    if (utf8_decode(p + i, len - i, &n) == UINT32_MAX)
+    uint32_t cp = utf8_decode(p + i, len - i, &n);
+    if (cp == UINT32_MAX || (stop_flags && (unicode_flags(cp) & stop_flags)))
       return i;
     i += n;
   }
   return len;
 }
+
+size_t utf8_valid_prefix(const char *s, size_t len) { return scan_code_points(s, len, 0x80, 0); }
 
 qvl_status utf8_append_lossy(buf *out, const char *s, size_t len) {
   static const char repl[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
@@ -159,21 +165,8 @@ enum {
 };
 
 bool unicode_nfc_quick_check(const char *s, size_t len) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t i = 0;
-  while (i < len) {
-    /* Every code point below U+0300 (lead byte < 0xCC) is a stable starter. */
-    if (p[i] < 0xCC) {
-      i++;
-      continue;
-    }
-    size_t n;
-    uint32_t cp = utf8_decode(p + i, len - i, &n);
-    if (cp == UINT32_MAX || (unicode_flags(cp) & UNICODE_NFC_UNSTABLE))
-      return false;
-    i += n;
-  }
-  return true;
+  /* Every code point below U+0300 (lead byte < 0xCC) is a stable starter. */
+  return scan_code_points(s, len, 0xCC, UNICODE_NFC_UNSTABLE) == len;
 }
 
 typedef struct u32vec {

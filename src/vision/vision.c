@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 #include "base/timing.h"
 
@@ -451,37 +452,26 @@ qvl_status vision_load_gguf(const char *path, vision_model **out) {
 }
 
 static void merger_free(vision_merger *mg) {
-  free(mg->norm_w);
-  free(mg->norm_b);
   kn_weight_free(&mg->fc1);
-  free(mg->fc1_b);
   kn_weight_free(&mg->fc2);
-  free(mg->fc2_b);
+  FREE_EACH(mg->norm_w, mg->norm_b, mg->fc1_b, mg->fc2_b);
+}
+
+static void layer_free(vision_layer *l) {
+  kn_weight *w[] = {&l->qkv, &l->out, &l->up, &l->down};
+  for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+    kn_weight_free(w[i]);
+  FREE_EACH(l->ln1_w, l->ln1_b, l->qkv_b, l->out_b, l->ln2_w, l->ln2_b, l->up_b, l->down_b);
 }
 
 void vision_free(vision_model *m) {
   if (!m)
     return;
   kn_weight_free(&m->patch);
-  free(m->patch_w);
-  free(m->patch_b);
-  free(m->pos);
+  FREE_EACH(m->patch_w, m->patch_b, m->pos);
   if (m->layers) {
-    for (int64_t i = 0; i < m->hp.n_layer; i++) {
-      vision_layer *l = &m->layers[i];
-      free(l->ln1_w);
-      free(l->ln1_b);
-      kn_weight_free(&l->qkv);
-      free(l->qkv_b);
-      kn_weight_free(&l->out);
-      free(l->out_b);
-      free(l->ln2_w);
-      free(l->ln2_b);
-      kn_weight_free(&l->up);
-      free(l->up_b);
-      kn_weight_free(&l->down);
-      free(l->down_b);
-    }
+    for (int64_t i = 0; i < m->hp.n_layer; i++)
+      layer_free(&m->layers[i]);
     free(m->layers);
   }
   merger_free(&m->merger);
@@ -849,8 +839,7 @@ qvl_status vision_job_run(vision_job *j, int64_t max_layers, bool *done_out) {
 void vision_job_free(vision_job *j) {
   if (!j)
     return;
-  free(j->mem);
-  free(j);
+  FREE_EACH(j->mem, j);
 }
 
 qvl_status vision_encode(const vision_model *m, const float *pixel_values, int64_t grid_t,
