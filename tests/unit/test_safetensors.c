@@ -12,17 +12,9 @@
 #include "base/buf.h"
 #include "model/safetensors.h"
 #include "test.h"
+#include "test_files.h"
 
 static bool contains(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
-
-static cJSON *read_json(const char *path) {
-  buf b = {0};
-  if (buf_read_file(path, 64u << 20, &b) != QVL_OK)
-    return NULL;
-  cJSON *j = cJSON_Parse(b.data);
-  buf_free(&b);
-  return j;
-}
 
 static float load_f32(const void *p, size_t i) {
   float f;
@@ -47,8 +39,7 @@ static bool shape_matches(const st_tensor *t, const cJSON *shape) {
 }
 
 static int check_case(const char *case_json) {
-  cJSON *cj = read_json(case_json);
-  CHECK(cj != NULL, "parse %s", case_json);
+  cJSON *cj = test_read_json(case_json);
   if (!cj)
     return 0;
   char path[1024];
@@ -135,8 +126,7 @@ static bool shape_is(const st_tensor *t, int nd, const int64_t *want) {
 static void test_hf_checkpoint(const char *family, st_dtype want_dtype) {
   char path[256];
   snprintf(path, sizeof path, "tests/fixtures/models/%s/hf/config.json", family);
-  cJSON *cfg = read_json(path);
-  CHECK(cfg != NULL, "%s", path);
+  cJSON *cfg = test_read_json(path);
   if (!cfg)
     return;
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
