@@ -15,22 +15,10 @@
 #include "server/dialects/responses_store.h"
 #include "base/timing.h"
 #include "test.h"
+#include "wire_test.h"
 #include "text/sampler.h"
 
-static const char *const ids[] = {"e2e-Q8_0.gguf", "qvl"};
-
-static api_limits limits(void) {
-  api_limits l;
-  memset(&l, 0, sizeof l);
-  l.max_tokens = 100;
-  l.max_images = 4;
-  l.max_pixels = 4 << 20;
-  l.default_max_pixels = 1 << 20;
-  l.default_min_pixels = 65536;
-  l.model_ids = ids;
-  l.n_model_ids = 2;
-  return l;
-}
+static api_limits limits(void) { return wire_test_limits(4); }
 
 static compat_ctx ctx_with(resp_store *st) {
   compat_ctx c;
@@ -43,22 +31,9 @@ static compat_ctx ctx_with(resp_store *st) {
   return c;
 }
 
-/* Translates body; on success parses the chat body too and returns it as cJSON (caller frees). */
 static cJSON *translate(compat_translate_fn fn, const char *body, const compat_ctx *c, compat_request *cr) {
-  api_error e;
-  if (!fn(body, strlen(body), c, cr, &e)) {
-    CHECK(0, "%s: refused: %s", body, e.message);
-    return NULL;
-  }
-  if (cr->reply_body)
-    return NULL;
   api_limits l = limits();
-  api_chat_request req;
-  bool ok = api_chat_parse(cr->chat_body, cr->chat_len, &l, &req, &e);
-  CHECK(ok, "%s: translated body refused by the chat parser: %s (%s)", body, e.message, cr->chat_body);
-  if (ok)
-    api_chat_request_free(&req);
-  return cJSON_Parse(cr->chat_body);
+  return translate_checked(fn, body, c, &l, cr);
 }
 
 static void expect_refused(compat_translate_fn fn, const char *body, const compat_ctx *c, int http, const char *param,
@@ -69,11 +44,7 @@ static void expect_refused(compat_translate_fn fn, const char *body, const compa
   CHECK(!ok, "accepted: %s", body);
   CHECK(cr.fmt != NULL, "%s: no formatter for the error", body);
   if (!ok) {
-    CHECK(e.http == http, "%s: http %d, expected %d (%s)", body, e.http, http, e.message);
-    if (param)
-      CHECK(!strcmp(e.param, param), "%s: param '%s', expected '%s'", body, e.param, param);
-    if (msg_part)
-      CHECK(strstr(e.message, msg_part) != NULL, "%s: message '%s' lacks '%s'", body, e.message, msg_part);
+    check_refusal(body, &e, http, param, msg_part);
   }
   compat_request_free(&cr);
 }
