@@ -11,9 +11,9 @@
 #include "prompt/history.h"
 #include "kernels/kernels.h"
 #include "test.h"
+#include "test_model.h"
+#include "chat_msg.h"
 
-#define MODEL "tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf"
-#define MMPROJ "tests/fixtures/models/e2e/gguf/mmproj-e2e-F16.gguf"
 #define IMG "tests/fixtures/images/rgb_333x250.png"
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -51,25 +51,6 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-static cJSON *msg(const char *role, const char *image, const char *text) {
-  cJSON *m = cJSON_CreateObject();
-  cJSON_AddStringToObject(m, "role", role);
-  if (!image) {
-    cJSON_AddStringToObject(m, "content", text);
-    return m;
-  }
-  cJSON *c = cJSON_AddArrayToObject(m, "content");
-  cJSON *img = cJSON_CreateObject();
-  cJSON_AddStringToObject(img, "type", "image_url");
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(img, "image_url"), "url", image);
-  cJSON_AddItemToArray(c, img);
-  cJSON *t = cJSON_CreateObject();
-  cJSON_AddStringToObject(t, "type", "text");
-  cJSON_AddStringToObject(t, "text", text);
-  cJSON_AddItemToArray(c, t);
-  return m;
-}
-
 static engine_request request(const cJSON *msgs, int64_t max_tokens, job *j) {
   engine_request rq;
   memset(&rq, 0, sizeof rq);
@@ -100,8 +81,8 @@ static void test_dynamic_batching(const vlm *m) {
     if (!e)
       return;
     cJSON *a = cJSON_CreateArray(), *b = cJSON_CreateArray();
-    cJSON_AddItemToArray(a, msg("user", NULL, "first request"));
-    cJSON_AddItemToArray(b, msg("user", NULL, "second request, a little later"));
+    cJSON_AddItemToArray(a, chat_msg("user", NULL, "first request"));
+    cJSON_AddItemToArray(b, chat_msg("user", NULL, "second request, a little later"));
     job ja = {0}, jb = {0};
     engine_request ra = request(a, 8, &ja), rb = request(b, 8, &jb);
     uint64_t id;
@@ -133,25 +114,25 @@ static void test_dynamic_batching(const vlm *m) {
 
 static cJSON *conversation(int turns, const char *answer) {
   cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, msg("system", NULL, "You answer questions about pictures."));
+  cJSON_AddItemToArray(a, chat_msg("system", NULL, "You answer questions about pictures."));
   for (int i = 0; i < turns; i++) {
     char q[64];
     snprintf(q, sizeof q, "What is in picture %d?", i);
-    cJSON_AddItemToArray(a, msg("user", IMG, q));
+    cJSON_AddItemToArray(a, chat_msg("user", IMG, q));
     if (i < turns - 1)
-      cJSON_AddItemToArray(a, msg("assistant", NULL, answer));
+      cJSON_AddItemToArray(a, chat_msg("assistant", NULL, answer));
   }
   return a;
 }
 
 static void test_turns(void) {
   cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, msg("assistant", NULL, "greeting before any question"));
-  cJSON_AddItemToArray(a, msg("system", NULL, "sys"));
-  cJSON_AddItemToArray(a, msg("user", NULL, "q1"));
-  cJSON_AddItemToArray(a, msg("assistant", NULL, "a1"));
-  cJSON_AddItemToArray(a, msg("tool", NULL, "t1"));
-  cJSON_AddItemToArray(a, msg("user", NULL, "q2"));
+  cJSON_AddItemToArray(a, chat_msg("assistant", NULL, "greeting before any question"));
+  cJSON_AddItemToArray(a, chat_msg("system", NULL, "sys"));
+  cJSON_AddItemToArray(a, chat_msg("user", NULL, "q1"));
+  cJSON_AddItemToArray(a, chat_msg("assistant", NULL, "a1"));
+  cJSON_AddItemToArray(a, chat_msg("tool", NULL, "t1"));
+  cJSON_AddItemToArray(a, chat_msg("user", NULL, "q2"));
   int turn_of[6];
   int n = history_turns(a, turn_of);
   CHECK(n == 3, "3 turns (leading answer, q1, q2), got %d", n);
@@ -255,11 +236,8 @@ int main(void) {
     return 1;
   }
   test_turns();
-  vlm *m = NULL;
-  vlm_paths paths = {.model = MODEL, .mmproj = MMPROJ};
-  qvl_status s = vlm_load(&paths, &m);
-  CHECK(s == QVL_OK, "load: %s", qvl_last_error());
-  if (s == QVL_OK) {
+  vlm *m = test_load_vlm(E2E_MODEL, E2E_MMPROJ);
+  if (m) {
     test_dynamic_batching(m);
     test_policy(m);
   }
