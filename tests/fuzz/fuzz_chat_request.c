@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "server/openai/chat_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -18,10 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (e.http < 400 || e.http > 499 || !e.message[0])
       abort();
     char *j = api_error_json(&e);
-    cJSON *back = cJSON_Parse(j);
-    if (!back)
-      abort();
-    cJSON_Delete(back);
+    fuzz_assert_json(j);
     free(j);
     return 0;
   }
@@ -33,11 +31,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   buf_append(&res.text, data, size);
   char *j = api_completion_json("chatcmpl-x", 1, "m", &res);
   char *c = api_chunk_json("chatcmpl-x", 1, "m", true, res.text.data, res.text.len, NULL);
-  cJSON *a = cJSON_Parse(j), *b = cJSON_Parse(c);
-  if (!a || !b || strchr(c, '\n'))
-    abort();
-  cJSON_Delete(a);
-  cJSON_Delete(b);
+  fuzz_assert_json(j);
+  fuzz_assert_json(c);
+  FUZZ_ASSERT(!strchr(c, '\n'));
   free(j);
   free(c);
   api_result_free(&res);

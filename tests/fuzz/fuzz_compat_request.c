@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "server/openai/chat_wire.h"
 #include "server/dialects/completions.h"
 #include "server/dialects/ollama.h"
@@ -32,10 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (e.http < 400 || e.http > 499 || !e.message[0] || !cr.fmt)
       abort();
     char *j = cr.fmt->error_json(cr.state, &e);
-    cJSON *back = j ? cJSON_Parse(j) : NULL;
-    if (!back)
-      abort();
-    cJSON_Delete(back);
+    fuzz_assert_json(j);
     free(j);
   } else if (!cr.reply_body) {
     static const char *const ids[] = {"m", "qvl"};
@@ -55,10 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cr.fmt->stream_text(cr.state, &out, res.text.data, res.text.len);
     cr.fmt->stream_end(cr.state, &out, &res);
     char *j = cr.fmt->result_json(cr.state, &res);
-    cJSON *a = j ? cJSON_Parse(j) : NULL;
-    if (!a)
-      abort();
-    cJSON_Delete(a);
+    fuzz_assert_json(j);
     free(j);
     buf_free(&out);
     api_result_free(&res);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "server/dialects/dialect.h"
 #include "server/dialects/messages.h"
 #include "server/openai/chat_wire.h"
@@ -48,10 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (e.http < 400 || e.http > 499 || !e.message[0] || cr.fmt != &messages_format)
       abort();
     char *j = cr.fmt->error_json(cr.state, &e);
-    cJSON *back = j ? cJSON_Parse(j) : NULL;
-    if (!back)
-      abort();
-    cJSON_Delete(back);
+    fuzz_assert_json(j);
     free(j);
   } else {
     static const char *const ids[] = {"m", "qvl"};
@@ -80,10 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_events(&out);
     if (res.status == QVL_OK) {
       char *j = cr.fmt->result_json(cr.state, &res);
-      cJSON *a = j ? cJSON_Parse(j) : NULL;
-      if (!a)
-        abort();
-      cJSON_Delete(a);
+      fuzz_assert_json(j);
       free(j);
     }
     buf_free(&out);

@@ -12,17 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "server/dialects/dialect.h"
 #include "server/dialects/responses.h"
 #include "server/dialects/responses_store.h"
 #include "server/openai/chat_wire.h"
-
-static void check_json(const char *j) {
-  cJSON *a = j ? cJSON_Parse(j) : NULL;
-  if (!a)
-    abort();
-  cJSON_Delete(a);
-}
 
 /* Every "data: " line of an SSE stream is one JSON value. */
 static void check_sse(const buf *out) {
@@ -35,7 +29,7 @@ static void check_sse(const buf *out) {
     if (!line)
       abort();
     if (strcmp(line, "[DONE]"))
-      check_json(line);
+      fuzz_assert_json(line);
     free(line);
     p += n;
   }
@@ -51,13 +45,13 @@ static void one(const char *body, size_t len, resp_store *st, const char *text, 
     if (e.http < 400 || e.http > 499 || !e.message[0] || !cr.fmt)
       abort();
     char *j = cr.fmt->error_json(cr.state, &e);
-    check_json(j);
+    fuzz_assert_json(j);
     free(j);
     compat_request_free(&cr);
     return;
   }
   if (cr.reply_body) {
-    check_json(cr.reply_body);
+    fuzz_assert_json(cr.reply_body);
     compat_request_free(&cr);
     return;
   }
@@ -94,7 +88,7 @@ static void one(const char *body, size_t len, resp_store *st, const char *text, 
     buf_free(&out);
   } else {
     char *j = cr.fmt->result_json(cr.state, &res);
-    check_json(j);
+    fuzz_assert_json(j);
     free(j);
     snprintf(id_out, id_cap, "%s", cr.id);
   }
