@@ -112,19 +112,6 @@ static void test_dynamic_batching(const vlm *m) {
   }
 }
 
-static cJSON *conversation(int turns, const char *answer) {
-  cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, chat_msg("system", NULL, "You answer questions about pictures."));
-  for (int i = 0; i < turns; i++) {
-    char q[64];
-    snprintf(q, sizeof q, "What is in picture %d?", i);
-    cJSON_AddItemToArray(a, chat_msg("user", IMG, q));
-    if (i < turns - 1)
-      cJSON_AddItemToArray(a, chat_msg("assistant", NULL, answer));
-  }
-  return a;
-}
-
 static void test_turns(void) {
   cJSON *a = cJSON_CreateArray();
   cJSON_AddItemToArray(a, chat_msg("assistant", NULL, "greeting before any question"));
@@ -155,7 +142,7 @@ static void test_policy(const vlm *m) {
   char answer[4096] = "";
   for (int i = 0; i < 80; i++)
     strcat(answer, "a small coloured test pattern, ");
-  cJSON *conv = conversation(12, answer);
+  cJSON *conv = picture_conversation(12, IMG, answer);
   vlm_prompt_opts o;
   vlm_prompt_opts_default(&o);
   o.source.allow_files = true;
@@ -188,7 +175,7 @@ static void test_policy(const vlm *m) {
   pol = history_policy_default();
   pol.auto_max_tokens = true;
   mt = 2048;
-  cJSON *small = conversation(1, "");
+  cJSON *small = picture_conversation(1, IMG, "");
   CHECK(history_build_prompt(&m->pm, small, &o, &pol, 4096, 0, &mt, &p, &rep) == QVL_OK, "auto: %s", qvl_last_error());
   CHECK(rep.dropped_turns == 0 && mt == 2048, "plenty of room: the cap (%lld)", (long long)mt);
   int64_t small_n = p.n;

@@ -24,16 +24,7 @@ static cJSON *conversation(void) {
   answer[0] = 0;
   for (int i = 0; i < 80; i++)
     strcat(answer, "a small coloured test pattern, ");
-  cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, chat_msg("system", NULL, "You answer questions about pictures."));
-  for (int i = 0; i < N_TURNS; i++) {
-    char q[64];
-    snprintf(q, sizeof q, "What is in picture %d?", i);
-    cJSON_AddItemToArray(a, chat_msg("user", IMG, q));
-    if (i < N_TURNS - 1)
-      cJSON_AddItemToArray(a, chat_msg("assistant", NULL, answer));
-  }
-  return a;
+  return picture_conversation(N_TURNS, IMG, answer);
 }
 
 typedef struct decodes {
