@@ -7,12 +7,11 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "fuzz_chat.h"
 #include "server/openai/chat_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static const char *const ids[] = {"m", "qvl"};
-  api_limits lim = {.max_tokens = 64, .max_images = 4, .max_pixels = 1 << 22, .default_max_pixels = 1 << 20,
-                    .default_min_pixels = 65536, .model_ids = ids, .n_model_ids = 2};
+  api_limits lim = fuzz_chat_limits();
   api_chat_request r;
   api_error e;
   if (!api_chat_parse((const char *)data, size, &lim, &r, &e)) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "fuzz_chat.h"
 #include "server/dialects/dialect.h"
 #include "server/dialects/messages.h"
 #include "server/openai/chat_wire.h"
@@ -52,14 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_assert_json(j);
     free(j);
   } else {
-    static const char *const ids[] = {"m", "qvl"};
-    api_limits lim = {.max_tokens = 64, .max_images = 4, .max_pixels = 1 << 22, .default_max_pixels = 1 << 20,
-                      .default_min_pixels = 65536, .model_ids = ids, .n_model_ids = 2};
     api_chat_request r;
-    api_error ce;
-    bool parsed = api_chat_parse(cr.chat_body, cr.chat_len, &lim, &r, &ce);
-    if (!parsed && (ce.http < 400 || ce.http > 499))
-      abort();
+    bool parsed = fuzz_chat_parse(cr.chat_body, cr.chat_len, &r);
     api_result res;
     memset(&res, 0, sizeof res);
     res.finish_reason = mode & 2 ? QVL_FINISH_LENGTH : QVL_FINISH_EOS;

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "fuzz.h"
+#include "fuzz_chat.h"
 #include "server/dialects/dialect.h"
 #include "server/dialects/responses.h"
 #include "server/dialects/responses_store.h"
@@ -55,22 +56,15 @@ static void one(const char *body, size_t len, resp_store *st, const char *text, 
     compat_request_free(&cr);
     return;
   }
-  static const char *const ids[] = {"m", "qvl"};
-  api_limits lim = {.max_tokens = 64, .max_images = 4, .max_pixels = 1 << 22, .default_max_pixels = 1 << 20,
-                    .default_min_pixels = 65536, .model_ids = ids, .n_model_ids = 2};
   api_chat_request r;
-  api_error ce;
   api_result res;
   memset(&res, 0, sizeof res);
-  if (api_chat_parse(cr.chat_body, cr.chat_len, &lim, &r, &ce)) {
-    res.agent = r.agent;
-    api_chat_request_free(&r);
-  } else {
-    if (ce.http < 400 || ce.http > 499)
-      abort();
+  if (!fuzz_chat_parse(cr.chat_body, cr.chat_len, &r)) {
     compat_request_free(&cr);
     return;
   }
+  res.agent = r.agent;
+  api_chat_request_free(&r);
   res.finish_reason = seed & 2 ? QVL_FINISH_LENGTH : QVL_FINISH_EOS;
   res.prompt_tokens = 3;
   res.completion_tokens = (int64_t)text_len;
