@@ -826,35 +826,32 @@ static void test_ollama(void) {
   CHECK(err && !strcmp(err, "{\"error\":\"gone\"}"), "Ollama's error shape: %s", err ? err : "");
   free(err);
 
+  /* the information endpoints: the status, a part of the body and of the Allow header where given */
+  static const struct {
+    const char *path, *method, *body;
+    int status;
+    const char *in_body, *in_allow, *what;
+  } info[] = {
+      {"/api/tags", "GET", "", 200, "\"name\":\"e2e-Q8_0.gguf\"", NULL, "tags"},
+      {"/api/ps", "GET", "", 200, "\"expires_at\"", NULL, "ps"},
+      {"/api/version", "GET", "", 200, OLLAMA_API_VERSION, NULL, "version"},
+      {"/api/show", "POST", "{\"model\":\"e2e-Q8_0.gguf:latest\"}", 200, "\"vision\"", NULL, "show"},
+      {"/api/show", "POST", "{\"model\":\"llama3\"}", 404, "llama3", NULL, "show of another model -> 404"},
+      {"/api/pull", "POST", "{}", 501, "not supported", NULL, "pull -> 501"},
+      {"/api/embed", "POST", "{}", 501, NULL, NULL, "embed -> 501"},
+      {"/api/tags", "POST", "", 405, NULL, "GET", "tags with POST -> 405 + Allow"},
+      {"/api/nothing", "GET", "", 404, NULL, NULL, "unknown /api/ path -> 404"},
+  };
   int status = 0;
   const char *allow = NULL;
-  char *j = ollama_info("/api/tags", "GET", "", 0, &c, &status, &allow);
-  CHECK(status == 200 && j && strstr(j, "\"name\":\"e2e-Q8_0.gguf\""), "tags: %s", j ? j : "");
-  free(j);
-  j = ollama_info("/api/ps", "GET", "", 0, &c, &status, &allow);
-  CHECK(status == 200 && j && strstr(j, "\"expires_at\""), "ps");
-  free(j);
-  j = ollama_info("/api/version", "GET", "", 0, &c, &status, &allow);
-  CHECK(status == 200 && j && strstr(j, OLLAMA_API_VERSION), "version");
-  free(j);
-  j = ollama_info("/api/show", "POST", "{\"model\":\"e2e-Q8_0.gguf:latest\"}", 32, &c, &status, &allow);
-  CHECK(status == 200 && j && strstr(j, "\"vision\""), "show: %s", j ? j : "");
-  free(j);
-  j = ollama_info("/api/show", "POST", "{\"model\":\"llama3\"}", 18, &c, &status, &allow);
-  CHECK(status == 404 && j && strstr(j, "llama3"), "show of another model -> 404");
-  free(j);
-  j = ollama_info("/api/pull", "POST", "{}", 2, &c, &status, &allow);
-  CHECK(status == 501 && j && strstr(j, "not supported"), "pull -> 501");
-  free(j);
-  j = ollama_info("/api/embed", "POST", "{}", 2, &c, &status, &allow);
-  CHECK(status == 501, "embed -> 501");
-  free(j);
-  j = ollama_info("/api/tags", "POST", "", 0, &c, &status, &allow);
-  CHECK(status == 405 && allow && strstr(allow, "GET"), "tags with POST -> 405 + Allow");
-  free(j);
-  j = ollama_info("/api/nothing", "GET", "", 0, &c, &status, &allow);
-  CHECK(status == 404, "unknown /api/ path -> 404");
-  free(j);
+  char *j;
+  for (size_t i = 0; i < sizeof info / sizeof info[0]; i++) {
+    j = ollama_info(info[i].path, info[i].method, info[i].body, strlen(info[i].body), &c, &status, &allow);
+    CHECK(status == info[i].status && (!info[i].in_body || (j && strstr(j, info[i].in_body))) &&
+              (!info[i].in_allow || (allow && strstr(allow, info[i].in_allow))),
+          "%s: status %d: %s", info[i].what, status, j ? j : "");
+    free(j);
+  }
   compat_ctx loading = c;
   loading.model_id = NULL;
   j = ollama_info("/api/tags", "GET", "", 0, &loading, &status, &allow);
