@@ -201,7 +201,7 @@ bench: $(BENCH_BIN)
 BENCH_APP_OBJ := $(BUILD)/apps/args.o
 $(BUILD)/bench/%: bench/%.c $(BENCH_APP_OBJ) $(ARCHIVES)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Iapps -o $@ $< $(BENCH_APP_OBJ) $(ARCHIVES) $(LDFLAGS_ALL) $(LIBS)
+	$(CC) $(CFLAGS_ALL) -Iapps -Itests -o $@ $< $(BENCH_APP_OBJ) $(ARCHIVES) $(LDFLAGS_ALL) $(LIBS)
 
 # One command for a new user: install what is missing (apt), build, download the default model into
 # the cache on first use and serve the web UI and the API at http://127.0.0.1:8080.

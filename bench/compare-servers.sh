@@ -33,14 +33,7 @@ cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "
 trap cleanup EXIT
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); threads: $T; repeats: $REPEATS; image $SIZE" >&2
 
-wait_ready() { # the server answers /health with 200 once the model is loaded
-  for _ in $(seq 1 600); do
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT/health" && return 0
-    kill -0 "$pid" 2>/dev/null || { echo "server exited; its log:" >&2; tail -30 "$1" >&2; exit 1; }
-    sleep 0.5
-  done
-  echo "server not ready after 300 s" >&2; exit 1
-}
+. "$(dirname "$0")/wait_ready.bash"
 
 measure() { # NAME: runs the three rows against the server on $PORT, writes $out/NAME.json
   "$PY" - "$PORT" "$REPEATS" "$out/$1.json" "$out/img_$SIZE.png" <<'PYEOF'
@@ -85,14 +78,14 @@ echo "[llama.cpp] llama-server..." >&2
 "$LLAMA/llama-server" -m "$MODEL" --mmproj "$MMPROJ" -t "$T" -c 4096 --port "$PORT" --host 127.0.0.1 \
   -np 1 >"$out/llama.log" 2>&1 &
 pid=$!
-wait_ready "$out/llama.log"
+wait_ready "$out/llama.log" 300
 measure llama
 kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
 
 echo "[qvl] qvl serve..." >&2
 "$QVL" serve -m "$MODEL" --mmproj "$MMPROJ" -t "$T" --port "$PORT" --host 127.0.0.1 >"$out/qvl.log" 2>&1 &
 pid=$!
-wait_ready "$out/qvl.log"
+wait_ready "$out/qvl.log" 300
 measure qvl
 kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
 

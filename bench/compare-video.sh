@@ -54,14 +54,7 @@ CLIPINFO=$("$FF/ffprobe" -v error -select_streams v:0 -show_entries stream=codec
   -of csv=p=0 "$CLIP")
 echo "clip: $CLIP ($CLIPINFO); frames at $FPS fps: $FRAMES" >&2
 
-wait_ready() { # the server answers /health with 200 once the model is loaded
-  for _ in $(seq 1 1200); do
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT/health" && return 0
-    kill -0 "$pid" 2>/dev/null || { echo "server exited; its log:" >&2; tail -30 "$1" >&2; exit 1; }
-    sleep 0.5
-  done
-  echo "server not ready after 600 s" >&2; exit 1
-}
+. "$(dirname "$0")/wait_ready.bash"
 
 measure() { # NAME [JSON of extra body keys]: first + repeated video question, writes $out/NAME.json
   local extra=${2:-}
@@ -105,7 +98,7 @@ start() { # LOG CMD...: starts a server in the background and waits for it
   "$@" >"$log" 2>&1 &
   pid=$!
   export SERVER_PID=$pid
-  wait_ready "$log"
+  wait_ready "$log" 600
 }
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
 

@@ -26,6 +26,9 @@
 #include "engine/engine.h"
 #include "kernels/kernels.h"
 
+/* The engine tests build their messages the same way (tests/ holds the helper). */
+#include "chat_msg.h"
+
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 
@@ -60,25 +63,6 @@ static void wait_all(job *jobs, int n) {
     pthread_cond_wait(&cv, &mu);
   }
   pthread_mutex_unlock(&mu);
-}
-
-static cJSON *user_msg(const char *url, const char *text) {
-  cJSON *m = cJSON_CreateObject();
-  cJSON_AddStringToObject(m, "role", "user");
-  if (!url) {
-    cJSON_AddStringToObject(m, "content", text);
-    return m;
-  }
-  cJSON *c = cJSON_AddArrayToObject(m, "content");
-  cJSON *img = cJSON_CreateObject();
-  cJSON_AddStringToObject(img, "type", "image_url");
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(img, "image_url"), "url", url);
-  cJSON_AddItemToArray(c, img);
-  cJSON *t = cJSON_CreateObject();
-  cJSON_AddStringToObject(t, "type", "text");
-  cJSON_AddStringToObject(t, "text", text);
-  cJSON_AddItemToArray(c, t);
-  return m;
 }
 
 static int run1(engine *e, const cJSON *msgs, const vlm_prompt_opts *po, const gen_params *g, job *j) {
@@ -273,17 +257,14 @@ int main(int argc, char **argv) {
     free(jpg);
     printf("multi-turn TTFT, %dx%d image, max_tokens %lld:\n", w, h, (long long)g.max_tokens);
     cJSON *t1 = cJSON_CreateArray();
-    cJSON_AddItemToArray(t1, user_msg(url.data, "What is in this image? Answer briefly."));
+    cJSON_AddItemToArray(t1, chat_msg("user", url.data, "What is in this image? Answer briefly."));
     job j1, j2, j3;
     rc |= run1(e, t1, &po, &g, &j1);
     if (!rc)
       print_turn("turn 1", &j1);
     cJSON *t2 = cJSON_Duplicate(t1, true);
-    cJSON *a = cJSON_CreateObject();
-    cJSON_AddStringToObject(a, "role", "assistant");
-    cJSON_AddStringToObject(a, "content", j1.text ? j1.text : "");
-    cJSON_AddItemToArray(t2, a);
-    cJSON_AddItemToArray(t2, user_msg(NULL, "And what colour is the top left corner?"));
+    cJSON_AddItemToArray(t2, chat_msg("assistant", NULL, j1.text ? j1.text : ""));
+    cJSON_AddItemToArray(t2, chat_msg("user", NULL, "And what colour is the top left corner?"));
     if (!rc)
       rc |= run1(e, t2, &po, &g, &j2);
     if (!rc) {
@@ -291,7 +272,7 @@ int main(int argc, char **argv) {
       printf("  turn 2 / turn 1 ttft: %.1f%%\n", 100.0 * j2.r.t.ttft_ms / j1.r.t.ttft_ms);
     }
     cJSON *t3 = cJSON_CreateArray();
-    cJSON_AddItemToArray(t3, user_msg(url.data, "Describe the colours of this picture."));
+    cJSON_AddItemToArray(t3, chat_msg("user", url.data, "Describe the colours of this picture."));
     if (!rc)
       rc |= run1(e, t3, &po, &g, &j3);
     if (!rc) {
@@ -318,7 +299,7 @@ int main(int argc, char **argv) {
       for (int i = 0; i < n; i++) {
         snprintf(q, sizeof q, "Request %d: write a short story about the number %d.", i, i * 7);
         msgs[i] = cJSON_CreateArray();
-        cJSON_AddItemToArray(msgs[i], user_msg(NULL, q));
+        cJSON_AddItemToArray(msgs[i], chat_msg("user", NULL, q));
         engine_request rq = {.messages = msgs[i], .prompt = po, .gen = gd, .on_done = on_done, .user = &jobs[i]};
         uint64_t id;
         if (engine_submit(e, &rq, &id) != QVL_OK) {

@@ -26,32 +26,13 @@
 #include "model/gguf.h"
 #include "text/tokenizer.h"
 
+/* The tokenizer test reads the same reference files (tests/ holds the reader). */
+#include "ids_file.h"
+
 static double cpu_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int32_t *read_ids(const char *path, size_t *n) {
-  buf f = {0};
-  *n = 0;
-  if (buf_read_file(path, 64u << 20, &f) != QVL_OK)
-    return NULL;
-  size_t cap = 1 << 16;
-  int32_t *v = malloc(cap * sizeof *v);
-  char *p = f.data;
-  for (;;) {
-    char *end;
-    long x = strtol(p, &end, 10);
-    if (end == p)
-      break;
-    if (*n == cap)
-      v = realloc(v, (cap *= 2) * sizeof *v);
-    v[(*n)++] = (int32_t)x;
-    p = end;
-  }
-  buf_free(&f);
-  return v;
 }
 
 static int hexval(int c) {
@@ -150,7 +131,7 @@ int main(int argc, char **argv) {
     }
     snprintf(path, sizeof path, "tests/fixtures/tokenizer/%s.ids.txt", texts[k].name);
     size_t n_ref = 0;
-    int32_t *ref = read_ids(path, &n_ref);
+    int32_t *ref = read_ids_file(path, &n_ref);
     double best_wall = 1e30, best_cpu = 1e30, best_dec = 1e30;
     size_t n = 0;
     bool match = false;

@@ -327,8 +327,9 @@ function frameStrip(v, name) {
   return el('ol', { class: 'frame-strip', 'aria-label': `Frames of ${name} the model sees` }, ...groups);
 }
 
-function videoAttachment(p) {
-  const remove = el(
+// The × button of a pending attachment (image or video): drops it and gives the focus back to the prompt.
+function removeButton(p) {
+  return el(
     'button',
     {
       type: 'button',
@@ -344,6 +345,10 @@ function videoAttachment(p) {
     },
     icon('M6 6l12 12M18 6L6 18'),
   );
+}
+
+function videoAttachment(p) {
+  const remove = removeButton(p);
   let meta;
   if (p.state === 'reading') meta = el('span', { class: 'att-meta', text: `${formatBytes(p.bytes)} · reading the frames…` });
   else if (p.state === 'error')
@@ -392,22 +397,7 @@ function renderAttachments() {
         { class: 'att', 'data-id': p.id },
         el('img', { class: 'att-thumb', src: p.dataUrl, alt: p.name }),
         el('span', { class: 'att-info' }, el('span', { class: 'att-name', text: p.name }), meta),
-        el(
-          'button',
-          {
-            type: 'button',
-            class: 'att-remove',
-            'aria-label': `Remove ${p.name}`,
-            onclick: () => {
-              pending = pending.filter((x) => x.id !== p.id);
-              renderAttachments();
-              updateSendState();
-              announce(`Removed ${p.name}.`);
-              $('prompt').focus();
-            },
-          },
-          icon('M6 6l12 12M18 6L6 18'),
-        ),
+        removeButton(p),
       );
     }),
   );

@@ -479,26 +479,16 @@ test('grounding answer draws boxes and points over the image', async () => {
 });
 
 test('boxes come from the server: an answer without them draws none, a box on the second image is drawn there', async () => {
-  const png = 'data:image/png;base64,' + sceneBuf.toString('base64');
-  const page = await newPage(DESKTOP, {
-    init: {
-      fn: ({ png: dataUrl }) => {
-        const now = Date.now();
-        const img = (name) => ({ name, type: 'image/png', bytes: 1000, dataUrl, width: 800, height: 500 });
-        localStorage.setItem('qvl.conversations.v1', JSON.stringify([
-          { id: 'text-only', title: 'Text only', created: now, updated: now, messages: [
-            { role: 'user', text: 'Locate.', images: [img('scene.png')], at: now },
-            { role: 'assistant', text: '[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]', at: now },
-          ] },
-          { id: 'first', title: 'On the first image', created: now - 1, updated: now - 1, messages: [
-            { role: 'user', text: 'Compare.', images: [img('first.png'), img('second.png')], at: now },
-            { role: 'assistant', text: 'see boxes', at: now, boxes: [{ image: 0, label: 'blue square', box: [340, 180, 500, 340] }] },
-          ] },
-        ]));
-      },
-      arg: { png },
-    },
-  });
+  const page = await pageWithConversations((img, now) => [
+    { id: 'text-only', title: 'Text only', created: now, updated: now, messages: [
+      { role: 'user', text: 'Locate.', images: [img('scene.png')], at: now },
+      { role: 'assistant', text: '[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]', at: now },
+    ] },
+    { id: 'first', title: 'On the first image', created: now - 1, updated: now - 1, messages: [
+      { role: 'user', text: 'Compare.', images: [img('first.png'), img('second.png')], at: now },
+      { role: 'assistant', text: 'see boxes', at: now, boxes: [{ image: 0, label: 'blue square', box: [340, 180, 500, 340] }] },
+    ] },
+  ]);
   await page.locator('.conv-open').nth(0).click();
   await page.locator('.msg.assistant').first().waitFor();
   eq(await page.locator('.gbox').count(), 0, 'bbox text without server boxes: nothing drawn');
@@ -532,6 +522,15 @@ function boxesOf(answer, w, h, image = 0) {
   return [...answer.matchAll(/\{[^{}]*\}/g)].map((m) => JSON.parse(m[0])).map((o) => o.bbox_2d
     ? { image, label: o.label, box: o.bbox_2d.map((v, i) => (v / 1000) * (i % 2 ? h : w)) }
     : { image, label: o.label, point: o.point_2d.map((v, i) => (v / 1000) * (i % 2 ? h : w)) });
+}
+
+// A desktop page whose stored conversations (as an earlier visit left them) are convs(img, now):
+// img(name) is an attachment of the scene picture under that name, now the time of the seeding.
+async function pageWithConversations(convs) {
+  const dataUrl = 'data:image/png;base64,' + sceneBuf.toString('base64');
+  const img = (name) => ({ name, type: 'image/png', bytes: 1000, dataUrl, width: 800, height: 500 });
+  const json = JSON.stringify(convs(img, Date.now()));
+  return newPage(DESKTOP, { init: { fn: (j) => localStorage.setItem('qvl.conversations.v1', j), arg: json } });
 }
 
 // A stored conversation with a canned grounding answer (and the boxes the server returned with it):
@@ -590,21 +589,11 @@ test('box overlay from a canned answer, at desktop and phone sizes', async () =>
 });
 
 test('grounding with several images: drawn on the last one, switchable', async () => {
-  const png = 'data:image/png;base64,' + sceneBuf.toString('base64');
-  const page = await newPage(DESKTOP, {
-    init: {
-      fn: ({ png: dataUrl }) => {
-        const now = Date.now();
-        const img = (name) => ({ name, type: 'image/png', bytes: 1000, dataUrl, width: 800, height: 500 });
-        localStorage.setItem('qvl.conversations.v1', JSON.stringify([{ id: 'two', title: 'Two images', created: now, updated: now, messages: [
-          { role: 'user', text: 'Compare.', images: [img('first.png'), img('second.png')], at: now },
-          { role: 'assistant', text: '[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]', at: now,
-            boxes: [{ image: 1, label: 'blue square', box: [340, 180, 500, 340] }] },
-        ] }]));
-      },
-      arg: { png },
-    },
-  });
+  const page = await pageWithConversations((img, now) => [{ id: 'two', title: 'Two images', created: now, updated: now, messages: [
+    { role: 'user', text: 'Compare.', images: [img('first.png'), img('second.png')], at: now },
+    { role: 'assistant', text: '[{"bbox_2d": [425, 360, 625, 680], "label": "blue square"}]', at: now,
+      boxes: [{ image: 1, label: 'blue square', box: [340, 180, 500, 340] }] },
+  ] }]);
   await page.click('.conv-open');
   const pick = page.locator('.ground-pick button');
   eq(await pick.count(), 2, 'one button per image');

@@ -10,8 +10,8 @@
 # Screenshots and the server log go to build/browser-artifacts/.
 set -u
 cd "$(dirname "$0")"
-fail() { echo "browser tests: $*" >&2; echo "browser: 0 passed, 1 failed"; exit 1; }
-command -v node >/dev/null || fail "node is not installed (Debian: apt-get install -y nodejs npm)"
+suite_name=browser
+. ../node_suite.bash
 [ -x "${QVL_CHROMIUM:-/usr/bin/chromium}" ] || fail "no Chromium at ${QVL_CHROMIUM:-/usr/bin/chromium} (Debian: apt-get install -y chromium)"
 # Installed versions must be the locked ones; otherwise (re)install from the lock file.
 stale=$(node -e '

@@ -8,17 +8,17 @@ cd "$(dirname "$0")/../.."
 QVL=$PWD/$BUILD/qvl
 E2E=$PWD/tests/fixtures/models/e2e/gguf
 IMG=$PWD/tests/fixtures/images/rgb_333x250.png
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-check() { if eval "$1"; then ok; else bad "$2"; fi; }
-tmp=$(mktemp -d)
+. tests/cli/cli.bash
 sess=qvl-chat-test-$$
 trap 'tmux kill-session -t "$sess" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 # ---- piped standard input: no terminal, one message per line, answers on stdout ----------------
-printf '/image %s\nwhat is in this picture?\nand the colours?\n/stats\n/save %s\n' "$IMG" "$tmp/piped.json" |
-  timeout 120 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --temp 0 -n 8 >"$tmp/piped.out" 2>"$tmp/piped.err"
+# piped_chat NAME: standard input to qvl chat with the e2e model and projector (greedy, 8 tokens);
+# its standard output to $tmp/NAME.out, standard error to $tmp/NAME.err.
+piped_chat() {
+  timeout 120 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --temp 0 -n 8 >"$tmp/$1.out" 2>"$tmp/$1.err"
+}
+printf '/image %s\nwhat is in this picture?\nand the colours?\n/stats\n/save %s\n' "$IMG" "$tmp/piped.json" | piped_chat piped
 rc=$?
 check '[ $rc -eq 0 ]' "piped chat exits 0 at the end of input (rc $rc): $(tail -3 "$tmp/piped.err")"
 check 'grep -q "^turns 2 " "$tmp/piped.out"' "piped: /stats counts 2 turns: $(cat "$tmp/piped.out")"
@@ -28,8 +28,7 @@ check '! grep -q "> " "$tmp/piped.err"' "piped: no prompt without a terminal"
 # a video (issue 23): attached with /video, asked about twice; the follow-up encodes nothing (the
 # first turn's KV, video rows included, comes from the prefix cache): one vision encode in all
 VID=$PWD/tests/fixtures/videos/clip_96x64_10f_5fps.mkv
-printf '/video %s\nwhat happens in this clip?\nand at the end?\n/stats\n/save %s\n' "$VID" "$tmp/video.json" |
-  timeout 120 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --temp 0 -n 8 >"$tmp/video.out" 2>"$tmp/video.err"
+printf '/video %s\nwhat happens in this clip?\nand at the end?\n/stats\n/save %s\n' "$VID" "$tmp/video.json" | piped_chat video
 rc=$?
 check '[ $rc -eq 0 ] && grep -q "^turns 2 " "$tmp/video.out"' "video chat: 2 turns (rc $rc): $(tail -3 "$tmp/video.err")"
 check 'grep -q "image cache hits 0, misses 1" "$tmp/video.out"' "video chat: one encode for two turns: $(grep turns "$tmp/video.out")"
@@ -44,7 +43,7 @@ check 'grep -q "vision projector" "$tmp/err3"' "an image without --mmproj is rep
 # ---- a terminal ------------------------------------------------------------------------------
 if ! command -v tmux >/dev/null; then
   bad "tmux is not installed (tools/install-deps.sh --test)"
-  echo "cli-chat: $pass passed, $fail failed"
+  summary cli-chat
   exit 1
 fi
 pane() { tmux capture-pane -p -t "$sess" -S -2000 2>/dev/null; }
@@ -106,5 +105,4 @@ tmux send-keys -t "$sess" "/reset" Enter
 check 'wait_for "new conversation" 10' "/reset"
 tmux send-keys -t "$sess" C-d
 check 'wait_for "CHAT-EXITED-0" 20' "Ctrl-D leaves with status 0: $(pane | tail -3)"
-echo "cli-chat: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary cli-chat

@@ -8,11 +8,7 @@ BUILD=${BUILD:-build/rel}
 cd "$(dirname "$0")/../.."
 E2E=tests/fixtures/models/e2e/gguf
 IMG=tests/fixtures/images/scene_64x128.png
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/cli/cli.bash
 
 # 1. Exports: only qvl_*, and all of the declared API (qvl.h); the tools of qvl_tools.h and the
 # option table of qvl_options.h are the service's (libqvl_service.a), not the library's.
@@ -56,5 +52,4 @@ if "$BUILD/examples/describe" /nonexistent.gguf "$E2E/mmproj-e2e-F16.gguf" "$IMG
   bad "describe with a missing model succeeded"
 elif grep -q "cannot open" "$tmp/err"; then ok; else bad "describe error: $(head -2 "$tmp/err")"; fi
 
-echo "library: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary library

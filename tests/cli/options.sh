@@ -7,11 +7,7 @@ set -u
 BUILD=${BUILD:-build/rel}
 cd "$(dirname "$0")/../.."
 QVL=$BUILD/qvl
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/cli/cli.bash
 
 CMDS="run chat serve bench tokenize dump convert verify make-random loadtest"
 # Flags that mean something else in one command, each with its reason (the exceptions to "same rule"):
@@ -80,5 +76,4 @@ expect serve --precision slow -- "precision: expected exact or fast, got 'slow'"
 expect convert --outtype q6_k -- "outtype: expected f32, bf16, f16, q8_0, q4_0 or q4_k"
 QVL_KV_TYPE=f8 expect run -m x -p hi -- "QVL_KV_TYPE: kv_type: expected f16 or f32"
 
-echo "cli-options: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary cli-options

@@ -9,12 +9,7 @@ BUILD=${BUILD:-build/rel}
 cd "$(dirname "$0")/../.."
 QVL=$PWD/$BUILD/qvl
 E2E=$PWD/tests/fixtures/models/e2e/gguf
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-check() { if eval "$1"; then ok; else bad "$2"; fi; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/cli/cli.bash
 M=$tmp/think.gguf
 "$QVL" make-random --tiny --tokenizer-from "$E2E/e2e-Q8_0.gguf" \
   --chat-template tests/fixtures/tokenizer/qwen3vl_thinking_chat_template.jinja --out-text "$M" 2>/dev/null
@@ -62,5 +57,4 @@ printf 'hello\n/save %s\n' "$tmp/chat.json" |
 check '[ "$(js "$tmp/chat.json" "j.filter(x => x.role === \"assistant\").length === 1 && !j.some(x => x.content.includes(\"think\"))")" = true ]' \
   "chat: the saved assistant turn is the answer ($(cat "$tmp/chat.json" 2>/dev/null | head -c 300))"
 check '[ -s "$tmp/chat.err" ]' "chat from a pipe: the reasoning went to stderr"
-echo "cli-reasoning: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary cli-reasoning

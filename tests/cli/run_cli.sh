@@ -7,23 +7,15 @@ cd "$(dirname "$0")/../.."
 QVL=$BUILD/qvl
 E2E=tests/fixtures/models/e2e/gguf
 CASES=tests/fixtures/cases/e2e/q8_0
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# json_ids FILE: the "ids" array of qvl run --json output, space-separated (no python needed).
-json_ids() { tr -d '\n\t ' <"$1" | sed -n 's/.*"ids":\[\([^]]*\)\].*/\1/p' | tr ',' ' '; }
-case_field() { tr -d '\n\t ' <"$1" | sed -n "s/.*\"$2\":\[\([^]]*\)\].*/\1/p" | tr ',' ' '; }
+. tests/cli/cli.bash
 
 # 1. Reference greedy continuations. The fixture generates 8 tokens without stopping at EOS, so
 #    compare up to the first EOS qvl stops at.
 for c in text_only one_image two_images; do
   cj=$CASES/$c/case.json
-  want=$(tr -d '\n\t ' <"$cj" | sed -n 's/.*"generated":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')
-  minp=$(tr -d '\n\t ' <"$cj" | sed -n 's/.*"min_pixels":\([0-9]*\).*/\1/p')
-  maxp=$(tr -d '\n\t ' <"$cj" | sed -n 's/.*"max_pixels":\([0-9]*\).*/\1/p')
+  want=$(case_ints "$cj" generated)
+  minp=$(case_int "$cj" min_pixels)
+  maxp=$(case_int "$cj" max_pixels)
   args=(-m "$E2E/e2e-Q8_0.gguf" --temp 0 -n 8 --json --min-pixels "$minp" --max-pixels "$maxp")
   case $c in
   text_only) args+=(-p "What is the capital of France? Answer in one word.") ;;
@@ -78,16 +70,6 @@ else
 fi
 
 # 5. Errors: exit status 1 or 2 and a message that says what is wrong.
-expect_error() { # expect_error NEEDLE CMD...
-  local needle=$1; shift
-  if "$@" >"$tmp/out" 2>"$tmp/err"; then
-    bad "expected failure: $*"
-  elif grep -qi -- "$needle" "$tmp/err"; then
-    ok
-  else
-    bad "'$*': message lacks '$needle': $(head -3 "$tmp/err")"
-  fi
-}
 expect_error "cannot open" "$QVL" run -m /nonexistent/model.gguf -p hi
 expect_error "not a GGUF" "$QVL" run -m tests/fixtures/images/rgb_128x64.png -p hi
 expect_error "mmproj" "$QVL" run -m "$E2E/mmproj-e2e-F16.gguf" -p hi
@@ -114,7 +96,7 @@ if [ "$(cksum <"$tmp/foreign.db")" = "$sum_before" ] && [ ! -e "$tmp/foreign.db-
 #    (the micro-a GGUF files, through the engine), and video errors are clear.
 MA=tests/fixtures/models/micro-a/gguf
 VC=tests/fixtures/cases/micro-a/f32/video_basic/case.json
-want=$(tr -d '\n\t ' <"$VC" | sed -n 's/.*"generated":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')
+want=$(case_ints "$VC" generated)
 if "$QVL" run -m "$MA/micro-a-F32.gguf" --mmproj "$MA/mmproj-micro-a-F32.gguf" --video tests/fixtures/videos/clip_96x64_10f_5fps.mkv \
   --video-min-pixels 4096 --video-max-pixels 65536 -p "Describe this video." --temp 0 -n 8 --json >"$tmp/v.json" 2>"$tmp/err"; then
   got=$(LC_ALL=C json_ids "$tmp/v.json") # the text of random weights is not valid UTF-8
@@ -126,5 +108,4 @@ expect_error "container 'png_pipe' is not accepted" "$QVL" run -m "$MA/micro-a-F
 expect_error "exclude each other" "$QVL" run -m "$MA/micro-a-F32.gguf" --mmproj "$MA/mmproj-micro-a-F32.gguf" --video tests/fixtures/videos/clip_96x64_10f_5fps.mkv --video-fps 1 --video-frames 4 -p hi
 expect_error "--mmproj" "$QVL" run -m "$MA/micro-a-F32.gguf" --video tests/fixtures/videos/clip_96x64_10f_5fps.mkv -p hi
 
-echo "cli: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary cli

@@ -10,24 +10,18 @@ QVL=$BUILD/qvl
 HF=tests/fixtures/models/e2e/hf
 CASES=tests/fixtures/cases/e2e
 export QVL_ISA=ref
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/cli/cli.bash
 
-json_ids() { tr -d '\n\t ' <"$1" | sed -n 's/.*"ids":\[\([^]]*\)\].*/\1/p' | tr ',' ' '; }
 # generated ids of a case, cut after the first EOS (qvl stops there; the fixture does not)
 want_ids() {
   local ids out=""
-  ids=$(tr -d '\n\t ' <"$1" | sed -n 's/.*"generated":\[\([^]]*\)\].*/\1/p' | tr ',' ' ')
+  ids=$(case_ints "$1" generated)
   for i in $ids; do
     out="${out:+$out }$i"
     if [ "$i" = 151645 ] || [ "$i" = 151643 ]; then break; fi
   done
   echo "$out"
 }
-pixels() { tr -d '\n\t ' <"$1" | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"; }
 
 TEXT_PROMPT="What is the capital of France? Answer in one word."
 check_run() { # name case.json qvl-run-args...
@@ -45,7 +39,7 @@ check_run() { # name case.json qvl-run-args...
 check_run "run -m HF text_only" $CASES/bf16/text_only/case.json -m $HF -p "$TEXT_PROMPT"
 cj=$CASES/bf16/one_image/case.json
 check_run "run -m HF one_image" $cj -m $HF --image tests/fixtures/images/scene_64x128.png -p "Describe this image." \
-  --min-pixels "$(pixels $cj min_pixels)" --max-pixels "$(pixels $cj max_pixels)"
+  --min-pixels "$(case_int $cj min_pixels)" --max-pixels "$(case_int $cj max_pixels)"
 # 2. Quantized to Q8_0 on load = the Q8_0 GGUF (the text-only case does not use the F16 mmproj).
 check_run "run -m HF --dtype q8_0" $CASES/q8_0/text_only/case.json -m $HF --dtype q8_0 -p "$TEXT_PROMPT"
 # 3. Converted files load and give the same continuation.
@@ -62,16 +56,6 @@ else
 fi
 
 # 4. Errors.
-expect_error() {
-  local needle=$1; shift
-  if "$@" >"$tmp/out" 2>"$tmp/err"; then
-    bad "expected failure: $*"
-  elif grep -qi -- "$needle" "$tmp/err"; then
-    ok
-  else
-    bad "'$*': message lacks '$needle': $(head -3 "$tmp/err")"
-  fi
-}
 expect_error "expected f32, bf16" "$QVL" run -m $HF --dtype q6_k -p hi
 expect_error "takes no --mmproj" "$QVL" run -m $HF --mmproj tests/fixtures/models/e2e/gguf/mmproj-e2e-F16.gguf -p hi
 expect_error "--hf-dir DIR is required" "$QVL" convert --out-text "$tmp/x.gguf"
@@ -81,5 +65,4 @@ expect_error "expected f32, bf16" "$QVL" convert --hf-dir $HF --outtype q6_k --o
 expect_error "no config.json" "$QVL" convert --hf-dir tests/fixtures/models/e2e/gguf --out-text "$tmp/x.gguf"
 [ ! -e "$tmp/x.gguf" ] && ok || bad "a failed convert left a file"
 
-echo "cli-hf: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+summary cli-hf

@@ -4,14 +4,13 @@
 // jobs, metrics, API keys, config errors and SIGTERM draining. Each server is started on a free
 // loopback port (--port 0) and stopped here. Prints "e2e-core: N passed, N failed".
 import { spawnSync } from "node:child_process";
-import { createServer } from "node:http";
-import { readFileSync, writeFileSync, mkdtempSync, rmSync } from "node:fs";
+import { writeFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import OpenAI from "openai";
 import {
   root, QVL, MODEL, MODEL_ID, check, sleep, dataUrl, startServer, client, curl, postJson, errorOf,
-  metrics, waitMetric, userMsg, withTimeout, test, runServerSuite
+  metrics, waitMetric, userMsg, withTimeout, test, runServerSuite, fixtureImageHost
 } from "./lib.mjs";
 
 // ---- tests -------------------------------------------------------------------------------------
@@ -292,16 +291,8 @@ test("request timeout: 504, or an error event once streaming", async () => {
 
 test("http image URLs only from allow-listed prefixes", async () => {
   // a small image host: the fixture images, a redirect, a 404
-  const host = createServer((req, res) => {
-    if (req.url === "/redirect.png") { res.writeHead(302, { Location: "/rgb_64x64.png" }); return res.end(); }
-    try {
-      const data = readFileSync(join(root, "tests/fixtures/images", req.url.slice(1).replace(/[^a-z0-9_.]/gi, "")));
-      res.writeHead(200, { "Content-Type": "image/png" });
-      res.end(data);
-    } catch { res.writeHead(404); res.end("no"); }
-  });
-  await new Promise((r) => host.listen(0, "127.0.0.1", r));
-  const hp = host.address().port;
+  const host = await fixtureImageHost();
+  const hp = host.port;
   const E = await startServer(["--allow-image-url", `http://127.0.0.1:${hp}/`]);
   try {
     const ask = (url) => ({ messages: [{ role: "user", content: [{ type: "image_url", image_url: { url } }, { type: "text", text: "What is this?" }] }], max_tokens: 12, temperature: 0 });

@@ -4,6 +4,7 @@
 // their "NAME: N passed, N failed" lines.
 import { execFile, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { createServer } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import OpenAI from "openai";
@@ -36,6 +37,23 @@ export function withTimeout(p, ms, what) {
 export function dataUrl(name) {
   const ext = name.endsWith(".jpg") ? "jpeg" : "png";
   return `data:image/${ext};base64,` + readFileSync(join(root, "tests/fixtures/images", name)).toString("base64");
+}
+
+// A loopback HTTP server of the fixture images for image URLs (allow-list its base with
+// --allow-image-url): /NAME is tests/fixtures/images/NAME, /redirect.png a 302 to /rgb_64x64.png,
+// anything else a 404. Resolves to { base: "http://127.0.0.1:PORT", port, close() }.
+export async function fixtureImageHost() {
+  const server = createServer((req, res) => {
+    if (req.url === "/redirect.png") { res.writeHead(302, { Location: "/rgb_64x64.png" }); return res.end(); }
+    try {
+      const data = readFileSync(join(root, "tests/fixtures/images", req.url.slice(1).replace(/[^a-z0-9_.]/gi, "")));
+      res.writeHead(200, { "Content-Type": "image/png" });
+      res.end(data);
+    } catch { res.writeHead(404); res.end("no"); }
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  const port = server.address().port;
+  return { base: `http://127.0.0.1:${port}`, port, close: () => server.close() };
 }
 
 // ---- servers ---------------------------------------------------------------------------------

@@ -6,12 +6,9 @@
 // against the usage of an answer, x-api-key and Bearer auth, and the SDK's error classes (529 from a
 // full server included).
 // Prints "messages: N passed, N failed".
-import { createServer } from "node:http";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
 import Anthropic from "@anthropic-ai/sdk";
 import { z } from "zod";
-import { MODEL_ID, check, client, dataUrl, postJson, root, startServer, test, runServerSuite } from "./lib.mjs";
+import { MODEL_ID, check, client, dataUrl, fixtureImageHost, postJson, startServer, test, runServerSuite } from "./lib.mjs";
 
 const KEY = "k-anthropic";
 let A;
@@ -19,15 +16,8 @@ const ant = (opts = {}) => new Anthropic({ baseURL: A.base, apiKey: KEY, maxRetr
 const oai = () => client(A, KEY);
 
 // a small image host for url sources (allow-listed with --allow-image-url)
-const host = createServer((req, res) => {
-  try {
-    const data = readFileSync(join(root, "tests/fixtures/images", req.url.slice(1).replace(/[^a-z0-9_.]/gi, "")));
-    res.writeHead(200, { "Content-Type": "image/png" });
-    res.end(data);
-  } catch { res.writeHead(404); res.end("no"); }
-});
-await new Promise((r) => host.listen(0, "127.0.0.1", r));
-const HOST = `http://127.0.0.1:${host.address().port}`;
+const host = await fixtureImageHost();
+const HOST = host.base;
 
 const b64 = (name) => dataUrl(name).split(",")[1];
 const textOf = (m) => m.content.filter((b) => b.type === "text").map((b) => b.text).join("");

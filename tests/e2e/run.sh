@@ -8,18 +8,11 @@
 # files. Prints "e2e: N passed, N failed" last and exits non-zero on any failure or missing tool.
 set -u
 cd "$(dirname "$0")"
-fail() { echo "e2e tests: $*" >&2; echo "e2e: 0 passed, 1 failed"; exit 1; }
-command -v node >/dev/null || fail "node is not installed (Debian: apt-get install -y nodejs npm)"
+suite_name=e2e
+. ../node_suite.bash
 command -v curl >/dev/null || fail "curl is not installed (Debian: apt-get install -y curl)"
-bin=${QVL_BIN:-qvl}
-case $bin in /*) ;; *) bin=../../$bin ;; esac
-[ -x "$bin" ] || fail "no qvl binary at $bin (run make first)"
-# node_modules is current when npm's own record of the install matches the lock file
-if ! cmp -s <(node -e 'const l=require("./package-lock.json").packages; delete l[""]; console.log(JSON.stringify(Object.keys(l).sort().map(k=>[k,l[k].version])))' 2>/dev/null) \
-           <(node -e 'const l=require("./node_modules/.package-lock.json").packages; console.log(JSON.stringify(Object.keys(l).sort().map(k=>[k,l[k].version])))' 2>/dev/null); then
-  command -v npm >/dev/null || fail "npm is not installed (Debian: apt-get install -y npm)"
-  npm ci --no-audit --no-fund --loglevel=error >&2 || fail "npm ci failed"
-fi
+require_qvl_bin
+npm_sync
 total_pass=0 total_fail=0
 for suite in *.mjs; do
   [ "$suite" = lib.mjs ] && continue

@@ -6,22 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
+#include "fuzz_chat.h"
 #include "server/openai/chat_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static const char *const ids[] = {"m", "qvl"};
-  api_limits lim = {.max_tokens = 64, .max_images = 4, .max_pixels = 1 << 22, .default_max_pixels = 1 << 20,
-                    .default_min_pixels = 65536, .model_ids = ids, .n_model_ids = 2};
+  api_limits lim = fuzz_chat_limits();
   api_chat_request r;
   api_error e;
   if (!api_chat_parse((const char *)data, size, &lim, &r, &e)) {
     if (e.http < 400 || e.http > 499 || !e.message[0])
       abort();
     char *j = api_error_json(&e);
-    cJSON *back = cJSON_Parse(j);
-    if (!back)
-      abort();
-    cJSON_Delete(back);
+    fuzz_assert_json(j);
     free(j);
     return 0;
   }
@@ -33,11 +30,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   buf_append(&res.text, data, size);
   char *j = api_completion_json("chatcmpl-x", 1, "m", &res);
   char *c = api_chunk_json("chatcmpl-x", 1, "m", true, res.text.data, res.text.len, NULL);
-  cJSON *a = cJSON_Parse(j), *b = cJSON_Parse(c);
-  if (!a || !b || strchr(c, '\n'))
-    abort();
-  cJSON_Delete(a);
-  cJSON_Delete(b);
+  fuzz_assert_json(j);
+  fuzz_assert_json(c);
+  FUZZ_ASSERT(!strchr(c, '\n'));
   free(j);
   free(c);
   api_result_free(&res);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
+#include "fuzz_chat.h"
 #include "server/openai/chat_wire.h"
 #include "server/dialects/completions.h"
 #include "server/dialects/ollama.h"
@@ -32,21 +34,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (e.http < 400 || e.http > 499 || !e.message[0] || !cr.fmt)
       abort();
     char *j = cr.fmt->error_json(cr.state, &e);
-    cJSON *back = j ? cJSON_Parse(j) : NULL;
-    if (!back)
-      abort();
-    cJSON_Delete(back);
+    fuzz_assert_json(j);
     free(j);
   } else if (!cr.reply_body) {
-    static const char *const ids[] = {"m", "qvl"};
-    api_limits lim = {.max_tokens = 64, .max_images = 4, .max_pixels = 1 << 22, .default_max_pixels = 1 << 20,
-                      .default_min_pixels = 65536, .model_ids = ids, .n_model_ids = 2};
     api_chat_request r;
-    api_error ce;
-    if (api_chat_parse(cr.chat_body, cr.chat_len, &lim, &r, &ce))
+    if (fuzz_chat_parse(cr.chat_body, cr.chat_len, &r))
       api_chat_request_free(&r);
-    else if (ce.http < 400 || ce.http > 499)
-      abort();
     api_result res;
     memset(&res, 0, sizeof res);
     res.finish_reason = size % 2 ? QVL_FINISH_LENGTH : QVL_FINISH_EOS;
@@ -55,10 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     cr.fmt->stream_text(cr.state, &out, res.text.data, res.text.len);
     cr.fmt->stream_end(cr.state, &out, &res);
     char *j = cr.fmt->result_json(cr.state, &res);
-    cJSON *a = j ? cJSON_Parse(j) : NULL;
-    if (!a)
-      abort();
-    cJSON_Delete(a);
+    fuzz_assert_json(j);
     free(j);
     buf_free(&out);
     api_result_free(&res);

@@ -5,18 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
-
-static volatile uint8_t sink;
-
-static void touch(const void *p, size_t n) {
-  const uint8_t *b = p;
-  uint8_t x = 0;
-  for (size_t i = 0; i < n; i++)
-    x ^= b[i];
-  sink ^= x;
-}
 
 static size_t elem_size(gguf_type t) {
   switch (t) {
@@ -100,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   for (int64_t k = 0; k < gguf_n_kv(g); k++) {
     const char *key = gguf_key_name(g, k);
-    touch(key, strlen(key) + 1);
+    fuzz_touch(key, strlen(key) + 1);
     if (gguf_find_key(g, key) != k)
       __builtin_trap();
     gguf_type t = gguf_key_type(g, k);
@@ -116,16 +107,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gguf_get_bool(g, key, &b);
     if (gguf_get_str(g, key, &s) == QVL_OK) {
       gguf_key_str(g, k, &len);
-      touch(s, len + 1);
+      fuzz_touch(s, len + 1);
     }
     int64_t *iv = NULL;
     float *fv = NULL;
     uint64_t n = 0;
     if (gguf_get_int_array(g, key, &iv, &n) == QVL_OK)
-      touch(iv, n * sizeof *iv);
+      fuzz_touch(iv, n * sizeof *iv);
     free(iv);
     if (gguf_get_f32_array(g, key, &fv, &n) == QVL_OK)
-      touch(fv, n * sizeof *fv);
+      fuzz_touch(fv, n * sizeof *fv);
     free(fv);
     if (t == GGUF_TYPE_ARRAY) {
       gguf_type et = gguf_array_type(g, k);
@@ -133,16 +124,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       if (et == GGUF_TYPE_STRING) {
         for (uint64_t j = 0; j < n; j++) {
           const char *p = gguf_array_str(g, k, j, &len);
-          touch(p, len);
+          fuzz_touch(p, len);
         }
       } else {
-        touch(gguf_array_data(g, k), n * elem_size(et));
+        fuzz_touch(gguf_array_data(g, k), n * elem_size(et));
       }
     }
   }
   for (int64_t k = 0; k < gguf_n_tensors(g); k++) {
     const tensor *t = gguf_tensor_at(g, k);
-    touch(t->data, t->nbytes);
+    fuzz_touch(t->data, t->nbytes);
     if (gguf_find_tensor(g, t->name) != t)
       __builtin_trap();
   }

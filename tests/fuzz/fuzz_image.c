@@ -8,16 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "image/decode.h"
 #include "image/preprocess.h"
-
-#define FUZZ_ASSERT(c) \
-  do {                 \
-    if (!(c))          \
-      abort();         \
-  } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   image_limits lim = {.max_bytes = 1 << 20, .max_pixels = 1 << 18, .max_dim = 4096};

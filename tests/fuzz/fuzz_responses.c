@@ -12,17 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
+#include "fuzz_chat.h"
 #include "server/dialects/dialect.h"
 #include "server/dialects/responses.h"
 #include "server/dialects/responses_store.h"
 #include "server/openai/chat_wire.h"
-
-static void check_json(const char *j) {
-  cJSON *a = j ? cJSON_Parse(j) : NULL;
-  if (!a)
-    abort();
-  cJSON_Delete(a);
-}
 
 /* Every "data: " line of an SSE stream is one JSON value. */
 static void check_sse(const buf *out) {
@@ -35,7 +30,7 @@ static void check_sse(const buf *out) {
     if (!line)
       abort();
     if (strcmp(line, "[DONE]"))
-      check_json(line);
+      fuzz_assert_json(line);
     free(line);
     p += n;
   }
@@ -51,32 +46,25 @@ static void one(const char *body, size_t len, resp_store *st, const char *text, 
     if (e.http < 400 || e.http > 499 || !e.message[0] || !cr.fmt)
       abort();
     char *j = cr.fmt->error_json(cr.state, &e);
-    check_json(j);
+    fuzz_assert_json(j);
     free(j);
     compat_request_free(&cr);
     return;
   }
   if (cr.reply_body) {
-    check_json(cr.reply_body);
+    fuzz_assert_json(cr.reply_body);
     compat_request_free(&cr);
     return;
   }
-  static const char *const ids[] = {"m", "qvl"};
-  api_limits lim = {.max_tokens = 64, .max_images = 4, .max_pixels = 1 << 22, .default_max_pixels = 1 << 20,
-                    .default_min_pixels = 65536, .model_ids = ids, .n_model_ids = 2};
   api_chat_request r;
-  api_error ce;
   api_result res;
   memset(&res, 0, sizeof res);
-  if (api_chat_parse(cr.chat_body, cr.chat_len, &lim, &r, &ce)) {
-    res.agent = r.agent;
-    api_chat_request_free(&r);
-  } else {
-    if (ce.http < 400 || ce.http > 499)
-      abort();
+  if (!fuzz_chat_parse(cr.chat_body, cr.chat_len, &r)) {
     compat_request_free(&cr);
     return;
   }
+  res.agent = r.agent;
+  api_chat_request_free(&r);
   res.finish_reason = seed & 2 ? QVL_FINISH_LENGTH : QVL_FINISH_EOS;
   res.prompt_tokens = 3;
   res.completion_tokens = (int64_t)text_len;
@@ -94,7 +82,7 @@ static void one(const char *body, size_t len, resp_store *st, const char *text, 
     buf_free(&out);
   } else {
     char *j = cr.fmt->result_json(cr.state, &res);
-    check_json(j);
+    fuzz_assert_json(j);
     free(j);
     snprintf(id_out, id_cap, "%s", cr.id);
   }

@@ -5,17 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "model/safetensors.h"
-
-static volatile uint8_t sink;
-
-static void touch(const void *p, size_t n) {
-  const uint8_t *b = p;
-  uint8_t x = 0;
-  for (size_t i = 0; i < n; i++)
-    x ^= b[i];
-  sink ^= x;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   safetensors *st = NULL;
@@ -25,15 +16,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   bool ok = w != NULL;
   for (int64_t k = 0; k < st_n_tensors(st); k++) {
     const st_tensor *t = st_tensor_at(st, k);
-    touch(t->name, strlen(t->name) + 1);
-    touch(t->data, t->nbytes);
+    fuzz_touch(t->name, strlen(t->name) + 1);
+    fuzz_touch(t->data, t->nbytes);
     if (st_find(st, t->name) != t)
       __builtin_trap();
     ok = ok && st_writer_add(w, t->name, t->dtype, t->n_dims, t->shape, t->data) == QVL_OK;
   }
   const char *m = st_metadata(st, "format");
   if (m)
-    touch(m, strlen(m));
+    fuzz_touch(m, strlen(m));
   void *mem = NULL;
   size_t n = 0;
   if (ok && st_writer_save_mem(w, &mem, &n) == QVL_OK) {

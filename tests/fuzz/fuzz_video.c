@@ -10,16 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "image/preprocess.h"
 #include "video/clip.h"
-
-#define FUZZ_ASSERT(c) \
-  do {                 \
-    if (!(c))          \
-      abort();         \
-  } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   video_limits lim = {.max_bytes = 1 << 20,

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../gguf_bytes.h"
 #include "model/gguf_write.h"
 #include "model/safetensors.h"
 
@@ -81,20 +82,15 @@ static uint8_t *to_mem(gguf_writer *w, size_t *n) {
   return mem;
 }
 
+/* gguf_after_str, or the end of the program: every string asked for is in the base file. */
 static size_t after_str(const uint8_t *m, size_t size, const char *s) {
-  size_t n = strlen(s);
-  for (size_t i = 8; i + n <= size; i++) {
-    uint64_t len;
-    memcpy(&len, m + i - 8, 8);
-    if (len == n && memcmp(m + i, s, n) == 0)
-      return i + n;
+  size_t at = gguf_after_str(m, size, s);
+  if (!at) {
+    fprintf(stderr, "make_corpus: '%s' not found\n", s);
+    exit(1);
   }
-  fprintf(stderr, "make_corpus: '%s' not found\n", s);
-  exit(1);
+  return at;
 }
-
-static void put32(uint8_t *m, size_t at, uint32_t v) { memcpy(m + at, &v, 4); }
-static void put64(uint8_t *m, size_t at, uint64_t v) { memcpy(m + at, &v, 8); }
 
 static uint8_t *base;
 static size_t base_n;
@@ -167,7 +163,7 @@ static void make_gguf(void) {
   const uint8_t empty[24] = {'G', 'G', 'U', 'F', 3};
   save("gguf", "valid_empty.gguf", empty, sizeof empty);
   work = malloc(base_n);
-  put32(fresh(), 4, 2);
+  put_u32(fresh(), 4, 2);
   save("gguf", "valid_v2.gguf", work, base_n);
 
   /* truncations */
@@ -190,46 +186,46 @@ static void make_gguf(void) {
 
   memcpy(fresh(), "GGUX", 4), bad_gguf("bad_magic.gguf");
   memcpy(fresh(), "FUGG", 4), bad_gguf("bad_magic_reversed.gguf");
-  put32(fresh(), 4, 1), bad_gguf("bad_version1.gguf");
-  put32(fresh(), 4, 4), bad_gguf("bad_version4.gguf");
-  put32(fresh(), 4, 0x03000000), bad_gguf("bad_version_bigendian.gguf");
-  put64(fresh(), 8, 1ull << 62), bad_gguf("bad_huge_n_tensors.gguf");
-  put64(fresh(), 16, 1ull << 62), bad_gguf("bad_huge_n_kv.gguf");
-  put64(fresh(), 16, 100), bad_gguf("bad_n_kv_too_many.gguf");
-  put64(fresh(), 8, 9), bad_gguf("bad_n_tensors_too_many.gguf");
-  put64(fresh(), 16, 3), bad_gguf("bad_n_kv_too_few.gguf");
-  put64(fresh(), 24, 1ull << 62), bad_gguf("bad_huge_key_len.gguf");
-  put64(fresh(), 24, 0), bad_gguf("bad_empty_key.gguf");
+  put_u32(fresh(), 4, 1), bad_gguf("bad_version1.gguf");
+  put_u32(fresh(), 4, 4), bad_gguf("bad_version4.gguf");
+  put_u32(fresh(), 4, 0x03000000), bad_gguf("bad_version_bigendian.gguf");
+  put_u64(fresh(), 8, 1ull << 62), bad_gguf("bad_huge_n_tensors.gguf");
+  put_u64(fresh(), 16, 1ull << 62), bad_gguf("bad_huge_n_kv.gguf");
+  put_u64(fresh(), 16, 100), bad_gguf("bad_n_kv_too_many.gguf");
+  put_u64(fresh(), 8, 9), bad_gguf("bad_n_tensors_too_many.gguf");
+  put_u64(fresh(), 16, 3), bad_gguf("bad_n_kv_too_few.gguf");
+  put_u64(fresh(), 24, 1ull << 62), bad_gguf("bad_huge_key_len.gguf");
+  put_u64(fresh(), 24, 0), bad_gguf("bad_empty_key.gguf");
   fresh()[arch - 3] = 0, bad_gguf("bad_key_nul.gguf");
-  put64(fresh(), arch + 4, 1ull << 62), bad_gguf("bad_huge_string_value.gguf");
-  put64(fresh(), arch + 4, base_n), bad_gguf("bad_string_value_past_end.gguf");
-  put32(fresh(), bc, 13), bad_gguf("bad_value_type.gguf");
-  put32(fresh(), bc, GGUF_TYPE_UINT64), bad_gguf("bad_value_type_shift.gguf");
-  put32(fresh(), ds, GGUF_TYPE_ARRAY), bad_gguf("bad_nested_array.gguf");
-  put32(fresh(), ds, 99), bad_gguf("bad_array_elem_type.gguf");
-  put64(fresh(), ds + 4, 1ull << 61), bad_gguf("bad_huge_int_array.gguf");
-  put64(fresh(), ds + 4, 100000), bad_gguf("bad_int_array_past_end.gguf");
-  put64(fresh(), tk + 4, 1ull << 60), bad_gguf("bad_huge_string_array.gguf");
-  put64(fresh(), tk + 12, 1ull << 60), bad_gguf("bad_huge_string_in_array.gguf");
-  put64(fresh(), tk + 12, 5000), bad_gguf("bad_string_in_array_past_end.gguf");
+  put_u64(fresh(), arch + 4, 1ull << 62), bad_gguf("bad_huge_string_value.gguf");
+  put_u64(fresh(), arch + 4, base_n), bad_gguf("bad_string_value_past_end.gguf");
+  put_u32(fresh(), bc, 13), bad_gguf("bad_value_type.gguf");
+  put_u32(fresh(), bc, GGUF_TYPE_UINT64), bad_gguf("bad_value_type_shift.gguf");
+  put_u32(fresh(), ds, GGUF_TYPE_ARRAY), bad_gguf("bad_nested_array.gguf");
+  put_u32(fresh(), ds, 99), bad_gguf("bad_array_elem_type.gguf");
+  put_u64(fresh(), ds + 4, 1ull << 61), bad_gguf("bad_huge_int_array.gguf");
+  put_u64(fresh(), ds + 4, 100000), bad_gguf("bad_int_array_past_end.gguf");
+  put_u64(fresh(), tk + 4, 1ull << 60), bad_gguf("bad_huge_string_array.gguf");
+  put_u64(fresh(), tk + 12, 1ull << 60), bad_gguf("bad_huge_string_in_array.gguf");
+  put_u64(fresh(), tk + 12, 5000), bad_gguf("bad_string_in_array_past_end.gguf");
   fresh()[ab] = 2, bad_gguf("bad_bool_value.gguf");
-  put32(fresh(), te, 0), bad_gguf("bad_n_dims_0.gguf");
-  put32(fresh(), te, 5), bad_gguf("bad_n_dims_5.gguf");
-  put32(fresh(), te, 0xffffffffu), bad_gguf("bad_n_dims_huge.gguf");
-  put64(fresh(), te + 4, 0), bad_gguf("bad_dim_zero.gguf");
-  put64(fresh(), te + 12, UINT64_MAX), bad_gguf("bad_dim_negative.gguf");
-  put64(fresh(), te + 4, 1ull << 40), put64(work, te + 12, 1ull << 40), bad_gguf("bad_dims_overflow.gguf");
-  put64(fresh(), te + 4, 1ull << 31), put64(work, te + 12, 1ull << 31), bad_gguf("bad_dims_past_end.gguf");
-  put64(fresh(), te + 4, 33), bad_gguf("bad_dim_not_block_multiple.gguf");
-  put32(fresh(), te + 20, 7), bad_gguf("bad_type_q5_1.gguf");
-  put32(fresh(), te + 20, 15), bad_gguf("bad_type_q8_k.gguf");
-  put32(fresh(), te + 20, 4), bad_gguf("bad_type_removed_id.gguf");
-  put32(fresh(), te + 20, 1000), bad_gguf("bad_type_unknown.gguf");
-  put64(fresh(), te + 24, 1), bad_gguf("bad_offset_misaligned.gguf");
-  put64(fresh(), te + 24, 1ull << 40), bad_gguf("bad_offset_past_end.gguf");
-  put64(fresh(), te + 24, UINT64_MAX - 31), bad_gguf("bad_offset_wraps.gguf");
-  put64(fresh(), on + 16, base_n / 32 * 32), bad_gguf("bad_offset_at_end.gguf");
-  memcpy(fresh() + on - 18, "token_embd.weight", 17), put64(work, on - 26, 17),
+  put_u32(fresh(), te, 0), bad_gguf("bad_n_dims_0.gguf");
+  put_u32(fresh(), te, 5), bad_gguf("bad_n_dims_5.gguf");
+  put_u32(fresh(), te, 0xffffffffu), bad_gguf("bad_n_dims_huge.gguf");
+  put_u64(fresh(), te + 4, 0), bad_gguf("bad_dim_zero.gguf");
+  put_u64(fresh(), te + 12, UINT64_MAX), bad_gguf("bad_dim_negative.gguf");
+  put_u64(fresh(), te + 4, 1ull << 40), put_u64(work, te + 12, 1ull << 40), bad_gguf("bad_dims_overflow.gguf");
+  put_u64(fresh(), te + 4, 1ull << 31), put_u64(work, te + 12, 1ull << 31), bad_gguf("bad_dims_past_end.gguf");
+  put_u64(fresh(), te + 4, 33), bad_gguf("bad_dim_not_block_multiple.gguf");
+  put_u32(fresh(), te + 20, 7), bad_gguf("bad_type_q5_1.gguf");
+  put_u32(fresh(), te + 20, 15), bad_gguf("bad_type_q8_k.gguf");
+  put_u32(fresh(), te + 20, 4), bad_gguf("bad_type_removed_id.gguf");
+  put_u32(fresh(), te + 20, 1000), bad_gguf("bad_type_unknown.gguf");
+  put_u64(fresh(), te + 24, 1), bad_gguf("bad_offset_misaligned.gguf");
+  put_u64(fresh(), te + 24, 1ull << 40), bad_gguf("bad_offset_past_end.gguf");
+  put_u64(fresh(), te + 24, UINT64_MAX - 31), bad_gguf("bad_offset_wraps.gguf");
+  put_u64(fresh(), on + 16, base_n / 32 * 32), bad_gguf("bad_offset_at_end.gguf");
+  memcpy(fresh() + on - 18, "token_embd.weight", 17), put_u64(work, on - 26, 17),
       bad_gguf("bad_duplicate_tensor_shorter.gguf");
   fresh()[te - 1] = 0, bad_gguf("bad_tensor_name_nul.gguf");
   {
@@ -260,7 +256,7 @@ static void make_gguf(void) {
     must(gguf_writer_set_u32(a, "general.alignment", 64));
     must(gguf_writer_add_tensor(a, "x", QVL_DTYPE_F32, 1, (int64_t[]){4}, blob));
     m = to_mem(a, &n);
-    put32(m, after_str(m, n, "general.alignment") + 4, aligns[i]);
+    put_u32(m, after_str(m, n, "general.alignment") + 4, aligns[i]);
     char name[64];
     snprintf(name, sizeof name, "bad_alignment_%u.gguf", aligns[i]);
     save("gguf", name, m, n);

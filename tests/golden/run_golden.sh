@@ -13,11 +13,7 @@
 set -u
 BUILD=${BUILD:-build/rel}
 cd "$(dirname "$0")/../.."
-QVL=$BUILD/qvl
-CMP=$BUILD/tests/golden/compare
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-pass=0 fail=0
+. tests/golden/golden.bash
 # Every kernel tier this CPU has, exact vision tier (QVL_ISA=<tier>), and the AMX kernels through
 # the portable tile model in both tiers (amxsim: exact = split bf16 on F16 towers, which must keep
 # the strict tolerances where they apply; amxsimfast = bf16 tiles, the fast group); on a CPU with
@@ -31,18 +27,17 @@ grep -qw amx_tile /proc/cpuinfo 2>/dev/null && tiers="$tiers amx amxfast"
 isas=${GOLDEN_ISAS:-"ref exact exact16 default$tiers amxsim amxsimfast"}
 for case_json in tests/fixtures/cases/*/*/*/case.json; do
   id=${case_json#tests/fixtures/cases/}; id=${id%/case.json}
-  wtype=$(sed -n 's/.*"text_weight_type": "\([^"]*\)".*/\1/p' "$case_json" | head -1)
+  wtype=$(case_str "$case_json" text_weight_type)
   if grep -q '"gguf_text": null' "$case_json"; then
     continue # HF-directory-only cases run through `qvl dump --hf` (tests/golden/run_golden_hf.sh)
   fi
   for isa in $isas; do
-    mtype=$(sed -n 's/.*"mmproj_weight_type": "\([^"]*\)".*/\1/p' "$case_json" | head -1)
+    mtype=$(case_str "$case_json" mmproj_weight_type)
     tol=f32
     if [ "$isa" != ref ] && [ "$wtype" != F32 ]; then tol=llama_style; fi
     # float weights are exact in every SIMD exact tier; the AMX split-bf16 products must keep it
     if { [ "$isa" = amxsim ] || [ "$isa" = amx ]; } && [ "$wtype" = F16 ]; then tol=f32; fi
     if { [ "$isa" = default ] || [ "$isa" = amxsimfast ] || [ "$isa" = amxfast ]; } && { [ "$wtype" != F32 ] || { [ -n "$mtype" ] && [ "$mtype" != F32 ]; }; }; then tol=fast; fi
-    dump="$out/$(echo "$id" | tr / _)-$isa.safetensors"
     case $isa in
       default) env_isa=(QVL_PRECISION=fast QVL_KV_TYPE=f16) ;;
       exact) env_isa=(QVL_PRECISION=exact QVL_KV_TYPE=f32) ;;
@@ -51,17 +46,8 @@ for case_json in tests/fixtures/cases/*/*/*/case.json; do
       amxfast) env_isa=(QVL_ISA=amx QVL_PRECISION=fast QVL_KV_TYPE=f32) ;;
       *) env_isa=(QVL_ISA=$isa QVL_PRECISION=exact QVL_KV_TYPE=f32) ;;
     esac
-    kv=(); case $isa in default|exact16) kv=(kv16) ;; esac
-    if ! env "${env_isa[@]}" "$QVL" dump "$case_json" "$dump" >"$out/log" 2>&1; then
-      echo "FAIL $id [$isa]: qvl dump failed"; sed 's/^/    /' "$out/log" | tail -5
-      fail=$((fail + 1)); continue
-    fi
-    if "$CMP" "$case_json" "$dump" "$tol" "${kv[@]}" >"$out/cmp" 2>&1; then
-      pass=$((pass + 1))
-    else
-      echo "FAIL $id [$isa, $tol${kv:+, f16 KV}]"; grep -E 'FAIL|error' "$out/cmp" | sed 's/^/    /' | head -12
-      fail=$((fail + 1))
-    fi
+    kv=; case $isa in default|exact16) kv=kv16 ;; esac
+    golden_case "$id [$isa" "qvl dump" "$case_json" "$tol" "$kv" env "${env_isa[@]}" "$QVL" dump
   done
 done
 echo "golden: $pass passed, $fail failed"

@@ -10,34 +10,20 @@
 set -u
 BUILD=${BUILD:-build/rel}
 cd "$(dirname "$0")/../.."
-QVL=$BUILD/qvl
-CMP=$BUILD/tests/golden/compare
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
-pass=0 fail=0
+. tests/golden/golden.bash
 isas=${GOLDEN_ISAS:-"ref default"}
 for case_json in tests/fixtures/cases/*/*/*/case.json; do
   id=${case_json#tests/fixtures/cases/}; id=${id%/case.json}
   if grep -q '"hf_dir": null' "$case_json" || ! grep -q '"hf_dir"' "$case_json"; then
     continue
   fi
-  wtype=$(sed -n 's/.*"text_weight_type": "\([^"]*\)".*/\1/p' "$case_json" | head -1)
+  wtype=$(case_str "$case_json" text_weight_type)
   for isa in $isas; do
     tol=f32
     if [ "$isa" != ref ] && [ "$wtype" != F32 ]; then tol=llama_style; fi
-    dump="$out/$(echo "$id" | tr / _)-$isa.safetensors"
-    kv=()
-    if [ "$isa" = default ]; then env_isa=(QVL_KV_TYPE=f16); kv=(kv16); else env_isa=(QVL_ISA=$isa QVL_KV_TYPE=f32); fi
-    if ! env "${env_isa[@]}" "$QVL" dump --hf "$case_json" "$dump" >"$out/log" 2>&1; then
-      echo "FAIL $id [hf, $isa]: qvl dump --hf failed"; sed 's/^/    /' "$out/log" | tail -5
-      fail=$((fail + 1)); continue
-    fi
-    if "$CMP" "$case_json" "$dump" "$tol" "${kv[@]}" >"$out/cmp" 2>&1; then
-      pass=$((pass + 1))
-    else
-      echo "FAIL $id [hf, $isa, $tol${kv:+, f16 KV}]"; grep -E 'FAIL|error' "$out/cmp" | sed 's/^/    /' | head -12
-      fail=$((fail + 1))
-    fi
+    kv=
+    if [ "$isa" = default ]; then env_isa=(QVL_KV_TYPE=f16); kv=kv16; else env_isa=(QVL_ISA=$isa QVL_KV_TYPE=f32); fi
+    golden_case "$id [hf, $isa" "qvl dump --hf" "$case_json" "$tol" "$kv" env "${env_isa[@]}" "$QVL" dump --hf
   done
 done
 echo "golden-hf: $pass passed, $fail failed"

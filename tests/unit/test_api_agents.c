@@ -6,22 +6,10 @@
 
 #include "server/openai/chat_wire.h"
 #include "test.h"
+#include "wire_test.h"
 #include "text/grammar.h"
 
-static const char *const ids[] = {"qvl"};
-
-static api_limits limits(void) {
-  api_limits l;
-  memset(&l, 0, sizeof l);
-  l.max_tokens = 100;
-  l.max_images = 2;
-  l.max_pixels = 4 << 20;
-  l.default_max_pixels = 1 << 20;
-  l.default_min_pixels = 65536;
-  l.model_ids = ids;
-  l.n_model_ids = 1;
-  return l;
-}
+static api_limits limits(void) { return wire_test_limits(2); }
 
 static bool parse(const char *body, api_chat_request *r) {
   api_limits l = limits();

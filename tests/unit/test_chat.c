@@ -6,24 +6,15 @@
 
 #include "base/buf.h"
 #include "test.h"
+#include "test_files.h"
 #include "text/chat.h"
-
-static cJSON *read_json(const char *path) {
-  buf b = {0};
-  if (buf_read_file(path, 1 << 26, &b) != QVL_OK)
-    return NULL;
-  cJSON *j = cJSON_Parse(b.data);
-  buf_free(&b);
-  return j;
-}
 
 static void check_fixture_cases(void) {
   glob_t g;
   int rc = glob("tests/fixtures/cases/*/*/*/case.json", 0, NULL, &g);
   CHECK(rc == 0 && g.gl_pathc >= 40, "expected the fixture cases, found %zu", rc ? 0 : g.gl_pathc);
   for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++) {
-    cJSON *c = read_json(g.gl_pathv[i]);
-    CHECK(c != NULL, "cannot parse %s", g.gl_pathv[i]);
+    cJSON *c = test_read_json(g.gl_pathv[i]);
     if (!c)
       continue;
     const cJSON *agp = cJSON_GetObjectItem(c, "add_generation_prompt");
@@ -56,7 +47,7 @@ static void check_fixture_cases(void) {
 /* The Thinking template: every case of chat_thinking_cases.json (rendered by Jinja2 from the real
  * template text, tools/gen_thinking_cases.py) must come out of the C renderer byte for byte. */
 static void check_thinking_cases(void) {
-  cJSON *cases = read_json("tests/unit/chat_thinking_cases.json");
+  cJSON *cases = test_read_json("tests/unit/chat_thinking_cases.json");
   CHECK(cJSON_GetArraySize(cases) >= 10, "expected the thinking cases");
   const cJSON *c;
   cJSON_ArrayForEach(c, cases) {

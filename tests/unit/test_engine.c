@@ -26,10 +26,10 @@
 #include "kernels/kernels.h"
 #include "qvl_tools.h"
 #include "test.h"
+#include "test_model.h"
+#include "chat_msg.h"
 #include "text/kv_cache.h"
 
-#define MODEL "tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf"
-#define MMPROJ "tests/fixtures/models/e2e/gguf/mmproj-e2e-F16.gguf"
 #define IMG(name) "tests/fixtures/images/" name
 
 /* ---- collecting results from the engine thread ----------------------------------------------- */
@@ -113,28 +113,9 @@ static void job_free(job *j) {
 
 /* ---- requests ---------------------------------------------------------------------------------- */
 
-static cJSON *user_msg(const char *image, const char *text) {
-  cJSON *m = cJSON_CreateObject();
-  cJSON_AddStringToObject(m, "role", "user");
-  if (!image) {
-    cJSON_AddStringToObject(m, "content", text);
-    return m;
-  }
-  cJSON *c = cJSON_AddArrayToObject(m, "content");
-  cJSON *img = cJSON_CreateObject();
-  cJSON_AddStringToObject(img, "type", "image_url");
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(img, "image_url"), "url", image);
-  cJSON_AddItemToArray(c, img);
-  cJSON *t = cJSON_CreateObject();
-  cJSON_AddStringToObject(t, "type", "text");
-  cJSON_AddStringToObject(t, "text", text);
-  cJSON_AddItemToArray(c, t);
-  return m;
-}
-
 static cJSON *conv1(const char *image, const char *text) {
   cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, user_msg(image, text));
+  cJSON_AddItemToArray(a, chat_msg("user", image, text));
   return a;
 }
 
@@ -493,7 +474,7 @@ static void test_count_stop_images(const vlm *m) {
   engine *e = NULL;
   CHECK(engine_start(m, &c, &e) == QVL_OK, "engine_start: %s", qvl_last_error());
   cJSON *q = conv1(IMG("rgb_333x250.png"), "What is in this image?");
-  cJSON_AddItemToArray(q, user_msg(IMG("exif6_96x64.jpg"), "And this one?"));
+  cJSON_AddItemToArray(q, chat_msg("user", IMG("exif6_96x64.jpg"), "And this one?"));
   vlm_prompt_opts o = test_prompt_opts();
   vlm_prompt p;
   CHECK(vlm_prompt_build(m, q, &o, &p) == QVL_OK, "prompt: %s", qvl_last_error());
@@ -594,11 +575,8 @@ static void test_prefix_cache(const vlm *m) {
   CHECK(a.res.cached_prompt_tokens == 0, "turn 1: nothing cached (%lld)", (long long)a.res.cached_prompt_tokens);
   /* Turn 2: the conversation so far + the answer + a new question. */
   cJSON *t2 = cJSON_Duplicate(t1, true);
-  cJSON *asst = cJSON_CreateObject();
-  cJSON_AddStringToObject(asst, "role", "assistant");
-  cJSON_AddStringToObject(asst, "content", a.text ? a.text : "");
-  cJSON_AddItemToArray(t2, asst);
-  cJSON_AddItemToArray(t2, user_msg(NULL, "And what colour is the top left corner?"));
+  cJSON_AddItemToArray(t2, chat_msg("assistant", NULL, a.text ? a.text : ""));
+  cJSON_AddItemToArray(t2, chat_msg("user", NULL, "And what colour is the top left corner?"));
   CHECK(submit(e, t2, &g, &b, NULL) == QVL_OK, "submit: %s", qvl_last_error());
   CHECK(wait_done(&b, 60), "turn 2 done");
   CHECK(b.res.cached_prompt_tokens > 0 && b.res.cached_prompt_tokens % PREFIX_BLOCK == 0 &&
@@ -947,7 +925,7 @@ static void test_prefix_cache_shared(void) {
   char text[96], mmproj[96];
   snprintf(text, sizeof text, "%s/text.gguf", dir);
   snprintf(mmproj, sizeof mmproj, "%s/mmproj.gguf", dir);
-  qvl_random_opts ro = {.tokenizer_from = MODEL, .out_text = text, .out_mmproj = mmproj, .seed = 7, .tiny = true};
+  qvl_random_opts ro = {.tokenizer_from = E2E_MODEL, .out_text = text, .out_mmproj = mmproj, .seed = 7, .tiny = true};
   vlm *m = NULL;
   vlm_paths paths = {.model = text, .mmproj = mmproj};
   if (qvl_make_random(&ro) == QVL_OK && vlm_load(&paths, &m) == QVL_OK) {
@@ -969,11 +947,8 @@ int main(void) {
     return 1;
   }
   test_caches_unit();
-  vlm *m = NULL;
-  vlm_paths paths = {.model = MODEL, .mmproj = MMPROJ};
-  qvl_status s = vlm_load(&paths, &m);
-  CHECK(s == QVL_OK, "load: %s", qvl_last_error());
-  if (s == QVL_OK) {
+  vlm *m = test_load_vlm(E2E_MODEL, E2E_MMPROJ);
+  if (m) {
     test_decoder_batch(m, KV_TYPE_F32);
     test_decoder_batch(m, KV_TYPE_F16);
     test_decoder_work(m);

@@ -11,9 +11,9 @@
 #include "prompt/history.h"
 #include "kernels/kernels.h"
 #include "test.h"
+#include "test_model.h"
+#include "chat_msg.h"
 
-#define MODEL "tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf"
-#define MMPROJ "tests/fixtures/models/e2e/gguf/mmproj-e2e-F16.gguf"
 #define IMG "tests/fixtures/images/rgb_333x250.png"
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -51,25 +51,6 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-static cJSON *msg(const char *role, const char *image, const char *text) {
-  cJSON *m = cJSON_CreateObject();
-  cJSON_AddStringToObject(m, "role", role);
-  if (!image) {
-    cJSON_AddStringToObject(m, "content", text);
-    return m;
-  }
-  cJSON *c = cJSON_AddArrayToObject(m, "content");
-  cJSON *img = cJSON_CreateObject();
-  cJSON_AddStringToObject(img, "type", "image_url");
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(img, "image_url"), "url", image);
-  cJSON_AddItemToArray(c, img);
-  cJSON *t = cJSON_CreateObject();
-  cJSON_AddStringToObject(t, "type", "text");
-  cJSON_AddStringToObject(t, "text", text);
-  cJSON_AddItemToArray(c, t);
-  return m;
-}
-
 static engine_request request(const cJSON *msgs, int64_t max_tokens, job *j) {
   engine_request rq;
   memset(&rq, 0, sizeof rq);
@@ -100,8 +81,8 @@ static void test_dynamic_batching(const vlm *m) {
     if (!e)
       return;
     cJSON *a = cJSON_CreateArray(), *b = cJSON_CreateArray();
-    cJSON_AddItemToArray(a, msg("user", NULL, "first request"));
-    cJSON_AddItemToArray(b, msg("user", NULL, "second request, a little later"));
+    cJSON_AddItemToArray(a, chat_msg("user", NULL, "first request"));
+    cJSON_AddItemToArray(b, chat_msg("user", NULL, "second request, a little later"));
     job ja = {0}, jb = {0};
     engine_request ra = request(a, 8, &ja), rb = request(b, 8, &jb);
     uint64_t id;
@@ -131,27 +112,14 @@ static void test_dynamic_batching(const vlm *m) {
   }
 }
 
-static cJSON *conversation(int turns, const char *answer) {
-  cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, msg("system", NULL, "You answer questions about pictures."));
-  for (int i = 0; i < turns; i++) {
-    char q[64];
-    snprintf(q, sizeof q, "What is in picture %d?", i);
-    cJSON_AddItemToArray(a, msg("user", IMG, q));
-    if (i < turns - 1)
-      cJSON_AddItemToArray(a, msg("assistant", NULL, answer));
-  }
-  return a;
-}
-
 static void test_turns(void) {
   cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, msg("assistant", NULL, "greeting before any question"));
-  cJSON_AddItemToArray(a, msg("system", NULL, "sys"));
-  cJSON_AddItemToArray(a, msg("user", NULL, "q1"));
-  cJSON_AddItemToArray(a, msg("assistant", NULL, "a1"));
-  cJSON_AddItemToArray(a, msg("tool", NULL, "t1"));
-  cJSON_AddItemToArray(a, msg("user", NULL, "q2"));
+  cJSON_AddItemToArray(a, chat_msg("assistant", NULL, "greeting before any question"));
+  cJSON_AddItemToArray(a, chat_msg("system", NULL, "sys"));
+  cJSON_AddItemToArray(a, chat_msg("user", NULL, "q1"));
+  cJSON_AddItemToArray(a, chat_msg("assistant", NULL, "a1"));
+  cJSON_AddItemToArray(a, chat_msg("tool", NULL, "t1"));
+  cJSON_AddItemToArray(a, chat_msg("user", NULL, "q2"));
   int turn_of[6];
   int n = history_turns(a, turn_of);
   CHECK(n == 3, "3 turns (leading answer, q1, q2), got %d", n);
@@ -174,7 +142,7 @@ static void test_policy(const vlm *m) {
   char answer[4096] = "";
   for (int i = 0; i < 80; i++)
     strcat(answer, "a small coloured test pattern, ");
-  cJSON *conv = conversation(12, answer);
+  cJSON *conv = picture_conversation(12, IMG, answer);
   vlm_prompt_opts o;
   vlm_prompt_opts_default(&o);
   o.source.allow_files = true;
@@ -207,7 +175,7 @@ static void test_policy(const vlm *m) {
   pol = history_policy_default();
   pol.auto_max_tokens = true;
   mt = 2048;
-  cJSON *small = conversation(1, "");
+  cJSON *small = picture_conversation(1, IMG, "");
   CHECK(history_build_prompt(&m->pm, small, &o, &pol, 4096, 0, &mt, &p, &rep) == QVL_OK, "auto: %s", qvl_last_error());
   CHECK(rep.dropped_turns == 0 && mt == 2048, "plenty of room: the cap (%lld)", (long long)mt);
   int64_t small_n = p.n;
@@ -255,11 +223,8 @@ int main(void) {
     return 1;
   }
   test_turns();
-  vlm *m = NULL;
-  vlm_paths paths = {.model = MODEL, .mmproj = MMPROJ};
-  qvl_status s = vlm_load(&paths, &m);
-  CHECK(s == QVL_OK, "load: %s", qvl_last_error());
-  if (s == QVL_OK) {
+  vlm *m = test_load_vlm(E2E_MODEL, E2E_MMPROJ);
+  if (m) {
     test_dynamic_batching(m);
     test_policy(m);
   }

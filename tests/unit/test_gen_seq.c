@@ -17,8 +17,8 @@
 #include "engine/vlm.h"
 #include "kernels/kernels.h"
 #include "test.h"
+#include "test_model.h"
 
-#define MODEL "tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf"
 
 typedef struct capture {
   char text[512];
@@ -311,11 +311,8 @@ int main(void) {
     fprintf(stderr, "kernels_init: %s\n", qvl_last_error());
     return 1;
   }
-  vlm *m = NULL;
-  vlm_paths paths = {.model = MODEL};
-  qvl_status s = vlm_load(&paths, &m);
-  CHECK(s == QVL_OK, "load: %s", qvl_last_error());
-  if (s == QVL_OK) {
+  vlm *m = test_load_vlm(E2E_MODEL, NULL);
+  if (m) {
     int64_t V = m->text->hp.n_vocab;
     float *lg = malloc(sizeof *lg * (size_t)V);
     if (lg) {

@@ -11,7 +11,9 @@
 #include "base/status.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "gguf_bytes.h"
 #include "test.h"
+#include "corpus_test.h"
 
 #define FIX "tests/fixtures/models/"
 
@@ -573,21 +575,6 @@ static void *make_base(size_t *size) {
   return mem;
 }
 
-/* Position just after the first occurrence of the length-prefixed string s. */
-static size_t after_str(const uint8_t *m, size_t size, const char *s) {
-  size_t n = strlen(s);
-  for (size_t i = 8; i + n <= size; i++) {
-    uint64_t len;
-    memcpy(&len, m + i - 8, 8);
-    if (len == n && memcmp(m + i, s, n) == 0)
-      return i + n;
-  }
-  return 0;
-}
-
-static void put_u32(uint8_t *m, size_t at, uint32_t v) { memcpy(m + at, &v, 4); }
-static void put_u64(uint8_t *m, size_t at, uint64_t v) { memcpy(m + at, &v, 8); }
-
 static qvl_status try_open(const uint8_t *m, size_t size) {
   gguf *g = NULL;
   qvl_status s = gguf_open_memory(m, size, "bad.gguf", &g);
@@ -625,12 +612,12 @@ static void test_malformed(void) {
     return;
   uint8_t *m = malloc(size);
   /* offsets of fields, found from the names */
-  size_t k_one_type = after_str(base, size, "k.one");
-  size_t k_flag_val = after_str(base, size, "k.flag") + 4;
-  size_t tok_arr = after_str(base, size, "tok.list") + 4; /* u32 elem type, u64 count, strings */
-  size_t int_arr = after_str(base, size, "int.list") + 4;
-  size_t wq = after_str(base, size, "wq"); /* u32 n_dims, ne[0], ne[1], u32 type, u64 offset */
-  size_t wa = after_str(base, size, "wa");
+  size_t k_one_type = gguf_after_str(base, size, "k.one");
+  size_t k_flag_val = gguf_after_str(base, size, "k.flag") + 4;
+  size_t tok_arr = gguf_after_str(base, size, "tok.list") + 4; /* u32 elem type, u64 count, strings */
+  size_t int_arr = gguf_after_str(base, size, "int.list") + 4;
+  size_t wq = gguf_after_str(base, size, "wq"); /* u32 n_dims, ne[0], ne[1], u32 type, u64 offset */
+  size_t wa = gguf_after_str(base, size, "wa");
   CHECK(k_one_type && k_flag_val > 4 && tok_arr > 4 && wq && wa, "field offsets");
 
   /* every truncation of the file fails cleanly (the last tensor ends the file exactly) */
@@ -707,9 +694,9 @@ static void test_malformed(void) {
     size_t ms = 0;
     gguf_writer_save_mem(w, &mem, &ms);
     if (al[i].t == GGUF_TYPE_UINT32)
-      put_u32(mem, after_str(mem, ms, "general.alignment") + 4, (uint32_t)al[i].v);
+      put_u32(mem, gguf_after_str(mem, ms, "general.alignment") + 4, (uint32_t)al[i].v);
     else
-      ((uint8_t *)mem)[after_str(mem, ms, "general.alignmenX") - 1] = 't';
+      ((uint8_t *)mem)[gguf_after_str(mem, ms, "general.alignmenX") - 1] = 't';
     CHECK(try_open(mem, ms) == QVL_ERR_FORMAT && contains(qvl_last_error(), "general.alignment") &&
               contains(qvl_last_error(), al[i].msg),
           "alignment case %zu: %s", i, qvl_last_error());
@@ -734,32 +721,13 @@ static void test_malformed(void) {
   free(base);
 }
 
-/* The hand-made fuzz seeds (tests/fuzz/make_corpus.c) double as regression cases: valid_* files
- * open, bad_* files are rejected with a message naming the file. */
-static void test_corpus(void) {
-  glob_t gl;
-  int n_valid = 0, n_bad = 0;
-  if (glob("tests/fuzz/corpus/gguf/*", 0, NULL, &gl) != 0) {
-    CHECK(0, "no corpus");
-    return;
-  }
-  for (size_t i = 0; i < gl.gl_pathc; i++) {
-    const char *base = strrchr(gl.gl_pathv[i], '/') + 1;
-    bool valid = strncmp(base, "valid_", 6) == 0, bad = strncmp(base, "bad_", 4) == 0;
-    if (!valid && !bad)
-      continue; /* found by libFuzzer: only has to not crash (replayed by make test) */
-    gguf *g = NULL;
-    qvl_status s = gguf_open(gl.gl_pathv[i], &g);
-    if (valid)
-      CHECK(s == QVL_OK && g, "%s: %s", base, qvl_last_error());
-    else
-      CHECK(s != QVL_OK && !g && contains(qvl_last_error(), base), "%s: status %d: %s", base, (int)s, qvl_last_error());
-    n_valid += valid;
-    n_bad += bad;
-    gguf_close(g);
-  }
-  globfree(&gl);
-  CHECK(n_valid >= 5 && n_bad >= 30, "corpus: %d valid, %d bad", n_valid, n_bad);
+/* The fuzz seeds of the GGUF reader (tests/corpus_test.h). */
+static qvl_status open_close(const char *path, bool *opened) {
+  gguf *g = NULL;
+  qvl_status s = gguf_open(path, &g);
+  *opened = g != NULL;
+  gguf_close(g);
+  return s;
 }
 
 int main(void) {
@@ -778,7 +746,7 @@ int main(void) {
   test_rewrite_identical(FIX "e2e/gguf/e2e-Q8_0.gguf");
   test_round_trip(dir);
   test_malformed();
-  test_corpus();
+  check_corpus("tests/fuzz/corpus/gguf", open_close, 5, 30);
   rmdir(dir);
   return TEST_SUMMARY("test_gguf");
 }

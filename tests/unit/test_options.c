@@ -7,6 +7,7 @@
 
 #include "qvl_options.h"
 #include "server/config/settings.h"
+#include "fake_env.h"
 #include "test.h"
 
 typedef struct opts {
@@ -41,15 +42,6 @@ static const qvl_opt_cmd cmd = {.name = "qvl test", .usage = "usage: qvl test\n"
                                 .n_opts = sizeof binds / sizeof binds[0], .max_args = 1};
 static const qvl_opt_cmd cmd_env = {.name = "qvl test", .opts = binds, .n_opts = sizeof binds / sizeof binds[0],
                                     .env = true, .own_strings = true};
-
-static const char *const *fake_env;
-static const char *env_get(const char *name) {
-  size_t n = strlen(name);
-  for (int i = 0; fake_env && fake_env[i]; i++)
-    if (!strncmp(fake_env[i], name, n) && fake_env[i][n] == '=')
-      return fake_env[i] + n + 1;
-  return NULL;
-}
 
 /* Parses a NULL-terminated argument list (after "qvl test") with cmd. */
 static qvl_status parse(const qvl_opt_cmd *c, opts *o, const char **args, int *n_args, bool *help, ...) {

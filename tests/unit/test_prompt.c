@@ -11,31 +11,12 @@
 #include "prompt/history.h"
 #include "prompt/plan.h"
 #include "test.h"
+#include "test_model.h"
+#include "chat_msg.h"
 #include "text/chat.h"
 
-#define MODEL "tests/fixtures/models/e2e/gguf/e2e-Q8_0.gguf"
-#define MMPROJ "tests/fixtures/models/e2e/gguf/mmproj-e2e-F16.gguf"
 #define IMG "tests/fixtures/images/rgb_333x250.png"
 #define N_TURNS 12
-
-static cJSON *msg(const char *role, const char *image, const char *text) {
-  cJSON *m = cJSON_CreateObject();
-  cJSON_AddStringToObject(m, "role", role);
-  if (!image) {
-    cJSON_AddStringToObject(m, "content", text);
-    return m;
-  }
-  cJSON *c = cJSON_AddArrayToObject(m, "content");
-  cJSON *im = cJSON_CreateObject();
-  cJSON_AddStringToObject(im, "type", "image_url");
-  cJSON_AddStringToObject(cJSON_AddObjectToObject(im, "image_url"), "url", image);
-  cJSON_AddItemToArray(c, im);
-  cJSON *t = cJSON_CreateObject();
-  cJSON_AddStringToObject(t, "type", "text");
-  cJSON_AddStringToObject(t, "text", text);
-  cJSON_AddItemToArray(c, t);
-  return m;
-}
 
 /* N_TURNS turns of one image each, long answers: it does not fit 4096 tokens. */
 static cJSON *conversation(void) {
@@ -43,16 +24,7 @@ static cJSON *conversation(void) {
   answer[0] = 0;
   for (int i = 0; i < 80; i++)
     strcat(answer, "a small coloured test pattern, ");
-  cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, msg("system", NULL, "You answer questions about pictures."));
-  for (int i = 0; i < N_TURNS; i++) {
-    char q[64];
-    snprintf(q, sizeof q, "What is in picture %d?", i);
-    cJSON_AddItemToArray(a, msg("user", IMG, q));
-    if (i < N_TURNS - 1)
-      cJSON_AddItemToArray(a, msg("assistant", NULL, answer));
-  }
-  return a;
+  return picture_conversation(N_TURNS, IMG, answer);
 }
 
 typedef struct decodes {
@@ -81,13 +53,13 @@ static prompt_opts opts_with(decodes *d) {
 /* The ids of the plan's spans, concatenated, are the ids of the whole rendered text. */
 static void test_spans_tokenize_like_the_whole(const vlm *m) {
   cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, msg("system", NULL, "sys"));
-  cJSON_AddItemToArray(a, msg("user", IMG, "q1 with a picture"));
-  cJSON_AddItemToArray(a, msg("assistant", NULL, "a1"));
-  cJSON_AddItemToArray(a, msg("tool", NULL, "t1"));
-  cJSON_AddItemToArray(a, msg("tool", IMG, "t2 with a picture"));
-  cJSON_AddItemToArray(a, msg("system", NULL, "a later system message"));
-  cJSON_AddItemToArray(a, msg("user", NULL, "q2 \xe2\x80\x94 with <|im_start|> typed in it\n\n"));
+  cJSON_AddItemToArray(a, chat_msg("system", NULL, "sys"));
+  cJSON_AddItemToArray(a, chat_msg("user", IMG, "q1 with a picture"));
+  cJSON_AddItemToArray(a, chat_msg("assistant", NULL, "a1"));
+  cJSON_AddItemToArray(a, chat_msg("tool", NULL, "t1"));
+  cJSON_AddItemToArray(a, chat_msg("tool", IMG, "t2 with a picture"));
+  cJSON_AddItemToArray(a, chat_msg("system", NULL, "a later system message"));
+  cJSON_AddItemToArray(a, chat_msg("user", NULL, "q2 \xe2\x80\x94 with <|im_start|> typed in it\n\n"));
   decodes d = {.mu = PTHREAD_MUTEX_INITIALIZER};
   prompt_opts o = opts_with(&d);
   prompt_plan plan;
@@ -146,9 +118,9 @@ static void test_spans_tokenize_like_the_whole(const vlm *m) {
  * becomes the first one once the turn before it is dropped): the kept messages' own rendering. */
 static void test_render_fallback(const vlm *m) {
   cJSON *a = cJSON_CreateArray();
-  cJSON_AddItemToArray(a, msg("user", IMG, "q1"));
-  cJSON_AddItemToArray(a, msg("system", NULL, "a system message after the first question"));
-  cJSON_AddItemToArray(a, msg("user", IMG, "q2"));
+  cJSON_AddItemToArray(a, chat_msg("user", IMG, "q1"));
+  cJSON_AddItemToArray(a, chat_msg("system", NULL, "a system message after the first question"));
+  cJSON_AddItemToArray(a, chat_msg("user", IMG, "q2"));
   decodes d = {.mu = PTHREAD_MUTEX_INITIALIZER};
   prompt_opts o = opts_with(&d);
   history_policy pol = history_policy_default();
@@ -236,11 +208,8 @@ int main(void) {
     fprintf(stderr, "kernels_init: %s\n", qvl_last_error());
     return 1;
   }
-  vlm *m = NULL;
-  vlm_paths paths = {.model = MODEL, .mmproj = MMPROJ};
-  qvl_status s = vlm_load(&paths, &m);
-  CHECK(s == QVL_OK, "load: %s", qvl_last_error());
-  if (s == QVL_OK) {
+  vlm *m = test_load_vlm(E2E_MODEL, E2E_MMPROJ);
+  if (m) {
     test_spans_tokenize_like_the_whole(m);
     test_render_fallback(m);
     test_trim_decodes_kept_once(m);

@@ -281,9 +281,6 @@ static void test_video(void) {
   static const int32_t want[8] = {476, 270, 148, 27, 138, 234, 321, 365}; /* video_basic "generated" */
   for (int bytes = 0; e && bytes < 2; bytes++) {
     run r;
-    memset(&r, 0, sizeof r);
-    pthread_mutex_init(&r.mu, NULL);
-    pthread_cond_init(&r.cv, NULL);
     qvl_request_new(&rq);
     const char *clip = "tests/fixtures/videos/clip_96x64_10f_5fps.mkv";
     if (bytes) {
@@ -299,14 +296,7 @@ static void test_video(void) {
     qvl_request_set_video_pixels(rq, 4096, 65536);
     qvl_request_add_message(rq, "user", "Describe this video.");
     qvl_request_set_max_tokens(rq, 8);
-    qvl_request_set_callbacks(rq, on_text, on_done, &r);
-    qvl_status s = qvl_engine_submit(e, rq, NULL);
-    qvl_request_free(rq);
-    CHECK(s == QVL_OK, "submit a video: %s", qvl_last_error());
-    pthread_mutex_lock(&r.mu);
-    while (s == QVL_OK && !r.done)
-      pthread_cond_wait(&r.cv, &r.mu);
-    pthread_mutex_unlock(&r.mu);
+    CHECK(run_one(e, rq, &r) == QVL_OK, "submit a video: %s", qvl_last_error());
     CHECK(r.status == QVL_OK && r.n_ids == 8 && !memcmp(r.ids, want, sizeof want) && r.usage.image_tokens == 12,
           "video (%s): the video_basic continuation, 12 video tokens (got %lld ids, %lld image tokens)",
           bytes ? "bytes" : "file", (long long)r.n_ids, (long long)r.usage.image_tokens);
@@ -315,8 +305,6 @@ static void test_video(void) {
           "the same clip again: nothing encoded (%d misses, %lld cached tokens)", r.usage.image_cache_misses,
           (long long)r.usage.cached_prompt_tokens);
     CHECK(bytes || r.usage.image_cache_misses == 1, "the first time: one encode (%d)", r.usage.image_cache_misses);
-    pthread_mutex_destroy(&r.mu);
-    pthread_cond_destroy(&r.cv);
   }
   qvl_engine_stop(e, true);
   qvl_model_free(m);
@@ -324,25 +312,13 @@ static void test_video(void) {
 
 /* One request through an engine with a reasoning budget; waits for on_done. */
 static void run_reasoning(qvl_engine *e, int64_t budget, int64_t max_tokens, run *r) {
-  memset(r, 0, sizeof *r);
-  pthread_mutex_init(&r->mu, NULL);
-  pthread_cond_init(&r->cv, NULL);
   qvl_request *rq = NULL;
   qvl_request_new(&rq);
   qvl_request_add_message(rq, "user", "Why is the sky blue?");
   qvl_request_set_max_tokens(rq, max_tokens);
   qvl_request_set_reasoning_budget(rq, budget);
-  qvl_request_set_callbacks(rq, on_text, on_done, r);
   qvl_request_set_reasoning_callback(rq, on_reasoning);
-  qvl_status s = qvl_engine_submit(e, rq, NULL);
-  qvl_request_free(rq);
-  CHECK(s == QVL_OK, "submit: %s", qvl_last_error());
-  pthread_mutex_lock(&r->mu);
-  while (s == QVL_OK && !r->done)
-    pthread_cond_wait(&r->cv, &r->mu);
-  pthread_mutex_unlock(&r->mu);
-  pthread_mutex_destroy(&r->mu);
-  pthread_cond_destroy(&r->cv);
+  CHECK(run_one(e, rq, r) == QVL_OK, "submit: %s", qvl_last_error());
 }
 
 /* A reasoning model: a tiny random GGUF whose tokenizer.chat_template is the real Qwen3-VL Thinking

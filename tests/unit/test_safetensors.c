@@ -12,17 +12,10 @@
 #include "base/buf.h"
 #include "model/safetensors.h"
 #include "test.h"
+#include "corpus_test.h"
+#include "test_files.h"
 
 static bool contains(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
-
-static cJSON *read_json(const char *path) {
-  buf b = {0};
-  if (buf_read_file(path, 64u << 20, &b) != QVL_OK)
-    return NULL;
-  cJSON *j = cJSON_Parse(b.data);
-  buf_free(&b);
-  return j;
-}
 
 static float load_f32(const void *p, size_t i) {
   float f;
@@ -47,8 +40,7 @@ static bool shape_matches(const st_tensor *t, const cJSON *shape) {
 }
 
 static int check_case(const char *case_json) {
-  cJSON *cj = read_json(case_json);
-  CHECK(cj != NULL, "parse %s", case_json);
+  cJSON *cj = test_read_json(case_json);
   if (!cj)
     return 0;
   char path[1024];
@@ -135,8 +127,7 @@ static bool shape_is(const st_tensor *t, int nd, const int64_t *want) {
 static void test_hf_checkpoint(const char *family, st_dtype want_dtype) {
   char path[256];
   snprintf(path, sizeof path, "tests/fixtures/models/%s/hf/config.json", family);
-  cJSON *cfg = read_json(path);
-  CHECK(cfg != NULL, "%s", path);
+  cJSON *cfg = test_read_json(path);
   if (!cfg)
     return;
   const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
@@ -371,32 +362,13 @@ static void test_malformed(void) {
   CHECK(st_open("tests/fixtures/README.md", &st) != QVL_OK, "text file rejected: %s", qvl_last_error());
 }
 
-/* The hand-made fuzz seeds (tests/fuzz/make_corpus.c) double as regression cases: valid_* files
- * open, bad_* files are rejected with a message naming the file. */
-static void test_corpus(void) {
-  glob_t gl;
-  int n_valid = 0, n_bad = 0;
-  if (glob("tests/fuzz/corpus/safetensors/*", 0, NULL, &gl) != 0) {
-    CHECK(0, "no corpus");
-    return;
-  }
-  for (size_t i = 0; i < gl.gl_pathc; i++) {
-    const char *base = strrchr(gl.gl_pathv[i], '/') + 1;
-    bool valid = strncmp(base, "valid_", 6) == 0, bad = strncmp(base, "bad_", 4) == 0;
-    if (!valid && !bad)
-      continue; /* found by libFuzzer: only has to not crash (replayed by make test) */
-    safetensors *g = NULL;
-    qvl_status s = st_open(gl.gl_pathv[i], &g);
-    if (valid)
-      CHECK(s == QVL_OK && g, "%s: %s", base, qvl_last_error());
-    else
-      CHECK(s != QVL_OK && !g && contains(qvl_last_error(), base), "%s: status %d: %s", base, (int)s, qvl_last_error());
-    n_valid += valid;
-    n_bad += bad;
-    st_close(g);
-  }
-  globfree(&gl);
-  CHECK(n_valid >= 5 && n_bad >= 30, "corpus: %d valid, %d bad", n_valid, n_bad);
+/* The fuzz seeds of the safetensors reader (tests/corpus_test.h). */
+static qvl_status open_close(const char *path, bool *opened) {
+  safetensors *g = NULL;
+  qvl_status s = st_open(path, &g);
+  *opened = g != NULL;
+  st_close(g);
+  return s;
 }
 
 int main(void) {
@@ -411,7 +383,7 @@ int main(void) {
   test_hf_checkpoint("e2e", ST_BF16);
   test_round_trip(dir);
   test_malformed();
-  test_corpus();
+  check_corpus("tests/fuzz/corpus/safetensors", open_close, 5, 30);
   rmdir(dir);
   return TEST_SUMMARY("test_safetensors");
 }

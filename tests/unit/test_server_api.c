@@ -7,21 +7,9 @@
 #include "server/openai/chat_wire.h"
 #include "server/http/metrics.h"
 #include "test.h"
+#include "wire_test.h"
 
-static const char *const ids[] = {"e2e-Q8_0.gguf", "qvl"};
-
-static api_limits limits(void) {
-  api_limits l;
-  memset(&l, 0, sizeof l);
-  l.max_tokens = 100;
-  l.max_images = 2;
-  l.max_pixels = 4 << 20;
-  l.default_max_pixels = 1 << 20;
-  l.default_min_pixels = 65536;
-  l.model_ids = ids;
-  l.n_model_ids = 2;
-  return l;
-}
+static api_limits limits(void) { return wire_test_limits(2); }
 
 /* Parses body; expects failure with status http and, when given, the param and a message part. */
 static void expect_error(const char *body, int http, const char *param, const char *msg_part) {
@@ -34,11 +22,7 @@ static void expect_error(const char *body, int http, const char *param, const ch
     api_chat_request_free(&r);
     return;
   }
-  CHECK(e.http == http, "%s: http %d, expected %d (%s)", body, e.http, http, e.message);
-  if (param)
-    CHECK(!strcmp(e.param, param), "%s: param '%s', expected '%s'", body, e.param, param);
-  if (msg_part)
-    CHECK(strstr(e.message, msg_part) != NULL, "%s: message '%s' lacks '%s'", body, e.message, msg_part);
+  check_refusal(body, &e, http, param, msg_part);
   CHECK(r.root == NULL, "request not cleared on failure");
 }
 

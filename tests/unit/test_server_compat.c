@@ -15,22 +15,10 @@
 #include "server/dialects/responses_store.h"
 #include "base/timing.h"
 #include "test.h"
+#include "wire_test.h"
 #include "text/sampler.h"
 
-static const char *const ids[] = {"e2e-Q8_0.gguf", "qvl"};
-
-static api_limits limits(void) {
-  api_limits l;
-  memset(&l, 0, sizeof l);
-  l.max_tokens = 100;
-  l.max_images = 4;
-  l.max_pixels = 4 << 20;
-  l.default_max_pixels = 1 << 20;
-  l.default_min_pixels = 65536;
-  l.model_ids = ids;
-  l.n_model_ids = 2;
-  return l;
-}
+static api_limits limits(void) { return wire_test_limits(4); }
 
 static compat_ctx ctx_with(resp_store *st) {
   compat_ctx c;
@@ -43,22 +31,9 @@ static compat_ctx ctx_with(resp_store *st) {
   return c;
 }
 
-/* Translates body; on success parses the chat body too and returns it as cJSON (caller frees). */
 static cJSON *translate(compat_translate_fn fn, const char *body, const compat_ctx *c, compat_request *cr) {
-  api_error e;
-  if (!fn(body, strlen(body), c, cr, &e)) {
-    CHECK(0, "%s: refused: %s", body, e.message);
-    return NULL;
-  }
-  if (cr->reply_body)
-    return NULL;
   api_limits l = limits();
-  api_chat_request req;
-  bool ok = api_chat_parse(cr->chat_body, cr->chat_len, &l, &req, &e);
-  CHECK(ok, "%s: translated body refused by the chat parser: %s (%s)", body, e.message, cr->chat_body);
-  if (ok)
-    api_chat_request_free(&req);
-  return cJSON_Parse(cr->chat_body);
+  return translate_checked(fn, body, c, &l, cr);
 }
 
 static void expect_refused(compat_translate_fn fn, const char *body, const compat_ctx *c, int http, const char *param,
@@ -69,11 +44,7 @@ static void expect_refused(compat_translate_fn fn, const char *body, const compa
   CHECK(!ok, "accepted: %s", body);
   CHECK(cr.fmt != NULL, "%s: no formatter for the error", body);
   if (!ok) {
-    CHECK(e.http == http, "%s: http %d, expected %d (%s)", body, e.http, http, e.message);
-    if (param)
-      CHECK(!strcmp(e.param, param), "%s: param '%s', expected '%s'", body, e.param, param);
-    if (msg_part)
-      CHECK(strstr(e.message, msg_part) != NULL, "%s: message '%s' lacks '%s'", body, e.message, msg_part);
+    check_refusal(body, &e, http, param, msg_part);
   }
   compat_request_free(&cr);
 }
@@ -855,35 +826,32 @@ static void test_ollama(void) {
   CHECK(err && !strcmp(err, "{\"error\":\"gone\"}"), "Ollama's error shape: %s", err ? err : "");
   free(err);
 
+  /* the information endpoints: the status, a part of the body and of the Allow header where given */
+  static const struct {
+    const char *path, *method, *body;
+    int status;
+    const char *in_body, *in_allow, *what;
+  } info[] = {
+      {"/api/tags", "GET", "", 200, "\"name\":\"e2e-Q8_0.gguf\"", NULL, "tags"},
+      {"/api/ps", "GET", "", 200, "\"expires_at\"", NULL, "ps"},
+      {"/api/version", "GET", "", 200, OLLAMA_API_VERSION, NULL, "version"},
+      {"/api/show", "POST", "{\"model\":\"e2e-Q8_0.gguf:latest\"}", 200, "\"vision\"", NULL, "show"},
+      {"/api/show", "POST", "{\"model\":\"llama3\"}", 404, "llama3", NULL, "show of another model -> 404"},
+      {"/api/pull", "POST", "{}", 501, "not supported", NULL, "pull -> 501"},
+      {"/api/embed", "POST", "{}", 501, NULL, NULL, "embed -> 501"},
+      {"/api/tags", "POST", "", 405, NULL, "GET", "tags with POST -> 405 + Allow"},
+      {"/api/nothing", "GET", "", 404, NULL, NULL, "unknown /api/ path -> 404"},
+  };
   int status = 0;
   const char *allow = NULL;
-  char *j = ollama_info("/api/tags", "GET", "", 0, &c, &status, &allow);
-  CHECK(status == 200 && j && strstr(j, "\"name\":\"e2e-Q8_0.gguf\""), "tags: %s", j ? j : "");
-  free(j);
-  j = ollama_info("/api/ps", "GET", "", 0, &c, &status, &allow);
-  CHECK(status == 200 && j && strstr(j, "\"expires_at\""), "ps");
-  free(j);
-  j = ollama_info("/api/version", "GET", "", 0, &c, &status, &allow);
-  CHECK(status == 200 && j && strstr(j, OLLAMA_API_VERSION), "version");
-  free(j);
-  j = ollama_info("/api/show", "POST", "{\"model\":\"e2e-Q8_0.gguf:latest\"}", 32, &c, &status, &allow);
-  CHECK(status == 200 && j && strstr(j, "\"vision\""), "show: %s", j ? j : "");
-  free(j);
-  j = ollama_info("/api/show", "POST", "{\"model\":\"llama3\"}", 18, &c, &status, &allow);
-  CHECK(status == 404 && j && strstr(j, "llama3"), "show of another model -> 404");
-  free(j);
-  j = ollama_info("/api/pull", "POST", "{}", 2, &c, &status, &allow);
-  CHECK(status == 501 && j && strstr(j, "not supported"), "pull -> 501");
-  free(j);
-  j = ollama_info("/api/embed", "POST", "{}", 2, &c, &status, &allow);
-  CHECK(status == 501, "embed -> 501");
-  free(j);
-  j = ollama_info("/api/tags", "POST", "", 0, &c, &status, &allow);
-  CHECK(status == 405 && allow && strstr(allow, "GET"), "tags with POST -> 405 + Allow");
-  free(j);
-  j = ollama_info("/api/nothing", "GET", "", 0, &c, &status, &allow);
-  CHECK(status == 404, "unknown /api/ path -> 404");
-  free(j);
+  char *j;
+  for (size_t i = 0; i < sizeof info / sizeof info[0]; i++) {
+    j = ollama_info(info[i].path, info[i].method, info[i].body, strlen(info[i].body), &c, &status, &allow);
+    CHECK(status == info[i].status && (!info[i].in_body || (j && strstr(j, info[i].in_body))) &&
+              (!info[i].in_allow || (allow && strstr(allow, info[i].in_allow))),
+          "%s: status %d: %s", info[i].what, status, j ? j : "");
+    free(j);
+  }
   compat_ctx loading = c;
   loading.model_id = NULL;
   j = ollama_info("/api/tags", "GET", "", 0, &loading, &status, &allow);

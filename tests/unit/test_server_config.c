@@ -5,17 +5,8 @@
 #include <unistd.h>
 
 #include "server/config/settings.h"
+#include "fake_env.h"
 #include "test.h"
-
-/* A fake environment: NAME=VALUE pairs. */
-static const char *const *fake_env;
-static const char *env_get(const char *name) {
-  size_t n = strlen(name);
-  for (int i = 0; fake_env && fake_env[i]; i++)
-    if (!strncmp(fake_env[i], name, n) && fake_env[i][n] == '=')
-      return fake_env[i] + n + 1;
-  return NULL;
-}
 
 static qvl_status yaml(server_config *c, const char *text) {
   return server_config_apply_yaml(c, text, strlen(text), "t.yaml");

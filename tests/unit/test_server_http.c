@@ -589,6 +589,17 @@ static void test_busy_and_disconnect(void) {
   CHECK(wait_for(&fk.cancels, c0 + 1, 3), "non-stream disconnect cancelled");
 }
 
+/* Submits a job asking text; its URL path into path. */
+static void submit_job(const char *text, char *path, size_t cap) {
+  reply r;
+  const char *b = chat_body(text, false);
+  http(&r, NULL, "/v1/jobs", b, strlen(b), NULL);
+  cJSON *j = json(&r);
+  snprintf(path, cap, "/v1/jobs/%s", cJSON_GetStringValue(cJSON_GetObjectItem(j, "id")));
+  cJSON_Delete(j);
+  reply_free(&r);
+}
+
 static void test_jobs(void) {
   reply r;
   const char *b = chat_body("job text", false);
@@ -622,12 +633,7 @@ static void test_jobs(void) {
   cJSON_Delete(res);
 
   /* a failing job, a cancelled job, unknown ids */
-  b = chat_body("fail-late", false);
-  http(&r, NULL, "/v1/jobs", b, strlen(b), NULL);
-  j = json(&r);
-  snprintf(path, sizeof path, "/v1/jobs/%s", cJSON_GetStringValue(cJSON_GetObjectItem(j, "id")));
-  cJSON_Delete(j);
-  reply_free(&r);
+  submit_job("fail-late", path, sizeof path);
   end = time_now_s() + 5;
   do {
     usleep(5000);
@@ -646,12 +652,7 @@ static void test_jobs(void) {
         "failed job carries the error");
   cJSON_Delete(j);
 
-  b = chat_body("slow job to cancel", false);
-  http(&r, NULL, "/v1/jobs", b, strlen(b), NULL);
-  j = json(&r);
-  snprintf(path, sizeof path, "/v1/jobs/%s", cJSON_GetStringValue(cJSON_GetObjectItem(j, "id")));
-  cJSON_Delete(j);
-  reply_free(&r);
+  submit_job("slow job to cancel", path, sizeof path);
   usleep(50000);
   http(&r, "DELETE", path, NULL, 0, NULL);
   CHECK(r.status == 200, "delete job %ld", r.status);

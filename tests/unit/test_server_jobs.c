@@ -307,15 +307,22 @@ static void test_db_foreign(const char *dir) {
   rm_db(path);
 }
 
-/* Rows are validated on load: bad ones are skipped, good ones served, all output is JSON. */
-static void test_db_bad_rows(const char *dir) {
-  char path[256];
-  snprintf(path, sizeof path, "%s/rows.db", dir);
+/* A fresh jobs database file dir/name (its path into path) made by jobs_open, so that a test can
+ * write rows into its table with SQL; the options that open it again, keeping max_jobs jobs. */
+static jobs_opts fresh_db(const char *dir, const char *name, int64_t max_jobs, char *path, size_t cap) {
+  snprintf(path, cap, "%s/%s", dir, name);
   rm_db(path);
-  jobs_opts o = {100, 1e12, path, NULL};
+  jobs_opts o = {max_jobs, 1e12, path, NULL};
   jobs *j = NULL;
   CHECK(jobs_open(&o, 0, &j) == QVL_OK, "new db");
   jobs_free(j);
+  return o;
+}
+
+/* Rows are validated on load: bad ones are skipped, good ones served, all output is JSON. */
+static void test_db_bad_rows(const char *dir) {
+  char path[256];
+  jobs_opts o = fresh_db(dir, "rows.db", 100, path, sizeof path);
   const char *owner = "0123456789abcdef0123456789abcdef";
   char sql[4096];
   snprintf(sql, sizeof sql,
@@ -337,7 +344,7 @@ static void test_db_bad_rows(const char *dir) {
            "INSERT INTO jobs VALUES('job-good2', '%s', 1, 1700000000, 0, NULL, 15);",
            owner, owner, owner, owner, owner, owner, owner, owner, owner, owner, owner, owner, owner, owner, owner);
   CHECK(sql_file(path, sql), "craft rows");
-  j = NULL;
+  jobs *j = NULL;
   CHECK(jobs_open(&o, 0, &j) == QVL_OK, "a file with bad rows opens: %s", qvl_last_error());
   cJSON *list = parse_free(jobs_list_json(j, owner, 0, 100, NULL));
   CHECK(list != NULL, "GET /v1/jobs is valid JSON");
@@ -385,18 +392,13 @@ static void test_db_bad_rows(const char *dir) {
 /* Trimming a file far over --max-jobs is linear (was: 200k rows took 120 s, quadratic). */
 static void test_db_trim(const char *dir) {
   char path[256];
-  snprintf(path, sizeof path, "%s/big.db", dir);
-  rm_db(path);
-  jobs_opts o = {10, 1e12, path, NULL};
-  jobs *j = NULL;
-  CHECK(jobs_open(&o, 0, &j) == QVL_OK, "new db");
-  jobs_free(j);
+  jobs_opts o = fresh_db(dir, "big.db", 10, path, sizeof path);
   CHECK(sql_file(path, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 200000) "
                        "INSERT INTO jobs SELECT printf('job-%024x', i), '', 2, 1700000000, 1700000001, '{}', i FROM n;"),
         "200,000 rows");
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  j = NULL;
+  jobs *j = NULL;
   CHECK(jobs_open(&o, 0, &j) == QVL_OK, "open: %s", qvl_last_error());
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;

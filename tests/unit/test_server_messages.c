@@ -8,21 +8,13 @@
 #include "server/dialects/messages.h"
 #include "server/openai/chat_wire.h"
 #include "test.h"
+#include "wire_test.h"
 #include "text/stop.h"
 
-static const char *const ids[] = {"e2e-Q8_0.gguf", "qvl"};
 static bool g_reasoning; /* the served model reasons (ctx and limits) */
 
 static api_limits limits(void) {
-  api_limits l;
-  memset(&l, 0, sizeof l);
-  l.max_tokens = 100;
-  l.max_images = 4;
-  l.max_pixels = 4 << 20;
-  l.default_max_pixels = 1 << 20;
-  l.default_min_pixels = 65536;
-  l.model_ids = ids;
-  l.n_model_ids = 2;
+  api_limits l = wire_test_limits(4);
   l.reasoning_model = g_reasoning;
   l.reasoning_budget = -1;
   return l;
@@ -39,19 +31,9 @@ static compat_ctx ctx(void) {
 
 /* Translates body (must be accepted and make a valid chat body); the chat body as cJSON. */
 static cJSON *translate(compat_translate_fn fn, const char *body, compat_request *cr) {
-  api_error e;
   compat_ctx c = ctx();
-  if (!fn(body, strlen(body), &c, cr, &e)) {
-    CHECK(0, "%s: refused: %s", body, e.message);
-    return NULL;
-  }
   api_limits l = limits();
-  api_chat_request req;
-  bool ok = api_chat_parse(cr->chat_body, cr->chat_len, &l, &req, &e);
-  CHECK(ok, "%s: the chat parser refused the translation: %s (%s)", body, e.message, cr->chat_body);
-  if (ok)
-    api_chat_request_free(&req);
-  return cJSON_Parse(cr->chat_body);
+  return translate_checked(fn, body, &c, &l, cr);
 }
 
 static void refused(const char *body, int http, const char *param, const char *msg_part) {
@@ -62,11 +44,7 @@ static void refused(const char *body, int http, const char *param, const char *m
   CHECK(!ok, "accepted: %s", body);
   CHECK(cr.fmt == &messages_format, "%s: no formatter for the error", body);
   if (!ok) {
-    CHECK(e.http == http, "%s: http %d, expected %d (%s)", body, e.http, http, e.message);
-    if (param)
-      CHECK(!strcmp(e.param, param), "%s: param '%s', expected '%s'", body, e.param, param);
-    if (msg_part)
-      CHECK(strstr(e.message, msg_part) != NULL, "%s: message '%s' lacks '%s'", body, e.message, msg_part);
+    check_refusal(body, &e, http, param, msg_part);
     char *j = cr.fmt->error_json(cr.state, &e);
     cJSON *o = j ? cJSON_Parse(j) : NULL;
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(o, "error");

@@ -26,13 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/buf.h"
 #include "base/status.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/safetensors.h"
 #include "test.h"
+#include "test_files.h"
 #include "text/decoder.h"
 #include "text/mrope.h"
 #include "text/sampler.h"
@@ -40,17 +40,6 @@
 #define CASES_DIR "tests/fixtures/cases"
 
 /* ---- helpers ------------------------------------------------------------------------------- */
-
-static cJSON *read_json(const char *path) {
-  buf b = {0};
-  if (buf_read_file(path, 1 << 24, &b) != QVL_OK) {
-    fprintf(stderr, "cannot read %s: %s\n", path, qvl_last_error());
-    return NULL;
-  }
-  cJSON *j = cJSON_Parse(b.data);
-  buf_free(&b);
-  return j;
-}
 
 static double json_num(const cJSON *o, const char *k, double def) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -254,8 +243,7 @@ static double tol_of(const cJSON *tols, const char *group) {
 static void run_case(const char *dir, const char *cid, bool strict) {
   char path[512];
   snprintf(path, sizeof path, "%s/case.json", dir);
-  cJSON *j = read_json(path);
-  CHECK(j != NULL, "%s: cannot parse case.json", cid);
+  cJSON *j = test_read_json(path);
   if (!j)
     return;
   snprintf(path, sizeof path, "%s/expected.safetensors", dir);

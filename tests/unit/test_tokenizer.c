@@ -9,6 +9,7 @@
 #include "base/timing.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
+#include "ids_file.h"
 #include "test.h"
 #include "text/chat.h"
 #include "text/tokenizer.h"
@@ -292,28 +293,6 @@ static int run_decode_vectors(const tokenizer *t, const char *label) {
   buf_free(&note);
   buf_free(&file);
   return count;
-}
-
-static int32_t *read_ids_file(const char *path, size_t *n) {
-  buf f = {0};
-  *n = 0;
-  if (buf_read_file(path, 64u << 20, &f) != QVL_OK)
-    return NULL;
-  size_t cap = 1024;
-  int32_t *v = malloc(cap * sizeof *v);
-  char *p = f.data;
-  for (;;) {
-    char *end;
-    long x = strtol(p, &end, 10);
-    if (end == p)
-      break;
-    if (*n == cap)
-      v = realloc(v, (cap *= 2) * sizeof *v);
-    v[(*n)++] = (int32_t)x;
-    p = end;
-  }
-  buf_free(&f);
-  return v;
 }
 
 static void run_bench_texts(const tokenizer *t, const char *label) {

@@ -195,25 +195,29 @@ int main(void) {
   }
   buf_free(&m.b);
 
-  /* codecs outside the allow-list */
-  ffv1_clip(&m, 96, 64, "V_MJPEG", 4, 200, 200000000);
-  EXPECT("mjpeg", &m.b, NULL, QVL_ERR_UNSUPPORTED, "codec 'mjpeg' is not accepted");
-  buf_free(&m.b);
-  ffv1_clip(&m, 96, 64, "V_THEORA", 4, 200, 200000000);
-  EXPECT("theora", &m.b, NULL, QVL_ERR_UNSUPPORTED, "is not accepted");
-  buf_free(&m.b);
-
-  /* zero frame rate: every frame at 0 s, no rate declared */
-  ffv1_clip(&m, 96, 64, "V_FFV1", 10, 0, 0);
-  EXPECT("zero-fps", &m.b, NULL, QVL_ERR_FORMAT, "same timestamp");
-  buf_free(&m.b);
-  /* absurd rates: declared (1 ns per frame) and measured (1000 s apart) */
-  ffv1_clip(&m, 96, 64, "V_FFV1", 10, 200, 1);
-  EXPECT("absurd-declared", &m.b, NULL, QVL_ERR_FORMAT, "absurd frame rate");
-  buf_free(&m.b);
-  ffv1_clip(&m, 96, 64, "V_FFV1", 10, 1000000, 0);
-  EXPECT("absurd-measured", &m.b, NULL, QVL_ERR_FORMAT, "absurd frame rate");
-  buf_free(&m.b);
+  /* 96x64 clips refused for their codec or their timing */
+  static const struct {
+    const char *name, *codec;
+    int frames;
+    int64_t step_ms;
+    uint64_t default_duration;
+    qvl_status want;
+    const char *needle;
+  } refused[] = {
+      /* codecs outside the allow-list */
+      {"mjpeg", "V_MJPEG", 4, 200, 200000000, QVL_ERR_UNSUPPORTED, "codec 'mjpeg' is not accepted"},
+      {"theora", "V_THEORA", 4, 200, 200000000, QVL_ERR_UNSUPPORTED, "is not accepted"},
+      /* zero frame rate: every frame at 0 s, no rate declared */
+      {"zero-fps", "V_FFV1", 10, 0, 0, QVL_ERR_FORMAT, "same timestamp"},
+      /* absurd rates: declared (1 ns per frame) and measured (1000 s apart) */
+      {"absurd-declared", "V_FFV1", 10, 200, 1, QVL_ERR_FORMAT, "absurd frame rate"},
+      {"absurd-measured", "V_FFV1", 10, 1000000, 0, QVL_ERR_FORMAT, "absurd frame rate"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    ffv1_clip(&m, 96, 64, refused[i].codec, refused[i].frames, refused[i].step_ms, refused[i].default_duration);
+    EXPECT(refused[i].name, &m.b, NULL, refused[i].want, refused[i].needle);
+    buf_free(&m.b);
+  }
 
   /* audio only */
   mkv_begin(&m);

@@ -12,23 +12,12 @@
 
 #include <cjson/cJSON.h>
 
-#include "base/buf.h"
 #include "engine/vlm.h"
 #include "model/safetensors.h"
 #include "test.h"
+#include "test_files.h"
 
 #define CASE_DIR "tests/fixtures/preprocess_video/h264_mp4"
-
-static cJSON *read_json(const char *path) {
-  buf b = {0};
-  if (buf_read_file(path, 1 << 24, &b) != QVL_OK) {
-    CHECK(0, "%s: %s", path, qvl_last_error());
-    return NULL;
-  }
-  cJSON *j = cJSON_Parse(b.data);
-  buf_free(&b);
-  return j;
-}
 
 static void opts_for(vlm_prompt_opts *o, const char *dir) {
   vlm_prompt_opts_default(o);
@@ -39,7 +28,7 @@ static void opts_for(vlm_prompt_opts *o, const char *dir) {
 }
 
 static void test_h264_case(const vlm *m) {
-  cJSON *c = read_json(CASE_DIR "/case.json");
+  cJSON *c = test_read_json(CASE_DIR "/case.json");
   if (!c)
     return;
   vlm_prompt_opts o;

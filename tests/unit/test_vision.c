@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/buf.h"
 #include "base/status.h"
 #include "kernels/kernels.h"
 #include "model/gguf.h"
@@ -17,6 +16,7 @@
 #include "engine/hf_model.h"
 #include "model/safetensors.h"
 #include "test.h"
+#include "test_files.h"
 #include "vision/vision.h"
 
 #define CASES_DIR "tests/fixtures/cases"
@@ -228,14 +228,7 @@ static void run_case(const char *dir) {
   const char *case_id = dir + strlen(CASES_DIR) + 1;
   if (!join(path, sizeof path, dir, "case.json"))
     return;
-  buf b = {0};
-  if (buf_read_file(path, 1 << 24, &b) != QVL_OK) {
-    CHECK(0, "%s: cannot read: %s", path, qvl_last_error());
-    return;
-  }
-  cJSON *cj = cJSON_ParseWithLength(b.data, b.len);
-  buf_free(&b);
-  CHECK(cj != NULL, "%s: bad JSON", path);
+  cJSON *cj = test_read_json(path);
   if (!cj)
     return;
   const cJSON *images = cJSON_GetObjectItemCaseSensitive(cj, "images");
