@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "base/buf.h"
+#include "base/free_each.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "text/chat.h"
@@ -96,6 +97,18 @@ static cJSON *parse_json(const char *json, size_t len, const char *label, qvl_st
   }
   *s = QVL_OK;
   return root;
+}
+
+/* Parses json (a JSON object) and reads it into out with fields(). */
+static qvl_status parse_with(const char *json, size_t len, const char *label,
+                             qvl_status (*fields)(const cJSON *root, const char *label, void *out), void *out) {
+  qvl_status s;
+  cJSON *root = parse_json(json, len, label, &s);
+  if (!root)
+    return s;
+  s = fields(root, label, out);
+  cJSON_Delete(root);
+  return s;
 }
 
 /* ---- config.json -------------------------------------------------------------------------------- */
@@ -268,16 +281,12 @@ static void config_defaults(hf_config *c) {
   c->temperature = c->top_p = c->repetition_penalty = 1.0f;
 }
 
-qvl_status hf_config_parse(const char *json, size_t len, const char *label, hf_config *out) {
-  config_defaults(out);
-  qvl_status s;
-  cJSON *root = parse_json(json, len, label, &s);
-  if (!root)
-    return s;
+static qvl_status config_fields(const cJSON *root, const char *label, void *config) {
+  hf_config *out = config;
   const cJSON *arch = item(root, "architectures");
   const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
   const char *mt = NULL;
-  s = get_str(root, "", "model_type", label, &mt);
+  qvl_status s = get_str(root, "", "model_type", label, &mt);
   if (s == QVL_OK && !cJSON_IsString(a0))
     s = qvl_errorf(QVL_ERR_FORMAT, "%s: missing key 'architectures' (expected [\"Qwen3VLForConditionalGeneration\"])",
                    label);
@@ -312,8 +321,12 @@ qvl_status hf_config_parse(const char *json, size_t len, const char *label, hf_c
     s = get_str(root, "", "dtype", label, &dt);
   if (s == QVL_OK && dt)
     snprintf(out->torch_dtype, sizeof out->torch_dtype, "%s", dt);
-  cJSON_Delete(root);
   return s;
+}
+
+qvl_status hf_config_parse(const char *json, size_t len, const char *label, hf_config *out) {
+  config_defaults(out);
+  return parse_with(json, len, label, config_fields, out);
 }
 
 /* ---- preprocessor_config.json ------------------------------------------------------------------ */
@@ -338,13 +351,10 @@ static qvl_status check_triplet(const cJSON *root, const char *key, double want,
   return QVL_OK;
 }
 
-qvl_status hf_preprocessor_parse(const char *json, size_t len, const char *label, hf_config *c) {
-  qvl_status s;
-  cJSON *root = parse_json(json, len, label, &s);
-  if (!root)
-    return s;
+static qvl_status preprocessor_fields(const cJSON *root, const char *label, void *config) {
+  hf_config *c = config;
   int64_t patch = 0, merge = 0, temporal = 0;
-  s = get_int(root, "", "patch_size", false, 16, 1, 1024, label, &patch);
+  qvl_status s = get_int(root, "", "patch_size", false, 16, 1, 1024, label, &patch);
   if (s == QVL_OK)
     s = get_int(root, "", "merge_size", false, 2, 1, 64, label, &merge);
   if (s == QVL_OK)
@@ -391,17 +401,18 @@ qvl_status hf_preprocessor_parse(const char *json, size_t len, const char *label
                    label, (long long)mn, (long long)mx);
   c->min_pixels = mn;
   c->max_pixels = mx;
-  cJSON_Delete(root);
   return s;
+}
+
+qvl_status hf_preprocessor_parse(const char *json, size_t len, const char *label, hf_config *c) {
+  return parse_with(json, len, label, preprocessor_fields, c);
 }
 
 /* ---- generation_config.json -------------------------------------------------------------------- */
 
-qvl_status hf_generation_parse(const char *json, size_t len, const char *label, hf_config *c) {
-  qvl_status s;
-  cJSON *root = parse_json(json, len, label, &s);
-  if (!root)
-    return s;
+static qvl_status generation_fields(const cJSON *root, const char *label, void *config) {
+  hf_config *c = config;
+  qvl_status s = QVL_OK;
   c->has_generation = true;
   c->n_eos = 0;
   const cJSON *eos = item(root, "eos_token_id");
@@ -445,8 +456,11 @@ qvl_status hf_generation_parse(const char *json, size_t len, const char *label, 
       s = qvl_errorf(QVL_ERR_FORMAT, "%s: key 'repetition_penalty': %g out of range (0, 100]", label, d);
     c->repetition_penalty = (float)d;
   }
-  cJSON_Delete(root);
   return s;
+}
+
+qvl_status hf_generation_parse(const char *json, size_t len, const char *label, hf_config *c) {
+  return parse_with(json, len, label, generation_fields, c);
 }
 
 /* ---- model.safetensors.index.json -------------------------------------------------------------- */
@@ -458,9 +472,7 @@ void hf_index_free(hf_index *ix) {
     free(ix->shards[i]);
   for (int64_t i = 0; i < ix->n_tensors; i++)
     free(ix->names[i]);
-  free(ix->shards);
-  free(ix->names);
-  free(ix->shard_of);
+  FREE_EACH(ix->shards, ix->names, ix->shard_of);
   memset(ix, 0, sizeof *ix);
 }
 
@@ -469,12 +481,9 @@ static bool plain_file_name(const char *s) {
   return n > 0 && n < 256 && !strchr(s, '/') && !strchr(s, '\\') && strcmp(s, ".") && strcmp(s, "..");
 }
 
-qvl_status hf_index_parse(const char *json, size_t len, const char *label, hf_index *out) {
-  memset(out, 0, sizeof *out);
-  qvl_status s;
-  cJSON *root = parse_json(json, len, label, &s);
-  if (!root)
-    return s;
+static qvl_status index_fields(const cJSON *root, const char *label, void *index) {
+  hf_index *out = index;
+  qvl_status s = QVL_OK;
   const cJSON *wm = item(root, "weight_map");
   int n = cJSON_IsObject(wm) ? cJSON_GetArraySize(wm) : 0;
   if (!cJSON_IsObject(wm) || n == 0)
@@ -527,7 +536,12 @@ qvl_status hf_index_parse(const char *json, size_t len, const char *label, hf_in
     }
     out->shard_of[out->n_tensors++] = k;
   }
-  cJSON_Delete(root);
+  return s;
+}
+
+qvl_status hf_index_parse(const char *json, size_t len, const char *label, hf_index *out) {
+  memset(out, 0, sizeof *out);
+  qvl_status s = parse_with(json, len, label, index_fields, out);
   if (s != QVL_OK)
     hf_index_free(out);
   return s;
