@@ -112,14 +112,24 @@ static qvl_status check_all_used(const wtable *t, const bool *used) {
   return QVL_OK;
 }
 
-/* Starts a file from the weight table that weights() gives; out_close frees it whatever this returns. */
-static qvl_status out_open(hf_model *hf, qvl_status (*weights)(hf_model *, wtable **), qvl_dtype outtype,
-                           out_file *f) {
+static qvl_status put_general(gguf_writer *w, const char *arch, const char *type, const char *name) {
+  QVL_TRY(gguf_writer_set_str(w, "general.architecture", arch));
+  QVL_TRY(gguf_writer_set_str(w, "general.type", type));
+  QVL_TRY(gguf_writer_set_str(w, "general.name", name));
+  return gguf_writer_set_u32(w, "general.quantization_version", 2);
+}
+
+/* Starts a file of architecture arch and type from the weight table that weights() gives, with
+ * its general.* keys; out_close frees it whatever this returns. */
+static qvl_status out_open(hf_model *hf, qvl_status (*weights)(hf_model *, wtable **), const char *arch,
+                           const char *type, const char *name, qvl_dtype outtype, out_file *f) {
   *f = (out_file){.outtype = outtype};
   QVL_TRY(weights(hf, &f->t));
   f->w = gguf_writer_init();
   f->used = calloc((size_t)wtable_count(f->t) + 1, sizeof *f->used);
-  return f->w && f->used ? QVL_OK : qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  if (!f->w || !f->used)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  return put_general(f->w, arch, type, name);
 }
 
 /* Saves the file to path if s is still QVL_OK and every tensor found its place; frees it either way. */
@@ -322,13 +332,6 @@ static qvl_status write_tokenizer(gguf_writer *w, hf_model *hf) {
 
 /* ---- keys and tensors both files write ------------------------------------------------------------- */
 
-static qvl_status put_general(gguf_writer *w, const char *arch, const char *type, const char *name) {
-  QVL_TRY(gguf_writer_set_str(w, "general.architecture", arch));
-  QVL_TRY(gguf_writer_set_str(w, "general.type", type));
-  QVL_TRY(gguf_writer_set_str(w, "general.name", name));
-  return gguf_writer_set_u32(w, "general.quantization_version", 2);
-}
-
 typedef struct u32_key {
   const char *key;
   int64_t value;
@@ -349,18 +352,19 @@ static qvl_status put_linear(out_file *f, const char *prefix) {
   return put(f, n, QVL_DTYPE_F32);
 }
 
+/* The writers below go on while s is QVL_OK, so that out_close frees what a failure leaves. */
+#define TRY(x) \
+  if (s == QVL_OK) \
+  s = (x)
+
 /* ---- text model ------------------------------------------------------------------------------------ */
 
 static qvl_status write_text(hf_model *hf, const hf_convert_opts *o, const char *name) {
   const hf_config *c = hf_model_config(hf);
   const decoder_hparams *hp = &c->text;
   out_file f;
-  qvl_status s = out_open(hf, hf_model_text_weights, o->outtype, &f);
+  qvl_status s = out_open(hf, hf_model_text_weights, "qwen3vl", "model", name, o->outtype, &f);
   gguf_writer *w = f.w;
-#define TRY(x) \
-  if (s == QVL_OK) \
-  s = (x)
-  TRY(put_general(w, "qwen3vl", "model", name));
   const u32_key shape[] = {{"qwen3vl.block_count", hp->n_layer},
                            {"qwen3vl.context_length", hp->n_ctx_train},
                            {"qwen3vl.embedding_length", hp->n_embd},
@@ -393,7 +397,6 @@ static qvl_status write_text(hf_model *hf, const hf_convert_opts *o, const char 
   TRY(put(&f, "output_norm.weight", QVL_DTYPE_F32));
   if (s == QVL_OK && wtable_find(f.t, "output.weight"))
     s = put_matrix(&f, "output.weight");
-#undef TRY
   return out_close(&f, s, o->out_text);
 }
 
@@ -403,7 +406,7 @@ static qvl_status write_mmproj(hf_model *hf, const hf_convert_opts *o, const cha
   const hf_config *c = hf_model_config(hf);
   const vision_hparams *hp = &c->vision;
   out_file f;
-  qvl_status s = out_open(hf, hf_model_vision_weights, o->outtype, &f);
+  qvl_status s = out_open(hf, hf_model_vision_weights, "clip", "mmproj", name, o->outtype, &f);
   gguf_writer *w = f.w;
   bool *ds = calloc((size_t)hp->n_layer, sizeof *ds);
   if (s == QVL_OK && !ds)
@@ -414,10 +417,6 @@ static qvl_status write_mmproj(hf_model *hf, const hf_convert_opts *o, const cha
                    (long long)c->vision_n_pos);
   for (int i = 0; s == QVL_OK && i < c->n_deepstack; i++)
     ds[c->deepstack_layers[i]] = true;
-#define TRY(x) \
-  if (s == QVL_OK) \
-  s = (x)
-  TRY(put_general(w, "clip", "mmproj", name));
   TRY(gguf_writer_set_u32(w, "general.file_type", (uint32_t)hf_convert_file_type(o->outtype)));
   TRY(gguf_writer_set_bool(w, "clip.has_vision_encoder", true));
   const u32_key shape[] = {{"clip.vision.projection_dim", hp->proj_dim},
@@ -481,10 +480,11 @@ static qvl_status write_mmproj(hf_model *hf, const hf_convert_opts *o, const cha
       s = put_linear(&f, n);
     }
   }
-#undef TRY
   free(ds);
   return out_close(&f, s, o->out_mmproj);
 }
+
+#undef TRY
 
 qvl_status hf_convert(const char *hf_dir, const hf_convert_opts *o) {
   if (hf_convert_file_type(o->outtype) < 0)
