@@ -360,8 +360,7 @@ static qvl_status put_linear(out_file *f, const char *prefix) {
 /* ---- text model ------------------------------------------------------------------------------------ */
 
 static qvl_status write_text(hf_model *hf, const hf_convert_opts *o, const char *name) {
-  const hf_config *c = hf_model_config(hf);
-  const decoder_hparams *hp = &c->text;
+  const decoder_hparams *hp = &hf_model_config(hf)->text;
   out_file f;
   qvl_status s = out_open(hf, hf_model_text_weights, "qwen3vl", "model", name, o->outtype, &f);
   gguf_writer *w = f.w;
