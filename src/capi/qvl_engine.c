@@ -70,46 +70,35 @@ void qvl_engine_get_stats(qvl_engine *e, qvl_engine_stats *out) {
 
 /* One submitted request's callbacks, alive from submit to the end of on_done. */
 typedef struct submission {
-  qvl_on_text_fn on_text;
-  qvl_on_text_fn on_reasoning;
-  qvl_on_done_fn on_done;
-  void *user;
+  request_callbacks cb;
   const qvl_model *m;
 } submission;
 
 static bool sub_text(void *user, const char *text, size_t len) {
-  submission *s = user;
-  return s->on_text ? s->on_text(s->user, text, len) : true;
+  const request_callbacks *cb = &((submission *)user)->cb;
+  return cb->on_text ? cb->on_text(cb->user, text, len) : true;
 }
 
 static bool sub_reasoning(void *user, const char *text, size_t len) {
-  submission *s = user;
-  return s->on_reasoning ? s->on_reasoning(s->user, text, len) : true;
+  const request_callbacks *cb = &((submission *)user)->cb;
+  return cb->on_reasoning ? cb->on_reasoning(cb->user, text, len) : true;
 }
 
 static void sub_done(void *user, const engine_result *r) {
   submission *s = user;
   qvl_result res = {r, s->m};
-  if (s->on_done)
-    s->on_done(s->user, &res);
+  if (s->cb.on_done)
+    s->cb.on_done(s->cb.user, &res);
   free(s);
 }
 
 qvl_status qvl_engine_submit(qvl_engine *e, const qvl_request *r, uint64_t *id) {
-  submission *sub = calloc(1, sizeof *sub);
+  engine_request rq; /* points into r: nothing to free */
+  QVL_TRY(request_to_engine(r, &rq));
+  submission *sub = malloc(sizeof *sub);
   if (!sub)
     return qvl_errorf(QVL_ERR_NOMEM, "engine: out of memory");
-  sub->on_text = r->on_text;
-  sub->on_reasoning = r->on_reasoning;
-  sub->on_done = r->on_done;
-  sub->user = r->user;
-  sub->m = e->m;
-  engine_request rq;
-  qvl_status s = request_to_engine(r, &rq);
-  if (s != QVL_OK) {
-    free(sub);
-    return s;
-  }
+  *sub = (submission){r->cb, e->m};
   history_policy hp = history_policy_default();
   if (r->trim_history) {
     hp.mode = HISTORY_TRIM;
@@ -117,11 +106,11 @@ qvl_status qvl_engine_submit(qvl_engine *e, const qvl_request *r, uint64_t *id) 
     rq.history = &hp;
   }
   rq.on_text = sub_text;
-  rq.on_reasoning = r->on_reasoning ? sub_reasoning : NULL;
+  rq.on_reasoning = r->cb.on_reasoning ? sub_reasoning : NULL;
   rq.on_done = sub_done;
   rq.user = sub;
   uint64_t got = 0;
-  s = engine_submit(e->e, &rq, &got);
+  qvl_status s = engine_submit(e->e, &rq, &got);
   if (s != QVL_OK)
     free(sub); /* no callback will come */
   else if (id)

@@ -224,12 +224,12 @@ void qvl_request_set_pixels(qvl_request *r, int64_t min_pixels, int64_t max_pixe
 void qvl_request_set_trim_history(qvl_request *r, bool trim) { r->trim_history = trim; }
 
 void qvl_request_set_callbacks(qvl_request *r, qvl_on_text_fn on_text, qvl_on_done_fn on_done, void *user) {
-  r->on_text = on_text;
-  r->on_done = on_done;
-  r->user = user;
+  r->cb.on_text = on_text;
+  r->cb.on_done = on_done;
+  r->cb.user = user;
 }
 
-void qvl_request_set_reasoning_callback(qvl_request *r, qvl_on_text_fn on_reasoning) { r->on_reasoning = on_reasoning; }
+void qvl_request_set_reasoning_callback(qvl_request *r, qvl_on_text_fn on_reasoning) { r->cb.on_reasoning = on_reasoning; }
 
 void qvl_request_set_reasoning_budget(qvl_request *r, int64_t n) { r->gen.reasoning_budget = n < 0 ? -1 : n; }
 

@@ -8,6 +8,14 @@
 #include "qvl.h"
 #include "text/stop.h"
 
+/* What a request calls back, kept by the engine side from submit to the end of on_done. */
+typedef struct request_callbacks {
+  qvl_on_text_fn on_text;
+  qvl_on_text_fn on_reasoning;
+  qvl_on_done_fn on_done;
+  void *user;
+} request_callbacks;
+
 struct qvl_request {
   cJSON *msgs;                 /* OpenAI messages array */
   cJSON *pending;              /* image URLs for the next user message */
@@ -19,10 +27,7 @@ struct qvl_request {
   gen_params gen;
   vlm_prompt_opts po;
   bool trim_history;
-  qvl_on_text_fn on_text;
-  qvl_on_text_fn on_reasoning;
-  qvl_on_done_fn on_done;
-  void *user;
+  request_callbacks cb;
 };
 
 /* The engine request for r (pointers into r; callbacks and history left for the caller). */

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/cond.h"
+#include "base/free_each.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/timing.h"
@@ -128,13 +129,11 @@ static void request_free(request *r) {
   for (int i = 0; i < STOP_MAX_STRINGS; i++)
     free(r->stop[i]);
   vlm_prompt_free(&r->p);
-  free(r->keys);
   decoder_seq_free(r->seq);
   gen_seq_free(r->gs);
   vision_job_free(r->vjob);
-  free(r->vds);
   grammar_free(r->gram);
-  free(r);
+  FREE_EACH(r->keys, r->vds, r);
 }
 
 static void set_error(request *r, qvl_status s, qvl_finish reason, const char *msg) {
@@ -943,6 +942,17 @@ static void *engine_main(void *arg) {
   return NULL;
 }
 
+/* What engine_start made, once the thread is gone (or was never started). */
+static void engine_free(engine *e) {
+  decoder_work_free(e->work);
+  image_cache_free(e->ic);
+  prefix_cache_free(e->pc);
+  token_trie_free(e->tt);
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e);
+}
+
 qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   *out = NULL;
   engine_config cfg;
@@ -988,12 +998,7 @@ qvl_status engine_start(const vlm *m, const engine_config *c, engine **out) {
   if (s == QVL_OK && pthread_create(&e->thread, NULL, engine_main, e) != 0)
     s = qvl_errorf(QVL_ERR_INTERNAL, "engine: cannot start the engine thread");
   if (s != QVL_OK) {
-    decoder_work_free(e->work);
-    image_cache_free(e->ic);
-    prefix_cache_free(e->pc);
-    pthread_mutex_destroy(&e->mu);
-    pthread_cond_destroy(&e->cv);
-    free(e);
+    engine_free(e);
     return s;
   }
   log_info("engine: batch %d, queue %d, context %lld, KV budget %lld MiB (%s, %.1f KiB per token), image cache %lld "
@@ -1016,11 +1021,5 @@ void engine_stop(engine *e, bool drain) {
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
   pthread_join(e->thread, NULL);
-  decoder_work_free(e->work);
-  image_cache_free(e->ic);
-  prefix_cache_free(e->pc);
-  token_trie_free(e->tt);
-  pthread_mutex_destroy(&e->mu);
-  pthread_cond_destroy(&e->cv);
-  free(e);
+  engine_free(e);
 }

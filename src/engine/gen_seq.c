@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/free_each.h"
 #include "base/status.h"
 #include "base/timing.h"
 #include "text/logprobs.h"
@@ -63,16 +64,9 @@ void gen_seq_free(gen_seq *g) {
     return;
   sampler_free(g->smp);
   stop_free(g->stp);
-  free(g->work);
-  free(g->ids);
-  free(g->gst);
   token_mask_walker_free(g->walker);
-  free(g->mask);
-  free(g->lp);
-  free(g->top_ids);
-  free(g->top_lp);
   buf_free(&g->think);
-  free(g);
+  FREE_EACH(g->work, g->ids, g->gst, g->mask, g->lp, g->top_ids, g->top_lp, g);
 }
 
 static qvl_status init(const gen_seq_config *c, gen_seq *g) {

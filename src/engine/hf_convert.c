@@ -56,15 +56,26 @@ static void pool_free(pool *pl) {
   memset(pl, 0, sizeof *pl);
 }
 
+/* One GGUF being written from a weight table (taken): the tensors already placed (every one must
+ * be, see check_all_used) and the converted data the writer refers to until it is saved. */
+typedef struct out_file {
+  wtable *t;
+  gguf_writer *w;
+  bool *used;
+  pool pl;
+  qvl_dtype outtype; /* what the matrices become */
+} out_file;
+
 /* Adds table tensor `name` to the writer as type `to` (re-encoded through float if it differs). */
-static qvl_status put(gguf_writer *w, pool *pl, const wtable *t, const char *name, qvl_dtype to, bool *used) {
+static qvl_status put(out_file *f, const char *name, qvl_dtype to) {
+  const wtable *t = f->t;
   const tensor *v = wtable_find((void *)t, name);
   if (!v)
     return qvl_errorf(QVL_ERR_FORMAT, "%s: missing tensor '%s'", wtable_label(t), name);
-  used[wtable_index(t, name)] = true;
+  f->used[wtable_index(t, name)] = true;
   int n_dims = v->n_dims;
   if (to == v->type)
-    return gguf_writer_add_tensor_ref(w, name, to, n_dims, v->ne, v->data);
+    return gguf_writer_add_tensor_ref(f->w, name, to, n_dims, v->ne, v->data);
   int64_t n_in = v->ne[0], rows = v->ne[1] * v->ne[2] * v->ne[3];
   size_t src_row, dst_row;
   if (!dtype_row_bytes(v->type, n_in, &src_row) || !dtype_row_bytes(to, n_in, &dst_row) ||
@@ -72,7 +83,7 @@ static qvl_status put(gguf_writer *w, pool *pl, const wtable *t, const char *nam
     return qvl_errorf(QVL_ERR_FORMAT, "%s: tensor '%s': cannot convert %s to %s", wtable_label(t), name,
                       dtype_name(v->type), dtype_name(to));
   float *tmp = malloc(sizeof(float) * (size_t)n_in);
-  char *dst = pool_alloc(pl, dst_row * (size_t)rows);
+  char *dst = pool_alloc(&f->pl, dst_row * (size_t)rows);
   if (!tmp || !dst) {
     free(tmp);
     return qvl_errorf(QVL_ERR_NOMEM, "out of memory converting '%s'", name);
@@ -82,12 +93,13 @@ static qvl_status put(gguf_writer *w, pool *pl, const wtable *t, const char *nam
     dtype_quantize_row(to, tmp, dst + (size_t)r * dst_row, n_in);
   }
   free(tmp);
-  return gguf_writer_add_tensor_ref(w, name, to, n_dims, v->ne, dst);
+  return gguf_writer_add_tensor_ref(f->w, name, to, n_dims, v->ne, dst);
 }
 
-static qvl_dtype matrix_type(const wtable *t, const char *name, qvl_dtype outtype) {
-  const tensor *v = wtable_find((void *)t, name);
-  return v ? wtable_target_type(outtype, v->ne[0]) : outtype;
+/* A weight matrix, as the output type allows for its row length. */
+static qvl_status put_matrix(out_file *f, const char *name) {
+  const tensor *v = wtable_find(f->t, name);
+  return put(f, name, v ? wtable_target_type(f->outtype, v->ne[0]) : f->outtype);
 }
 
 /* Every tensor of the table must have been written: one we did not expect means a checkpoint
@@ -98,6 +110,39 @@ static qvl_status check_all_used(const wtable *t, const bool *used) {
       return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: tensor '%s' has no place in a Qwen3-VL GGUF", wtable_label(t),
                         wtable_at(t, i)->name);
   return QVL_OK;
+}
+
+static qvl_status put_general(gguf_writer *w, const char *arch, const char *type, const char *name) {
+  QVL_TRY(gguf_writer_set_str(w, "general.architecture", arch));
+  QVL_TRY(gguf_writer_set_str(w, "general.type", type));
+  QVL_TRY(gguf_writer_set_str(w, "general.name", name));
+  return gguf_writer_set_u32(w, "general.quantization_version", 2);
+}
+
+/* Starts a file of architecture arch and type from the weight table that weights() gives, with
+ * its general.* keys; out_close frees it whatever this returns. */
+static qvl_status out_open(hf_model *hf, qvl_status (*weights)(hf_model *, wtable **), const char *arch,
+                           const char *type, const char *name, qvl_dtype outtype, out_file *f) {
+  *f = (out_file){.outtype = outtype};
+  QVL_TRY(weights(hf, &f->t));
+  f->w = gguf_writer_init();
+  f->used = calloc((size_t)wtable_count(f->t) + 1, sizeof *f->used);
+  if (!f->w || !f->used)
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  return put_general(f->w, arch, type, name);
+}
+
+/* Saves the file to path if s is still QVL_OK and every tensor found its place; frees it either way. */
+static qvl_status out_close(out_file *f, qvl_status s, const char *path) {
+  if (s == QVL_OK)
+    s = check_all_used(f->t, f->used);
+  if (s == QVL_OK)
+    s = gguf_writer_save(f->w, path);
+  pool_free(&f->pl);
+  free(f->used);
+  gguf_writer_free(f->w);
+  wtable_free(f->t);
+  return s;
 }
 
 static const char *base_name(const char *dir, char *out, size_t cap) {
@@ -287,13 +332,6 @@ static qvl_status write_tokenizer(gguf_writer *w, hf_model *hf) {
 
 /* ---- keys and tensors both files write ------------------------------------------------------------- */
 
-static qvl_status put_general(gguf_writer *w, const char *arch, const char *type, const char *name) {
-  QVL_TRY(gguf_writer_set_str(w, "general.architecture", arch));
-  QVL_TRY(gguf_writer_set_str(w, "general.type", type));
-  QVL_TRY(gguf_writer_set_str(w, "general.name", name));
-  return gguf_writer_set_u32(w, "general.quantization_version", 2);
-}
-
 typedef struct u32_key {
   const char *key;
   int64_t value;
@@ -306,29 +344,26 @@ static qvl_status put_u32s(gguf_writer *w, const u32_key *keys, size_t n) {
 }
 
 /* <prefix>.weight as a matrix of outtype's kind and <prefix>.bias in F32. */
-static qvl_status put_linear(gguf_writer *w, pool *pl, const wtable *t, const char *prefix, qvl_dtype outtype, bool *used) {
+static qvl_status put_linear(out_file *f, const char *prefix) {
   char n[96];
   snprintf(n, sizeof n, "%s.weight", prefix);
-  QVL_TRY(put(w, pl, t, n, matrix_type(t, n, outtype), used));
+  QVL_TRY(put_matrix(f, n));
   snprintf(n, sizeof n, "%s.bias", prefix);
-  return put(w, pl, t, n, QVL_DTYPE_F32, used);
+  return put(f, n, QVL_DTYPE_F32);
 }
+
+/* The writers below go on while s is QVL_OK, so that out_close frees what a failure leaves. */
+#define TRY(x) \
+  if (s == QVL_OK) \
+  s = (x)
 
 /* ---- text model ------------------------------------------------------------------------------------ */
 
 static qvl_status write_text(hf_model *hf, const hf_convert_opts *o, const char *name) {
-  const hf_config *c = hf_model_config(hf);
-  const decoder_hparams *hp = &c->text;
-  wtable *t = NULL;
-  QVL_TRY(hf_model_text_weights(hf, &t));
-  gguf_writer *w = gguf_writer_init();
-  bool *used = calloc((size_t)wtable_count(t) + 1, sizeof *used);
-  pool pl = {0};
-  qvl_status s = w && used ? QVL_OK : qvl_errorf(QVL_ERR_NOMEM, "out of memory");
-#define TRY(x) \
-  if (s == QVL_OK) \
-  s = (x)
-  TRY(put_general(w, "qwen3vl", "model", name));
+  const decoder_hparams *hp = &hf_model_config(hf)->text;
+  out_file f;
+  qvl_status s = out_open(hf, hf_model_text_weights, "qwen3vl", "model", name, o->outtype, &f);
+  gguf_writer *w = f.w;
   const u32_key shape[] = {{"qwen3vl.block_count", hp->n_layer},
                            {"qwen3vl.context_length", hp->n_ctx_train},
                            {"qwen3vl.embedding_length", hp->n_embd},
@@ -346,8 +381,7 @@ static qvl_status write_text(hf_model *hf, const hf_convert_opts *o, const char 
                            {"qwen3vl.n_deepstack_layers", hp->n_deepstack}};
   TRY(put_u32s(w, heads, sizeof heads / sizeof heads[0]));
   TRY(write_tokenizer(w, hf));
-  qvl_dtype ot = o->outtype;
-  TRY(put(w, &pl, t, "token_embd.weight", matrix_type(t, "token_embd.weight", ot), used));
+  TRY(put_matrix(&f, "token_embd.weight"));
   static const char *const layer[] = {"attn_norm.weight",   "attn_q.weight",      "attn_k.weight",
                                       "attn_v.weight",      "attn_output.weight", "attn_q_norm.weight",
                                       "attn_k_norm.weight", "ffn_norm.weight",    "ffn_gate.weight",
@@ -357,19 +391,12 @@ static qvl_status write_text(hf_model *hf, const hf_convert_opts *o, const char 
       char n[96];
       snprintf(n, sizeof n, "blk.%lld.%s", (long long)il, layer[k]);
       bool norm = strstr(layer[k], "norm") != NULL;
-      s = put(w, &pl, t, n, norm ? QVL_DTYPE_F32 : matrix_type(t, n, ot), used);
+      s = norm ? put(&f, n, QVL_DTYPE_F32) : put_matrix(&f, n);
     }
-  TRY(put(w, &pl, t, "output_norm.weight", QVL_DTYPE_F32, used));
-  if (s == QVL_OK && wtable_find(t, "output.weight"))
-    s = put(w, &pl, t, "output.weight", matrix_type(t, "output.weight", ot), used);
-  TRY(check_all_used(t, used));
-  TRY(gguf_writer_save(w, o->out_text));
-#undef TRY
-  pool_free(&pl);
-  free(used);
-  gguf_writer_free(w);
-  wtable_free(t);
-  return s;
+  TRY(put(&f, "output_norm.weight", QVL_DTYPE_F32));
+  if (s == QVL_OK && wtable_find(f.t, "output.weight"))
+    s = put_matrix(&f, "output.weight");
+  return out_close(&f, s, o->out_text);
 }
 
 /* ---- mmproj ------------------------------------------------------------------------------------------ */
@@ -377,23 +404,18 @@ static qvl_status write_text(hf_model *hf, const hf_convert_opts *o, const char 
 static qvl_status write_mmproj(hf_model *hf, const hf_convert_opts *o, const char *name) {
   const hf_config *c = hf_model_config(hf);
   const vision_hparams *hp = &c->vision;
-  wtable *t = NULL;
-  QVL_TRY(hf_model_vision_weights(hf, &t));
-  gguf_writer *w = gguf_writer_init();
-  bool *used = calloc((size_t)wtable_count(t) + 1, sizeof *used);
+  out_file f;
+  qvl_status s = out_open(hf, hf_model_vision_weights, "clip", "mmproj", name, o->outtype, &f);
+  gguf_writer *w = f.w;
   bool *ds = calloc((size_t)hp->n_layer, sizeof *ds);
-  pool pl = {0};
-  qvl_status s = w && used && ds ? QVL_OK : qvl_errorf(QVL_ERR_NOMEM, "out of memory");
+  if (s == QVL_OK && !ds)
+    s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   int64_t side = (int64_t)llround(sqrt((double)c->vision_n_pos));
   if (s == QVL_OK && side * side != c->vision_n_pos)
     s = qvl_errorf(QVL_ERR_FORMAT, "%s: vision_config.num_position_embeddings %lld is not a square", hf_model_dir(hf),
                    (long long)c->vision_n_pos);
   for (int i = 0; s == QVL_OK && i < c->n_deepstack; i++)
     ds[c->deepstack_layers[i]] = true;
-#define TRY(x) \
-  if (s == QVL_OK) \
-  s = (x)
-  TRY(put_general(w, "clip", "mmproj", name));
   TRY(gguf_writer_set_u32(w, "general.file_type", (uint32_t)hf_convert_file_type(o->outtype)));
   TRY(gguf_writer_set_bool(w, "clip.has_vision_encoder", true));
   const u32_key shape[] = {{"clip.vision.projection_dim", hp->proj_dim},
@@ -422,52 +444,46 @@ static qvl_status write_mmproj(hf_model *hf, const hf_convert_opts *o, const cha
       free(flags);
     }
   }
-  qvl_dtype ot = o->outtype;
-  qvl_dtype patch_type = ot == QVL_DTYPE_F16 ? QVL_DTYPE_F16 : QVL_DTYPE_F32;
-  TRY(put(w, &pl, t, "v.patch_embd.weight", patch_type, used));
-  TRY(put(w, &pl, t, "v.patch_embd.weight.1", patch_type, used));
-  TRY(put(w, &pl, t, "v.patch_embd.bias", QVL_DTYPE_F32, used));
-  TRY(put(w, &pl, t, "v.position_embd.weight", QVL_DTYPE_F32, used));
+  qvl_dtype patch_type = o->outtype == QVL_DTYPE_F16 ? QVL_DTYPE_F16 : QVL_DTYPE_F32;
+  TRY(put(&f, "v.patch_embd.weight", patch_type));
+  TRY(put(&f, "v.patch_embd.weight.1", patch_type));
+  TRY(put(&f, "v.patch_embd.bias", QVL_DTYPE_F32));
+  TRY(put(&f, "v.position_embd.weight", QVL_DTYPE_F32));
   static const char *const vec[] = {"ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias"};
   static const char *const lin[] = {"attn_qkv", "attn_out", "ffn_up", "ffn_down"};
   char n[96];
   for (int64_t il = 0; s == QVL_OK && il < hp->n_layer; il++) {
     for (size_t k = 0; s == QVL_OK && k < 4; k++) {
       snprintf(n, sizeof n, "v.blk.%lld.%s", (long long)il, vec[k]);
-      s = put(w, &pl, t, n, QVL_DTYPE_F32, used);
+      s = put(&f, n, QVL_DTYPE_F32);
     }
     for (size_t k = 0; s == QVL_OK && k < 4; k++) {
       snprintf(n, sizeof n, "v.blk.%lld.%s", (long long)il, lin[k]);
-      s = put_linear(w, &pl, t, n, ot, used);
+      s = put_linear(&f, n);
     }
   }
-  TRY(put(w, &pl, t, "v.post_ln.weight", QVL_DTYPE_F32, used));
-  TRY(put(w, &pl, t, "v.post_ln.bias", QVL_DTYPE_F32, used));
+  TRY(put(&f, "v.post_ln.weight", QVL_DTYPE_F32));
+  TRY(put(&f, "v.post_ln.bias", QVL_DTYPE_F32));
   static const char *const mm[] = {"mm.0", "mm.2"};
   for (int k = 0; s == QVL_OK && k < 2; k++)
-    s = put_linear(w, &pl, t, mm[k], ot, used);
+    s = put_linear(&f, mm[k]);
   for (int j = 0; s == QVL_OK && j < c->n_deepstack; j++) {
     long long L = (long long)c->deepstack_layers[j];
     snprintf(n, sizeof n, "v.deepstack.%lld.norm.weight", L);
-    s = put(w, &pl, t, n, QVL_DTYPE_F32, used);
+    s = put(&f, n, QVL_DTYPE_F32);
     snprintf(n, sizeof n, "v.deepstack.%lld.norm.bias", L);
-    TRY(put(w, &pl, t, n, QVL_DTYPE_F32, used));
+    TRY(put(&f, n, QVL_DTYPE_F32));
     static const char *const fc[] = {"fc1", "fc2"};
     for (int k = 0; s == QVL_OK && k < 2; k++) {
       snprintf(n, sizeof n, "v.deepstack.%lld.%s", L, fc[k]);
-      s = put_linear(w, &pl, t, n, ot, used);
+      s = put_linear(&f, n);
     }
   }
-  TRY(check_all_used(t, used));
-  TRY(gguf_writer_save(w, o->out_mmproj));
-#undef TRY
-  pool_free(&pl);
-  free(used);
   free(ds);
-  gguf_writer_free(w);
-  wtable_free(t);
-  return s;
+  return out_close(&f, s, o->out_mmproj);
 }
+
+#undef TRY
 
 qvl_status hf_convert(const char *hf_dir, const hf_convert_opts *o) {
   if (hf_convert_file_type(o->outtype) < 0)

@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "base/buf.h"
+#include "base/free_each.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "text/chat.h"
@@ -96,6 +97,18 @@ static cJSON *parse_json(const char *json, size_t len, const char *label, qvl_st
   }
   *s = QVL_OK;
   return root;
+}
+
+/* Parses json (a JSON object) and reads it into out with fields(). */
+static qvl_status parse_with(const char *json, size_t len, const char *label,
+                             qvl_status (*fields)(const cJSON *root, const char *label, void *out), void *out) {
+  qvl_status s;
+  cJSON *root = parse_json(json, len, label, &s);
+  if (!root)
+    return s;
+  s = fields(root, label, out);
+  cJSON_Delete(root);
+  return s;
 }
 
 /* ---- config.json -------------------------------------------------------------------------------- */
@@ -268,16 +281,12 @@ static void config_defaults(hf_config *c) {
   c->temperature = c->top_p = c->repetition_penalty = 1.0f;
 }
 
-qvl_status hf_config_parse(const char *json, size_t len, const char *label, hf_config *out) {
-  config_defaults(out);
-  qvl_status s;
-  cJSON *root = parse_json(json, len, label, &s);
-  if (!root)
-    return s;
+static qvl_status config_fields(const cJSON *root, const char *label, void *config) {
+  hf_config *out = config;
   const cJSON *arch = item(root, "architectures");
   const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
   const char *mt = NULL;
-  s = get_str(root, "", "model_type", label, &mt);
+  qvl_status s = get_str(root, "", "model_type", label, &mt);
   if (s == QVL_OK && !cJSON_IsString(a0))
     s = qvl_errorf(QVL_ERR_FORMAT, "%s: missing key 'architectures' (expected [\"Qwen3VLForConditionalGeneration\"])",
                    label);
@@ -312,8 +321,12 @@ qvl_status hf_config_parse(const char *json, size_t len, const char *label, hf_c
     s = get_str(root, "", "dtype", label, &dt);
   if (s == QVL_OK && dt)
     snprintf(out->torch_dtype, sizeof out->torch_dtype, "%s", dt);
-  cJSON_Delete(root);
   return s;
+}
+
+qvl_status hf_config_parse(const char *json, size_t len, const char *label, hf_config *out) {
+  config_defaults(out);
+  return parse_with(json, len, label, config_fields, out);
 }
 
 /* ---- preprocessor_config.json ------------------------------------------------------------------ */
@@ -338,13 +351,10 @@ static qvl_status check_triplet(const cJSON *root, const char *key, double want,
   return QVL_OK;
 }
 
-qvl_status hf_preprocessor_parse(const char *json, size_t len, const char *label, hf_config *c) {
-  qvl_status s;
-  cJSON *root = parse_json(json, len, label, &s);
-  if (!root)
-    return s;
+static qvl_status preprocessor_fields(const cJSON *root, const char *label, void *config) {
+  hf_config *c = config;
   int64_t patch = 0, merge = 0, temporal = 0;
-  s = get_int(root, "", "patch_size", false, 16, 1, 1024, label, &patch);
+  qvl_status s = get_int(root, "", "patch_size", false, 16, 1, 1024, label, &patch);
   if (s == QVL_OK)
     s = get_int(root, "", "merge_size", false, 2, 1, 64, label, &merge);
   if (s == QVL_OK)
@@ -391,17 +401,18 @@ qvl_status hf_preprocessor_parse(const char *json, size_t len, const char *label
                    label, (long long)mn, (long long)mx);
   c->min_pixels = mn;
   c->max_pixels = mx;
-  cJSON_Delete(root);
   return s;
+}
+
+qvl_status hf_preprocessor_parse(const char *json, size_t len, const char *label, hf_config *c) {
+  return parse_with(json, len, label, preprocessor_fields, c);
 }
 
 /* ---- generation_config.json -------------------------------------------------------------------- */
 
-qvl_status hf_generation_parse(const char *json, size_t len, const char *label, hf_config *c) {
-  qvl_status s;
-  cJSON *root = parse_json(json, len, label, &s);
-  if (!root)
-    return s;
+static qvl_status generation_fields(const cJSON *root, const char *label, void *config) {
+  hf_config *c = config;
+  qvl_status s = QVL_OK;
   c->has_generation = true;
   c->n_eos = 0;
   const cJSON *eos = item(root, "eos_token_id");
@@ -445,8 +456,11 @@ qvl_status hf_generation_parse(const char *json, size_t len, const char *label, 
       s = qvl_errorf(QVL_ERR_FORMAT, "%s: key 'repetition_penalty': %g out of range (0, 100]", label, d);
     c->repetition_penalty = (float)d;
   }
-  cJSON_Delete(root);
   return s;
+}
+
+qvl_status hf_generation_parse(const char *json, size_t len, const char *label, hf_config *c) {
+  return parse_with(json, len, label, generation_fields, c);
 }
 
 /* ---- model.safetensors.index.json -------------------------------------------------------------- */
@@ -458,9 +472,7 @@ void hf_index_free(hf_index *ix) {
     free(ix->shards[i]);
   for (int64_t i = 0; i < ix->n_tensors; i++)
     free(ix->names[i]);
-  free(ix->shards);
-  free(ix->names);
-  free(ix->shard_of);
+  FREE_EACH(ix->shards, ix->names, ix->shard_of);
   memset(ix, 0, sizeof *ix);
 }
 
@@ -469,12 +481,9 @@ static bool plain_file_name(const char *s) {
   return n > 0 && n < 256 && !strchr(s, '/') && !strchr(s, '\\') && strcmp(s, ".") && strcmp(s, "..");
 }
 
-qvl_status hf_index_parse(const char *json, size_t len, const char *label, hf_index *out) {
-  memset(out, 0, sizeof *out);
-  qvl_status s;
-  cJSON *root = parse_json(json, len, label, &s);
-  if (!root)
-    return s;
+static qvl_status index_fields(const cJSON *root, const char *label, void *index) {
+  hf_index *out = index;
+  qvl_status s = QVL_OK;
   const cJSON *wm = item(root, "weight_map");
   int n = cJSON_IsObject(wm) ? cJSON_GetArraySize(wm) : 0;
   if (!cJSON_IsObject(wm) || n == 0)
@@ -527,7 +536,12 @@ qvl_status hf_index_parse(const char *json, size_t len, const char *label, hf_in
     }
     out->shard_of[out->n_tensors++] = k;
   }
-  cJSON_Delete(root);
+  return s;
+}
+
+qvl_status hf_index_parse(const char *json, size_t len, const char *label, hf_index *out) {
+  memset(out, 0, sizeof *out);
+  qvl_status s = parse_with(json, len, label, index_fields, out);
   if (s != QVL_OK)
     hf_index_free(out);
   return s;
@@ -795,11 +809,34 @@ static qvl_status add_tensor(wtable *t, const hf_model *m, const char *gguf_name
   return wtable_add_owned(t, gguf_name, type, v.n_dims, v.ne, copy, st->nbytes);
 }
 
+/* A checkpoint name and its GGUF name (in the linear maps: the prefixes of a weight and its bias). */
+typedef struct name_pair {
+  const char *hf, *gguf;
+} name_pair;
+
+/* The pair that names s whole; NULL if none does. */
+static const name_pair *whole_name(const name_pair *map, size_t n, const char *s) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(s, map[i].hf))
+      return &map[i];
+  return NULL;
+}
+
+/* The pair whose prefix s is, followed by "weight" or "bias" (*tail); NULL if none. */
+static const name_pair *linear_name(const name_pair *map, size_t n, const char *s, const char **tail) {
+  for (size_t i = 0; i < n; i++) {
+    size_t l = strlen(map[i].hf);
+    *tail = s + l;
+    if (!strncmp(s, map[i].hf, l) && (!strcmp(*tail, "weight") || !strcmp(*tail, "bias")))
+      return &map[i];
+  }
+  return NULL;
+}
+
 /* Maps "model.language_model.<rest>" (rest given) to a text GGUF name; false if unknown. */
 static bool text_name(const char *rest, char *out, size_t cap) {
-  static const struct {
-    const char *hf, *gguf;
-  } layer_map[] = {
+  static const name_pair whole[] = {{"embed_tokens.weight", "token_embd.weight"}, {"norm.weight", "output_norm.weight"}};
+  static const name_pair layer_map[] = {
       {"input_layernorm.weight", "attn_norm.weight"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
       {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -817,18 +854,15 @@ static bool text_name(const char *rest, char *out, size_t cap) {
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
   };
-  if (!strcmp(rest, "embed_tokens.weight"))
-    return snprintf(out, cap, "token_embd.weight") > 0;
-  if (!strcmp(rest, "norm.weight"))
-    return snprintf(out, cap, "output_norm.weight") > 0;
+  const name_pair *p = whole_name(whole, sizeof whole / sizeof whole[0], rest);
+  if (p)
+    return snprintf(out, cap, "%s", p->gguf) > 0;
   unsigned layer;
   int off = 0;
   if (sscanf(rest, "layers.%u.%n", &layer, &off) != 1 || off == 0 || layer > 100000)
     return false;
-  for (size_t i = 0; i < sizeof layer_map / sizeof layer_map[0]; i++)
-    if (!strcmp(rest + off, layer_map[i].hf))
-      return snprintf(out, cap, "blk.%u.%s", layer, layer_map[i].gguf) < (int)cap;
-  return false;
+  p = whole_name(layer_map, sizeof layer_map / sizeof layer_map[0], rest + off);
+  return p && snprintf(out, cap, "blk.%u.%s", layer, p->gguf) < (int)cap;
 }
 
 static bool starts_with(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
@@ -929,50 +963,35 @@ static qvl_status add_patch_kernel(wtable *t, const hf_model *m, const st_tensor
 }
 
 static bool vision_name(const hf_config *c, const char *rest, char *out, size_t cap) {
-  static const struct {
-    const char *hf, *gguf;
-  } block_map[] = {
+  static const name_pair whole[] = {{"patch_embed.proj.bias", "v.patch_embd.bias"},
+                                    {"pos_embed.weight", "v.position_embd.weight"}};
+  static const name_pair block_map[] = {
       {"norm1.", "ln1."}, {"norm2.", "ln2."}, {"attn.qkv.", "attn_qkv."}, {"attn.proj.", "attn_out."},
       {"mlp.linear_fc1.", "ffn_up."}, {"mlp.linear_fc2.", "ffn_down."},
   };
-  static const struct {
-    const char *hf, *gguf;
-  } merger_map[] = {{"norm.", "norm."}, {"linear_fc1.", "fc1."}, {"linear_fc2.", "fc2."}};
-  if (!strcmp(rest, "patch_embed.proj.bias"))
-    return snprintf(out, cap, "v.patch_embd.bias") > 0;
-  if (!strcmp(rest, "pos_embed.weight"))
-    return snprintf(out, cap, "v.position_embd.weight") > 0;
+  static const name_pair merger[] = {
+      {"merger.norm.", "v.post_ln."}, {"merger.linear_fc1.", "mm.0."}, {"merger.linear_fc2.", "mm.2."}};
+  static const name_pair deepstack_map[] = {{"norm.", "norm."}, {"linear_fc1.", "fc1."}, {"linear_fc2.", "fc2."}};
+  const name_pair *p = whole_name(whole, sizeof whole / sizeof whole[0], rest);
+  if (p)
+    return snprintf(out, cap, "%s", p->gguf) > 0;
+  const char *tail;
   unsigned n;
   int off = 0;
   if (sscanf(rest, "blocks.%u.%n", &n, &off) == 1 && off > 0 && n < 100000) {
-    for (size_t i = 0; i < sizeof block_map / sizeof block_map[0]; i++) {
-      size_t l = strlen(block_map[i].hf);
-      const char *tail = rest + off + l;
-      if (!strncmp(rest + off, block_map[i].hf, l) && (!strcmp(tail, "weight") || !strcmp(tail, "bias")))
-        return snprintf(out, cap, "v.blk.%u.%s%s", n, block_map[i].gguf, tail) < (int)cap;
-    }
-    return false;
+    p = linear_name(block_map, sizeof block_map / sizeof block_map[0], rest + off, &tail);
+    return p && snprintf(out, cap, "v.blk.%u.%s%s", n, p->gguf, tail) < (int)cap;
   }
-  static const char *const merger[][2] = {{"merger.norm.", "v.post_ln."},
-                                          {"merger.linear_fc1.", "mm.0."},
-                                          {"merger.linear_fc2.", "mm.2."}};
-  for (size_t i = 0; i < 3; i++) {
-    size_t l = strlen(merger[i][0]);
-    const char *tail = rest + l;
-    if (!strncmp(rest, merger[i][0], l) && (!strcmp(tail, "weight") || !strcmp(tail, "bias")))
-      return snprintf(out, cap, "%s%s", merger[i][1], tail) > 0;
-  }
+  p = linear_name(merger, sizeof merger / sizeof merger[0], rest, &tail);
+  if (p)
+    return snprintf(out, cap, "%s%s", p->gguf, tail) > 0;
   off = 0;
   if (sscanf(rest, "deepstack_merger_list.%u.%n", &n, &off) == 1 && off > 0) {
     if (n >= (unsigned)c->n_deepstack)
       return false;
-    for (size_t i = 0; i < sizeof merger_map / sizeof merger_map[0]; i++) {
-      size_t l = strlen(merger_map[i].hf);
-      const char *tail = rest + off + l;
-      if (!strncmp(rest + off, merger_map[i].hf, l) && (!strcmp(tail, "weight") || !strcmp(tail, "bias")))
-        return snprintf(out, cap, "v.deepstack.%lld.%s%s", (long long)c->deepstack_layers[n], merger_map[i].gguf,
-                        tail) < (int)cap;
-    }
+    p = linear_name(deepstack_map, sizeof deepstack_map / sizeof deepstack_map[0], rest + off, &tail);
+    return p && snprintf(out, cap, "v.deepstack.%lld.%s%s", (long long)c->deepstack_layers[n], p->gguf, tail) <
+                    (int)cap;
   }
   return false;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/free_each.h"
 #include "base/log.h"
 #include "base/lru.h"
 #include "base/status.h"
@@ -87,9 +88,7 @@ static void drop(prefix_cache *c, pc_entry *e) {
   c->used -= c->block_bytes;
   if (c->pool)
     kv_pool_unref(c->pool, e->slot); /* sequences mapping it keep it until they end */
-  free(e->k);
-  free(e->v);
-  free(e);
+  FREE_EACH(e->k, e->v, e);
 }
 
 void prefix_cache_free(prefix_cache *c) {

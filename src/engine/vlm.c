@@ -18,26 +18,36 @@ static int32_t require_token(const tokenizer *t, const char *text, const char *p
   return id;
 }
 
+/* Re-encodes the matrices of t as *dt when a dtype is asked for; frees t when that fails. */
+static qvl_status convert_table(wtable *t, const qvl_dtype *dt, wtable_kind kind) {
+  qvl_status s = dt ? wtable_convert(t, *dt, kind) : QVL_OK;
+  if (s != QVL_OK)
+    wtable_free(t);
+  return s;
+}
+
 /* Builds the decoder / vision tower from a weight table (taken), re-encoding its matrices first
  * when a dtype is asked for. */
 static qvl_status init_text(const decoder_hparams *hp, wtable *t, const qvl_dtype *dt, decoder_model **out) {
-  qvl_status s = dt ? wtable_convert(t, *dt, WTABLE_TEXT) : QVL_OK;
-  if (s != QVL_OK) {
-    wtable_free(t);
-    return s;
-  }
+  QVL_TRY(convert_table(t, dt, WTABLE_TEXT));
   tensor_source src = wtable_source(t);
   return decoder_init(hp, &src, out);
 }
 
 static qvl_status init_vision(const vision_hparams *hp, wtable *t, const qvl_dtype *dt, vision_model **out) {
-  qvl_status s = dt ? wtable_convert(t, *dt, WTABLE_VISION) : QVL_OK;
-  if (s != QVL_OK) {
-    wtable_free(t);
-    return s;
-  }
+  QVL_TRY(convert_table(t, dt, WTABLE_VISION));
   tensor_source src = wtable_source(t);
   return vision_init(hp, &src, out);
+}
+
+/* The weight table of an open GGUF (g is taken) whose hyper-parameters were read with status
+ * hparams: g is closed when that failed. */
+static qvl_status gguf_table(gguf *g, qvl_status hparams, wtable **out) {
+  if (hparams != QVL_OK) {
+    gguf_close(g);
+    return hparams;
+  }
+  return wtable_from_gguf(g, out);
 }
 
 /* The text decoder of an open GGUF (g is taken). */
@@ -45,13 +55,8 @@ static qvl_status load_text_gguf(gguf *g, const qvl_dtype *dt, decoder_model **o
   if (!dt)
     return decoder_load_gguf_file(g, out);
   decoder_hparams hp;
-  qvl_status s = decoder_hparams_from_gguf(g, &hp);
-  if (s != QVL_OK) {
-    gguf_close(g);
-    return s;
-  }
   wtable *t;
-  QVL_TRY(wtable_from_gguf(g, &t));
+  QVL_TRY(gguf_table(g, decoder_hparams_from_gguf(g, &hp), &t));
   return init_text(&hp, t, dt, out);
 }
 
@@ -61,13 +66,8 @@ static qvl_status load_vision_gguf(const char *path, const qvl_dtype *dt, vision
   gguf *g;
   QVL_TRY(gguf_open(path, &g));
   vision_hparams hp;
-  qvl_status s = vision_hparams_from_gguf(g, &hp);
-  if (s != QVL_OK) {
-    gguf_close(g);
-    return s;
-  }
   wtable *t;
-  QVL_TRY(wtable_from_gguf(g, &t));
+  QVL_TRY(gguf_table(g, vision_hparams_from_gguf(g, &hp), &t));
   return init_vision(&hp, t, dt, out);
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/free_each.h"
 #include "base/relpath.h"
 #include "model/verify.h"
 
@@ -422,17 +423,9 @@ static qvl_status index_shards(const char *index_path, const hub_listing *l, con
 void hub_files_free(hub_files *f) {
   if (!f)
     return;
-  for (size_t i = 0; i < f->n_files; i++) {
-    free(f->files[i].path);
-    free(f->files[i].local);
-  }
-  free(f->files);
-  free(f->repo);
-  free(f->quant);
-  free(f->revision);
-  free(f->dir);
-  free(f->model);
-  free(f->mmproj);
+  for (size_t i = 0; i < f->n_files; i++)
+    FREE_EACH(f->files[i].path, f->files[i].local);
+  FREE_EACH(f->files, f->repo, f->quant, f->revision, f->dir, f->model, f->mmproj);
   memset(f, 0, sizeof *f);
 }
 

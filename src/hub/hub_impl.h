@@ -66,7 +66,7 @@ qvl_status hub_listing_add_json(hub_listing *l, const cJSON *arr, const char *wh
 typedef struct hub_selection {
   size_t *idx;     /* [n] */
   hub_role *role;  /* [n] */
-  size_t n, cap;
+  size_t n, idx_cap, role_cap;
 } hub_selection;
 
 /* hub_select's rules (see hub.h) into *s; *quant_used is the quantization picked (quant or the default). */

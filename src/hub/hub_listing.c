@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/mapfile.h"
 #include "base/relpath.h"
 #include "model/verify.h"
 
@@ -167,18 +168,8 @@ static qvl_status sel_add(hub_selection *s, size_t i, hub_role r) {
   for (size_t k = 0; k < s->n; k++)
     if (s->idx[k] == i)
       return QVL_OK;
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 16;
-    size_t *ni = realloc(s->idx, cap * sizeof *ni);
-    if (ni)
-      s->idx = ni;
-    hub_role *nr = realloc(s->role, cap * sizeof *nr);
-    if (nr)
-      s->role = nr;
-    if (!ni || !nr)
-      return nomem();
-    s->cap = cap;
-  }
+  QVL_TRY(array_grow((void **)&s->idx, &s->idx_cap, s->n, sizeof *s->idx, "hub"));
+  QVL_TRY(array_grow((void **)&s->role, &s->role_cap, s->n, sizeof *s->role, "hub"));
   s->idx[s->n] = i;
   s->role[s->n] = r;
   s->n++;

@@ -370,6 +370,15 @@ typedef struct jpeg_job {
   image_rgb img;
 } jpeg_job;
 
+/* A reader's image goes to *out when decoding was asked for and succeeded; otherwise it is freed. */
+static qvl_status hand_over(qvl_status s, int decode, image_rgb *img, image_rgb *out) {
+  if (s == QVL_OK && decode)
+    *out = *img;
+  else
+    image_rgb_free(img);
+  return s;
+}
+
 static qvl_status jpeg_run(const uint8_t *data, size_t size, const image_limits *lim, int decode,
                            jpeg_job *job, image_info *info) {
   j_decompress_ptr d = &job->d;
@@ -459,10 +468,7 @@ static qvl_status decode_jpeg(const uint8_t *data, size_t size, const image_limi
   qvl_status s = jpeg_run(data, size, lim, decode, job, info);
   jpeg_destroy_decompress(&job->d);
   free(job->row);
-  if (s == QVL_OK && decode)
-    *out = job->img;
-  else
-    image_rgb_free(&job->img);
+  s = hand_over(s, decode, &job->img, out);
   free(job);
   return s;
 }
@@ -651,10 +657,7 @@ static qvl_status decode_png(const uint8_t *data, size_t size, const image_limit
   png_destroy_read_struct(png ? &png : NULL, pi ? &pi : NULL, NULL);
   free(job->pixels);
   free(job->rows);
-  if (s == QVL_OK && decode)
-    *out = job->img;
-  else
-    image_rgb_free(&job->img);
+  s = hand_over(s, decode, &job->img, out);
   free(job);
   return s;
 }

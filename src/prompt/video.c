@@ -132,16 +132,9 @@ void prompt_video_plan_free(prompt_media *md) {
 
 /* The plan's facts (indices, timestamps, sizes, grid) without reader or pixels. */
 static qvl_status copy_plan(const video_clip *src, video_clip *dst) {
-  memset(dst, 0, sizeof *dst);
-  dst->info = src->info;
-  dst->n = src->n;
-  dst->height = src->height;
-  dst->width = src->width;
-  dst->grid_t = src->grid_t;
-  dst->grid_h = src->grid_h;
-  dst->grid_w = src->grid_w;
-  dst->n_patches = src->n_patches;
-  dst->n_tokens = src->n_tokens;
+  *dst = (video_clip){.info = src->info, .n = src->n, .height = src->height, .width = src->width,
+                      .grid_t = src->grid_t, .grid_h = src->grid_h, .grid_w = src->grid_w,
+                      .n_patches = src->n_patches, .n_tokens = src->n_tokens};
   dst->indices = malloc(sizeof *dst->indices * (size_t)src->n);
   dst->timestamps = malloc(sizeof *dst->timestamps * (size_t)src->grid_t);
   if (!dst->indices || !dst->timestamps) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 #include "image/preprocess.h"
 
@@ -45,11 +46,7 @@ void video_clip_free(video_clip *c) {
   if (!c)
     return;
   video_reader_close(c->reader);
-  free(c->indices);
-  free(c->timestamps);
-  free(c->resized);
-  free(c->pixel_values);
-  free(c->all_rgb);
+  FREE_EACH(c->indices, c->timestamps, c->resized, c->pixel_values, c->all_rgb);
   memset(c, 0, sizeof *c);
 }
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "base/status.h"
 
 /* Demuxers we open (names as libavformat spells them; a demuxer's name is a comma list) */
@@ -375,11 +376,7 @@ void video_reader_close(video_reader *r) {
   av_frame_free(&r->frame);
   av_packet_free(&r->pkt);
   sws_freeContext(r->sws);
-  free(r->pts);
-  free(r->key_of);
-  free(r->key_dts);
-  free(r->rgb);
-  free(r);
+  FREE_EACH(r->pts, r->key_of, r->key_dts, r->rgb, r);
 }
 
 qvl_status video_reader_open(const void *data, size_t size, const video_limits *lim, qvl_stop_fn stop,
