@@ -352,13 +352,15 @@ double kn_avx2_peak_loop(kn_peak_kind kind, int64_t iters) {
 void kn_avx2_override(kn_ops *ops) {
   ops->peak_loop = kn_avx2_peak_loop;
   ops->choice[KN_OP_MM_FLOAT] = (kn_choice){"avx2 fma 16x6", "FP32 FMA, F16 widened by F16C in the panel loads"};
-  ops->choice[KN_OP_MM_FAST] = (kn_choice){"avx2 fma 16x6", "no bf16 dot product: the exact FP32 FMA kernel"};
+  ops->choice[KN_OP_MM_FAST] = (kn_choice){"avx2 maddubs", "no bf16 dot product: F16/BF16 as Q8_0 blocks (quantized at load), the int8 kernel"};
   ops->choice[KN_OP_MM_Q8_0] = (kn_choice){"avx2 maddubs", "int8 blocks, vpmaddubsw + vpmaddwd"};
   ops->choice[KN_OP_MM_Q4_0] = (kn_choice){"avx2 maddubs", "int8 blocks, vpmaddubsw + vpmaddwd"};
   ops->choice[KN_OP_MM_KQUANT] = (kn_choice){"avx2 maddubs", "int8 super-blocks, vpmaddubsw + vpmaddwd"};
   ops->choice[KN_OP_ROWS] = (kn_choice){"avx2", "8 lanes (norms: scalar double)"};
   ops->to_f16 = avx2_to_f16;
   ops->weight_pack = kn_pack_x16;
+  ops->weight_pack_fast = kn_pack_x16_int8;
+  ops->fast_int8 = true;
   ops->mm_select = kn_avx2_mm_select;
   ops->gelu_tanh = avx2_gelu_tanh;
   ops->silu_mul = avx2_silu_mul;
