@@ -124,8 +124,11 @@ static void bench_matmul(const char *label, qvl_dtype type, int64_t n_in, int64_
   double gf_cpu = flops / cpu_per * kernels_threads() / 1e9;
   bool fast_bf16 = g_prec == KN_PREC_FAST && peak_bf16 > 0 &&
                    (type == QVL_DTYPE_F16 || type == QVL_DTYPE_BF16);
-  double peak = is_quant(type) ? peak_int8 : fast_bf16 ? peak_bf16 : peak_f32;
-  const char *pk = is_quant(type) ? "int8" : fast_bf16 ? "bf16" : "fp32";
+  /* the int8 fast tier runs F16/BF16 rows a multiple of 32 long as Q8_0 blocks */
+  bool int8 = is_quant(type) || (g_prec == KN_PREC_FAST && kernels_fast_int8() && n_in % 32 == 0 &&
+                                 (type == QVL_DTYPE_F16 || type == QVL_DTYPE_BF16));
+  double peak = int8 ? peak_int8 : fast_bf16 ? peak_bf16 : peak_f32;
+  const char *pk = int8 ? "int8" : fast_bf16 ? "bf16" : "fp32";
   printf("%-7s %-5s %-5s %6lld x %-6lld x %4lld tok  %9.3f ms (cpu %9.3f ms)  %7.2f GB/s  %7.1f "
          "GFLOP/s wall, %7.1f per cpu-time (%3.0f%% of %s peak %.0f)\n",
          label, dtype_name(type), kn_precision_name(g_prec), (long long)n_out, (long long)n_in,

@@ -269,14 +269,18 @@ static void probe_choices(kn_ops *o, bool use_env) {
   }
   if (rate[1] < 1.15 * rate[0]) {
     snprintf(g_probe_why[0], sizeof g_probe_why[0],
+             "probe: vdpbf16ps %.0f GFLOP/s is not faster than FP32 FMA %.0f on this core: F16/BF16 as Q8_0 "
+             "blocks (quantized at load), the int8 kernel", rate[1], rate[0]);
+    snprintf(g_probe_why[1], sizeof g_probe_why[1],
              "probe: vdpbf16ps %.0f GFLOP/s is not faster than FP32 FMA %.0f on this core: exact FP32 kernel",
              rate[1], rate[0]);
-    o->weight_pack_fast = NULL;
+    o->weight_pack_fast = kn_pack_x16_int8;
+    o->fast_int8 = true;
     o->attention_fast = NULL;
     o->attention_fast_prep = NULL;
     o->attention_fast_prep_bytes = NULL;
-    o->choice[KN_OP_MM_FAST] = (kn_choice){o->choice[KN_OP_MM_FLOAT].kernel, g_probe_why[0]};
-    o->choice[KN_OP_ATTN_FAST] = (kn_choice){o->choice[KN_OP_ATTN].kernel, g_probe_why[0]};
+    o->choice[KN_OP_MM_FAST] = (kn_choice){o->choice[KN_OP_MM_Q8_0].kernel, g_probe_why[0]};
+    o->choice[KN_OP_ATTN_FAST] = (kn_choice){o->choice[KN_OP_ATTN].kernel, g_probe_why[1]};
   } else {
     snprintf(g_probe_why[0], sizeof g_probe_why[0], "%s (probe: vdpbf16ps %.0f GFLOP/s, FP32 FMA %.0f)",
              o->choice[KN_OP_MM_FAST].why, rate[1], rate[0]);
@@ -296,7 +300,8 @@ int kernels_dispatch(kn_dispatch_row *rows, int max) {
   return n;
 }
 
-bool kernels_fast_bf16(void) { return ops()->weight_pack_fast != NULL; }
+bool kernels_fast_bf16(void) { return ops()->weight_pack_fast != NULL && !ops()->fast_int8; }
+bool kernels_fast_int8(void) { return ops()->fast_int8; }
 
 static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
   pthread_mutex_lock(&g_lock);

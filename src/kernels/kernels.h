@@ -35,6 +35,10 @@ int kernels_dispatch(kn_dispatch_row *rows, int max);
 /* True when the fast tier rounds F16/BF16 matmul (and head_dim-64 attention) operands to bf16
  * on this tier; false when fast runs the exact kernels. */
 bool kernels_fast_bf16(void);
+/* True when the fast tier runs F16/BF16 matmuls (rows a multiple of 32 long) on int8 blocks: the
+ * weights quantized to Q8_0 at load and the Q8_0 kernel (CPUs without a fast bf16 dot product,
+ * docs/KERNELS.md "Precision tiers"). */
+bool kernels_fast_int8(void);
 int kernels_threads(void);
 /* Out of memory inside a kernel (kn_matmul and kn_attention grow their scratch on first use):
  * the call returns QVL_ERR_NOMEM with its output unwritten, and the failure is also remembered

@@ -114,6 +114,8 @@ typedef struct kn_ops {
   qvl_status (*weight_pack)(kn_weight *w);
   /* Packing for the fast tier (NULL: the variant has no fast path, weight_pack is used). */
   qvl_status (*weight_pack_fast)(kn_weight *w);
+  /* weight_pack_fast is kn_pack_x16_int8: fast-tier F16/BF16 matmuls run on int8 blocks */
+  bool fast_int8;
   /* The matmul kernel for this weight and batch size (never NULL). */
   const kn_mm_kernel *(*mm_select)(const kn_weight *w, int64_t n_tokens);
   void (*weight_row)(const kn_weight *w, int64_t r, float *out);
@@ -199,6 +201,11 @@ const kn_mm_kernel *kn_x16_select(const kn_weight *w, const kn_x16_kernels *k);
  * {bf16 w[r][2k], bf16 w[r][2k+1]}, an odd n_in padded with a zero weight); other types as
  * kn_pack_x16. Activations for it: kn_bf16p_row_bytes(n_in) bytes of bf16, zero-padded to a pair. */
 qvl_status kn_pack_x16_fast(kn_weight *w);
+/* Fast tier without a fast bf16 dot product: F16/BF16 rows whose length is a multiple of 32 are
+ * quantized to Q8_0 (the reference quantizer, as llama-quantize would) and packed as
+ * KN_LAYOUT_X16_Q8_0, so the tier's Q8_0 kernel runs them; everything else as kn_pack_x16.
+ * w->type and w->data stay the F16/BF16 rows (kn_weight_row stays exact). */
+qvl_status kn_pack_x16_int8(kn_weight *w);
 #define KN_BF16P_PAIRS(n_in) (((n_in) + 1) / 2)
 /* AMX layouts (see the enum): k-steps of 32 inputs per panel. */
 #define KN_AMX_STEPS(n_in) (((n_in) + 31) / 32)

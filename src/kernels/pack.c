@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "kernels/act_quant.h"
 #include "kernels/kernels_impl.h"
+#include "tensor/dtype.h"
 
 
 /* Transposes 4-byte groups: dst[g*64 + r*4 + e] = src_r[4g + e] ^ flip, for n_groups groups and the
@@ -151,6 +152,38 @@ qvl_status kn_pack_x16(kn_weight *w) {
   return QVL_OK;
 }
 
+
+qvl_status kn_pack_x16_int8(kn_weight *w) {
+  if ((w->type != QVL_DTYPE_F16 && w->type != QVL_DTYPE_BF16) || w->n_in % 32)
+    return kn_pack_x16(w);
+  size_t rb = (size_t)(w->n_in / 32) * 34;
+  if ((uint64_t)w->n_out > SIZE_MAX / rb)
+    return qvl_errorf(QVL_ERR_TOO_LARGE, "quantized weight %lld x %lld too large", (long long)w->n_out,
+                      (long long)w->n_in);
+  uint8_t *q8 = malloc(rb * (size_t)w->n_out);
+  float *row = malloc(sizeof(float) * (size_t)w->n_in);
+  if (!q8 || !row) {
+    free(q8);
+    free(row);
+    return qvl_errorf(QVL_ERR_NOMEM, "cannot allocate %zu bytes to quantize a weight", rb * (size_t)w->n_out);
+  }
+  for (int64_t r = 0; r < w->n_out; r++) {
+    dtype_dequantize_row(w->type, (const uint8_t *)w->data + (size_t)r * w->row_bytes, row, w->n_in);
+    dtype_quantize_row(QVL_DTYPE_Q8_0, row, q8 + (size_t)r * rb, w->n_in);
+  }
+  free(row);
+  kn_weight q = *w;
+  q.type = QVL_DTYPE_Q8_0;
+  q.data = q8;
+  q.row_bytes = rb;
+  qvl_status st = kn_pack_x16(&q);
+  free(q8);
+  if (st == QVL_OK) {
+    w->packed = q.packed;
+    w->layout = q.layout;
+  }
+  return st;
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Portable activation quantizers for the X16 kernels (formats in kernels_impl.h). Scale per run

@@ -15,26 +15,34 @@
 
 /* ---- Named tolerances. Error metric for matmul element y[t][o]:
  *   |y - exact| <= prod * sum_i |w_i x_i|  +  act * sum_i |w_i| * amax(block of x_i)
+ *                  + wq * sum_i amax(block of w_i) * (|x_i| + act * amax(block of x_i))
  * prod covers float rounding of products and sums; act covers activation quantization (a value
- * moves by at most half a step = amax/254 of its block, plus the fp16 rounding of the Q8_0 scale). */
+ * moves by at most half a step = amax/254 of its block, plus the fp16 rounding of the Q8_0 scale);
+ * wq covers weights quantized by the kernels themselves (the int8 fast tier's F16/BF16 -> Q8_0:
+ * half a step plus the fp16 scale's rounding, amax/254 + amax/2048 of the weight's block), with
+ * its product by the activation's error. */
 typedef struct tol {
   const char *name;
-  double prod, act;
+  double prod, act, wq;
 } tol;
 
-static const tol TOL_REF = {"ref (double accumulation)", 1e-6, 0};
-static const tol TOL_F32_SIMD = {"simd fp32 accumulation", 1e-5, 0};
-static const tol TOL_Q8_ACT = {"q8_0 activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1.0 / 2048};
-static const tol TOL_Q8K_ACT = {"q8_K activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1e-6};
+static const tol TOL_REF = {"ref (double accumulation)", 1e-6, 0, 0};
+static const tol TOL_F32_SIMD = {"simd fp32 accumulation", 1e-5, 0, 0};
+static const tol TOL_Q8_ACT = {"q8_0 activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1.0 / 2048, 0};
+/* Fast tier without a fast bf16 dot product (avx2, avx2vnni, avx512, a core whose vdpbf16ps loses
+ * to FP32 FMA): F16/BF16 weights quantized to Q8_0 at load and multiplied on int8 blocks. */
+static const tol TOL_Q8_WEIGHTS = {"f16/bf16 as q8_0 blocks, q8_0 activations (int8 fast tier)", 1e-5,
+                                   1.0 / 254 + 1.0 / 2048, 1.0 / 254 + 1.0 / 2048};
+static const tol TOL_Q8K_ACT = {"q8_K activations (vpdpbusd)", 1e-5, 1.0 / 254 + 1e-6, 0};
 /* Fast tier, bf16 dot products, fp32 accumulation: the activation is rounded to bf16 (unit
  * roundoff 2^-8), and so is an F16 weight (BF16 weights are used as they are). */
-static const tol TOL_BF16_DOT = {"bf16 dot products (vdpbf16ps), bf16 weights", 1.0 / 256 + 1e-5, 0};
+static const tol TOL_BF16_DOT = {"bf16 dot products (vdpbf16ps), bf16 weights", 1.0 / 256 + 1e-5, 0, 0};
 static const tol TOL_BF16_DOT_F16 = {"bf16 dot products (vdpbf16ps), f16 weights rounded to bf16",
-                                     2.0 / 256 + 1e-5, 0};
+                                     2.0 / 256 + 1e-5, 0, 0};
 /* Exact tier on AMX, F16/BF16 weights: x = xh + xl and w = wh + wl in bf16 (w exact), products
  * xh wh + xh wl + xl wh. Per product the error is the residual of x (at most 2^-16 |x|) and the
  * dropped xl wl (at most 2^-16 |x w|): 2^-15 relative, plus fp32 accumulation as TOL_F32_SIMD. */
-static const tol TOL_BF16X3 = {"split bf16, three tile products (AMX exact)", 1.0 / 32768 + 1e-5, 0};
+static const tol TOL_BF16X3 = {"split bf16, three tile products (AMX exact)", 1.0 / 32768 + 1e-5, 0, 0};
 
 /* Attention, norms and activations: |got - exact| <= rel * scale of the output (max |v| for
  * attention, |exact| + 1e-30 elementwise otherwise) + abs. */
@@ -62,9 +70,11 @@ static const char *isa_now;
 /* The AMX kernels run (on the hardware, or through the tile model). */
 static bool amx_now(void) { return !strcmp(isa_now, "amx") || !strcmp(isa_now, "amxsim"); }
 
-static tol matmul_tol(qvl_dtype t, kn_precision prec) {
+static tol matmul_tol(qvl_dtype t, kn_precision prec, int64_t n_in) {
   if (!strcmp(isa_now, "ref"))
     return TOL_REF;
+  if (prec == KN_PREC_FAST && kernels_fast_int8() && (t == QVL_DTYPE_F16 || t == QVL_DTYPE_BF16) && n_in % 32 == 0)
+    return TOL_Q8_WEIGHTS;
   if (prec == KN_PREC_FAST && kernels_fast_bf16() && (t == QVL_DTYPE_F16 || t == QVL_DTYPE_BF16))
     return t == QVL_DTYPE_F16 ? TOL_BF16_DOT_F16 : TOL_BF16_DOT;
   if (prec == KN_PREC_EXACT && amx_now() && (t == QVL_DTYPE_F16 || t == QVL_DTYPE_BF16))
@@ -139,25 +149,28 @@ static void check_matmul_prec(qvl_dtype type, int64_t n_in, int64_t n_out, int64
   for (int64_t o = 0; o < n_out; o++)
     b[o] = (float)rnd();
   kn_matmul(&kw, x, n_tok, bias ? b : NULL, y);
-  tol tl = matmul_tol(type, prec);
-  int64_t blk = blk_of(type);
+  tol tl = matmul_tol(type, prec, n_in);
+  int64_t blk = tl.wq > 0 ? 32 : blk_of(type);
   int bad = 0;
   for (int64_t t = 0; t < n_tok; t++) {
     const float *xt = x + t * n_in;
     for (int64_t o = 0; o < n_out; o++) {
       const float *wr = w.deq + o * n_in;
-      double exact = bias ? b[o] : 0.0, sabs = fabs(exact), sact = 0.0;
+      double exact = bias ? b[o] : 0.0, sabs = fabs(exact), sact = 0.0, swq = 0.0;
       for (int64_t i0 = 0; i0 < n_in; i0 += blk) {
-        double amax = 0;
-        for (int64_t i = i0; i < i0 + blk && i < n_in; i++)
+        double amax = 0, wmax = 0;
+        for (int64_t i = i0; i < i0 + blk && i < n_in; i++) {
           amax = fmax(amax, fabs(xt[i]));
+          wmax = fmax(wmax, fabs((double)wr[i]));
+        }
         for (int64_t i = i0; i < i0 + blk && i < n_in; i++) {
           exact += (double)wr[i] * xt[i];
           sabs += fabs((double)wr[i] * xt[i]);
           sact += fabs((double)wr[i]) * amax;
+          swq += wmax * (fabs((double)xt[i]) + tl.act * amax);
         }
       }
-      double allowed = tl.prod * sabs + tl.act * sact + 1e-30;
+      double allowed = tl.prod * sabs + tl.act * sact + tl.wq * swq + 1e-30;
       double err = fabs((double)y[t * n_out + o] - exact);
       if (err / allowed > worst_ratio)
         worst_ratio = err / allowed;
@@ -191,10 +204,10 @@ static void check_matmul_prec(qvl_dtype type, int64_t n_in, int64_t n_out, int64
   }
   CHECK(rbad == 0, "%s kn_weight_row %s: %d rows differ", isa_now, dtype_name(type), rbad);
   free(row);
-  /* The fast tier on AVX-512 really rounds to bf16: it must differ from the exact tier somewhere
-   * (otherwise the exact path ran and this test would prove nothing). */
-  if (prec == KN_PREC_FAST && kernels_fast_bf16() && (type == QVL_DTYPE_F16 || type == QVL_DTYPE_BF16) &&
-      n_in >= 33 && n_out >= 17) {
+  /* The fast tier really rounds to bf16 (AVX-512 BF16) or int8 blocks: it must differ from the
+   * exact tier somewhere (otherwise the exact path ran and this test would prove nothing). */
+  if (prec == KN_PREC_FAST && (kernels_fast_bf16() || tl.wq > 0) &&
+      (type == QVL_DTYPE_F16 || type == QVL_DTYPE_BF16) && n_in >= 33 && n_out >= 17) {
     kn_weight ke;
     CHECK(kn_weight_init(&ke, &w.t) == QVL_OK, "kn_weight_init: %s", qvl_last_error());
     float *ye = malloc(sizeof(float) * (size_t)(n_tok * n_out));
@@ -230,6 +243,15 @@ static void test_matmul_fast(void) {
         for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
           check_matmul_prec(types[ti], q ? 32 * (int64_t)(a + 1) : n_in_float[a], n_outs[o], toks[k],
                             (a + o + k) % 2 == 1, KN_PREC_FAST);
+  }
+  /* Where fast means int8 blocks, F16/BF16 rows a multiple of 32 long take that path. */
+  if (kernels_fast_int8()) {
+    static const int64_t n_in_q[] = {32, 64, 160, 1024};
+    for (size_t ti = 0; ti < 2; ti++)
+      for (size_t a = 0; a < sizeof n_in_q / sizeof n_in_q[0]; a++)
+        for (size_t o = 0; o < sizeof n_outs / sizeof n_outs[0]; o++)
+          for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
+            check_matmul_prec(types[ti], n_in_q[a], n_outs[o], toks[k], (a + o + k) % 2 == 0, KN_PREC_FAST);
   }
 }
 

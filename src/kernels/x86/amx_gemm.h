@@ -327,6 +327,7 @@ static void amx_install(kn_ops *ops, const char *name) {
   amx_prev_select = ops->mm_select;
   ops->weight_pack = amx_pack;
   ops->weight_pack_fast = amx_pack_fast;
+  ops->fast_int8 = false; /* F16/BF16 fast = bf16 tiles */
   ops->mm_select = amx_select;
   ops->choice[KN_OP_MM_FLOAT] =
       (kn_choice){name, "F16/BF16: split bf16 (hi+lo, three TDPBF16PS products); F32: the tier below"};

@@ -92,6 +92,56 @@ INLINE void panel_q8_0(const uint8_t *pw, bool q4, const int8_t *xq, size_t xs, 
   }
 }
 
+/* Q8_0 for prefill-sized batches, one 8-row half of the panel at a time (h outermost), so that per
+ * 4-quant group the signed weights and their absolute values are made once (vpxor + vpabsb) and
+ * kept in registers for all TT tokens; per token and group that leaves vpbroadcastd + vpsignb +
+ * vpmaddubsw + vpmaddwd + vpaddd (panel_q8_0 redoes the load, vpxor and vpabsb per token).
+ * The integer sums are exact and the float steps per block are panel_q8_0's, so the results are
+ * bit for bit those of panel_q8_0 (and of avx2_vnni.c) for any TT. */
+INLINE void panel_q8_0_halves(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
+                              __m256 acc[][2]) {
+  int64_t nb = n_in / 32;
+  const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+  UNROLL
+  for (int h = 0; h < 2; h++) {
+    __m256 a[8];
+    UNROLL
+    for (int t = 0; t < TT; t++)
+      a[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+      const uint8_t *blk = pw + (size_t)b * X16_Q8_0_BLK;
+      __m256i is[8];
+      UNROLL
+      for (int t = 0; t < TT; t++)
+        is[t] = _mm256_setzero_si256();
+      /* two groups per iteration: unrolled fully, gcc spills the TT sums; one group per
+       * iteration, it copies every sum once per group */
+      _Pragma("GCC unroll 1")
+      for (int c2 = 0; c2 < 8; c2 += 2) {
+        UNROLL
+        for (int c = c2; c < c2 + 2; c++) {
+          __m256i w = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 32 + c * 64 + 32 * h)), flip);
+          __m256i aw = _mm256_abs_epi8(w);
+          UNROLL
+          for (int t = 0; t < TT; t++) {
+            __m256i sx = _mm256_sign_epi8(bcast4(xq + (size_t)t * xs + b * 32 + 4 * c), w);
+            is[t] = _mm256_add_epi32(is[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones));
+          }
+        }
+      }
+      __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16 * h)));
+      UNROLL
+      for (int t = 0; t < TT; t++) {
+        const float *xd = (const float *)(xq + (size_t)t * xs + n_in);
+        a[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[t]), _mm256_mul_ps(dw, _mm256_set1_ps(xd[b])), a[t]);
+      }
+    }
+    UNROLL
+    for (int t = 0; t < TT; t++)
+      acc[t][h] = a[t];
+  }
+}
+
 INLINE void panel_q4_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n_in, int TT,
                        __m256 acc[][2]) {
   int64_t ns = n_in / 256;
@@ -185,16 +235,22 @@ INLINE void panel_q6_K(const uint8_t *pw, const int8_t *xq, size_t xs, int64_t n
 DEFINE_RUN(run_f_6, 6, FLOAT_BODY(6, w->layout))
 DEFINE_RUN(run_f_3, 3, FLOAT_BODY(3, w->layout))
 DEFINE_RUN(run_f_1, 1, FLOAT_BODY(1, w->layout))
-DEFINE_Q80_RUNS(4)
-DEFINE_Q80_RUNS(2)
-DEFINE_Q80_RUNS(1)
+/* Q8_0 from 3 tokens on 8-row halves (each weight group's sign/abs made once for all tokens). */
+#define Q80H_BODY(TT) panel_q8_0_halves(X16_PANEL(KN_LAYOUT_X16_Q8_0), XQ(t), m->xq_stride, w->n_in, TT, acc)
+DEFINE_RUN(run_q8_6, 6, Q80H_BODY(6))
+DEFINE_RUN(run_q8_3, 3, Q80H_BODY(3))
+DEFINE_RUN(run_q8_1, 1, Q80_BODY(1, false))
+DEFINE_RUN(run_q4_4, 4, Q80_BODY(4, true))
+DEFINE_RUN(run_q4_2, 2, Q80_BODY(2, true))
+DEFINE_RUN(run_q4_1, 1, Q80_BODY(1, true))
 DEFINE_RUN(run_q4k_1, 1, Q4K_BODY(1))
 DEFINE_RUN(run_q6k_1, 1, Q6K_BODY(1))
 
 /* 16 rows x 6 tokens: 12 accumulators + 2 weight vectors + 1 broadcast of the 16 ymm registers
  * (4 tokens left the FMA units half idle behind the loads and conversions). */
 DEFINE_TILE(tile_float, 6, run_f_6, run_f_3, run_f_1)
-DEFINE_TILE(tile_q8_0, 4, run_q8_4, run_q8_2, run_q8_1)
+/* Q8_0: 8 rows x 6 tokens per pass (6 int32 sums + w + |w| + 1 temporary in registers) */
+DEFINE_TILE(tile_q8_0, 6, run_q8_6, run_q8_3, run_q8_1)
 DEFINE_TILE(tile_q4_0, 4, run_q4_4, run_q4_2, run_q4_1)
 DEFINE_TILE(tile_q4_K, 1, run_q4k_1)
 DEFINE_TILE(tile_q6_K, 1, run_q6k_1)
@@ -268,13 +324,15 @@ double kn_avx2_peak_loop(kn_peak_kind kind, int64_t iters) {
 void kn_avx2_override(kn_ops *ops) {
   ops->peak_loop = kn_avx2_peak_loop;
   ops->choice[KN_OP_MM_FLOAT] = (kn_choice){"avx2 fma 16x6", "FP32 FMA, F16 widened by F16C in the panel loads"};
-  ops->choice[KN_OP_MM_FAST] = (kn_choice){"avx2 fma 16x6", "no bf16 dot product: the exact FP32 FMA kernel"};
+  ops->choice[KN_OP_MM_FAST] = (kn_choice){"avx2 maddubs", "no bf16 dot product: F16/BF16 as Q8_0 blocks (quantized at load), the int8 kernel"};
   ops->choice[KN_OP_MM_Q8_0] = (kn_choice){"avx2 maddubs", "int8 blocks, vpmaddubsw + vpmaddwd"};
   ops->choice[KN_OP_MM_Q4_0] = (kn_choice){"avx2 maddubs", "int8 blocks, vpmaddubsw + vpmaddwd"};
   ops->choice[KN_OP_MM_KQUANT] = (kn_choice){"avx2 maddubs", "int8 super-blocks, vpmaddubsw + vpmaddwd"};
   ops->choice[KN_OP_ROWS] = (kn_choice){"avx2", "8 lanes (norms: scalar double)"};
   ops->to_f16 = avx2_to_f16;
   ops->weight_pack = kn_pack_x16;
+  ops->weight_pack_fast = kn_pack_x16_int8;
+  ops->fast_int8 = true;
   ops->mm_select = kn_avx2_mm_select;
   ops->gelu_tanh = avx2_gelu_tanh;
   ops->silu_mul = avx2_silu_mul;

@@ -111,6 +111,7 @@ void kn_avx2vnni_override(kn_ops *ops) {
   ops->peak_loop = avx2vnni_peak_loop;
   ops->choice[KN_OP_MM_Q8_0] = (kn_choice){"avx2 vnni 16x4", "int8 blocks, VEX vpdpbusd (AVX-VNNI): 1 instruction per 32 multiply-adds against 3-5"};
   ops->choice[KN_OP_MM_Q4_0] = (kn_choice){"avx2 vnni 16x4", "int8 blocks, VEX vpdpbusd (AVX-VNNI)"};
+  ops->choice[KN_OP_MM_FAST] = (kn_choice){"avx2 vnni 16x4", "no bf16 dot product: F16/BF16 as Q8_0 blocks (quantized at load), vpdpbusd"};
 }
 
 #endif

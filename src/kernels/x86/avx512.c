@@ -865,7 +865,7 @@ double kn_avx512_peak_loop(kn_peak_kind kind, int64_t iters) {
 
 void kn_avx512_override(kn_ops *ops) {
   ops->choice[KN_OP_MM_FLOAT] = (kn_choice){"avx512 fma 16x8", "FP32 FMA, F16/BF16 widened in the panel loads"};
-  ops->choice[KN_OP_MM_FAST] = (kn_choice){"avx512 fma 16x8", "no AVX512_BF16: the exact FP32 FMA kernel"};
+  ops->choice[KN_OP_MM_FAST] = (kn_choice){"avx512 vnni 32x6", "no AVX512_BF16: F16/BF16 as Q8_0 blocks (quantized at load), vpdpbusd"};
   ops->choice[KN_OP_MM_Q8_0] = (kn_choice){"avx512 vnni 32x6", "int8 blocks, vpdpbusd, panel pairs"};
   ops->choice[KN_OP_MM_Q4_0] = (kn_choice){"avx512 vnni 32x6", "int8 blocks, vpdpbusd, panel pairs"};
   ops->choice[KN_OP_MM_KQUANT] = (kn_choice){"avx512 vnni 16x4", "int8 super-blocks, vpdpbusd"};
@@ -874,6 +874,8 @@ void kn_avx512_override(kn_ops *ops) {
   ops->choice[KN_OP_ROWS] = (kn_choice){"avx512", "16 lanes, masked tails"};
   ops->peak_loop = kn_avx512_peak_loop;
   ops->weight_pack = kn_pack_x16;
+  ops->weight_pack_fast = kn_pack_x16_int8;
+  ops->fast_int8 = true;
   ops->mm_select = kn_avx512_mm_select;
   ops->rmsnorm = avx512_rmsnorm;
   ops->layernorm = avx512_layernorm;

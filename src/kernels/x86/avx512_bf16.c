@@ -352,6 +352,7 @@ void kn_avx512bf16_override(kn_ops *ops) {
   ops->choice[KN_OP_ATTN_FAST] = (kn_choice){"avx512 bf16 tiles", "vdpbf16ps for q.k and p.v (head_dim 64)"};
   ops->peak_loop = avx512bf16_peak_loop;
   ops->weight_pack_fast = kn_pack_x16_fast;
+  ops->fast_int8 = false;
   ops->mm_select = avx512bf16_mm_select;
   ops->attention_fast = avx512_attention_fast;
   ops->attention_fast_prep_bytes = avx512_attention_fast_prep_bytes;
