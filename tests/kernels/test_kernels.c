@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/free_each.h"
 #include "kernels/kernels.h"
 #include "kernels/tile_model.h"
 #include "test.h"
@@ -565,6 +566,55 @@ static void test_attention(void) {
   check_attention(6, 3, 72, 10, 129, -1); /* head_dim not a multiple of 16 */
 }
 
+/* A causal prefill split into calls of 1, 2, 3, ... queries (each call seeing only the keys cached
+ * so far) gives the bits of one call: the engine's chunked prefill, batched decode and prefix cache
+ * rely on it, and kernels choose their path by the number of queries in a call. f32 and f16 K/V,
+ * both precision tiers. */
+static void check_attention_split(int n_head, int n_kv_head, int head_dim, int64_t base, int64_t n_q) {
+  int64_t n_kv = base + n_q, qs = (int64_t)n_head * head_dim, ks = (int64_t)n_kv_head * head_dim;
+  float *q = malloc(sizeof(float) * (size_t)(n_q * qs)), *k = malloc(sizeof(float) * (size_t)(n_kv * ks));
+  float *v = malloc(sizeof(float) * (size_t)(n_kv * ks));
+  float *whole = malloc(sizeof(float) * (size_t)(n_q * qs)), *parts = malloc(sizeof(float) * (size_t)(n_q * qs));
+  uint16_t *kh = malloc(sizeof(uint16_t) * (size_t)(n_kv * ks)), *vh = malloc(sizeof(uint16_t) * (size_t)(n_kv * ks));
+  for (int64_t i = 0; i < n_q * qs; i++)
+    q[i] = (float)(rnd() * 2);
+  for (int64_t i = 0; i < n_kv * ks; i++) {
+    k[i] = (float)(rnd() * 2), v[i] = (float)rnd();
+    kh[i] = f32_to_fp16(k[i]), vh[i] = f32_to_fp16(v[i]);
+  }
+  float scale = 1.0f / sqrtf((float)head_dim);
+  for (int kind = 0; kind < 3; kind++) { /* exact f32, fast f32, exact f16 K/V */
+    kn_precision prec = kind == 1 ? KN_PREC_FAST : KN_PREC_EXACT;
+    for (int pass = 0; pass < 2; pass++) {
+      float *out = pass ? parts : whole;
+      for (int64_t b = 0, step = 1; b < n_q; b += step, step++) {
+        int64_t e = pass == 0 ? n_q : b + step < n_q ? b + step : n_q;
+        if (pass == 0)
+          step = n_q;
+        if (kind == 2)
+          kn_attention_f16kv(q + b * qs, e - b, qs, kh, vh, base + e, ks, n_head, n_kv_head, head_dim, scale,
+                             base + b, out + b * qs, qs);
+        else
+          kn_attention_prec(q + b * qs, e - b, qs, k, v, base + e, ks, n_head, n_kv_head, head_dim, scale, base + b,
+                            out + b * qs, qs, prec);
+      }
+    }
+    CHECK(!memcmp(whole, parts, sizeof(float) * (size_t)(n_q * qs)),
+          "%s %s%s attention heads %d/%d dim %d: %lld queries after %lld keys in pieces of 1, 2, 3, ... "
+          "differ from one call",
+          isa_now, kn_precision_name(prec), kind == 2 ? " f16-KV" : "", n_head, n_kv_head, head_dim, (long long)n_q,
+          (long long)base);
+  }
+  FREE_EACH(q, k, v, whole, parts, kh, vh);
+}
+
+static void test_attention_split(void) {
+  check_attention_split(4, 2, 64, 0, 40);
+  check_attention_split(4, 2, 128, 150, 30); /* past a 128-key chunk */
+  check_attention_split(2, 1, 16, 5, 21);
+  check_attention_split(3, 3, 72, 0, 12); /* head_dim not a multiple of 16 */
+}
+
 /* ---- norms and element-wise */
 static void check_elem(const char *what, const float *got, const double *exact, int64_t n,
                        double rel) {
@@ -914,6 +964,7 @@ int main(void) {
     if (kernels_fast_bf16())
       printf("  %s: fast-tier attention worst error = %.3f of the allowed tolerance\n", isa_now, worst_attn_fast);
     test_attention_f16kv();
+    test_attention_split();
     test_elementwise();
     test_parallel_for();
     test_thread_invariance(isas[ii]);

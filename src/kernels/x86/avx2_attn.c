@@ -17,7 +17,8 @@
  * The earlier kernel (one query, 8-key blocks, softmax bookkeeping per 8 keys) reached 25% of the
  * FP32 FMA peak.
  *
- * Decode (a few queries, K/V not prepared): online softmax per query row and per key.
+ * Decode (a few queries, K/V not prepared): attention_stream, the tiles' arithmetic per query on
+ * keys read from the cache; head sizes that are not a multiple of 16: online softmax per key.
  */
 #if defined(__x86_64__)
 
@@ -283,6 +284,67 @@ static void softmax_row(float *s, int n, int nblk, float *m, float *lv, float *o
   _mm256_storeu_ps(lv, l);
 }
 
+/* Decode (a few queries, K/V not prepared): each query alone, reading its keys straight from the
+ * cache (8 rows transposed in registers per 8 dims), with the tile path's arithmetic for one
+ * query: the same FMA chain per score, the same 128-key softmax_row, the same p.v order, keys past
+ * its own count zero. So a query's result does not depend on how many queries share the call: a
+ * prompt prefilled in chunks of 1-3 tokens equals one prefilled whole (the engine's batch and
+ * prefix-cache invariance). Scratch: the scaled query and output row [hd], partial sums [8],
+ * scores [KB]. */
+static bool attention_stream(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+  int hd = a->head_dim;
+  int kvh = h / (a->n_head / a->n_kv_head);
+  bool f16 = a->k16 != NULL;
+  const void *kb = f16 ? kv_at(a->k16, (int64_t)kvh * hd, true) : kv_at(a->k, (int64_t)kvh * hd, false);
+  const void *vb = f16 ? kv_at(a->v16, (int64_t)kvh * hd, true) : kv_at(a->v, (int64_t)kvh * hd, false);
+  float *qs = kn_scratch(thread, sizeof(float) * ((size_t)2 * hd + 8 + KB));
+  if (!qs)
+    return false;
+  float *o = qs + hd, *lv = o + hd, *s = lv + 8;
+  for (int64_t i = q0; i < q1; i++) {
+    const float *q = a->q + i * a->q_stride + (int64_t)h * hd;
+    for (int d = 0; d < hd; d++) {
+      qs[d] = q[d] * a->scale;
+      o[d] = 0.0f;
+    }
+    memset(lv, 0, sizeof(float) * 8);
+    float m = -INFINITY;
+    int64_t n_keys = kn_attn_keys(a, i);
+    for (int64_t j0 = 0; j0 < n_keys; j0 += KB) {
+      int n = (int)(n_keys - j0 < KB ? n_keys - j0 : KB), nblk = (n + 7) / 8;
+      for (int b = 0; b < nblk; b++) {
+        const void *kr[8];
+        for (int jj = 0; jj < 8; jj++)
+          kr[jj] = 8 * b + jj < n ? kv_at(kb, (j0 + 8 * b + jj) * a->kv_stride, f16) : NULL;
+        __m256 acc = _mm256_setzero_ps();
+        for (int d = 0; d < hd; d += 8) {
+          __m256 r[8];
+          for (int jj = 0; jj < 8; jj++)
+            r[jj] = kr[jj] ? kv_load8(kr[jj], d, f16) : _mm256_setzero_ps();
+          transpose8(r);
+          UNROLL
+          for (int e = 0; e < 8; e++)
+            acc = _mm256_fmadd_ps(_mm256_broadcast_ss(qs + d + e), r[e], acc);
+        }
+        _mm256_storeu_ps(s + 8 * b, acc);
+      }
+      softmax_row(s, n, nblk, &m, lv, o, hd);
+      for (int c = 0; c < hd; c += 8) {
+        __m256 acc = _mm256_loadu_ps(o + c);
+        for (int j = 0; j < n; j++) /* keys from n on have p = 0 and (zero) v: acc unchanged */
+          acc = _mm256_fmadd_ps(_mm256_broadcast_ss(s + j), kv_load8(kv_at(vb, (j0 + j) * a->kv_stride, f16), c, f16), acc);
+        _mm256_storeu_ps(o + c, acc);
+      }
+    }
+    float l = hsum256(_mm256_loadu_ps(lv));
+    __m256 il = _mm256_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
+    float *out = a->out + i * a->out_stride + (int64_t)h * hd;
+    for (int d = 0; d < hd; d += 8)
+      _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), il));
+  }
+  return true;
+}
+
 /* Scratch: scaled queries and output rows [QT][hd], partial sums [QT][8], maxima [QT], scores
  * [QR][KB] (every part a multiple of 64 bytes), then the converted blocks when not prepared. */
 INLINE size_t state_bytes(int hd) { return sizeof(float) * ((size_t)2 * QT * hd + QT * 8 + QT + QR * KB); }
@@ -351,8 +413,10 @@ static bool attention_tiles(const kn_attn *a, int h, int64_t q0, int64_t q1, int
 
 static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
   /* Unprepared K/V with few queries (decode): converting every key for them costs as much as the
-   * attention, so the per-key loop. */
+   * attention, so each query streams its keys (same results as the tiles). */
   if (tiled(a) && (a->kv_prep || q1 - q0 >= 4) && attention_tiles(a, h, q0, q1, thread))
+    return;
+  if (tiled(a) && !a->kv_prep && attention_stream(a, h, q0, q1, thread))
     return;
   if (a->head_dim % 8 != 0)
     kn_ops_ref.attention(a, h, q0, q1, thread);
