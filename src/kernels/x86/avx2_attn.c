@@ -291,10 +291,71 @@ static void softmax_row(float *s, int n, int nblk, float *m, float *lv, float *o
  * prompt prefilled in chunks of 1-3 tokens equals one prefilled whole (the engine's batch and
  * prefix-cache invariance). Scratch: the scaled query and output row [hd], partial sums [8],
  * scores [KB]. */
-static bool attention_stream(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread) {
+/* Scores of NB blocks of 8 keys (rows kr, NULL past the query's keys: zero) for the scaled query
+ * qs: one FMA chain over d per key, as qk_tile's; the NB chains are independent, so they overlap
+ * in the FMA pipes (one chain alone waits on the FMA latency). */
+INLINE void scores8(const void *const *kr, const float *qs, int hd, int NB, bool full, bool f16, float *s) {
+  __m256 acc[4];
+  UNROLL
+  for (int x = 0; x < 4; x++)
+    acc[x] = _mm256_setzero_ps();
+  for (int d = 0; d < hd; d += 8) {
+    UNROLL
+    for (int x = 0; x < 4; x++) {
+      if (x >= NB)
+        break;
+      __m256 r[8];
+      if (full) {
+        UNROLL
+        for (int jj = 0; jj < 8; jj++)
+          r[jj] = kv_load8(kr[8 * x + jj], d, f16);
+      } else {
+        for (int jj = 0; jj < 8; jj++)
+          r[jj] = kr[8 * x + jj] ? kv_load8(kr[8 * x + jj], d, f16) : _mm256_setzero_ps();
+      }
+      transpose8(r);
+      UNROLL
+      for (int e = 0; e < 8; e++)
+        acc[x] = _mm256_fmadd_ps(_mm256_broadcast_ss(qs + d + e), r[e], acc[x]);
+    }
+  }
+  UNROLL
+  for (int x = 0; x < 4; x++)
+    if (x < NB)
+      _mm256_storeu_ps(s + 8 * x, acc[x]);
+}
+
+/* o[c .. c + 8 NC) += sum over the chunk's n keys of p[j] v[j][c ..]: per lane the keys in order,
+ * as pv_tile (keys from n on have p = 0 there: adding their products leaves o as it is). */
+INLINE void pv_stream(float *o, const float *p, const void *vb, int64_t stride, int n, int c, int NC, bool f16) {
+  __m256 acc[8];
+  UNROLL
+  for (int k = 0; k < 8; k++)
+    acc[k] = k < NC ? _mm256_loadu_ps(o + c + 8 * k) : _mm256_setzero_ps();
+  for (int j = 0; j < n; j++) {
+    const void *v = kv_at(vb, j * stride, f16);
+    __m256 pj = _mm256_broadcast_ss(p + j);
+    UNROLL
+    for (int k = 0; k < 8; k++)
+      if (k < NC)
+        acc[k] = _mm256_fmadd_ps(pj, kv_load8(v, c + 8 * k, f16), acc[k]);
+  }
+  UNROLL
+  for (int k = 0; k < 8; k++)
+    if (k < NC)
+      _mm256_storeu_ps(o + c + 8 * k, acc[k]);
+}
+
+/* Decode (a few queries, K/V not prepared): each query alone, reading its keys straight from the
+ * cache (8 rows transposed in registers per 8 dims), with the tile path's arithmetic for one
+ * query: the same FMA chain per score, the same 128-key softmax_row, the same p.v order, keys past
+ * its own count zero. So a query's result does not depend on how many queries share the call: a
+ * prompt prefilled in chunks of 1-3 tokens equals one prefilled whole (the engine's batch and
+ * prefix-cache invariance). Scratch: the scaled query and output row [hd], partial sums [8],
+ * scores [KB]. */
+INLINE bool attention_stream(const kn_attn *a, int h, int64_t q0, int64_t q1, int thread, bool f16) {
   int hd = a->head_dim;
   int kvh = h / (a->n_head / a->n_kv_head);
-  bool f16 = a->k16 != NULL;
   const void *kb = f16 ? kv_at(a->k16, (int64_t)kvh * hd, true) : kv_at(a->k, (int64_t)kvh * hd, false);
   const void *vb = f16 ? kv_at(a->v16, (int64_t)kvh * hd, true) : kv_at(a->v, (int64_t)kvh * hd, false);
   float *qs = kn_scratch(thread, sizeof(float) * ((size_t)2 * hd + 8 + KB));
@@ -312,29 +373,21 @@ static bool attention_stream(const kn_attn *a, int h, int64_t q0, int64_t q1, in
     int64_t n_keys = kn_attn_keys(a, i);
     for (int64_t j0 = 0; j0 < n_keys; j0 += KB) {
       int n = (int)(n_keys - j0 < KB ? n_keys - j0 : KB), nblk = (n + 7) / 8;
-      for (int b = 0; b < nblk; b++) {
-        const void *kr[8];
-        for (int jj = 0; jj < 8; jj++)
-          kr[jj] = 8 * b + jj < n ? kv_at(kb, (j0 + 8 * b + jj) * a->kv_stride, f16) : NULL;
-        __m256 acc = _mm256_setzero_ps();
-        for (int d = 0; d < hd; d += 8) {
-          __m256 r[8];
-          for (int jj = 0; jj < 8; jj++)
-            r[jj] = kr[jj] ? kv_load8(kr[jj], d, f16) : _mm256_setzero_ps();
-          transpose8(r);
-          UNROLL
-          for (int e = 0; e < 8; e++)
-            acc = _mm256_fmadd_ps(_mm256_broadcast_ss(qs + d + e), r[e], acc);
-        }
-        _mm256_storeu_ps(s + 8 * b, acc);
+      const void *kc = kv_at(kb, j0 * a->kv_stride, f16), *vc = kv_at(vb, j0 * a->kv_stride, f16);
+      for (int b = 0; b < nblk; b += 4) {
+        int nb = nblk - b < 4 ? nblk - b : 4;
+        const void *kr[32];
+        for (int jj = 0; jj < 8 * nb; jj++)
+          kr[jj] = 8 * b + jj < n ? kv_at(kc, (8 * b + jj) * a->kv_stride, f16) : NULL;
+        bool full = 8 * (b + nb) <= n;
+        if (nb == 4)
+          scores8(kr, qs, hd, 4, full, f16, s + 8 * b);
+        else
+          scores8(kr, qs, hd, nb, full, f16, s + 8 * b);
       }
       softmax_row(s, n, nblk, &m, lv, o, hd);
-      for (int c = 0; c < hd; c += 8) {
-        __m256 acc = _mm256_loadu_ps(o + c);
-        for (int j = 0; j < n; j++) /* keys from n on have p = 0 and (zero) v: acc unchanged */
-          acc = _mm256_fmadd_ps(_mm256_broadcast_ss(s + j), kv_load8(kv_at(vb, (j0 + j) * a->kv_stride, f16), c, f16), acc);
-        _mm256_storeu_ps(o + c, acc);
-      }
+      for (int c = 0; c < hd; c += 64)
+        pv_stream(o, s, vc, a->kv_stride, n, c, hd - c < 64 ? (hd - c) / 8 : 8, f16);
     }
     float l = hsum256(_mm256_loadu_ps(lv));
     __m256 il = _mm256_set1_ps(l > 0.0f ? 1.0f / l : 0.0f);
@@ -416,7 +469,8 @@ static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int 
    * attention, so each query streams its keys (same results as the tiles). */
   if (tiled(a) && (a->kv_prep || q1 - q0 >= 4) && attention_tiles(a, h, q0, q1, thread))
     return;
-  if (tiled(a) && !a->kv_prep && attention_stream(a, h, q0, q1, thread))
+  if (tiled(a) && !a->kv_prep && (a->k16 ? attention_stream(a, h, q0, q1, thread, true)
+                                          : attention_stream(a, h, q0, q1, thread, false)))
     return;
   if (a->head_dim % 8 != 0)
     kn_ops_ref.attention(a, h, q0, q1, thread);
