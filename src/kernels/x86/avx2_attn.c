@@ -481,7 +481,7 @@ static void avx2_attention(const kn_attn *a, int h, int64_t q0, int64_t q1, int 
 }
 
 void kn_avx2_attn_override(kn_ops *ops) {
-  ops->choice[KN_OP_ATTN] = (kn_choice){"avx2 flash 6x16", "head_dim % 16 == 0: 6-query x 16-key FMA tiles over prepared 8-key blocks, 128-key softmax chunks; decode per key"};
+  ops->choice[KN_OP_ATTN] = (kn_choice){"avx2 flash 6x16", "head_dim % 16 == 0: 6-query x 16-key FMA tiles over prepared 8-key blocks, 128-key softmax chunks; decode (under 4 queries) streams the keys with the same arithmetic"};
   ops->choice[KN_OP_ATTN_FAST] = (kn_choice){"avx2 flash 6x16", "no bf16 dot product: as exact"};
   ops->attention = avx2_attention;
   ops->attention_prep_bytes = avx2_attention_prep_bytes;
