@@ -41,6 +41,7 @@ ISA_FLAGS_avx2_vnni := $(ISA_FLAGS_avx2) -mavxvnni
 ISA_FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
 ISA_FLAGS_avx512_bf16 := $(ISA_FLAGS_avx512) -mavx512bf16
 ISA_FLAGS_amx := $(ISA_FLAGS_avx512_bf16) -mamx-tile -mamx-int8 -mamx-bf16
+ISA_FLAGS_amx_sim512 := $(ISA_FLAGS_avx512_bf16)
 
 # The service's directories: in libqvl_service.a, which `qvl` (and the tests) link before libqvl.a.
 SVC_DIRS := src/server src/commands src/hub src/options

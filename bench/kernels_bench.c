@@ -3,7 +3,7 @@
  * MLP (4096x1024 over 3000 tokens) and vision attention. Prints GB/s of weights streamed and
  * GFLOP/s (or GOP/s) against the machine peaks given on the command line.
  *
- *   build/rel/bench/kernels_bench [--isa ref|avx2|avx2vnni|avx512|avx512bf16|amx|amxsim] [--threads N] [--types q8_0,q4_0,...]
+ *   build/rel/bench/kernels_bench [--isa ref|avx2|avx2vnni|avx512|avx512bf16|amx|amxsim|amxsim512] [--threads N] [--types q8_0,q4_0,...]
  *                                 [--only gemv,gemm,short,vision,tower,prefill,attn,kvattn] [--time S]
  *                                 [--no-lmhead] [--precision exact|fast] [--peaks S]
  * (tower and prefill run only when named in --only.)
@@ -274,7 +274,7 @@ int main(int argc, char **argv) {
       peaks_s = atof(argv[++i]);
     }
     else {
-      fprintf(stderr, "usage: %s [--isa ref|avx2|avx2vnni|avx512|avx512bf16|amx|amxsim] [--threads N] [--types q8_0,...] "
+      fprintf(stderr, "usage: %s [--isa ref|avx2|avx2vnni|avx512|avx512bf16|amx|amxsim|amxsim512] [--threads N] [--types q8_0,...] "
                       "[--only gemv,gemm,short,vision,tower,prefill,attn,kvattn] [--time S] [--no-lmhead] "
                       "[--precision exact|fast] [--peaks S]\n", argv[0]);
       return 2;

@@ -1,8 +1,16 @@
 /*
  * The `amxsim` tier: the AMX kernels of x86/amx_gemm.h and x86/amx_attn.h with every tile
- * operation run by the portable tile model (tile_model.c). Plain C without ISA flags, so the AMX kernels' packing,
+ * operation run by the portable tile model (tile_model.c) and the attention's vector operations by the
+ * portable lane model (lane_model.h). Plain C without ISA flags, so the AMX kernels' packing,
  * blocking and accumulation are tested on any CPU (slowly: a test tier, never chosen by itself).
+ * x86/amx_sim512.c includes this file with the AVX-512 lanes of the `amx` build instead (the
+ * `amxsim512` tier), so the tests hold the hardware build's vector code to this model.
  */
+#ifndef AMX_SIM_OVERRIDE
+#include "kernels/lane_model.h"
+#define AMX_SIM_OVERRIDE kn_amxsim_override
+#define AMX_SIM_NAME "amx (tile model)"
+#endif
 #include "kernels/tile_model.h"
 
 #define TL_CONFIG(c) kn_tm_config(c)
@@ -16,7 +24,7 @@
 #include "kernels/x86/amx_attn.h"
 #include "kernels/x86/amx_gemm.h"
 
-void kn_amxsim_override(kn_ops *ops) {
-  amx_install(ops, "amx (tile model)");
-  amx_attn_install(ops, "amx (tile model)");
+void AMX_SIM_OVERRIDE(kn_ops *ops) {
+  amx_install(ops, AMX_SIM_NAME);
+  amx_attn_install(ops, AMX_SIM_NAME);
 }

@@ -175,7 +175,7 @@ static qvl_status set_threads(int n) {
  * Tiers and the per-operation table
  */
 static inline const kn_ops *ops(void);
-enum { T_REF, T_AVX2, T_AVX2VNNI, T_AVX512, T_AVX512BF16, T_AMX, T_AMXSIM, N_TIERS };
+enum { T_REF, T_AVX2, T_AVX2VNNI, T_AVX512, T_AVX512BF16, T_AMX, T_AMXSIM, T_AMXSIM512, N_TIERS };
 typedef struct tier {
   const char *name;
   bool (*has)(const cpu_features *f); /* NULL: runs everywhere */
@@ -193,6 +193,9 @@ static const tier g_tiers[N_TIERS] = {
     /* Test tier: the AMX kernels through the portable C model of the tile instructions, on top
      * of the best tier below AMX. Never chosen automatically. */
     {"amxsim", NULL, ""},
+    /* Test tier: the same on the tile model with the vector code of the `amx` build (AVX-512),
+     * which the tests hold bit for bit to amxsim's portable lanes. */
+    {"amxsim512", has_avx512bf16, "AVX-512 F/BW/VL/DQ/VNNI/BF16 (and AVX2+FMA+F16C)"},
 };
 static const char *const g_op_names[KN_OP_COUNT] = {
     [KN_OP_MM_FLOAT] = "matmul F32/F16/BF16 exact", [KN_OP_MM_FAST] = "matmul F16/BF16 fast",
@@ -320,7 +323,7 @@ static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
     if (pick < 0) {
       st = qvl_errorf(QVL_ERR_INVALID_ARG,
                       "kernels: unknown ISA '%s', expected one of ref, avx2, avx2vnni, avx512, avx512bf16, amx, "
-                      "amxsim", want);
+                      "amxsim, amxsim512", want);
       goto out;
     }
     if (g_tiers[pick].has && !g_tiers[pick].has(&f)) {
@@ -366,9 +369,13 @@ static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
   if (st != QVL_OK)
     goto out;
 
-  kn_ops ops = build_ops(pick == T_AMXSIM ? sim_base(&f) : pick);
+  kn_ops ops = build_ops(pick == T_AMXSIM ? sim_base(&f) : pick == T_AMXSIM512 ? T_AVX512BF16 : pick);
   if (pick == T_AMXSIM)
     kn_amxsim_override(&ops);
+#if defined(__x86_64__)
+  if (pick == T_AMXSIM512)
+    kn_amxsim512_override(&ops);
+#endif
   ops.name = g_tiers[pick].name;
   if (!want && pick != T_AMX) /* AMX's fast tier is tiles, not vdpbf16ps */
     probe_choices(&ops, use_env);

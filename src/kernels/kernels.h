@@ -1,7 +1,7 @@
 /*
  * Compute kernels used by the model code. Callers see plain functions; inside, each entry is
  * dispatched through one table of function pointers chosen once at start from the CPU's features
- * (CPUID + XGETBV) or forced with QVL_ISA=ref|avx2|avx2vnni|avx512|avx512bf16|amx|amxsim. The
+ * (CPUID + XGETBV) or forced with QVL_ISA=ref|avx2|avx2vnni|avx512|avx512bf16|amx|amxsim|amxsim512. The
  * scalar reference (src/kernels/ref/) implements every entry and is the oracle the SIMD variants
  * are tested against.
  *
@@ -20,8 +20,8 @@
 
 /* Chooses the tier (NULL or "" = best available, then QVL_ISA; else "ref", "avx2", "avx2vnni"
  * (+ AVX-VNNI), "avx512"
- * (F/BW/VL/DQ + VNNI), "avx512bf16", "amx", or "amxsim": the AMX kernels through the portable tile
- * model, for tests) and the number of worker threads (<= 0: QVL_THREADS or the number of physical
+ * (F/BW/VL/DQ + VNNI), "avx512bf16", "amx", or the test tiers "amxsim" (the AMX kernels through the
+ * portable tile model) and "amxsim512" (the same with the amx build's AVX-512 vector code)) and the number of worker threads (<= 0: QVL_THREADS or the number of physical
  * cores). Safe to call again. Chosen automatically, the tier's per-operation kernels may be
  * adjusted by a start-up probe (docs/KERNELS.md "Dispatch"); a forced tier is taken as it is. */
 qvl_status kernels_init(const char *isa, int n_threads);

@@ -239,6 +239,9 @@ void kn_avx512_override(kn_ops *ops);
 void kn_avx512bf16_override(kn_ops *ops);
 void kn_amx_override(kn_ops *ops);
 void kn_amxsim_override(kn_ops *ops);
+/* The same on the tile model with the `amx` build's AVX-512 vector code (x86/amx_sim512.c): the test
+ * tier `amxsim512` on AVX-512 BF16 CPUs. */
+void kn_amxsim512_override(kn_ops *ops);
 
 /* Per-thread scratch owned by the dispatcher: at least `bytes`, 64-byte aligned, kept between
  * calls (grows, never shrinks). NULL on allocation failure. */

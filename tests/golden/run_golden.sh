@@ -18,12 +18,13 @@ cd "$(dirname "$0")/../.."
 # fast vision tier, whose F16/BF16 matrices run on int8 blocks (the fast group, as default); and the AMX kernels through
 # the portable tile model in both tiers (amxsim: exact = split bf16 on F16 towers, which must keep
 # the strict tolerances where they apply; amxsimfast = bf16 tiles, the fast group); on a CPU with
-# AMX the same two on the hardware's tiles (amx, amxfast).
+# AMX the same two on the hardware's tiles (amx, amxfast). amxsim512fast: the tile model with the amx
+# build's AVX-512 vector code (the attention's softmax), on AVX-512 BF16 CPUs.
 tiers=""
 grep -qw avx2 /proc/cpuinfo 2>/dev/null && tiers="$tiers avx2 avx2fast"
 grep -qw avx_vnni /proc/cpuinfo 2>/dev/null && tiers="$tiers avx2vnni"
 grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null && tiers="$tiers avx512"
-grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && tiers="$tiers avx512bf16"
+grep -qw avx512_bf16 /proc/cpuinfo 2>/dev/null && tiers="$tiers avx512bf16 amxsim512fast"
 grep -qw amx_tile /proc/cpuinfo 2>/dev/null && tiers="$tiers amx amxfast"
 isas=${GOLDEN_ISAS:-"ref exact exact16 default$tiers amxsim amxsimfast"}
 for case_json in tests/fixtures/cases/*/*/*/case.json; do
@@ -38,13 +39,14 @@ for case_json in tests/fixtures/cases/*/*/*/case.json; do
     if [ "$isa" != ref ] && [ "$wtype" != F32 ]; then tol=llama_style; fi
     # float weights are exact in every SIMD exact tier; the AMX split-bf16 products must keep it
     if { [ "$isa" = amxsim ] || [ "$isa" = amx ]; } && [ "$wtype" = F16 ]; then tol=f32; fi
-    if { [ "$isa" = default ] || [ "$isa" = avx2fast ] || [ "$isa" = amxsimfast ] || [ "$isa" = amxfast ]; } && { [ "$wtype" != F32 ] || { [ -n "$mtype" ] && [ "$mtype" != F32 ]; }; }; then tol=fast; fi
+    if { [ "$isa" = default ] || [ "$isa" = avx2fast ] || [ "$isa" = amxsimfast ] || [ "$isa" = amxsim512fast ] || [ "$isa" = amxfast ]; } && { [ "$wtype" != F32 ] || { [ -n "$mtype" ] && [ "$mtype" != F32 ]; }; }; then tol=fast; fi
     case $isa in
       default) env_isa=(QVL_PRECISION=fast QVL_KV_TYPE=f16) ;;
       exact) env_isa=(QVL_PRECISION=exact QVL_KV_TYPE=f32) ;;
       exact16) env_isa=(QVL_PRECISION=exact QVL_KV_TYPE=f16) ;;
       avx2fast) env_isa=(QVL_ISA=avx2 QVL_PRECISION=fast QVL_KV_TYPE=f32) ;;
       amxsimfast) env_isa=(QVL_ISA=amxsim QVL_PRECISION=fast QVL_KV_TYPE=f32) ;;
+      amxsim512fast) env_isa=(QVL_ISA=amxsim512 QVL_PRECISION=fast QVL_KV_TYPE=f32) ;;
       amxfast) env_isa=(QVL_ISA=amx QVL_PRECISION=fast QVL_KV_TYPE=f32) ;;
       *) env_isa=(QVL_ISA=$isa QVL_PRECISION=exact QVL_KV_TYPE=f32) ;;
     esac

@@ -69,7 +69,7 @@ static double rnd(void) { /* uniform in [-1, 1) */
 
 static const char *isa_now;
 /* The AMX kernels run (on the hardware, or through the tile model). */
-static bool amx_now(void) { return !strcmp(isa_now, "amx") || !strcmp(isa_now, "amxsim"); }
+static bool amx_now(void) { return !strncmp(isa_now, "amx", 3); }
 
 static tol matmul_tol(qvl_dtype t, kn_precision prec, int64_t n_in) {
   if (!strcmp(isa_now, "ref"))
@@ -884,6 +884,52 @@ static void test_amx_int8_matches_vnni(void) {
     }
 }
 
+/* Fast attention of one problem under tier isa into out (false: the tier is not on this CPU). */
+static bool attention_under(const char *isa, const float *q, int64_t n_q, const float *k, const float *v,
+                            int64_t n_kv, int h, int kvh, int64_t causal, float *out) {
+  if (kernels_init(isa, 2) != QVL_OK)
+    return false;
+  kn_attention_prec(q, n_q, h * 64, k, v, n_kv, kvh * 64, h, kvh, 64, 0.125f, causal, out, h * 64, KN_PREC_FAST);
+  return true;
+}
+
+/* The `amx` build's AVX-512 vector code (lanes512.h, run here by the amxsim512 tier on the tile
+ * model) gives the bits of the portable lane model (amxsim): the attention's softmax on ragged,
+ * causal and GQA shapes, with scores spread wide enough that whole key blocks raise the running max
+ * and others fall below the exp clamp, and queries holding bf16 rounding ties; and the matmuls,
+ * whose plain C is compiled with other flags. */
+static void test_amxsim512_matches_amxsim(void) {
+  static const struct { int h, kvh; int64_t nq, nkv, causal; float spread; } cs[] = {
+      {2, 2, 1, 1, -1, 1},  {2, 1, 37, 150, -1, 8}, {4, 2, 50, 200, 150, 30}, {1, 1, 70, 65, 0, 60},
+      {3, 3, 16, 64, -1, 2}, {2, 2, 9, 17, 8, 200},
+  };
+  for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+    int64_t nq = cs[c].nq, nkv = cs[c].nkv, qn = nq * cs[c].h * 64, kn = nkv * cs[c].kvh * 64;
+    float *q = malloc(sizeof(float) * (size_t)qn), *k = malloc(sizeof(float) * (size_t)kn);
+    float *v = malloc(sizeof(float) * (size_t)kn), *o1 = malloc(sizeof(float) * (size_t)qn);
+    float *o2 = malloc(sizeof(float) * (size_t)qn);
+    for (int64_t i = 0; i < qn; i++) /* every 7th a bf16 tie (to even: down, then up) */
+      q[i] = i % 7 == 3 ? (rnd() < 0 ? -1 : 1) * (i % 14 == 3 ? 4.015625f : 4.046875f) : (float)(cs[c].spread * rnd());
+    for (int64_t i = 0; i < kn; i++)
+      k[i] = (float)(cs[c].spread * rnd()), v[i] = (float)rnd();
+    attention_under("amxsim", q, nq, k, v, nkv, cs[c].h, cs[c].kvh, cs[c].causal, o1);
+    if (!attention_under("amxsim512", q, nq, k, v, nkv, cs[c].h, cs[c].kvh, cs[c].causal, o2)) {
+      printf("  amxsim512 vs amxsim: skipped (no AVX-512 BF16 here)\n");
+      free(q), free(k), free(v), free(o1), free(o2);
+      return;
+    }
+    bool finite = true;
+    for (int64_t i = 0; i < qn; i++)
+      finite = finite && isfinite(o1[i]);
+    CHECK(finite, "amxsim attention case %zu: non-finite output", c);
+    CHECK(!memcmp(o1, o2, sizeof(float) * (size_t)qn), "amxsim512 attention case %zu differs from amxsim", c);
+    free(q), free(k), free(v), free(o1), free(o2);
+  }
+  static const qvl_dtype types[] = {QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_Q8_0, QVL_DTYPE_Q4_0};
+  for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+    int8_tiers_agree("amxsim", "amxsim512", types[t], 37, NULL);
+}
+
 /* The same for AVX-VNNI against AVX2's vpmaddubsw: exact int32 sums, the same float steps. */
 static void test_avx2vnni_matches_avx2(void) {
   if (!int8_tiers_agree("avx2", "avx2vnni", QVL_DTYPE_Q8_0, 37, NULL) ||
@@ -929,7 +975,7 @@ int main(void) {
   /* Bad requests are errors, not crashes. */
   CHECK(kernels_init("sse9", 2) == QVL_ERR_INVALID_ARG, "unknown ISA rejected");
   CHECK(strstr(qvl_last_error(), "sse9") != NULL, "message names the ISA: %s", qvl_last_error());
-  const char *isas[] = {"ref", "avx2", "avx2vnni", "avx512", "avx512bf16", "amx", "amxsim"};
+  const char *isas[] = {"ref", "avx2", "avx2vnni", "avx512", "avx512bf16", "amx", "amxsim", "amxsim512"};
   const size_t n_isas = sizeof isas / sizeof isas[0];
   for (size_t ii = 0; ii < n_isas; ii++) {
     if (kernels_init(isas[ii], 2) != QVL_OK) {
@@ -976,6 +1022,7 @@ int main(void) {
   uint64_t faults = kn_tm_faults(); /* (test_tile_model provokes some on purpose) */
   test_amx_int8_matches_vnni();
   test_amx_attention_tiles();
+  test_amxsim512_matches_amxsim();
   test_avx2vnni_matches_avx2();
   CHECK(kn_tm_faults() == faults, "the AMX kernels broke a tile limit of the model");
   /* Invalid weight shapes. */

@@ -17,6 +17,8 @@
 #define TL_DPBF16(c, a, b) _tile_dpbf16ps(c, a, b)
 #define TL_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 
+#include "kernels/x86/lanes512.h"
+
 #include "kernels/x86/amx_attn.h"
 #include "kernels/x86/amx_gemm.h"
 

@@ -11,16 +11,19 @@
  * Per group of 16 rows and block of 64 keys:
  *   S  = Q K^T: C0..C3 (16 rows x 16 keys each) += A4, A5 (q scale in bf16, dims 0-31, 32-63)
  *        x B6, B7 (the quarter's keys, same dims): two TDPBF16PS per quarter holding keys.
- *   online softmax in fp32 per row (running max m, sum l): c = e^(m_old - m_new) rescales the
- *        row's accumulator, p = e^(s - m_new) rounded to bf16 into the A operand of
+ *   online softmax in fp32 per row (running max m, sum l), 16 keys per vector (l16_*): c =
+ *        e^(m_old - m_new) (the group's 16 rows in one vector) rescales the row's accumulator,
+ *        p = e^(s - m_new) rounded to bf16 into the A operand of
  *   PV = P V: C0..C3 (16 rows x 16 dims each) += A6 (p of 32 keys) x B7 (V of those keys as key
  *        pairs), then acc = fma(acc, c, PV) in memory (a tile cannot be rescaled in place).
  * Tiles: all eight 16 rows x 64 bytes (amx_cfg(64, 16)); configured on the pool thread at the start
  * of the call and released at its end. Rounding is the AVX-512 bf16 kernel's (q scale, k, v, p in
  * bf16; scores, softmax and sums in fp32), so the same oracle and tolerance apply. A row's result
  * depends only on its query, its visible keys and the fixed block order: thread and batch
- * invariance hold. fmaf is written out wherever a product feeds a sum, so the `amx` and `amxsim`
- * builds do the same float operations (no contraction choices left to the compiler).
+ * invariance hold. The including file defines the l16_* vector operations: x86/lanes512.h (AVX-512,
+ * the `amx` and `amxsim512` builds) or lane_model.h (portable, `amxsim`), which give the same bits;
+ * fmaf / l16_fmadd_ps are written out wherever a product feeds a sum, so every build does the same
+ * float operations (no contraction choices left to the compiler).
  */
 #ifndef QVL_KERNELS_AMX_ATTN_H
 #define QVL_KERNELS_AMX_ATTN_H
@@ -71,24 +74,12 @@ static int amx_at_head(const amx_at_map *m, int64_t R) {
   return m->by_group ? m->kvh * (int)m->G + (int)(R % m->G) : m->head;
 }
 
-/* Scalar forms of the vector operations KN_EXP_CORE is written with (one exp polynomial for every
- * kernel file); fmaf where the vector code fuses, so every build rounds the same way. */
-static inline float amxs_set1_ps(float a) { return a; }
-static inline float amxs_mul_ps(float a, float b) { return a * b; }
-static inline float amxs_add_ps(float a, float b) { return a + b; }
-static inline float amxs_fmadd_ps(float a, float b, float c) { return fmaf(a, b, c); }
-static inline float amxs_fnmadd_ps(float a, float b, float c) { return fmaf(-a, b, c); }
-static inline float amx_round(float x) { return (x + 12582912.0f) - 12582912.0f; } /* |x| < 2^22 */
-
-/* e^x, about 1 ulp for x in [-87, 88] (below -87 it returns e^-87, far below any sum it joins);
- * 2^n is set through the exponent bits. */
-static float amx_exp(float x) {
-  x = fminf(fmaxf(x, -87.0f), 88.0f);
-  KN_EXP_CORE(float, amxs, amx_round, x, n, p);
-  int32_t bits = ((int32_t)n + 127) << 23;
-  float scale;
-  memcpy(&scale, &bits, 4);
-  return p * scale;
+/* e^x in 16 lanes, about 1 ulp for x in [-87, 88] (below -87 it gives e^-87, far below any sum it
+ * joins; masked lanes are replaced after): KN_EXP_CORE, then 2^n through the exponent bits. */
+static inline l16 amx_exp16(l16 x) {
+  x = l16_min_ps(l16_max_ps(x, l16_set1_ps(-87.0f)), l16_set1_ps(88.0f));
+  KN_EXP_CORE(l16, l16, l16_round_ps, x, n, p);
+  return l16_scale2n_ps(p, n);
 }
 
 /* Keys j0 .. j0 + 63 (those that exist) of KV head kvh as the prepared block (zeros elsewhere). */
@@ -130,24 +121,38 @@ static void amx_at_group(amx_at_scr *w, const uint8_t *blk, int r0, int nr, int6
   }
   AMX_AT_EACH4(AMX_AT_QK);
 #undef AMX_AT_QK
-  float resc[16];
+  /* Online softmax, 16 keys a vector: first each row's new running max (a masked lane is -inf),
+   * then the 16 rows' rescale factors in one exp, then p = e^(s - m) (masked lanes 0) and its sum. */
+  float mo[16], mn[16], resc[16];
+  for (int r = 0; r < 16; r++) {
+    mo[r] = mn[r] = 0.0f; /* rows without keys here: factor 1, nothing else changes */
+    if (!vis[r])
+      continue;
+    l16 bm = l16_set1_ps(-INFINITY);
+    for (int c = 0; 16 * c < vis[r]; c++)
+      bm = l16_max_ps(bm, l16_first_ps(l16_load_ps(&w->s[r][16 * c]), vis[r] - 16 * c, -INFINITY));
+    float b = l16_hmax(bm);
+    mo[r] = w->mx[r0 + r];
+    mn[r] = b > mo[r] ? b : mo[r]; /* (mo = -inf: acc and l are still zero, the factor is moot) */
+  }
+  l16 grow = amx_exp16(l16_sub_ps(l16_load_ps(mo), l16_load_ps(mn)));
+  l16_store_ps(resc, grow);
   for (int r = 0; r < 16; r++) {
     memset(w->p[r], 0, sizeof w->p[r]);
     if (!vis[r])
       continue;
-    const float *s = w->s[r];
-    float bm = s[0];
-    for (int j = 1; j < vis[r]; j++)
-      bm = fmaxf(bm, s[j]);
-    float mo = w->mx[r0 + r], mn = fmaxf(mo, bm), sum = 0.0f;
-    resc[r] = bm > mo ? amx_exp(mo - mn) : 1.0f; /* (mo = -inf: acc and l are still zero) */
-    for (int j = 0; j < vis[r]; j++) {
-      float e = amx_exp(s[j] - mn);
-      sum += e;
-      w->p[r][j] = f32_to_bf16(e);
+    if (!(mn[r] > mo[r]))
+      resc[r] = 1.0f;
+    l16 m = l16_set1_ps(mn[r]), sum = l16_set1_ps(0.0f);
+    for (int c = 0; 16 * c < vis[r]; c++) {
+      l16 e = amx_exp16(l16_sub_ps(l16_load_ps(&w->s[r][16 * c]), m));
+      if (vis[r] - 16 * c < 16)
+        e = l16_first_ps(e, vis[r] - 16 * c, 0.0f);
+      sum = l16_add_ps(sum, e);
+      l16_store_bf16(&w->p[r][16 * c], e);
     }
-    w->mx[r0 + r] = mn;
-    w->l[r0 + r] = fmaf(w->l[r0 + r], resc[r], sum);
+    w->mx[r0 + r] = mn[r];
+    w->l[r0 + r] = fmaf(w->l[r0 + r], resc[r], l16_hsum(sum));
   }
   AMX_AT_EACH4(TL_ZERO);
   for (int st = 0; st < steps; st++) {
@@ -165,8 +170,9 @@ static void amx_at_group(amx_at_scr *w, const uint8_t *blk, int r0, int nr, int6
 #undef AMX_AT_STORE_PV
   for (int r = 0; r < nr; r++)
     if (vis[r])
-      for (int d = 0; d < AMX_AT_HD; d++)
-        w->acc[r0 + r][d] = fmaf(w->acc[r0 + r][d], resc[r], w->pv[r][d]);
+      for (int d = 0; d < AMX_AT_HD; d += 16)
+        l16_store_ps(&w->acc[r0 + r][d],
+                     l16_fmadd_ps(l16_load_ps(&w->acc[r0 + r][d]), l16_set1_ps(resc[r]), l16_load_ps(&w->pv[r][d])));
 }
 
 /* Rows R0 .. R0 + n - 1 (n <= AMX_AT_ROWS) of the call. */
@@ -177,10 +183,9 @@ static void amx_at_pass(const kn_attn *a, const amx_at_map *mp, int64_t R0, int 
   for (int r = 0; r < n; r++) {
     int64_t i = amx_at_query(mp, R0 + r);
     const float *q = a->q + i * a->q_stride + (int64_t)amx_at_head(mp, R0 + r) * AMX_AT_HD;
-    for (int d = 0; d < AMX_AT_HD; d++) {
-      w->qb[r][d] = f32_to_bf16(q[d] * a->scale);
-      w->acc[r][d] = 0.0f;
-    }
+    for (int d = 0; d < AMX_AT_HD; d += 16)
+      l16_store_bf16(&w->qb[r][d], l16_mul_ps(l16_load_ps(q + d), l16_set1_ps(a->scale)));
+    memset(w->acc[r], 0, sizeof w->acc[r]);
     w->nk[r] = kn_attn_keys(a, i);
     kmax = w->nk[r] > kmax ? w->nk[r] : kmax;
     w->mx[r] = -INFINITY;
@@ -198,8 +203,8 @@ static void amx_at_pass(const kn_attn *a, const amx_at_map *mp, int64_t R0, int 
   for (int r = 0; r < n; r++) {
     float il = w->l[r] > 0.0f ? 1.0f / w->l[r] : 0.0f;
     float *o = a->out + amx_at_query(mp, R0 + r) * a->out_stride + (int64_t)amx_at_head(mp, R0 + r) * AMX_AT_HD;
-    for (int d = 0; d < AMX_AT_HD; d++)
-      o[d] = w->acc[r][d] * il;
+    for (int d = 0; d < AMX_AT_HD; d += 16)
+      l16_store_ps(o + d, l16_mul_ps(l16_load_ps(&w->acc[r][d]), l16_set1_ps(il)));
   }
 }
 

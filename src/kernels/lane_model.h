@@ -1,0 +1,87 @@
+/*
+ * A portable C model of the 16-lane fp32 vector operations the AMX attention's softmax is written
+ * with (l16_*), the partner of the tile model: amx_sim.c includes this, x86/amx.c and
+ * x86/amx_sim512.c include x86/lanes512.h, which defines the same names on AVX-512 registers.
+ * Each function here states the exact result the AVX-512 form gives (operand order of max/min,
+ * rounding, the reduction tree, denormals and NaN in the bf16 conversion), so the three builds do the same float
+ * operations and the test tier `amxsim512` can check the hardware build's vector code against this
+ * model bit for bit on any AVX-512 BF16 CPU.
+ */
+#ifndef QVL_KERNELS_LANE_MODEL_H
+#define QVL_KERNELS_LANE_MODEL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tensor/dtype.h"
+
+typedef struct l16 {
+  float v[16];
+} l16;
+
+#define L16_MAP(expr)          \
+  l16 r_;                      \
+  for (int i = 0; i < 16; i++) \
+    r_.v[i] = (expr);          \
+  return r_
+
+static inline l16 l16_load_ps(const float *p) {
+  l16 r;
+  memcpy(r.v, p, sizeof r.v);
+  return r;
+}
+static inline void l16_store_ps(float *p, l16 a) { memcpy(p, a.v, sizeof a.v); }
+static inline l16 l16_set1_ps(float a) { L16_MAP(a); }
+static inline l16 l16_add_ps(l16 a, l16 b) { L16_MAP(a.v[i] + b.v[i]); }
+static inline l16 l16_sub_ps(l16 a, l16 b) { L16_MAP(a.v[i] - b.v[i]); }
+static inline l16 l16_mul_ps(l16 a, l16 b) { L16_MAP(a.v[i] * b.v[i]); }
+static inline l16 l16_fmadd_ps(l16 a, l16 b, l16 c) { L16_MAP(fmaf(a.v[i], b.v[i], c.v[i])); }
+static inline l16 l16_fnmadd_ps(l16 a, l16 b, l16 c) { L16_MAP(fmaf(-a.v[i], b.v[i], c.v[i])); }
+/* vmaxps / vminps: the second operand unless the first is strictly greater (smaller). */
+static inline l16 l16_max_ps(l16 a, l16 b) { L16_MAP(a.v[i] > b.v[i] ? a.v[i] : b.v[i]); }
+static inline l16 l16_min_ps(l16 a, l16 b) { L16_MAP(a.v[i] < b.v[i] ? a.v[i] : b.v[i]); }
+/* Round to the nearest integer, ties to even (vrndscaleps, imm 0); |a| < 2^22 here. */
+static inline l16 l16_round_ps(l16 a) { L16_MAP((a.v[i] + 12582912.0f) - 12582912.0f); }
+/* p 2^n for integral n in [-126, 127] with p near 1 (vscalefps; exact, the result is normal). */
+static inline l16 l16_scale2n_ps(l16 p, l16 n) {
+  l16 r;
+  for (int i = 0; i < 16; i++) {
+    int32_t bits = ((int32_t)n.v[i] + 127) * (1 << 23);
+    float s;
+    memcpy(&s, &bits, 4);
+    r.v[i] = p.v[i] * s;
+  }
+  return r;
+}
+/* Lanes 0 .. n-1 of a, fill in the others (n <= 0: all fill). */
+static inline l16 l16_first_ps(l16 a, int n, float fill) { L16_MAP(i < n ? a.v[i] : fill); }
+
+/* Horizontal sum and max in the order of lanes512.h: halves, then quarters, then pairs. */
+#define L16_REDUCE(name, OP)                       \
+  static inline float name(l16 a) {                \
+    for (int w = 8; w >= 1; w /= 2)                \
+      for (int i = 0; i < w; i++)                  \
+        a.v[i] = OP(a.v[i], a.v[i + w]);           \
+    return a.v[0];                                 \
+  }
+#define L16_ADD(x, y) ((x) + (y))
+#define L16_MAX(x, y) ((x) > (y) ? (x) : (y))
+L16_REDUCE(l16_hsum, L16_ADD)
+L16_REDUCE(l16_hmax, L16_MAX)
+#undef L16_ADD
+#undef L16_MAX
+#undef L16_REDUCE
+
+/* The 16 lanes rounded to bf16 as vcvtneps2bf16 does: f32_to_bf16 (nearest even, NaN kept quiet)
+ * after reading a denormal input as zero of its sign. */
+static inline void l16_store_bf16(uint16_t *p, l16 a) {
+  for (int i = 0; i < 16; i++) {
+    uint32_t u;
+    memcpy(&u, &a.v[i], 4);
+    p[i] = (u & 0x7f800000u) == 0 ? (uint16_t)((u >> 16) & 0x8000u) : f32_to_bf16(a.v[i]);
+  }
+}
+
+#undef L16_MAP
+#endif

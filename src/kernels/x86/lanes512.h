@@ -1,0 +1,52 @@
+/*
+ * The l16_* vector operations of the AMX attention's softmax on AVX-512 registers (F/DQ/BF16), for
+ * x86/amx.c (the hardware's tiles) and x86/amx_sim512.c (the tile model). lane_model.h is the
+ * portable model of exactly these results; the test tier `amxsim512` holds the two equal bit for bit.
+ */
+#ifndef QVL_KERNELS_X86_LANES512_H
+#define QVL_KERNELS_X86_LANES512_H
+
+#include <immintrin.h>
+#include <stdint.h>
+
+typedef __m512 l16;
+
+static inline l16 l16_load_ps(const float *p) { return _mm512_loadu_ps(p); }
+static inline void l16_store_ps(float *p, l16 a) { _mm512_storeu_ps(p, a); }
+static inline l16 l16_set1_ps(float a) { return _mm512_set1_ps(a); }
+static inline l16 l16_add_ps(l16 a, l16 b) { return _mm512_add_ps(a, b); }
+static inline l16 l16_sub_ps(l16 a, l16 b) { return _mm512_sub_ps(a, b); }
+static inline l16 l16_mul_ps(l16 a, l16 b) { return _mm512_mul_ps(a, b); }
+static inline l16 l16_fmadd_ps(l16 a, l16 b, l16 c) { return _mm512_fmadd_ps(a, b, c); }
+static inline l16 l16_fnmadd_ps(l16 a, l16 b, l16 c) { return _mm512_fnmadd_ps(a, b, c); }
+static inline l16 l16_max_ps(l16 a, l16 b) { return _mm512_max_ps(a, b); }
+static inline l16 l16_min_ps(l16 a, l16 b) { return _mm512_min_ps(a, b); }
+static inline l16 l16_round_ps(l16 a) {
+  return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+/* vscalefps: exact here (n in [-126, 127] and p near 1, so the result is normal). */
+static inline l16 l16_scale2n_ps(l16 p, l16 n) { return _mm512_scalef_ps(p, n); }
+static inline l16 l16_first_ps(l16 a, int n, float fill) {
+  __mmask16 keep = n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+  return _mm512_mask_blend_ps(keep, _mm512_set1_ps(fill), a);
+}
+
+/* Halves (lane i with i + 8), quarters, pairs, then lanes 0 and 1: lane_model.h's order. */
+#define L16_REDUCE(name, OP256, OP128)                                                  \
+  static inline float name(l16 a) {                                                     \
+    __m256 lo = _mm512_castps512_ps256(a);                                              \
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));       \
+    __m256 h = OP256(lo, hi);                                                           \
+    __m128 q = OP128(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));           \
+    q = OP128(q, _mm_movehl_ps(q, q));                                                  \
+    return _mm_cvtss_f32(OP128(q, _mm_shuffle_ps(q, q, 1)));                            \
+  }
+L16_REDUCE(l16_hsum, _mm256_add_ps, _mm_add_ps)
+L16_REDUCE(l16_hmax, _mm256_max_ps, _mm_max_ps)
+#undef L16_REDUCE
+
+/* vcvtneps2bf16: nearest even, denormal inputs read as zero, NaN kept quiet (the AVX-512 BF16
+ * kernel's rounding). */
+static inline void l16_store_bf16(uint16_t *p, l16 a) { _mm256_storeu_si256((__m256i *)p, (__m256i)_mm512_cvtneps_pbh(a)); }
+
+#endif
