@@ -5,59 +5,84 @@
 
 #include "base/status.h"
 
-static int b64_value(unsigned char c) {
-  if (c >= 'A' && c <= 'Z')
-    return c - 'A';
-  if (c >= 'a' && c <= 'z')
-    return c - 'a' + 26;
-  if (c >= '0' && c <= '9')
-    return c - '0' + 52;
-  if (c == '+' || c == '-')
-    return 62;
-  if (c == '/' || c == '_')
-    return 63;
-  return -1;
-}
+/* Per byte: the symbol's value 0-63 (standard and URL-safe alphabets), B64_SPACE, B64_PAD or
+ * B64_BAD; one row per high nibble. */
+enum { B64_BAD = -1, B64_SPACE = -2, B64_PAD = -3 };
+static const signed char b64_values[256] = {
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -2, -2, -1, -2, -2, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -2, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 62, -1, 62, -1, 63,
+    52, 53, 54, 55, 56, 57, 58, 59, 60, 61, -1, -1, -1, -3, -1, -1,
+    -1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
+    15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, -1, -1, -1, -1, 63,
+    -1, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40,
+    41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+};
 
-static bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f'; }
-
+/* Whitespace anywhere is skipped; '=' only at the end; a decoded size over max_bytes is
+ * QVL_ERR_TOO_LARGE at the first byte past it. Runs of four symbols without whitespace (nearly
+ * all of a data URL) are decoded four at a time straight into the reserved buffer: a request's
+ * 2.6 MB image payload used to cost ~27 ms of the server's CPU appending byte by byte. */
 qvl_status base64_decode(const char *s, size_t len, size_t max_bytes, buf *out) {
   out->len = 0;
   QVL_TRY(buf_reserve(out, len / 4 * 3 + 3 < max_bytes ? len / 4 * 3 + 3 : max_bytes));
+  const unsigned char *in = (const unsigned char *)s;
+  unsigned char *dst = (unsigned char *)out->data;
+  size_t n = 0, symbols = 0;
   uint32_t acc = 0;
   int bits = 0, pad = 0;
-  size_t symbols = 0;
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)s[i];
-    if (is_space(c))
+  qvl_status st = QVL_OK;
+  for (size_t i = 0; i < len;) {
+    if (bits == 0 && !pad && i + 4 <= len && n + 3 <= max_bytes) {
+      int a = b64_values[in[i]], b = b64_values[in[i + 1]], c = b64_values[in[i + 2]], d = b64_values[in[i + 3]];
+      if ((a | b | c | d) >= 0) {
+        uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)c << 6 | (uint32_t)d;
+        dst[n] = (unsigned char)(v >> 16), dst[n + 1] = (unsigned char)(v >> 8), dst[n + 2] = (unsigned char)v;
+        n += 3, symbols += 4, i += 4;
+        continue;
+      }
+    }
+    unsigned char ch = in[i];
+    int v = b64_values[ch];
+    i++;
+    if (v == B64_SPACE)
       continue;
-    if (c == '=') {
+    if (v == B64_PAD) {
       pad++;
       continue;
     }
-    if (pad)
-      return qvl_errorf(QVL_ERR_FORMAT, "base64: data after '=' padding at offset %zu", i);
-    int v = b64_value(c);
-    if (v < 0)
-      return qvl_errorf(QVL_ERR_FORMAT, "base64: invalid character 0x%02x at offset %zu", c, i);
+    if (pad || v == B64_BAD) {
+      st = pad ? qvl_errorf(QVL_ERR_FORMAT, "base64: data after '=' padding at offset %zu", i - 1)
+               : qvl_errorf(QVL_ERR_FORMAT, "base64: invalid character 0x%02x at offset %zu", ch, i - 1);
+      break;
+    }
     acc = (acc << 6) | (uint32_t)v;
     bits += 6;
     symbols++;
     if (bits >= 8) {
       bits -= 8;
-      if (out->len >= max_bytes)
-        return qvl_errorf(QVL_ERR_TOO_LARGE, "base64: decoded data exceeds the %zu byte limit", max_bytes);
-      unsigned char byte = (unsigned char)(acc >> bits);
-      QVL_TRY(buf_append(out, &byte, 1));
+      if (n >= max_bytes) {
+        st = qvl_errorf(QVL_ERR_TOO_LARGE, "base64: decoded data exceeds the %zu byte limit", max_bytes);
+        break;
+      }
+      dst[n++] = (unsigned char)(acc >> bits);
     }
   }
-  if (symbols % 4 == 1)
-    return qvl_errorf(QVL_ERR_FORMAT, "base64: truncated input (%zu symbols)", symbols);
-  if (pad > 2 || (pad && (symbols + (size_t)pad) % 4 != 0))
-    return qvl_errorf(QVL_ERR_FORMAT, "base64: bad padding");
-  if (!out->data)
-    QVL_TRY(buf_append(out, "", 0));
-  return QVL_OK;
+  out->len = n;
+  dst[n] = 0;
+  if (st == QVL_OK && symbols % 4 == 1)
+    st = qvl_errorf(QVL_ERR_FORMAT, "base64: truncated input (%zu symbols)", symbols);
+  if (st == QVL_OK && (pad > 2 || (pad && (symbols + (size_t)pad) % 4 != 0)))
+    st = qvl_errorf(QVL_ERR_FORMAT, "base64: bad padding");
+  return st;
 }
 
 qvl_status dataurl_encode(const char *mime, const void *data, size_t len, buf *out) {
