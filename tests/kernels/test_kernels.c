@@ -585,9 +585,9 @@ static void check_attention_split(int n_head, int n_kv_head, int head_dim, int64
   float scale = 1.0f / sqrtf((float)head_dim);
   for (int kind = 0; kind < 3; kind++) { /* exact f32, fast f32, exact f16 K/V */
     kn_precision prec = kind == 1 ? KN_PREC_FAST : KN_PREC_EXACT;
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 3; pass++) { /* whole; pieces of 1, 2, 3, ...; every query alone (decode) */
       float *out = pass ? parts : whole;
-      for (int64_t b = 0, step = 1; b < n_q; b += step, step++) {
+      for (int64_t b = 0, step = 1; b < n_q; b += step, step += pass == 1) {
         int64_t e = pass == 0 ? n_q : b + step < n_q ? b + step : n_q;
         if (pass == 0)
           step = n_q;
@@ -598,12 +598,12 @@ static void check_attention_split(int n_head, int n_kv_head, int head_dim, int64
           kn_attention_prec(q + b * qs, e - b, qs, k, v, base + e, ks, n_head, n_kv_head, head_dim, scale, base + b,
                             out + b * qs, qs, prec);
       }
+      if (pass > 0)
+        CHECK(!memcmp(whole, parts, sizeof(float) * (size_t)(n_q * qs)),
+              "%s %s%s attention heads %d/%d dim %d: %lld queries after %lld keys %s differ from one call",
+              isa_now, kn_precision_name(prec), kind == 2 ? " f16-KV" : "", n_head, n_kv_head, head_dim,
+              (long long)n_q, (long long)base, pass == 1 ? "in pieces of 1, 2, 3, ..." : "one at a time");
     }
-    CHECK(!memcmp(whole, parts, sizeof(float) * (size_t)(n_q * qs)),
-          "%s %s%s attention heads %d/%d dim %d: %lld queries after %lld keys in pieces of 1, 2, 3, ... "
-          "differ from one call",
-          isa_now, kn_precision_name(prec), kind == 2 ? " f16-KV" : "", n_head, n_kv_head, head_dim, (long long)n_q,
-          (long long)base);
   }
   FREE_EACH(q, k, v, whole, parts, kh, vh);
 }
@@ -613,6 +613,9 @@ static void test_attention_split(void) {
   check_attention_split(4, 2, 128, 150, 30); /* past a 128-key chunk */
   check_attention_split(2, 1, 16, 5, 21);
   check_attention_split(3, 3, 72, 0, 12); /* head_dim not a multiple of 16 */
+  check_attention_split(4, 2, 64, 45, 9);   /* decode steps after a prefix: one query is 2 rows */
+  check_attention_split(2, 2, 128, 70, 6);  /* no GQA: one query is one row */
+  check_attention_split(2, 2, 64, 33, 5);
 }
 
 /* ---- norms and element-wise */

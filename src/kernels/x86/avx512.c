@@ -815,13 +815,24 @@ INLINE void attention_rows(const kn_attn *a, int kvh, int64_t q0, int64_t q1, in
   int64_t R1 = q1 * G;
   for (int64_t r0 = q0 * G; r0 < R1; r0 += ATT_QT) {
     int64_t r1 = r0 + ATT_QT < R1 ? r0 + ATT_QT : R1;
-    /* Several rows share each key block: transposed tile path (64 and 128 only). */
-    if (r1 - r0 >= 4 && hd == 64) {
-      attn_tile_t(a, kvh, r0, r1, scr, 4, 4, f16);
+    /* Head sizes 64 and 128: the transposed tile path for any number of rows, since a row's
+     * arithmetic must not depend on how many rows share its tile (a decode step, a chunk of a
+     * prompt and the whole prompt give the same bits; test_attention_split). The group size QB
+     * only decides how many rows share a pass over the block, not a row's operations. */
+    if (hd == 64) {
+      if (r1 - r0 >= 4)
+        attn_tile_t(a, kvh, r0, r1, scr, 4, 4, f16);
+      else if (r1 - r0 >= 2)
+        attn_tile_t(a, kvh, r0, r1, scr, 4, 2, f16);
+      else
+        attn_tile_t(a, kvh, r0, r1, scr, 4, 1, f16);
       continue;
     }
-    if (r1 - r0 >= 2 && hd == 128) {
-      attn_tile_t(a, kvh, r0, r1, scr, 8, 2, f16);
+    if (hd == 128) {
+      if (r1 - r0 >= 2)
+        attn_tile_t(a, kvh, r0, r1, scr, 8, 2, f16);
+      else
+        attn_tile_t(a, kvh, r0, r1, scr, 8, 1, f16);
       continue;
     }
     switch (nv) {
