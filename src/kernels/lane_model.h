@@ -73,14 +73,44 @@ L16_REDUCE(l16_hmax, L16_MAX)
 #undef L16_MAX
 #undef L16_REDUCE
 
-/* The 16 lanes rounded to bf16 as vcvtneps2bf16 does: f32_to_bf16 (nearest even, NaN kept quiet)
- * after reading a denormal input as zero of its sign. */
+/* bf16 as vcvtneps2bf16 rounds: f32_to_bf16 (nearest even, NaN kept quiet) after reading a
+ * denormal input as zero of its sign. */
+static inline uint16_t l16_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return (u & 0x7f800000u) == 0 ? (uint16_t)((u >> 16) & 0x8000u) : f32_to_bf16(x);
+}
+/* The 16 lanes rounded to bf16 and stored. */
 static inline void l16_store_bf16(uint16_t *p, l16 a) {
-  for (int i = 0; i < 16; i++) {
-    uint32_t u;
-    memcpy(&u, &a.v[i], 4);
-    p[i] = (u & 0x7f800000u) == 0 ? (uint16_t)((u >> 16) & 0x8000u) : f32_to_bf16(a.v[i]);
-  }
+  for (int i = 0; i < 16; i++)
+    p[i] = l16_bf16(a.v[i]);
+}
+/* A lane holding two bf16 as its bits: lo in the low half, hi in the high half. */
+static inline void l16_put_pair(l16 *r, int i, float lo, float hi) {
+  uint32_t u = (uint32_t)l16_bf16(lo) | (uint32_t)l16_bf16(hi) << 16;
+  memcpy(&r->v[i], &u, 4);
+}
+/* Lane i: the bf16 of x[2i] (low half) and x[2i + 1] (high half), x = lo then hi (32 values). */
+static inline l16 l16_bf16_pairs(l16 lo, l16 hi) {
+  l16 r;
+  for (int i = 0; i < 16; i++)
+    l16_put_pair(&r, i, i < 8 ? lo.v[2 * i] : hi.v[2 * i - 16], i < 8 ? lo.v[2 * i + 1] : hi.v[2 * i - 15]);
+  return r;
+}
+/* Lane i: the bf16 of a[i] (low half) and b[i] (high half). */
+static inline l16 l16_bf16_zip(l16 a, l16 b) {
+  l16 r;
+  for (int i = 0; i < 16; i++)
+    l16_put_pair(&r, i, a.v[i], b.v[i]);
+  return r;
+}
+/* r[i] lane j <- r[j] lane i (bits moved with memcpy, never computed on). */
+static inline void l16_transpose(l16 *r) {
+  l16 t[16];
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 16; j++)
+      memcpy(&t[i].v[j], &r[j].v[i], 4);
+  memcpy(r, t, sizeof t);
 }
 
 #undef L16_MAP

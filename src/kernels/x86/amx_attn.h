@@ -82,18 +82,41 @@ static inline l16 amx_exp16(l16 x) {
   return l16_scale2n_ps(p, n);
 }
 
-/* Keys j0 .. j0 + 63 (those that exist) of KV head kvh as the prepared block (zeros elsewhere). */
+/* Key j's row of KV head kvh in K or V (base). */
+static const float *amx_at_kv_row(const kn_attn *a, const float *base, int kvh, int64_t j) {
+  return base + j * a->kv_stride + (int64_t)kvh * AMX_AT_HD;
+}
+
+/* Keys j0 .. j0 + 63 (those that exist) of KV head kvh as the prepared block (zeros elsewhere):
+ * per quarter of 16 keys, each key's 32 dim pairs as two vectors of bf16 pairs, transposed so a
+ * row holds one pair for the 16 keys; V as the bf16 of two keys zipped per dim. */
 static void amx_at_kv_block(const kn_attn *a, int kvh, int64_t j0, uint8_t *out) {
   int nb = (int)(a->n_kv - j0 < AMX_AT_KB ? a->n_kv - j0 : AMX_AT_KB);
-  uint16_t *kt = (uint16_t *)out, *vt = kt + AMX_AT_KT / 2;
-  memset(out, 0, AMX_AT_BLOCK);
-  for (int j = 0; j < nb; j++) {
-    const float *k = a->k + (j0 + j) * a->kv_stride + (int64_t)kvh * AMX_AT_HD;
-    const float *v = a->v + (j0 + j) * a->kv_stride + (int64_t)kvh * AMX_AT_HD;
-    for (int d = 0; d < AMX_AT_HD; d++) {
-      kt[(((j / 16) * 32 + d / 2) * 16 + j % 16) * 2 + d % 2] = f32_to_bf16(k[d]);
-      vt[(((j / 2) * 4 + d / 16) * 16 + d % 16) * 2 + j % 2] = f32_to_bf16(v[d]);
+  float *kt = (float *)out, *vt = kt + AMX_AT_KT / 4; /* 32-bit lanes of bf16 pairs */
+  const l16 zero = l16_set1_ps(0.0f);
+  for (int qt = 0; qt < 4; qt++) {
+    l16 lo[16], hi[16]; /* dim pairs 0-15 and 16-31 of the quarter's keys */
+    for (int jj = 0; jj < 16; jj++) {
+      lo[jj] = hi[jj] = zero;
+      if (16 * qt + jj < nb) {
+        const float *k = amx_at_kv_row(a, a->k, kvh, j0 + 16 * qt + jj);
+        lo[jj] = l16_bf16_pairs(l16_load_ps(k), l16_load_ps(k + 16));
+        hi[jj] = l16_bf16_pairs(l16_load_ps(k + 32), l16_load_ps(k + 48));
+      }
     }
+    l16_transpose(lo);
+    l16_transpose(hi);
+    for (int p = 0; p < 16; p++) {
+      l16_store_ps(kt + (qt * 32 + p) * 16, lo[p]);
+      l16_store_ps(kt + (qt * 32 + 16 + p) * 16, hi[p]);
+    }
+  }
+  for (int jp = 0; jp < AMX_AT_KB / 2; jp++) {
+    const float *v0 = 2 * jp < nb ? amx_at_kv_row(a, a->v, kvh, j0 + 2 * jp) : NULL;
+    const float *v1 = 2 * jp + 1 < nb ? amx_at_kv_row(a, a->v, kvh, j0 + 2 * jp + 1) : NULL;
+    for (int c = 0; c < 4; c++)
+      l16_store_ps(vt + (jp * 4 + c) * 16, l16_bf16_zip(v0 ? l16_load_ps(v0 + 16 * c) : zero,
+                                                        v1 ? l16_load_ps(v1 + 16 * c) : zero));
   }
 }
 

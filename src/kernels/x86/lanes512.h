@@ -9,6 +9,8 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "kernels/x86/avx512_common.h"
+
 typedef __m512 l16;
 
 static inline l16 l16_load_ps(const float *p) { return _mm512_loadu_ps(p); }
@@ -48,5 +50,16 @@ L16_REDUCE(l16_hmax, _mm256_max_ps, _mm_max_ps)
 /* vcvtneps2bf16: nearest even, denormal inputs read as zero, NaN kept quiet (the AVX-512 BF16
  * kernel's rounding). */
 static inline void l16_store_bf16(uint16_t *p, l16 a) { _mm256_storeu_si256((__m256i *)p, (__m256i)_mm512_cvtneps_pbh(a)); }
+
+/* Lane i: the bf16 of x[2i] (low half) and x[2i + 1] (high half), x = lo then hi (32 values). */
+static inline l16 l16_bf16_pairs(l16 lo, l16 hi) { return (__m512)_mm512_cvtne2ps_pbh(hi, lo); }
+/* Lane i: the bf16 of a[i] (low half) and b[i] (high half). */
+static inline l16 l16_bf16_zip(l16 a, l16 b) {
+  const __m512i zip = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_castsi512_ps(_mm512_permutexvar_epi16(zip, (__m512i)_mm512_cvtne2ps_pbh(b, a)));
+}
+/* r[i] lane j <- r[j] lane i (bits moved, never computed on). */
+static inline void l16_transpose(l16 *r) { transpose16(r); }
 
 #endif
