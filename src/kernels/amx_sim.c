@@ -10,6 +10,7 @@
 #include "kernels/lane_model.h"
 #define AMX_SIM_OVERRIDE kn_amxsim_override
 #define AMX_SIM_NAME "amx (tile model)"
+#define AMX_ACT32_QUANTIZE kn_act32_quantize_c
 #endif
 #include "kernels/tile_model.h"
 

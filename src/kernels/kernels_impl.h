@@ -221,6 +221,8 @@ size_t kn_bf16p_row_bytes(int64_t n_in);
 size_t kn_act32_bytes(int64_t n_in);
 size_t kn_act256_bytes(int64_t n_in);
 void kn_act32_quantize_c(const float *x, void *xq, int64_t n_in);
+/* The same rows quantized in 16 lanes (x86/avx512.c; AVX-512 CPUs only), bit-identical for finite x. */
+void kn_avx512_act32_quantize(const float *x, void *xq, int64_t n_in);
 void kn_act256_quantize_c(const float *x, void *xq, int64_t n_in);
 
 extern const kn_ops kn_ops_ref;

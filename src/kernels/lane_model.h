@@ -85,6 +85,15 @@ static inline void l16_store_bf16(uint16_t *p, l16 a) {
   for (int i = 0; i < 16; i++)
     p[i] = l16_bf16(a.v[i]);
 }
+/* Each lane rounded to bf16 (as l16_store_bf16) and widened back. */
+static inline l16 l16_round_bf16_ps(l16 a) {
+  l16 r;
+  for (int i = 0; i < 16; i++) {
+    uint32_t u = (uint32_t)l16_bf16(a.v[i]) << 16;
+    memcpy(&r.v[i], &u, 4);
+  }
+  return r;
+}
 /* A lane holding two bf16 as its bits: lo in the low half, hi in the high half. */
 static inline void l16_put_pair(l16 *r, int i, float lo, float hi) {
   uint32_t u = (uint32_t)l16_bf16(lo) | (uint32_t)l16_bf16(hi) << 16;

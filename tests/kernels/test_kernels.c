@@ -837,7 +837,14 @@ static void test_tile_model(void) {
 
 /* y = W x for one Q8_0/Q4_0 weight of n_tok tokens under two tiers, compared bit for bit; *dots_b
  * gets the tile products tier b ran (the tile model's count). False: a tier is not on this CPU. */
+static bool tiers_agree_prec(const char *isa_a, const char *isa_b, qvl_dtype type, int64_t n_tok, kn_precision prec,
+                             uint64_t *dots_b);
 static bool int8_tiers_agree(const char *isa_a, const char *isa_b, qvl_dtype type, int64_t n_tok, uint64_t *dots_b) {
+  return tiers_agree_prec(isa_a, isa_b, type, n_tok, KN_PREC_EXACT, dots_b);
+}
+/* The same with the weights packed for precision tier prec. */
+static bool tiers_agree_prec(const char *isa_a, const char *isa_b, qvl_dtype type, int64_t n_tok, kn_precision prec,
+                             uint64_t *dots_b) {
   if (kernels_init(isa_a, 2) != QVL_OK)
     return false;
   int64_t n_in = 320, n_out = 75;
@@ -848,19 +855,19 @@ static bool int8_tiers_agree(const char *isa_a, const char *isa_b, qvl_dtype typ
   for (int64_t i = 0; i < n_tok * n_in; i++)
     x[i] = (float)rnd();
   kn_weight kw;
-  CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
+  CHECK(kn_weight_init_prec(&kw, &w.t, prec) == QVL_OK, "init");
   kn_matmul(&kw, x, n_tok, NULL, y1);
   kn_weight_free(&kw);
   bool ran = kernels_init(isa_b, 2) == QVL_OK;
   if (ran) {
-    CHECK(kn_weight_init(&kw, &w.t) == QVL_OK, "init");
+    CHECK(kn_weight_init_prec(&kw, &w.t, prec) == QVL_OK, "init");
     uint64_t d0 = kn_tm_dot_products();
     kn_matmul(&kw, x, n_tok, NULL, y2);
     if (dots_b)
       *dots_b = kn_tm_dot_products() - d0;
     kn_weight_free(&kw);
-    CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(n_tok * n_out)), "%s %s (%lld tokens) differs from %s", isa_b,
-          dtype_name(type), (long long)n_tok, isa_a);
+    CHECK(!memcmp(y1, y2, sizeof(float) * (size_t)(n_tok * n_out)), "%s %s %s (%lld tokens) differs from %s", isa_b,
+          kn_precision_name(prec), dtype_name(type), (long long)n_tok, isa_a);
   }
   free(x), free(y1), free(y2);
   free_weight(&w);
@@ -930,7 +937,8 @@ static void test_amxsim512_matches_amxsim(void) {
   }
   static const qvl_dtype types[] = {QVL_DTYPE_F16, QVL_DTYPE_BF16, QVL_DTYPE_Q8_0, QVL_DTYPE_Q4_0};
   for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-    int8_tiers_agree("amxsim", "amxsim512", types[t], 37, NULL);
+    for (int p = 0; p < 2; p++)
+      tiers_agree_prec("amxsim", "amxsim512", types[t], 37, p ? KN_PREC_FAST : KN_PREC_EXACT, NULL);
 }
 
 /* The same for AVX-VNNI against AVX2's vpmaddubsw: exact int32 sums, the same float steps. */

@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 
+#define AMX_ACT32_QUANTIZE kn_avx512_act32_quantize
 #define TL_CONFIG(c) _tile_loadconfig(c)
 #define TL_RELEASE() _tile_release()
 #define TL_ZERO(t) _tile_zero(t)

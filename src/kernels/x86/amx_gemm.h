@@ -144,21 +144,34 @@ static void amx_store_c(const amx_blk *k) {
 static size_t amx_bf16_row_bytes(int64_t n_in) { return (size_t)KN_AMX_STEPS(n_in) * 64; }
 static size_t amx_bf16x3_row_bytes(int64_t n_in) { return 2 * (size_t)KN_AMX_STEPS(n_in) * 64; }
 
-static void amx_bf16_quantize(const float *x, void *xq, int64_t n_in) {
-  uint16_t *o = xq;
-  int64_t n = KN_AMX_STEPS(n_in) * 32;
-  for (int64_t i = 0; i < n; i++)
-    o[i] = i < n_in ? f32_to_bf16(x[i]) : 0;
+/* x[i .. i + 15], zeros past n_in. */
+static l16 amx_x16(const float *x, int64_t i, int64_t n_in) {
+  if (i + 16 <= n_in)
+    return l16_load_ps(x + i);
+  float t[16] = {0};
+  if (i < n_in)
+    memcpy(t, x + i, sizeof(float) * (size_t)(n_in - i));
+  return l16_load_ps(t);
 }
 
+/* The activation row in bf16 (vcvtneps2bf16's rounding: denormals read as zero, as TDPBF16PS reads
+ * its inputs anyway), zero-padded to whole steps; 16 lanes, since on AMX a scalar conversion per
+ * value would cost more than the tile products of the row. */
+static void amx_bf16_quantize(const float *x, void *xq, int64_t n_in) {
+  uint16_t *o = xq;
+  for (int64_t i = 0, n = KN_AMX_STEPS(n_in) * 32; i < n; i += 16)
+    l16_store_bf16(o + i, amx_x16(x, i, n_in));
+}
+
+/* hi = bf16(x) and lo = bf16(x - hi), the two halves of the exact tier's split. */
 static void amx_bf16x3_quantize(const float *x, void *xq, int64_t n_in) {
   uint16_t *hi = xq;
   int64_t n = KN_AMX_STEPS(n_in) * 32;
   uint16_t *lo = hi + n;
-  for (int64_t i = 0; i < n; i++) {
-    float f = i < n_in ? x[i] : 0.0f;
-    hi[i] = f32_to_bf16(f);
-    lo[i] = f32_to_bf16(f - bf16_to_f32(hi[i]));
+  for (int64_t i = 0; i < n; i += 16) {
+    l16 f = amx_x16(x, i, n_in);
+    l16_store_bf16(hi + i, f);
+    l16_store_bf16(lo + i, l16_sub_ps(f, l16_round_bf16_ps(f)));
   }
 }
 
@@ -285,8 +298,10 @@ static void amx_tile_q4_0(const kn_mm *m, int64_t r0, int64_t r1, int64_t t0, in
 
 static const kn_mm_kernel amx_mm_bf16 = {amx_bf16_row_bytes, amx_bf16_quantize, amx_tile_bf16, PR, amx_scratch};
 static const kn_mm_kernel amx_mm_bf16x3 = {amx_bf16x3_row_bytes, amx_bf16x3_quantize, amx_tile_bf16x3, PR, amx_scratch};
-static const kn_mm_kernel amx_mm_q8_0 = {kn_act32_bytes, kn_act32_quantize_c, amx_tile_q8_0, PR, amx_scratch};
-static const kn_mm_kernel amx_mm_q4_0 = {kn_act32_bytes, kn_act32_quantize_c, amx_tile_q4_0, PR, amx_scratch};
+/* AMX_ACT32_QUANTIZE (the including file's): the act32 quantizer in 16 lanes (amx, amxsim512) or
+ * in C (amxsim); the two give the same bits for finite values (test_amx_int8_matches_vnni). */
+static const kn_mm_kernel amx_mm_q8_0 = {kn_act32_bytes, AMX_ACT32_QUANTIZE, amx_tile_q8_0, PR, amx_scratch};
+static const kn_mm_kernel amx_mm_q4_0 = {kn_act32_bytes, AMX_ACT32_QUANTIZE, amx_tile_q4_0, PR, amx_scratch};
 
 /* The entries of the tier below, which the AMX entries fall back to for everything else. */
 static qvl_status (*amx_prev_pack)(kn_weight *w);

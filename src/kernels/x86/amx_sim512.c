@@ -10,6 +10,7 @@
 
 #define AMX_SIM_OVERRIDE kn_amxsim512_override
 #define AMX_SIM_NAME "amx (tile model, AVX-512 lanes)"
+#define AMX_ACT32_QUANTIZE kn_avx512_act32_quantize
 #include "kernels/amx_sim.c"
 
 #endif

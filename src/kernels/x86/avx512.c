@@ -53,15 +53,14 @@ static inline float quant_run(const float *x, int n, int8_t *q, int32_t *sums16)
   return d;
 }
 
-/* act32 layout, but the block sums are stored already multiplied by the weights' offset (-128 for
- * Q8_0, -8 for Q4_0): the kernels start each block's int32 sum from a broadcast load of it, with no
- * integer multiply and no register-to-vector move per block and token. */
 /* The act32 block sums are stored already multiplied by the weights' offset (-128 for Q8_0, -8
  * for Q4_0): the kernels start each block's int32 sum from a broadcast load of it, with no integer
  * multiply and no register-to-vector move per block and token. */
 static void act32_quantize_q8(const float *x, void *xq, int64_t n_in) { kn_act32_fill(x, xq, n_in, -128, quant_run); }
 static void act32_quantize_q4(const float *x, void *xq, int64_t n_in) { kn_act32_fill(x, xq, n_in, -8, quant_run); }
 static void act256_quantize(const float *x, void *xq, int64_t n_in) { kn_act256_fill(x, xq, n_in, quant_run); }
+/* The plain act32 rows (sums as they are), for the AMX int8 kernels. */
+void kn_avx512_act32_quantize(const float *x, void *xq, int64_t n_in) { kn_act32_fill(x, xq, n_in, 1, quant_run); }
 
 /* ---------------------------------------------------------------------------------------------
  * Panel kernels. Each computes acc[t] (16 rows) for TT tokens; TT is a compile-time constant in

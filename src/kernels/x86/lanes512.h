@@ -51,6 +51,10 @@ L16_REDUCE(l16_hmax, _mm256_max_ps, _mm_max_ps)
  * kernel's rounding). */
 static inline void l16_store_bf16(uint16_t *p, l16 a) { _mm256_storeu_si256((__m256i *)p, (__m256i)_mm512_cvtneps_pbh(a)); }
 
+/* Each lane rounded to bf16 (as l16_store_bf16) and widened back. */
+static inline l16 l16_round_bf16_ps(l16 a) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a)), 16));
+}
 /* Lane i: the bf16 of x[2i] (low half) and x[2i + 1] (high half), x = lo then hi (32 values). */
 static inline l16 l16_bf16_pairs(l16 lo, l16 hi) { return (__m512)_mm512_cvtne2ps_pbh(hi, lo); }
 /* Lane i: the bf16 of a[i] (low half) and b[i] (high half). */
