@@ -498,8 +498,7 @@ static int first_uncovered_image(const vlm_prompt *p, int64_t covered) {
 static int64_t rows_needed(engine *e, const request *r) {
   if (r->p.n_images == 0)
     return 0;
-  int64_t max_blocks = (r->p.n - 1) / PREFIX_BLOCK;
-  int64_t covered = max_blocks > 0 ? prefix_cache_match(e->pc, r->keys, max_blocks) : 0;
+  int64_t covered = prefix_cache_match(e->pc, r->keys, r->p.n - 1);
   return prompt_rows_bytes(&e->m->pm, &r->p, first_uncovered_image(&r->p, covered));
 }
 
@@ -533,9 +532,8 @@ static qvl_status request_begin(engine *e, request *r) {
   gc.reasoning_stream = r->on_reasoning;
   QVL_TRY(gen_seq_init(&gc, &r->gs));
   /* At least the last prompt token is computed: its logits start the generation. */
-  int64_t max_blocks = (r->p.n - 1) / PREFIX_BLOCK, next_pos = 0;
-  int64_t got = max_blocks > 0 ? prefix_cache_restore(e->pc, r->keys, max_blocks, decoder_seq_kv(r->seq), &next_pos)
-                               : 0;
+  int64_t next_pos = 0;
+  int64_t got = prefix_cache_restore(e->pc, r->keys, r->p.n - 1, decoder_seq_kv(r->seq), &next_pos);
   if (got > 0)
     QVL_TRY(decoder_seq_set_past(r->seq, got, next_pos));
   r->n_prefilled = got;
@@ -689,14 +687,13 @@ static void store_prefix(engine *e, request *r) {
   if (!r->seq || e->c.prefix_cache_mb <= 0)
     return;
   kv_cache *kv = decoder_seq_kv(r->seq);
-  int64_t n_blocks = kv->n / PREFIX_BLOCK;
-  if (n_blocks == 0)
+  if (kv->n == 0)
     return;
-  int64_t *bnp = malloc(sizeof *bnp * (size_t)n_blocks);
-  if (!bnp)
+  int64_t *rnp = malloc(sizeof *rnp * (size_t)kv->n);
+  if (!rnp)
     return;
   int64_t run = 0, n = r->p.n;
-  for (int64_t i = 0; i < n_blocks * PREFIX_BLOCK; i++) {
+  for (int64_t i = 0; i < kv->n; i++) {
     if (i < n) {
       for (int a = 0; a < 3; a++)
         if (r->p.pos[a * n + i] + 1 > run)
@@ -704,11 +701,10 @@ static void store_prefix(engine *e, request *r) {
     } else {
       run++; /* generated tokens take next_pos, +1, ... on all axes */
     }
-    if ((i + 1) % PREFIX_BLOCK == 0)
-      bnp[i / PREFIX_BLOCK] = run;
+    rnp[i] = run;
   }
-  prefix_cache_store(e->pc, r->keys, n_blocks, kv, bnp);
-  free(bnp);
+  prefix_cache_store(e->pc, r->keys, kv->n, kv, rnp);
+  free(rnp);
 }
 
 /* Removes finished requests from the running set, then delivers them. */

@@ -10,9 +10,14 @@
  * and are compared in full, so a hash collision cannot return wrong KV. Positions (M-RoPE) and
  * DeepStack inputs are functions of that prefix, so equal prefixes have bit-identical KV.
  *
- * Reuse is the common prefix rounded down to whole blocks. Entries are evicted least recently used
- * first; when a chain is used its blocks are touched from last to first, so the older end of a
- * conversation (the start that every later turn shares) is the last to go.
+ * Reuse is the whole common prefix: the chain of whole blocks, then the leading rows of the entry
+ * that follows the chain with the most matching keys, which is either a whole block (where the
+ * prompt diverges or the restore must stop) or a tail: a sequence's last rows after its last whole
+ * block, kept as an entry of 1-15 rows. So asking the same question again restores all but the
+ * last prompt token (whose logits must be computed), not the prompt rounded down to 16. Entries are
+ * evicted least recently used first; when a chain is used its blocks are touched from last to
+ * first, so the older end of a conversation (the start that every later turn shares) is the last
+ * to go.
  *
  * Memory: every block owns copies of its rows in the KV caches' element type (2 * n_layer *
  * PREFIX_BLOCK * row elements: 4 bytes each for f32, 2 for f16). Where a block's rows of one layer
@@ -20,7 +25,9 @@
  * maps them into the sequence's cache read-only, shared, with a reference per block: no copy (for
  * a 2B model's 784-token image prompt that is 88 MiB not copied, and not page-faulted in). A block
  * evicted while sequences map it keeps its pages until they end. Other shapes (tiny test models)
- * copy rows in and out (memcpy). Storing always copies the finished sequence's new blocks once.
+ * copy rows in and out (memcpy), as do tails and the rows after the whole blocks (the sequence
+ * writes on from there). Storing always copies the finished sequence's new blocks once; a tail is
+ * charged a whole block's bytes.
  * The element type is fixed per prefix cache (the
  * engine's, from the process-wide KV type), so keys need not carry it: a sequence whose cache has
  * another type is never restored into nor stored from (checked, not assumed).
@@ -59,22 +66,23 @@ void prefix_cache_free(prefix_cache *c);
 int prefix_cache_shares(const prefix_cache *c);
 
 /*
- * Puts the KV rows of the longest cached prefix of keys[0 .. max_blocks*PREFIX_BLOCK) into kv
- * (rows 0..; kv must have room and no rows yet), shared or copied (see above), and returns the
- * number of tokens restored (a multiple of PREFIX_BLOCK, possibly 0); *next_pos receives the
- * position state after them.
+ * Puts the KV rows of the longest cached prefix of keys[0 .. max_rows) into kv (rows 0..; kv must
+ * have room and no rows yet), whole blocks shared or copied and the rows after them copied (see
+ * above), and returns the number of tokens restored (possibly 0); *next_pos receives the position
+ * state after them.
  */
-int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_blocks, kv_cache *kv,
+int64_t prefix_cache_restore(prefix_cache *c, const uint64_t *keys, int64_t max_rows, kv_cache *kv,
                              int64_t *next_pos);
 
 /* The tokens prefix_cache_restore would restore now (no copy, no LRU change): what a request
  * about to be admitted will not compute, so the image rows it needs are known before it starts. */
-int64_t prefix_cache_match(prefix_cache *c, const uint64_t *keys, int64_t max_blocks);
+int64_t prefix_cache_match(prefix_cache *c, const uint64_t *keys, int64_t max_rows);
 
-/* Stores blocks 0 .. n_blocks-1 of a sequence whose kv holds at least n_blocks*PREFIX_BLOCK rows;
- * block_next_pos[j] is the position state after block j. Blocks already present are only touched. */
-void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_blocks, const kv_cache *kv,
-                        const int64_t *block_next_pos);
+/* Stores rows 0 .. n_rows-1 of a sequence (at most kv->n): its whole blocks, and the rows after the
+ * last of them as a tail; row_next_pos[i] is the position state after row i. Entries already
+ * present are only touched. */
+void prefix_cache_store(prefix_cache *c, const uint64_t *keys, int64_t n_rows, const kv_cache *kv,
+                        const int64_t *row_next_pos);
 
 int64_t prefix_cache_bytes(const prefix_cache *c);
 /* What one cached block costs (its K and V rows in the cache's type + bookkeeping): the unit the

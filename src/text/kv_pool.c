@@ -140,9 +140,14 @@ void kv_pool_write(kv_pool *p, int64_t slot, const kv_cache *kv, int64_t block) 
 }
 
 void kv_pool_read(const kv_pool *p, int64_t slot, kv_cache *kv, int64_t block) {
+  kv_pool_read_rows(p, slot, kv, block, KV_BLOCK);
+}
+
+void kv_pool_read_rows(const kv_pool *p, int64_t slot, kv_cache *kv, int64_t block, int rows) {
+  size_t bytes = p->chunk / KV_BLOCK * (size_t)rows;
   for (int64_t l = 0; l < p->n_layer; l++)
     for (int half = 0; half < 2; half++)
-      memcpy(cache_chunk(kv, l, half, block, p->chunk), p->base + chunk_offset(p, l, half, slot), p->chunk);
+      memcpy(cache_chunk(kv, l, half, block, p->chunk), p->base + chunk_offset(p, l, half, slot), bytes);
 }
 
 /* Private zero pages over blocks 0 .. n_blocks-1 of every layer half of kv. */

@@ -46,6 +46,8 @@ int64_t kv_pool_slots(const kv_pool *p);
 void kv_pool_write(kv_pool *p, int64_t slot, const kv_cache *kv, int64_t block);
 /* Copies slot into rows block*KV_BLOCK.. of kv: the fallback when mapping is not possible. */
 void kv_pool_read(const kv_pool *p, int64_t slot, kv_cache *kv, int64_t block);
+/* The same for the slot's first `rows` rows only (a cached block's leading rows after a prefix). */
+void kv_pool_read_rows(const kv_pool *p, int64_t slot, kv_cache *kv, int64_t block, int rows);
 
 /*
  * Makes blocks 0 .. n_blocks-1 of kv (a cache of the pool's shape with no shared blocks yet, room for

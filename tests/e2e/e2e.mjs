@@ -99,14 +99,22 @@ test("image cache and prefix cache", async () => {
   check(m1.qvl_image_tokens_count === m0.qvl_image_tokens_count + 1 &&
     m1.qvl_image_tokens_sum - m0.qvl_image_tokens_sum === r1.timings.image_tokens && r1.timings.image_tokens > 0,
     "image-token histogram counts the image's tokens", [m0.qvl_image_tokens_sum, m1.qvl_image_tokens_sum, r1.timings.image_tokens]);
-  // the same image with another question: the vision tower is skipped
-  const r2 = await client(A).chat.completions.create({ model: MODEL_ID, messages: [userMsg("Any people in it?", img)], max_tokens: 8, temperature: 0 });
+  // the same image in another prompt (the question first, so the two prompts part before the
+  // image): the image cache skips the vision tower
+  const askFirst = [{ role: "user", content: [{ type: "text", text: "Any people in it?" }, { type: "image_url", image_url: { url: dataUrl(img) } }] }];
+  const r2 = await client(A).chat.completions.create({ model: MODEL_ID, messages: askFirst, max_tokens: 8, temperature: 0 });
   const m2 = await metrics(A);
   check(m2.qvl_image_cache_hits_total === m1.qvl_image_cache_hits_total + 1, "same image again: a hit", [m1.qvl_image_cache_hits_total, m2.qvl_image_cache_hits_total]);
   check(r2.timings.image_cache_hit === true, "timings.image_cache_hit", r2.timings);
   check(m2.qvl_vision_encode_seconds_count === m1.qvl_vision_encode_seconds_count &&
     m2.qvl_image_tokens_count === m1.qvl_image_tokens_count + 1, "a cached image: no encode, its tokens counted",
     [m1.qvl_vision_encode_seconds_count, m2.qvl_vision_encode_seconds_count, m1.qvl_image_tokens_count, m2.qvl_image_tokens_count]);
+  // the same image first, another question after it: the image lies wholly in the cached prefix
+  // (restored up to the first other token, not rounded down to whole blocks), so nothing of it is
+  // computed and the image cache is not even asked
+  const r2b = await client(A).chat.completions.create({ model: MODEL_ID, messages: [userMsg("Any animals in it?", img)], max_tokens: 8, temperature: 0 });
+  check(r2b.timings.prefix_cache_hit === true && r2b.timings.cached_prompt_tokens > r1.timings.image_tokens &&
+    r2b.timings.vision_ms === 0 && r2b.timings.image_cache_hit === false, "same image, another question after it: all from the prefix cache", r2b.timings);
   // a follow-up turn reuses the conversation's KV
   const turn2 = [...turn1, { role: "assistant", content: r1.choices[0].message.content }, { role: "user", content: "And the colors?" }];
   const r3 = await client(A).chat.completions.create({ model: MODEL_ID, messages: turn2, max_tokens: 8, temperature: 0 });

@@ -579,11 +579,12 @@ static void test_prefix_cache(const vlm *m) {
   cJSON_AddItemToArray(t2, chat_msg("user", NULL, "And what colour is the top left corner?"));
   CHECK(submit(e, t2, &g, &b, NULL) == QVL_OK, "submit: %s", qvl_last_error());
   CHECK(wait_done(&b, 60), "turn 2 done");
-  CHECK(b.res.cached_prompt_tokens > 0 && b.res.cached_prompt_tokens % PREFIX_BLOCK == 0 &&
-            b.res.cached_prompt_tokens < b.res.prompt_tokens,
+  CHECK(b.res.cached_prompt_tokens > 0 && b.res.cached_prompt_tokens < b.res.prompt_tokens,
         "turn 2: %lld of %lld prompt tokens from the prefix cache", (long long)b.res.cached_prompt_tokens,
         (long long)b.res.prompt_tokens);
-  CHECK(b.res.cached_prompt_tokens >= a.res.prompt_tokens / PREFIX_BLOCK * PREFIX_BLOCK,
+  /* All of it, not rounded down to whole blocks: the rows after them come from the block or tail
+   * that follows. */
+  CHECK(b.res.cached_prompt_tokens >= a.res.prompt_tokens,
         "turn 2 reuses at least turn 1's whole prompt (%lld cached, turn 1 prompt %lld)",
         (long long)b.res.cached_prompt_tokens, (long long)a.res.prompt_tokens);
   CHECK(b.res.image_cache_hits + b.res.image_cache_misses == 0 && b.res.t.vision_ms == 0,
@@ -804,6 +805,17 @@ static void test_timeout_and_stop(const vlm *m) {
 }
 
 /* Cache data structures alone: LRU bounds and collisions. */
+/* Whether rows [0, rows) of every layer of two f32 caches (layer_elems elements apart) are equal. */
+static bool kv_rows_equal(const kv_cache *a, const kv_cache *b, int n_layer, int64_t rows, int64_t layer_elems) {
+  for (int l = 0; l < n_layer; l++)
+    for (int64_t i = 0; i < rows * a->row; i++) {
+      int64_t o = (int64_t)l * layer_elems + i;
+      if (a->k[o] != b->k[o] || a->v[o] != b->v[o])
+        return false;
+    }
+  return true;
+}
+
 static void test_caches_unit(void) {
   image_cache *ic;
   int64_t d = 4, nt = 8;
@@ -845,13 +857,15 @@ static void test_caches_unit(void) {
   uint64_t keys[4 * PREFIX_BLOCK];
   for (int i = 0; i < 4 * PREFIX_BLOCK; i++)
     keys[i] = (uint64_t)i;
-  int64_t np[3] = {16, 32, 48};
+  int64_t np[4 * PREFIX_BLOCK]; /* the position state after each row */
+  for (int i = 0; i < 4 * PREFIX_BLOCK; i++)
+    np[i] = i + 1;
   CHECK(prefix_cache_init(1 << 20, 2, 3, &pc) == QVL_OK, "prefix cache init");
-  prefix_cache_store(pc, keys, 3, &kv, np);
+  prefix_cache_store(pc, keys, 3 * PREFIX_BLOCK, &kv, np);
   kv_cache kv2;
   CHECK(kv_cache_init(&kv2, 2, 4 * PREFIX_BLOCK, 3) == QVL_OK, "kv");
   int64_t next = -1;
-  int64_t got = prefix_cache_restore(pc, keys, 4, &kv2, &next);
+  int64_t got = prefix_cache_restore(pc, keys, 4 * PREFIX_BLOCK, &kv2, &next);
   CHECK(got == 3 * PREFIX_BLOCK && next == 48, "restored %lld tokens, next_pos %lld", (long long)got, (long long)next);
   bool same = true;
   for (int l = 0; l < 2; l++)
@@ -861,11 +875,33 @@ static void test_caches_unit(void) {
         same = false;
     }
   CHECK(same, "restored rows equal the stored ones");
-  keys[PREFIX_BLOCK + 3] = 999; /* differs inside block 1: only block 0 matches */
-  got = prefix_cache_restore(pc, keys, 4, &kv2, &next);
-  CHECK(got == PREFIX_BLOCK && next == 16, "divergent prefix: %lld tokens", (long long)got);
+  keys[PREFIX_BLOCK + 3] = 999; /* differs inside block 1: block 0 and block 1's first 3 rows match */
+  got = prefix_cache_restore(pc, keys, 4 * PREFIX_BLOCK, &kv2, &next);
+  CHECK(got == PREFIX_BLOCK + 3 && next == PREFIX_BLOCK + 3, "divergent prefix: %lld tokens, next %lld", (long long)got,
+        (long long)next);
+  CHECK(kv_rows_equal(&kv2, &kv, 2, PREFIX_BLOCK + 3, 4 * PREFIX_BLOCK * 3), "the partly matching block's rows");
   keys[0] = prefix_image_key(42, 0); /* differs in block 0: nothing */
-  CHECK(prefix_cache_restore(pc, keys, 4, &kv2, &next) == 0, "no match");
+  CHECK(prefix_cache_restore(pc, keys, 4 * PREFIX_BLOCK, &kv2, &next) == 0, "no match");
+  keys[0] = 0;
+  keys[PREFIX_BLOCK + 3] = PREFIX_BLOCK + 3;
+  /* A restore stops where it is told to (the last prompt token is always computed), mid-block too. */
+  got = prefix_cache_restore(pc, keys, 2 * PREFIX_BLOCK + 7, &kv2, &next);
+  CHECK(got == 2 * PREFIX_BLOCK + 7 && next == got, "bounded restore: %lld tokens", (long long)got);
+  CHECK(prefix_cache_match(pc, keys, 2 * PREFIX_BLOCK + 7) == got, "match agrees with restore");
+  /* A sequence's last rows after its whole blocks are kept as a tail: asking again restores all
+   * but the last token, and a longer prompt the whole tail; other keys only what they share. */
+  kv.n = 3 * PREFIX_BLOCK + 5;
+  prefix_cache_store(pc, keys, kv.n, &kv, np);
+  got = prefix_cache_restore(pc, keys, kv.n - 1, &kv2, &next);
+  CHECK(got == kv.n - 1 && next == got && kv_rows_equal(&kv2, &kv, 2, got, 4 * PREFIX_BLOCK * 3),
+        "tail: %lld of %lld tokens", (long long)got, (long long)kv.n);
+  got = prefix_cache_restore(pc, keys, 4 * PREFIX_BLOCK, &kv2, &next);
+  CHECK(got == kv.n && next == got, "whole tail: %lld", (long long)got);
+  keys[3 * PREFIX_BLOCK + 2] = 777;
+  got = prefix_cache_restore(pc, keys, 4 * PREFIX_BLOCK, &kv2, &next);
+  CHECK(got == 3 * PREFIX_BLOCK + 2 && next == got, "tail up to the first other key: %lld", (long long)got);
+  keys[3 * PREFIX_BLOCK + 2] = 3 * PREFIX_BLOCK + 2;
+  kv.n = 3 * PREFIX_BLOCK;
   CHECK(prefix_image_key(42, 0) != prefix_image_key(43, 0) && prefix_image_key(42, 0) > UINT32_MAX,
         "image keys differ per image and never equal a token id");
   prefix_cache_free(pc);
@@ -873,8 +909,8 @@ static void test_caches_unit(void) {
   CHECK(prefix_cache_init(2 * (int64_t)(kv_cache_bytes(2, PREFIX_BLOCK, 3) + 512), 2, 3, &pc) == QVL_OK, "init");
   for (int i = 0; i < 4 * PREFIX_BLOCK; i++)
     keys[i] = (uint64_t)i;
-  prefix_cache_store(pc, keys, 3, &kv, np);
-  got = prefix_cache_restore(pc, keys, 4, &kv2, &next);
+  prefix_cache_store(pc, keys, 3 * PREFIX_BLOCK, &kv, np);
+  got = prefix_cache_restore(pc, keys, 4 * PREFIX_BLOCK, &kv2, &next);
   CHECK(got == 2 * PREFIX_BLOCK, "bounded: the first two blocks kept (%lld)", (long long)got);
   CHECK(prefix_cache_bytes(pc) <= 2 * (int64_t)(kv_cache_bytes(2, PREFIX_BLOCK, 3) + 512), "within the cap");
   prefix_cache_free(pc);
@@ -895,11 +931,12 @@ static void test_caches_unit(void) {
                 (int64_t)kv_cache_bytes(2, PREFIX_BLOCK, 3) / 2,
         "f16 block bytes: %lld vs %lld", (long long)prefix_cache_block_bytes(p16),
         (long long)prefix_cache_block_bytes(p32));
-  prefix_cache_store(p16, keys, 3, &h, np);
-  prefix_cache_store(p32, keys, 3, &h, np); /* another type: not stored */
+  prefix_cache_store(p16, keys, 3 * PREFIX_BLOCK, &h, np);
+  prefix_cache_store(p32, keys, 3 * PREFIX_BLOCK, &h, np); /* another type: not stored */
   CHECK(prefix_cache_bytes(p32) == 0, "an f16 sequence is not stored in an f32 prefix cache");
-  CHECK(prefix_cache_restore(p16, keys, 4, &kv2, &next) == 0, "f16 blocks are not restored into an f32 cache");
-  got = prefix_cache_restore(p16, keys, 4, &h2, &next);
+  CHECK(prefix_cache_restore(p16, keys, 4 * PREFIX_BLOCK, &kv2, &next) == 0,
+        "f16 blocks are not restored into an f32 cache");
+  got = prefix_cache_restore(p16, keys, 4 * PREFIX_BLOCK, &h2, &next);
   CHECK(got == 3 * PREFIX_BLOCK && next == 48, "f16 restored %lld tokens", (long long)got);
   same = true;
   for (int l = 0; l < 2; l++)

@@ -51,7 +51,7 @@ static void keys_of(uint64_t *keys, uint64_t base) {
     keys[i] = base + (uint64_t)i;
 }
 
-static const int64_t next_pos[5] = {16, 32, 48, 64, 80};
+static int64_t next_pos[CTX]; /* the position state after each row: i + 1 (text) */
 
 static void test_shared_restore(void) {
   CHECK(kv_block_mappable(ROW, KV_TYPE_F16), "16 rows of 128 f16 are whole pages");
@@ -67,15 +67,17 @@ static void test_shared_restore(void) {
   CHECK(prefix_cache_init_mode(64 << 20, NL, ROW, KV_TYPE_F16, PREFIX_RESTORE_COPY, &pcc) == QVL_OK &&
             !prefix_cache_shares(pcc),
         "copy mode copies");
-  prefix_cache_store(pc, keys, 4, &src, next_pos);
-  prefix_cache_store(pcc, keys, 4, &src, next_pos);
+  /* 4 whole blocks and a tail of 5 rows. */
+  prefix_cache_store(pc, keys, 4 * PREFIX_BLOCK + 5, &src, next_pos);
+  prefix_cache_store(pcc, keys, 4 * PREFIX_BLOCK + 5, &src, next_pos);
   CHECK(kv_cache_init_type(&shared, NL, CTX, ROW, KV_TYPE_F16) == QVL_OK, "cache");
   CHECK(kv_cache_init_type(&copied, NL, CTX, ROW, KV_TYPE_F16) == QVL_OK, "cache");
   int64_t np = -1, np2 = -1;
-  int64_t got = prefix_cache_restore(pc, keys, 5, &shared, &np);
-  int64_t got2 = prefix_cache_restore(pcc, keys, 5, &copied, &np2);
-  CHECK(got == 4 * PREFIX_BLOCK && got2 == got && np == 64 && np2 == 64, "restored %lld / %lld tokens, next %lld",
-        (long long)got, (long long)got2, (long long)np);
+  int64_t got = prefix_cache_restore(pc, keys, 5 * PREFIX_BLOCK, &shared, &np);
+  int64_t got2 = prefix_cache_restore(pcc, keys, 5 * PREFIX_BLOCK, &copied, &np2);
+  CHECK(got == 4 * PREFIX_BLOCK + 5 && got2 == got && np == got && np2 == got,
+        "restored %lld / %lld tokens (the tail copied after the blocks), next %lld", (long long)got, (long long)got2,
+        (long long)np);
   CHECK(shared.n_shared == 4 && shared.pool && copied.n_shared == 0, "shared: %lld blocks mapped, copied: %lld",
         (long long)shared.n_shared, (long long)copied.n_shared);
   CHECK(same_rows(&shared, &src, got) && same_rows(&copied, &src, got), "restored rows equal the stored ones");
@@ -86,7 +88,7 @@ static void test_shared_restore(void) {
   CHECK(shared.slots[1] == shared.slots[0] + 1 && shared.slots[3] == shared.slots[0] + 3,
         "a chain is stored in consecutive slots (few mmaps)");
   /* Restoring again into the same cache replaces its shared blocks (references do not pile up). */
-  got = prefix_cache_restore(pc, keys, 2, &shared, &np);
+  got = prefix_cache_restore(pc, keys, 2 * PREFIX_BLOCK, &shared, &np);
   CHECK(got == 2 * PREFIX_BLOCK && shared.n_shared == 2 && kv_pool_refs(shared.pool, shared.slots[0]) == 2,
         "a second restore into the same cache: %lld blocks, refs %d", (long long)shared.n_shared,
         kv_pool_refs(shared.pool, shared.slots[0]));
@@ -151,10 +153,12 @@ static void test_concurrent_and_eviction(void) {
   int64_t bb = prefix_cache_block_bytes(probe);
   prefix_cache_free(probe);
   CHECK(prefix_cache_init_type(3 * bb, NL, ROW, KV_TYPE_F16, &pc) == QVL_OK && prefix_cache_shares(pc), "3 blocks");
-  prefix_cache_store(pc, keys, 3, &src, next_pos);
+  prefix_cache_store(pc, keys, 3 * PREFIX_BLOCK, &src, next_pos);
   int64_t np;
-  CHECK(prefix_cache_restore(pc, keys, 3, &a, &np) == 3 * PREFIX_BLOCK, "sequence a restores the prefix");
-  CHECK(prefix_cache_restore(pc, keys, 3, &b, &np) == 3 * PREFIX_BLOCK, "sequence b restores the same prefix");
+  CHECK(prefix_cache_restore(pc, keys, 3 * PREFIX_BLOCK, &a, &np) == 3 * PREFIX_BLOCK,
+        "sequence a restores the prefix");
+  CHECK(prefix_cache_restore(pc, keys, 3 * PREFIX_BLOCK, &b, &np) == 3 * PREFIX_BLOCK,
+        "sequence b restores the same prefix");
   kv_pool *pool = a.pool;
   CHECK(pool && b.pool == pool && a.slots[0] == b.slots[0] && kv_pool_refs(pool, a.slots[0]) == 3,
         "both sequences share the blocks (refs %d)", pool ? kv_pool_refs(pool, a.slots[0]) : -1);
@@ -173,13 +177,15 @@ static void test_concurrent_and_eviction(void) {
         "rows appended after the prefix are each sequence's own");
   /* Another conversation fills the cache: the first chain is evicted while a and b still map it. */
   int64_t held[3] = {a.slots[0], a.slots[1], a.slots[2]};
-  prefix_cache_store(pc, keys2, 3, &other, next_pos);
-  CHECK(prefix_cache_match(pc, keys, 3) == 0 && prefix_cache_match(pc, keys2, 3) == 3 * PREFIX_BLOCK,
+  prefix_cache_store(pc, keys2, 3 * PREFIX_BLOCK, &other, next_pos);
+  CHECK(prefix_cache_match(pc, keys, 3 * PREFIX_BLOCK) == 0 &&
+            prefix_cache_match(pc, keys2, 3 * PREFIX_BLOCK) == 3 * PREFIX_BLOCK,
         "the old chain was evicted for the new one");
   bool distinct = true;
   kv_cache c;
   CHECK(kv_cache_init_type(&c, NL, CTX, ROW, KV_TYPE_F16) == QVL_OK, "cache");
-  CHECK(prefix_cache_restore(pc, keys2, 3, &c, &np) == 3 * PREFIX_BLOCK && same_rows(&c, &other, 3 * PREFIX_BLOCK),
+  CHECK(prefix_cache_restore(pc, keys2, 3 * PREFIX_BLOCK, &c, &np) == 3 * PREFIX_BLOCK &&
+            same_rows(&c, &other, 3 * PREFIX_BLOCK),
         "the new chain restores its own rows");
   for (int j = 0; j < 3; j++)
     for (int k = 0; k < 3; k++)
@@ -218,6 +224,8 @@ static void test_pool_contract(void) {
 }
 
 int main(void) {
+  for (int i = 0; i < CTX; i++)
+    next_pos[i] = i + 1;
   test_shared_restore();
   test_concurrent_and_eviction();
   test_pool_contract();
