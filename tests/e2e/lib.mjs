@@ -172,13 +172,14 @@ export async function runSuite(name, { setup = async () => ({}), teardown = asyn
   }
   for (const t of selected) {
     const t0 = Date.now();
-    const before = failed;
+    const before = failed, checksBefore = passed + failed;
     try {
       await withTimeout(t.fn(), t.ms, t.name);
     } catch (e) {
       check(false, `${t.name}: threw`, e.stack || String(e));
     }
-    console.error(`${failed === before ? "ok  " : "FAIL"} ${t.name} (${Date.now() - t0} ms)`);
+    // the check count per test makes a timing-dependent number of assertions visible across runs
+    console.error(`${failed === before ? "ok  " : "FAIL"} ${t.name} (${passed + failed - checksBefore} checks, ${Date.now() - t0} ms)`);
     if (!alive(ctx)) break;
   }
   await teardown(ctx);
