@@ -179,6 +179,7 @@ const weatherTool = {
 const timeTool = { type: "function", function: { name: "get_time", parameters: obj({ tz: str(5) }) } };
 
 test("openai: tools with tool_choice required / named; stream reassembles to the same calls", async () => {
+  let complete = 0;
   for (let seed = 1; seed <= 5; seed++) {
     for (const tool_choice of ["required", { type: "function", function: { name: "get_time" } }]) {
       const req = { model: MODEL_ID, messages: [userMsg("weather in Paris?")], tools: [weatherTool, timeTool], tool_choice, seed, temperature: 1, max_tokens: 300, parallel_tool_calls: false };
@@ -186,6 +187,7 @@ test("openai: tools with tool_choice required / named; stream reassembles to the
       const c = r.choices[0];
       const what = `seed ${seed} ${JSON.stringify(tool_choice)}`;
       if (c.finish_reason === "length") continue;
+      complete++;
       check(c.finish_reason === "tool_calls" && c.message.tool_calls?.length === 1, `${what}: one tool call`, c);
       const call = c.message.tool_calls?.[0];
       if (!call) continue;
@@ -214,20 +216,23 @@ test("openai: tools with tool_choice required / named; stream reassembles to the
         `${what}: streamed call = non-streamed`, { calls, call });
     }
   }
+  check(complete >= 6, `most forced calls complete within max_tokens (${complete}/10)`);
 }, 240000);
 
 test("tools: parallel calls, auto, none, tool results continue the conversation, legacy functions", async () => {
-  let multi = 0;
+  let multi = 0, called = 0;
   for (let seed = 1; seed <= 6; seed++) {
     const r = await client(A).chat.completions.create({ model: MODEL_ID, messages: [userMsg("both")], tools: [weatherTool, timeTool], tool_choice: "required", seed, temperature: 1, max_tokens: 400 });
     const c = r.choices[0];
     if (c.finish_reason === "tool_calls") {
+      called++;
       check(c.message.tool_calls.length >= 1, `parallel seed ${seed}: calls`);
       multi += c.message.tool_calls.length > 1;
       const ids = new Set(c.message.tool_calls.map((t) => t.id));
       check(ids.size === c.message.tool_calls.length, `parallel seed ${seed}: distinct ids`);
     }
   }
+  check(called >= 4, `parallel: most forced answers are calls (${called}/6, ${multi} with several)`);
   const auto = await client(A).chat.completions.create({ model: MODEL_ID, messages: [userMsg("hi")], tools: [weatherTool], max_tokens: 16, seed: 1 });
   check(["stop", "length", "tool_calls"].includes(auto.choices[0].finish_reason), "auto: a normal answer", auto.choices[0]);
   const none = await client(A).chat.completions.create({ model: MODEL_ID, messages: [userMsg("hi")], tools: [weatherTool], tool_choice: "none", max_tokens: 16, seed: 1 });

@@ -62,10 +62,13 @@ test("streamed chat with an image equals the plain answer", async () => {
   const stream = await client(A).chat.completions.create({
     model: MODEL_ID, messages: msgs, max_tokens: 20, temperature: 0, stream: true, stream_options: { include_usage: true },
   });
+  // The server may coalesce tokens that pile up while the client reads into one chunk, so the number
+  // of chunks depends on timing: their objects are checked all at once, one assertion.
   let text = "", chunks = 0, finish = null, usage = null, role = null;
+  const objects = new Set();
   for await (const ch of stream) {
     chunks++;
-    check(ch.object === "chat.completion.chunk", "chunk object", ch.object);
+    objects.add(ch.object);
     if (ch.usage) usage = ch.usage;
     if (!ch.choices.length) continue;
     const d = ch.choices[0].delta;
@@ -74,6 +77,7 @@ test("streamed chat with an image equals the plain answer", async () => {
     if (ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
   }
   check(chunks >= 3, "several chunks", chunks);
+  check(objects.size === 1 && objects.has("chat.completion.chunk"), "every chunk's object is chat.completion.chunk", [...objects]);
   check(role === "assistant", "role in the first delta");
   check(text === plain, "streamed text equals the non-streamed greedy text", { text, plain });
   check(["stop", "length"].includes(finish), "finish_reason in the last chunk", finish);

@@ -4,7 +4,7 @@
 // bystander streams; SIGTERM with a constrained request in flight drains within --drain-timeout-s;
 // tool-call arguments forced by logit_bias to 24-digit integers and long decimals come back as
 // the model wrote them.
-import { check, client, errorOf, postJson, runSuite, sleep, startServer, test, withTimeout, MODEL_ID } from "./lib.mjs";
+import { check, client, errorOf, postJson, running, runSuite, sleep, startServer, test, withTimeout, MODEL_ID } from "./lib.mjs";
 
 let A;
 const msgs = [{ role: "user", content: "Give me JSON." }];
@@ -122,5 +122,5 @@ test("SIGTERM with a constrained request in flight and a hostile one sent: drain
 runSuite("e2e-grammar", {
   setup: async () => { A = await startServer(["--max-tokens", "256"]); return { A }; },
   teardown: async () => { const ex = await A.stop(); check(ex.code === 0, "server A exits 0", ex); },
-  alive: () => !A.exited(),
+  alive: () => running(A, "server A"),
 });

@@ -7,7 +7,7 @@ import { connect } from "node:net";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { deflateSync } from "node:zlib";
-import { check, client, dataUrl, errorOf, metrics, postJson, root, runSuite, sleep, startServer, test, waitMetric, withTimeout, MODEL_ID } from "./lib.mjs";
+import { check, client, dataUrl, errorOf, metrics, postJson, root, running, runSuite, sleep, startServer, test, waitMetric, withTimeout, MODEL_ID } from "./lib.mjs";
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -398,5 +398,5 @@ runSuite("e2e-hostile", {
     check(ex.code === 0, "server A exits 0", ex);
     await host.close();
   },
-  alive: () => !A.exited(),
+  alive: () => running(A, "server A"),
 });

@@ -157,8 +157,13 @@ export const userMsg = (text, image) => ({
 const tests = [];
 export const test = (name, fn, ms = 60000) => tests.push({ name, fn, ms });
 
+// For a suite's alive(): true while the shared server s runs, else what died with the end of its log.
+export const running = (s, label = "server") => !s.exited() || `${label} died (${JSON.stringify(s.exited())}):\n` + s.log().slice(-2000);
+
 // Runs the registered tests (QVL_E2E_ONLY='regex' selects by name). `setup` starts the suite's
 // shared servers and returns them; `teardown(servers)` stops them and may check their exit.
+// `alive(servers)` is asked after each test: true, or what died (a string); the suite then stops
+// and that is a failure, also after the last test (stopping quietly would pass with fewer checks).
 // Prints "NAME: N passed, N failed" last and exits non-zero on any failure.
 export async function runSuite(name, { setup = async () => ({}), teardown = async () => {}, alive = () => true } = {}) {
   const selected = tests.filter((t) => !ONLY || ONLY.test(t.name));
@@ -170,16 +175,21 @@ export async function runSuite(name, { setup = async () => ({}), teardown = asyn
     console.log(`${name}: 0 passed, 1 failed`);
     process.exit(1);
   }
-  for (const t of selected) {
+  for (const [i, t] of selected.entries()) {
     const t0 = Date.now();
-    const before = failed;
+    const before = failed, checksBefore = passed + failed;
     try {
       await withTimeout(t.fn(), t.ms, t.name);
     } catch (e) {
       check(false, `${t.name}: threw`, e.stack || String(e));
     }
-    console.error(`${failed === before ? "ok  " : "FAIL"} ${t.name} (${Date.now() - t0} ms)`);
-    if (!alive(ctx)) break;
+    // the check count per test makes a timing-dependent number of assertions visible across runs
+    console.error(`${failed === before ? "ok  " : "FAIL"} ${t.name} (${passed + failed - checksBefore} checks, ${Date.now() - t0} ms)`);
+    const state = alive(ctx);
+    if (state !== true) {
+      check(false, `${name}: stopped after "${t.name}", ${selected.length - i - 1} test(s) not run`, state || "a server died");
+      break;
+    }
   }
   await teardown(ctx);
   console.log(`${name}: ${passed} passed, ${failed} failed`);
@@ -196,11 +206,7 @@ export function runServerSuite(name, args, { label = "server", started = () => {
       started(s);
       return s;
     },
-    alive(s) {
-      if (!s.exited()) return true;
-      check(false, `${label} died`, s.log().slice(-2000));
-      return false;
-    },
+    alive: (s) => running(s, label),
     async teardown(s) {
       const ex = await s.stop();
       check(ex.code === 0, `${label} exits 0 on SIGTERM`, ex);

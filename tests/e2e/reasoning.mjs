@@ -14,7 +14,7 @@ import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { generateText, streamText } from "ai";
 import { Ollama } from "ollama";
 import Anthropic from "@anthropic-ai/sdk";
-import { QVL, MODEL, root, check, startServer, client, postJson, errorOf, test, runSuite } from "./lib.mjs";
+import { QVL, MODEL, root, check, startServer, client, postJson, errorOf, running, test, runSuite } from "./lib.mjs";
 
 const dir = mkdtempSync(join(tmpdir(), "qvl-e2e-think-"));
 const THINK = join(dir, "think.gguf");
@@ -219,7 +219,7 @@ runSuite("reasoning", {
     bias = { [t[0]]: 100 };
     return S;
   },
-  alive: (s) => !s.exited() || (check(false, "server died", s.log().slice(-2000)), false),
+  alive: (s) => running(s),
   async teardown(s) {
     const ex = await s?.stop();
     check(ex?.code === 0, "exits 0 on SIGTERM", ex);

@@ -428,7 +428,7 @@ await runSuite("e2e-scale", {
     via.base = NG;
     return {};
   },
-  alive: () => nginx && !nginx.exited,
+  alive: () => (nginx && !nginx.exited) || `nginx died (${JSON.stringify(nginx?.exited)}): ${nginxLog}`,
   teardown: async () => {
     if (nginx && !nginx.exited) {
       nginx.kill("SIGQUIT"); // graceful stop
