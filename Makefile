@@ -1,5 +1,6 @@
 # qvl — build with `make`, test with `make test`.
-# Build modes: `make SAN=1` (ASan+UBSan, in build/san), `make CC=clang`.
+# Build modes: `make SAN=1` (ASan+UBSan, in build/san), `make TSAN=1` (ThreadSanitizer, in
+# build/tsan), `make CC=clang`.
 
 CC ?= cc
 comma := ,
@@ -7,7 +8,8 @@ comma := ,
 Q := $(if $(filter 1,$(V)),,@)
 say = $(if $(filter 1,$(V)),,@printf '  %-6s %s\n' $(1) $(2))
 SAN ?= 0
-BUILD ?= build/$(if $(filter 1,$(SAN)),san,rel)$(if $(filter clang,$(notdir $(CC))),-clang,)
+TSAN ?= 0
+BUILD ?= build/$(if $(filter 1,$(TSAN)),tsan,$(if $(filter 1,$(SAN)),san,rel))$(if $(filter clang,$(notdir $(CC))),-clang,)
 
 # libqvl (the model, the engine, the C API) links only LIB_PKGS; the service (server, commands, hub
 # downloads) adds SVC_PKGS in its own archive; the command line adds APP_PKGS (docs/ARCHITECTURE.md).
@@ -24,13 +26,13 @@ LIB_PKG_LIBS := $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null)
 
 WARN := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Werror
 SAN_FLAGS := -fsanitize=address$(comma)undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
-OPT := $(if $(filter 1,$(SAN)),-O1 $(SAN_FLAGS),-O2)
+OPT := $(if $(filter 1,$(TSAN)),-O1 -fsanitize=thread,$(if $(filter 1,$(SAN)),-O1 $(SAN_FLAGS),-O2))
 # Programs on the public API (apps/, examples/) see include/ only; the library, its tests and the
 # benchmarks see src/ too. Library objects export only what include/ marks QVL_API.
 CFLAGS_PUB := -std=c11 -g $(OPT) $(WARN) -D_GNU_SOURCE -Iinclude -pthread -MMD -MP $(PKG_CFLAGS) $(CFLAGS)
 CFLAGS_ALL := $(CFLAGS_PUB) -Isrc
 CFLAGS_LIB := $(CFLAGS_ALL) -fvisibility=hidden -fPIC
-LDFLAGS_ALL := $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined,) -pthread $(LDFLAGS)
+LDFLAGS_ALL := $(if $(filter 1,$(SAN)),-fsanitize=address$(comma)undefined,) $(if $(filter 1,$(TSAN)),-fsanitize=thread,) -pthread $(LDFLAGS)
 LIBS := $(PKG_LIBS) -lm
 LIB_LIBS := $(LIB_PKG_LIBS) -lm
 
@@ -223,6 +225,9 @@ test: all bench
 	@echo "== ASan + UBSan =="
 	@$(MAKE) --no-print-directory SAN=1 -j2 all
 	@BUILD=build/san QVL_E2E=0 QVL_BROWSER=0 tests/run.sh
+	@echo "== ThreadSanitizer: engines side by side =="
+	@$(MAKE) --no-print-directory TSAN=1 -j2 build/tsan/tests/unit/test_engines_concurrent
+	@tests/tsan.sh build/tsan/tests/unit/test_engines_concurrent 2
 	@echo "== clang -Werror build =="
 	@$(MAKE) --no-print-directory CC=clang BUILD=build/rel-clang -j2 all
 

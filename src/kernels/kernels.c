@@ -105,15 +105,27 @@ typedef struct scratch {
   size_t size;
 } scratch;
 
+/* The buffers of one calling thread (issue 31: two engines computing at once gave wrong answers
+ * when they shared one process-wide set). A call's tasks use its caller's context: on the pool
+ * (workers 1 .. n-1 run only the tasks of the caller that holds it) or serially on the caller
+ * while another caller holds the pool. So no buffer is ever used by two calls at once, and the
+ * pool stays one per process (a second engine just runs its loops on its own thread meanwhile). */
+typedef struct kn_ctx {
+  scratch *s; /* [n]: per pool thread index */
+  int n;
+  void *act; /* quantized activations of the current matmul */
+  size_t act_size;
+} kn_ctx;
+
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool g_ready;
 static kn_ops g_ops;
 static threadpool *g_pool;
 static int g_threads = 1;
-static scratch *g_scratch;  /* [g_threads] */
-static scratch g_scratch_one; /* g_scratch of one thread: set_threads(1) allocates nothing */
-static void *g_act;         /* quantized activations of the current matmul */
-static size_t g_act_size;
+static pthread_key_t g_ctx_key; /* frees a thread's context when the thread exits */
+static pthread_once_t g_ctx_once = PTHREAD_ONCE_INIT;
+static _Thread_local kn_ctx *t_ctx;     /* this thread's own context, as a caller */
+static _Thread_local kn_ctx *t_run_ctx; /* in a task: the context of the call it belongs to */
 /* An out-of-memory in a kernel since the last kernels_take_error on this thread (see kernels.h). */
 static _Thread_local qvl_status t_failed;
 
@@ -129,9 +141,42 @@ qvl_status kernels_take_error(void) {
   return s;
 }
 
-void *kn_scratch(int thread, size_t bytes) {
-  assert(thread >= 0 && thread < g_threads);
-  scratch *s = &g_scratch[thread];
+static void ctx_free(void *p) {
+  kn_ctx *c = p;
+  if (!c)
+    return;
+  for (int i = 0; i < c->n; i++)
+    free(c->s[i].p);
+  free(c->s);
+  free(c->act);
+  free(c);
+}
+static void ctx_key_init(void) { (void)pthread_key_create(&g_ctx_key, ctx_free); }
+
+/* The calling thread's context with a slot for each of the pool's threads; NULL without memory. */
+static kn_ctx *caller_ctx(void) {
+  kn_ctx *c = t_ctx;
+  if (!c) {
+    pthread_once(&g_ctx_once, ctx_key_init);
+    if (!(c = calloc(1, sizeof *c)))
+      return NULL;
+    t_ctx = c;
+    (void)pthread_setspecific(g_ctx_key, c);
+  }
+  if (c->n < g_threads) {
+    scratch *s = realloc(c->s, (size_t)g_threads * sizeof *s);
+    if (!s)
+      return NULL;
+    memset(s + c->n, 0, (size_t)(g_threads - c->n) * sizeof *s);
+    c->s = s;
+    c->n = g_threads;
+  }
+  return c;
+}
+
+static void *ctx_scratch(kn_ctx *c, int thread, size_t bytes) {
+  assert(c && thread >= 0 && thread < c->n);
+  scratch *s = &c->s[thread];
   if (s->size < bytes) {
     size_t size = (bytes + 4095) & ~(size_t)4095;
     void *p = NULL;
@@ -146,27 +191,28 @@ void *kn_scratch(int thread, size_t bytes) {
   return s->p;
 }
 
+/* Grows the caller's scratch to `bytes` for every pool thread before a call's tasks run (a tile
+ * function cannot report a failure); returns the context, or NULL when memory ran out. */
+static kn_ctx *reserve_scratch(size_t bytes) {
+  kn_ctx *c = caller_ctx();
+  if (!c)
+    return NULL;
+  for (int i = 0; i < g_threads; i++)
+    if (!ctx_scratch(c, i, bytes))
+      return NULL;
+  return c;
+}
+
+void *kn_scratch(int thread, size_t bytes) { return ctx_scratch(t_run_ctx ? t_run_ctx : caller_ctx(), thread, bytes); }
+
 static qvl_status set_threads(int n) {
-  if (n == g_threads && (g_pool || n == 1) && g_scratch)
+  if (n == g_threads && (g_pool || n == 1))
     return QVL_OK;
   threadpool *pool = NULL;
   if (n > 1)
     QVL_TRY(threadpool_init(n, &pool));
-  scratch *s = n == 1 ? &g_scratch_one : calloc((size_t)n, sizeof *s);
-  if (!s) {
-    threadpool_free(pool);
-    return qvl_errorf(QVL_ERR_NOMEM, "kernels: out of memory");
-  }
   threadpool_free(g_pool);
-  if (g_scratch)
-    for (int i = 0; i < g_threads; i++)
-      free(g_scratch[i].p);
-  if (g_scratch != &g_scratch_one)
-    free(g_scratch);
-  if (s == &g_scratch_one)
-    g_scratch_one = (scratch){0};
   g_pool = pool;
-  g_scratch = s;
   g_threads = n;
   return QVL_OK;
 }
@@ -545,6 +591,7 @@ void kn_weight_row(const kn_weight *w, int64_t r, float *out) {
 typedef struct mm_job {
   kn_mm m;
   const kn_mm_kernel *k;
+  kn_ctx *ctx; /* the caller's buffers */
   int64_t rows_per_task, toks_per_task, n_row_tasks;
 } mm_job;
 
@@ -552,8 +599,11 @@ static void mm_body(void *arg, int64_t i, int thread) {
   const mm_job *j = arg;
   int64_t rt = i % j->n_row_tasks, tt = i / j->n_row_tasks;
   int64_t r0 = rt * j->rows_per_task, t0 = tt * j->toks_per_task;
+  kn_ctx *outer = t_run_ctx;
+  t_run_ctx = j->ctx;
   j->k->tile(&j->m, r0, span_end(r0, j->rows_per_task, j->m.w->n_out), t0,
               span_end(t0, j->toks_per_task, j->m.n_tokens), thread);
+  t_run_ctx = outer;
 }
 
 typedef struct aq_job {
@@ -580,22 +630,22 @@ qvl_status kn_matmul(const kn_weight *w, const float *x, int64_t n_tokens, const
   size_t scratch_bytes = (size_t)w->n_in * 16 + 4096;
   if (j.k->scratch_bytes && j.k->scratch_bytes(w->n_in, stride) > scratch_bytes)
     scratch_bytes = j.k->scratch_bytes(w->n_in, stride);
-  for (int i = 0; i < g_threads; i++)
-    if (!kn_scratch(i, scratch_bytes))
-      return kernel_oom("matmul scratch", scratch_bytes);
+  kn_ctx *c = j.ctx = reserve_scratch(scratch_bytes);
+  if (!c)
+    return kernel_oom("matmul scratch", scratch_bytes);
   if (j.k->act_row_bytes) {
     size_t need = stride * (size_t)n_tokens;
-    if (need > g_act_size) {
+    if (need > c->act_size) {
       void *p = NULL;
       if (posix_memalign(&p, 64, need) != 0)
         return kernel_oom("matmul activations", need);
-      free(g_act);
-      g_act = p;
-      g_act_size = need;
+      free(c->act);
+      c->act = p;
+      c->act_size = need;
     }
-    aq_job a = {j.k, x, g_act, stride, w->n_in};
+    aq_job a = {j.k, x, c->act, stride, w->n_in};
     run_parallel(n_tokens, 1, aq_body, &a);
-    j.m.xq = g_act;
+    j.m.xq = c->act;
     j.m.xq_stride = stride;
   }
   /* Split: token blocks of up to 64 (the weights are streamed once per block), row blocks sized
@@ -708,6 +758,7 @@ void kn_add(float *y, const float *x, int64_t n) { ew_run(EW_ADD, y, x, n); }
  */
 typedef struct attn_job {
   kn_attn a;
+  kn_ctx *ctx; /* the caller's buffers */
   int64_t q_per_task, n_q_tasks;
 } attn_job;
 
@@ -720,10 +771,13 @@ static void attn_body(void *arg, int64_t i, int thread) {
   int h = (int)(by_head ? i / j->n_q_tasks : i % units);
   int64_t q0 = (by_head ? i % j->n_q_tasks : i / units) * j->q_per_task;
   int64_t q1 = span_end(q0, j->q_per_task, j->a.n_q);
+  kn_ctx *outer = t_run_ctx;
+  t_run_ctx = j->ctx;
   if (j->a.fast && !j->a.k16 && g_ops.attention_fast)
     g_ops.attention_fast(&j->a, h, q0, q1, thread);
   else
     g_ops.attention(&j->a, h, q0, q1, thread);
+  t_run_ctx = outer;
 }
 
 /* Converts K and V of every KV head once per call (one task per (head, block of keys))
@@ -769,9 +823,8 @@ static qvl_status attn_run(attn_job j) {
   int64_t n_q = j.a.n_q;
   int n_head = j.a.n_head, n_kv_head = j.a.n_kv_head, head_dim = j.a.head_dim;
   size_t scratch_bytes = (size_t)head_dim * 1024 + 64 * 1024;
-  for (int i = 0; i < g_threads; i++)
-    if (!kn_scratch(i, scratch_bytes))
-      return kernel_oom("attention scratch", scratch_bytes);
+  if (!(j.ctx = reserve_scratch(scratch_bytes)))
+    return kernel_oom("attention scratch", scratch_bytes);
   void *prep = attn_prepare(&j.a);
   /* About 64 (query, head) rows per task (each task streams the K/V of its head once); by KV
    * group when the variant wants it. */
@@ -859,14 +912,16 @@ double kn_peak_ops(kn_peak_kind kind, double seconds_per_thread) {
   const kn_ops *o = ops();
   if (!o->peak_loop || o->peak_loop(kind, 1) <= 0)
     return 0;
-  static peak_job j;
-  memset(&j, 0, sizeof j);
-  j.kind = kind;
-  j.seconds = seconds_per_thread;
+  peak_job *j = calloc(1, sizeof *j);
+  if (!j)
+    return 0;
+  j->kind = kind;
+  j->seconds = seconds_per_thread;
   /* static partition: one task per thread, all threads at once (as in a real GEMM) */
-  threadpool_for(g_pool, g_threads, 0, peak_body, &j);
+  threadpool_for(g_pool, g_threads, 0, peak_body, j);
   double sum = 0;
   for (int t = 0; t < g_threads && t < 1024; t++)
-    sum += j.rate[t];
+    sum += j->rate[t];
+  free(j);
   return sum;
 }

@@ -6,8 +6,11 @@
  * are tested against.
  *
  * Shapes use row-major C order: x[n_tokens][n_in] means n_tokens rows of n_in floats.
- * Thread safety: kernels_init() once before use; afterwards all functions may be called from one
- * thread at a time (they use the shared worker pool internally).
+ * Thread safety: kernels_init() once before use (not while other threads compute); afterwards
+ * every function may be called from any number of threads at once. Each calling thread has its
+ * own scratch and activation buffers; the worker pool runs one caller's loop at a time, and a
+ * caller that finds it busy runs its loop on its own thread (same results: they never depend on
+ * the split).
  */
 #ifndef QVL_KERNELS_H
 #define QVL_KERNELS_H
