@@ -21,6 +21,7 @@
 #define TL_STORE(t, p, s) kn_tm_store(t, p, s)
 #define TL_DPBF16(c, a, b) kn_tm_dpbf16ps(c, a, b)
 #define TL_DPBSSD(c, a, b) kn_tm_dpbssd(c, a, b)
+#define TL_DPBSUD(c, a, b) kn_tm_dpbsud(c, a, b)
 
 #include "kernels/x86/amx_attn.h"
 #include "kernels/x86/amx_gemm.h"

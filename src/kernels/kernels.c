@@ -87,6 +87,35 @@ static cpu_features detect_cpu(void) {
   return f;
 }
 
+/* What identifies this CPU model for the tuning file: vendor, family/model/stepping and the
+ * brand string (CPUID leaves 0, 1 and 0x80000002-4). */
+static void cpu_signature(char *out, size_t n) {
+  snprintf(out, n, "unknown");
+#if defined(__x86_64__) || defined(__i386__)
+  uint32_t r[4], v[3];
+  cpuid(0, 0, r);
+  v[0] = r[1], v[1] = r[3], v[2] = r[2];
+  char vendor[13] = {0};
+  memcpy(vendor, v, 12);
+  cpuid(1, 0, r);
+  uint32_t fms = r[0];
+  char brand[49] = {0};
+  cpuid(0x80000000u, 0, r);
+  if (r[0] >= 0x80000004u)
+    for (uint32_t i = 0; i < 3; i++) {
+      cpuid(0x80000002u + i, 0, r);
+      memcpy(brand + 16 * i, r, 16);
+    }
+  for (char *c = brand; *c; c++)
+    if (*c == '\n' || *c == '\t' || *c == '|')
+      *c = ' ';
+  const char *b = brand;
+  while (*b == ' ')
+    b++;
+  snprintf(out, n, "%s %08x %s", vendor, fms, b);
+#endif
+}
+
 static bool has_avx2(const cpu_features *f) { return f->avx2 && f->fma && f->f16c; }
 static bool has_avx2vnni(const cpu_features *f) { return has_avx2(f) && f->avxvnni; }
 static bool has_avx512(const cpu_features *f) {
@@ -122,6 +151,7 @@ static atomic_bool g_ready;
 static kn_ops g_ops;
 static threadpool *g_pool;
 static int g_threads = 1;
+static bool g_forced;            /* the tier was forced (QVL_ISA or the caller), not chosen */
 static pthread_key_t g_ctx_key; /* frees a thread's context when the thread exits */
 static pthread_once_t g_ctx_once = PTHREAD_ONCE_INIT;
 static _Thread_local kn_ctx *t_ctx;     /* this thread's own context, as a caller */
@@ -426,6 +456,13 @@ static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
   if (!want && pick != T_AMX) /* AMX's fast tier is tiles, not vdpbf16ps */
     probe_choices(&ops, use_env);
   g_ops = ops;
+  g_forced = want != NULL;
+  const char *tune_env = use_env ? getenv("QVL_TUNE") : NULL;
+  if (tune_env && !strcmp(tune_env, "0"))
+    kernels_set_tune_mode(KN_TUNE_OFF);
+  char sig[160];
+  cpu_signature(sig, sizeof sig);
+  kn_tune_set_key(sig, g_ops.name, g_threads);
   log_info("kernels: ISA %s (best available: %s%s; avx2=%d fma=%d f16c=%d avx-vnni=%d avx512f=%d "
            "bw=%d vl=%d dq=%d vnni=%d bf16=%d fp16=%d amx-tile=%d amx-bf16=%d amx-int8=%d), %d threads",
            g_ops.name, g_tiers[best].name, want ? ", forced by the caller or QVL_ISA" : "", f.avx2,
@@ -462,6 +499,7 @@ static inline const kn_ops *ops(void) {
 }
 
 const char *kernels_isa(void) { return ops()->name; }
+const kn_ops *kn_active_ops(void) { return ops(); }
 int kernels_threads(void) {
   ops();
   return g_threads;
@@ -572,6 +610,7 @@ static qvl_status weight_init(kn_weight *w, const tensor *t, kn_precision prec) 
   }
   if (w->packed)
     release_source_pages(t->data, t->nbytes);
+  kn_tune_weight(w, g_forced);
   return QVL_OK;
 }
 
@@ -581,6 +620,7 @@ void kn_weight_free(kn_weight *w) {
   free(w->packed);
   w->packed = NULL;
   w->layout = KN_LAYOUT_PLAIN;
+  memset(w->pick, 0, sizeof w->pick);
 }
 
 void kn_weight_row(const kn_weight *w, int64_t r, float *out) {
@@ -620,12 +660,24 @@ static void aq_body(void *arg, int64_t t, int thread) {
   j->k->act_quantize(j->x + t * j->n_in, j->xq + (size_t)t * j->stride, j->n_in);
 }
 
+static int token_class(int64_t n_tokens) {
+  return n_tokens <= 3 ? KN_CLASS_GEMV : n_tokens < 16 ? KN_CLASS_SHORT : KN_CLASS_GEMM;
+}
+
 qvl_status kn_matmul(const kn_weight *w, const float *x, int64_t n_tokens, const float *bias, float *y) {
   const kn_ops *o = ops();
   if (n_tokens <= 0)
     return QVL_OK;
-  mm_job j = {.m = {.w = w, .x = x, .n_tokens = n_tokens, .bias = bias, .y = y}};
-  j.k = o->mm_select(w, n_tokens);
+  const kn_mm_kernel *k = w->pick[token_class(n_tokens)];
+  return kn_matmul_with(w, k ? k : o->mm_select(w, n_tokens), x, n_tokens, bias, y);
+}
+
+qvl_status kn_matmul_with(const kn_weight *w, const kn_mm_kernel *k, const float *x, int64_t n_tokens,
+                          const float *bias, float *y) {
+  ops();
+  if (n_tokens <= 0)
+    return QVL_OK;
+  mm_job j = {.m = {.w = w, .x = x, .n_tokens = n_tokens, .bias = bias, .y = y}, .k = k};
   size_t stride = j.k->act_row_bytes ? (j.k->act_row_bytes(w->n_in) + 63) & ~(size_t)63 : 0;
   size_t scratch_bytes = (size_t)w->n_in * 16 + 4096;
   if (j.k->scratch_bytes && j.k->scratch_bytes(w->n_in, stride) > scratch_bytes)

@@ -43,6 +43,44 @@ bool kernels_fast_bf16(void);
  * docs/KERNELS.md "Precision tiers"). */
 bool kernels_fast_int8(void);
 int kernels_threads(void);
+
+/* Tuning by measurement (docs/KERNELS.md "Tuning"): where a tier offers several kernels for an
+ * operation on the same packed weights (e.g. AMX tiles or the VNNI kernel below them for Q8_0),
+ * each is timed on the weight's real shape at kn_weight_init, per token class, and the fastest
+ * taken; a kernel replaces the tier below's only if measured faster. Results are kept per shape
+ * in memory and, once a folder is set, in a small file there keyed by the CPU's signature, the
+ * thread count and KN_TUNE_VERSION, reused on later starts. */
+#define KN_TUNE_VERSION "qvl-kernels-2026-12-08"
+typedef enum kn_tune_mode {
+  KN_TUNE_AUTO,   /* tune when the tier was chosen automatically (a forced tier is taken as it is) */
+  KN_TUNE_ALWAYS, /* also on a forced tier (tests, `qvl tune --isa`) */
+  KN_TUNE_OFF     /* never measure: the tier below's kernel wherever a tier offers a choice */
+} kn_tune_mode;
+void kernels_set_tune_mode(kn_tune_mode m);
+/* The folder of the tuning file (created when written); NULL: keep results in memory only.
+ * Loads the file for this CPU, build and thread count if there is one; a damaged or foreign file
+ * is ignored with a warning (and replaced on the next write). */
+qvl_status kernels_set_tune_dir(const char *dir);
+/* Forgets every tuned result (in memory, and the file if a folder is set): the next weights
+ * are measured again. */
+qvl_status kernels_tune_reset(void);
+/* The file's path ("" when no folder is set). */
+const char *kernels_tune_file(void);
+/* One tuned shape: weight type and size, token class, the candidates' names and measured rates
+ * (GOP/s; 0 when the result came from the file without rates) and the index chosen. */
+#define KN_TUNE_MAX_CAND 4
+typedef struct kn_tune_row {
+  const char *type;
+  int64_t n_in, n_out;
+  int cls, n_cand, chosen;
+  bool measured; /* this process measured it (false: from the file) */
+  const char *cand[KN_TUNE_MAX_CAND];
+  double gops[KN_TUNE_MAX_CAND];
+} kn_tune_row;
+int kernels_tune_rows(kn_tune_row *rows, int max);
+/* The representative token count of a class for measurements, and a class's name. */
+int64_t kn_class_tokens(int cls);
+const char *kn_class_name(int cls);
 /* Out of memory inside a kernel (kn_matmul and kn_attention grow their scratch on first use):
  * the call returns QVL_ERR_NOMEM with its output unwritten, and the failure is also remembered
  * for the calling thread, so that a forward pass can check once at its end instead of after
@@ -51,6 +89,11 @@ qvl_status kernels_take_error(void);
 
 /* A weight matrix prepared for matmul: W[n_out][n_in] (ggml ne0 = n_in, ne1 = n_out).
  * kn_weight_init may repack the data into the layout the active ISA wants (owned memory). */
+/* Token-count classes of a matmul, each with its own measured kernel choice (docs/KERNELS.md
+ * "Tuning"): 1-3 tokens (decode), 4-15 (short prompts, batched decode), 16 and more (prefill, vision). */
+enum { KN_CLASS_GEMV, KN_CLASS_SHORT, KN_CLASS_GEMM, KN_N_CLASSES };
+struct kn_mm_kernel;
+
 typedef struct kn_weight {
   qvl_dtype type;   /* storage type of the rows as loaded */
   int64_t n_in;
@@ -59,6 +102,9 @@ typedef struct kn_weight {
   size_t row_bytes;
   void *packed;     /* ISA-specific repacked copy, or NULL */
   int layout;       /* 0 = plain rows; other values are private to the kernels */
+  /* Per token class: the kernel the tuning chose among candidates giving the same bits, or NULL
+   * (the tier's own selection). */
+  const struct kn_mm_kernel *pick[KN_N_CLASSES];
 } kn_weight;
 
 qvl_status kn_weight_init(kn_weight *w, const tensor *t);

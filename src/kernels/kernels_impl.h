@@ -32,11 +32,11 @@ enum {
   /* x86/amx.c and amx_sim.c (pack.c builds them): per 16-row panel and step of 32 inputs, one
    * 1 KB B tile of 16 input pairs x 16 rows (bf16 pairs, the X16_BF16P order padded to whole
    * steps with zeros); BF16X3 has the hi tile then the lo tile of each step (w = hi + lo, exact
-   * for F16/BF16); AMX_Q8_0 is X16_Q8_0 with signed quants (one 8 x 64 byte B tile per block).
-   * Q4_0 keeps X16_Q4_0: its nibbles are that B tile two rows per byte, widened as it is used. */
+   * for F16/BF16). Q8_0 keeps X16_Q8_0 (one 8 x 64 byte B tile per block, quants + 128, read by
+   * TDPBSUD) and Q4_0 X16_Q4_0 (that B tile two rows per byte, widened as it is used), so the
+   * tier below's kernels run the same bytes. */
   KN_LAYOUT_AMX_BF16 = 0x5109,
   KN_LAYOUT_AMX_BF16X3 = 0x510A,
-  KN_LAYOUT_AMX_Q8_0 = 0x510B,
 };
 
 /* One matmul call as seen by a tile function. */
@@ -118,6 +118,10 @@ typedef struct kn_ops {
   bool fast_int8;
   /* The matmul kernel for this weight and batch size (never NULL). */
   const kn_mm_kernel *(*mm_select)(const kn_weight *w, int64_t n_tokens);
+  /* Optional: kernels that could run this packed weight for n_tokens, all giving mm_select's bits
+   * (the tuning times them and takes the fastest). The first is the tier below's kernel, the
+   * one kept unless another is measured faster. Returns the count (< 2: nothing to choose). */
+  int (*mm_candidates)(const kn_weight *w, int64_t n_tokens, const kn_mm_kernel **k, const char **name, int max);
   void (*weight_row)(const kn_weight *w, int64_t r, float *out);
   void (*rmsnorm)(const float *x, const float *w, int64_t n_rows, int64_t n, float eps, float *y);
   void (*layernorm)(const float *x, const float *w, const float *b, int64_t n_rows, int64_t n,
@@ -210,7 +214,6 @@ qvl_status kn_pack_x16_int8(kn_weight *w);
 /* AMX layouts (see the enum): k-steps of 32 inputs per panel. */
 #define KN_AMX_STEPS(n_in) (((n_in) + 31) / 32)
 qvl_status kn_pack_amx_bf16(kn_weight *w, bool split);
-qvl_status kn_pack_amx_q8_0(kn_weight *w);
 size_t kn_bf16p_row_bytes(int64_t n_in);
 
 /* Quantized activation rows for the X16 integer kernels (8-bit, scale d = amax / 127):
@@ -251,5 +254,22 @@ void *kn_scratch(int thread, size_t bytes);
 
 /* Reference matmul kernel (float x, weights dequantized row by row, double accumulation). */
 extern const kn_mm_kernel kn_mm_ref;
+
+/* kn_matmul with a given kernel (the tuning's measurements). */
+qvl_status kn_matmul_with(const kn_weight *w, const kn_mm_kernel *k, const float *x, int64_t n_tokens,
+                          const float *bias, float *y);
+/* The active table (after kernels_init). */
+const kn_ops *kn_active_ops(void);
+/* tune.c: chooses w->pick for each class (called by kn_weight_init after packing); tier_forced
+ * says whether kernels_init took a forced tier. Never fails: without a measurement it keeps the
+ * first candidate. */
+void kn_tune_weight(kn_weight *w, bool tier_forced);
+/* tune.c: the key of this CPU, build and thread count (set by kernels_init). */
+void kn_tune_set_key(const char *cpu_signature, const char *tier, int threads);
+/* Tests: adds usec of sleep to every timed run of the candidate named `kernel` (NULL: none), so a
+ * test can make a candidate slow on purpose. */
+void kn_tune_test_delay(const char *kernel, int usec);
+/* How many candidate timings this process ran (tests: a result from the file costs none). */
+int64_t kn_tune_measurements(void);
 
 #endif

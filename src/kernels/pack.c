@@ -302,17 +302,3 @@ qvl_status kn_pack_amx_bf16(kn_weight *w, bool split) {
   w->layout = split ? KN_LAYOUT_AMX_BF16X3 : KN_LAYOUT_AMX_BF16;
   return QVL_OK;
 }
-
-/* X16_Q8_0 stores the quants + 128 (for vpdpbusd); TDPBSSD takes them signed. */
-qvl_status kn_pack_amx_q8_0(kn_weight *w) {
-  if (w->type != QVL_DTYPE_Q8_0)
-    return qvl_errorf(QVL_ERR_INTERNAL, "AMX Q8_0 packing of a %s matrix", dtype_name(w->type));
-  QVL_TRY(kn_pack_x16(w));
-  int64_t np = (w->n_out + PR - 1) / PR, nb = w->n_in / 32;
-  uint8_t *d = w->packed;
-  for (int64_t b = 0; b < np * nb; b++)
-    for (int i = 32; i < X16_Q8_0_BLK; i++)
-      d[(size_t)b * X16_Q8_0_BLK + i] ^= 0x80;
-  w->layout = KN_LAYOUT_AMX_Q8_0;
-  return QVL_OK;
-}

@@ -160,6 +160,7 @@ static void dp8(int c, int a, int b, bool a_signed, bool b_signed) {
 
 void kn_tm_dpbssd(int c, int a, int b) { dp8(c, a, b, true, true); }
 void kn_tm_dpbusd(int c, int a, int b) { dp8(c, a, b, false, true); }
+void kn_tm_dpbsud(int c, int a, int b) { dp8(c, a, b, true, false); }
 
 uint64_t kn_tm_faults(void) { return atomic_load(&g_faults); }
 uint64_t kn_tm_dot_products(void) { return atomic_load(&g_dots); }

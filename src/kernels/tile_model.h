@@ -1,6 +1,6 @@
 /*
  * A portable C model of the AMX tile instructions the AMX kernels use (tile configuration, TILELOADD,
- * TILESTORED, TILEZERO, TDPBF16PS, TDPBSSD, TDPBUSD, TILERELEASE), with the architectural limits of
+ * TILESTORED, TILEZERO, TDPBF16PS, TDPBSSD, TDPBUSD, TDPBSUD, TILERELEASE), with the architectural limits of
  * palette 1 checked on every use: 8 tiles of at most 16 rows x 64 bytes, K = a.colsb / 4 = b.rows,
  * c.rows = a.rows, c.colsb = b.colsb. Arithmetic follows the SDM pseudo-code: TDPBF16PS adds the
  * even then the odd bf16 product of each pair to the fp32 accumulator, in k order, with bf16 inputs
@@ -40,9 +40,10 @@ void kn_tm_store(int t, void *base, size_t stride);
 void kn_tm_dpbf16ps(int c, int a, int b);
 void kn_tm_dpbssd(int c, int a, int b);
 void kn_tm_dpbusd(int c, int a, int b);
+void kn_tm_dpbsud(int c, int a, int b);
 /* Contract violations seen so far, all threads. */
 uint64_t kn_tm_faults(void);
-/* Dot-product instructions (TDPBF16PS, TDPBSSD, TDPBUSD) executed so far, all threads: lets a test
+/* Dot-product instructions (TDPBF16PS, TDPBSSD, TDPBUSD, TDPBSUD) executed so far, all threads: lets a test
  * see that a kernel really ran on tiles, and how many products its blocking costs. */
 uint64_t kn_tm_dot_products(void);
 

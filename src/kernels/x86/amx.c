@@ -17,6 +17,7 @@
 #define TL_STORE(t, p, s) _tile_stored(t, p, (long)(s))
 #define TL_DPBF16(c, a, b) _tile_dpbf16ps(c, a, b)
 #define TL_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
+#define TL_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
 
 #include "kernels/x86/lanes512.h"
 

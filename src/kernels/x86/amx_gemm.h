@@ -14,13 +14,16 @@
  *   exact (F16/BF16, KN_LAYOUT_AMX_BF16X3): x = xh + xl and w = wh + wl in bf16 (w exactly),
  *         three products per step in a fixed order: xh wh, xh wl, xl wh (the dropped xl wl and the
  *         residual of x are below 2^-16 |x w|; docs/KERNELS.md has the measured error).
- *   Q8_0  (KN_LAYOUT_AMX_Q8_0, both tiers) and Q4_0 (KN_LAYOUT_X16_Q4_0, at least
- *         AMX_Q4_MIN_TOKENS tokens): act32 activations (int8 per 32, float scale); per block one
- *         TDPBSSD per C tile (K = 32), then acc = fma((float)isum, d_w d_x, acc), the float step of
- *         the AVX-512 VNNI kernel, so the results equal it bit for bit. A Q4_0 block of X16_Q4_0 is
- *         the int8 B tile with two rows per byte (low nibbles rows 0-3, high nibbles rows 4-7), so
- *         it is widened (q - 8) into a 512-byte tile buffer as it is used: Q4_0 weights keep their
- *         size and the decode path (fewer tokens) keeps the VNNI kernel on the same bytes.
+ *   Q8_0  (KN_LAYOUT_X16_Q8_0, both tiers) and Q4_0 (KN_LAYOUT_X16_Q4_0): the tier below's
+ *         packing, so the VNNI kernel runs the same bytes for few tokens (a tile block of one
+ *         token is 15/16 padding: decode never runs on tiles) and the tuning (kernels.c, "Tuning")
+ *         picks either one for the other token counts by measurement. act32 activations (int8
+ *         per 32, float scale); per block one product per C tile (K = 32): TDPBSUD for Q8_0 (its
+ *         quants are stored + 128 for vpdpbusd, so 128 x the block's activation sum is taken off
+ *         the int32 result) and TDPBSSD for Q4_0, whose nibbles (the int8 B tile two rows per
+ *         byte: low nibbles rows 0-3, high nibbles rows 4-7) are widened to q - 8 into a 512-byte
+ *         tile buffer as they are used. Then acc = fma((float)isum, d_w d_x, acc), the float step
+ *         of the AVX-512 VNNI kernel on the same exact integer, so the results equal it bit for bit.
  * A token's output depends only on its own activation row and the weights, in a fixed order:
  * batch and thread invariance hold. Partial blocks of tokens read a zero-padded copy of their
  * rows (per-thread scratch), never past the activation buffer.
@@ -37,9 +40,11 @@
 
 #define AMX_OUT 4096  /* the block's four fp32 C results */
 #define AMX_WORK 5120 /* a kernel's own: four int32 C tiles + two widened Q4_0 B tiles */
-/* Fewer tokens than this (decode, short prompts) run the tier below's Q4_0 kernel: a tile block
- * would be mostly padding, and the VNNI kernel gives the same bits (tested). */
-#define AMX_Q4_MIN_TOKENS 16
+/* Without a tuned choice, fewer tokens than this (decode, short prompts) run the tier below's
+ * Q8_0/Q4_0 kernel: a tile block would be mostly padding, and the VNNI kernel gives the same bits
+ * (tested). Below AMX_INT8_TILE_MIN tokens the tiles are never a candidate. */
+#define AMX_INT8_MIN_TOKENS 16
+#define AMX_INT8_TILE_MIN 4
 
 /* Palette 1: C0..C3 16 x 64 bytes, A4, A5 16 x a_colsb, B6, B7 b_rows x 64. */
 static void amx_cfg(kn_tilecfg *c, int a_colsb, int b_rows) {
@@ -226,9 +231,10 @@ static void amx_block_bf16x3(const amx_blk *k) {
 }
 
 /* ---- int8 tiles: Q8_0, Q4_0 ---- */
-/* acc[16 tokens][16 rows] += isum * (d_w d_x), per block. */
+/* acc[16 tokens][16 rows] += isum * (d_w d_x), per block, isum = c - off x (the token's activation
+ * sum of the block): off = 128 takes the Q8_0 quants' storage offset back out. */
 static void amx_q8_epilogue(float *acc, const int32_t *c, const uint8_t *blk, const uint8_t *a, size_t sa,
-                            int64_t n_in, int64_t b) {
+                            int64_t n_in, int64_t b, int32_t off) {
   float dw[16];
   for (int j = 0; j < 16; j++) {
     uint16_t h;
@@ -237,9 +243,13 @@ static void amx_q8_epilogue(float *acc, const int32_t *c, const uint8_t *blk, co
   }
   for (int i = 0; i < 16; i++) {
     float dx;
-    memcpy(&dx, a + (size_t)i * sa + (size_t)n_in + 4 * (size_t)b, 4);
+    int32_t xs;
+    const uint8_t *row = a + (size_t)i * sa + (size_t)n_in; /* act32: the scales, then the sums */
+    memcpy(&dx, row + 4 * (size_t)b, 4);
+    memcpy(&xs, row + 4 * (size_t)(n_in / 32) + 4 * (size_t)b, 4);
+    int32_t corr = off * xs;
     for (int j = 0; j < 16; j++)
-      acc[i * 16 + j] = fmaf((float)c[i * 16 + j], dw[j] * dx, acc[i * 16 + j]);
+      acc[i * 16 + j] = fmaf((float)(c[i * 16 + j] - corr), dw[j] * dx, acc[i * 16 + j]);
   }
 }
 
@@ -271,9 +281,12 @@ static inline void amx_block_int8(const amx_blk *k, bool q4) {
 #define AMX_I8(C, A, B, H, Q)                                                                  \
   do {                                                                                         \
     TL_ZERO(C);                                                                                \
-    TL_DPBSSD(C, A, B);                                                                        \
+    if (q4)                                                                                    \
+      TL_DPBSSD(C, A, B);                                                                      \
+    else                                                                                       \
+      TL_DPBSUD(C, A, B);                                                                      \
     TL_STORE(C, cst + 256 * (C), 64);                                                          \
-    amx_q8_epilogue(k->c + 256 * (C), cst + 256 * (C), blk[Q], k->a[H], sa, n_in, b);          \
+    amx_q8_epilogue(k->c + 256 * (C), cst + 256 * (C), blk[Q], k->a[H], sa, n_in, b, q4 ? 0 : 128); \
   } while (0)
     AMX_EACH_C(k, AMX_I8);
 #undef AMX_I8
@@ -304,42 +317,66 @@ static const kn_mm_kernel amx_mm_q8_0 = {kn_act32_bytes, AMX_ACT32_QUANTIZE, amx
 static const kn_mm_kernel amx_mm_q4_0 = {kn_act32_bytes, AMX_ACT32_QUANTIZE, amx_tile_q4_0, PR, amx_scratch};
 
 /* The entries of the tier below, which the AMX entries fall back to for everything else. */
+static const char *amx_prev_int8_name; /* its Q8_0 kernel's name */
+static const char *amx_name;
 static qvl_status (*amx_prev_pack)(kn_weight *w);
 static qvl_status (*amx_prev_pack_fast)(kn_weight *w);
 static const kn_mm_kernel *(*amx_prev_select)(const kn_weight *w, int64_t n_tokens);
 
+/* Q8_0 and Q4_0 keep the tier below's X16 panels, which are the tiles' B operands. */
 static qvl_status amx_pack(kn_weight *w) {
   if (w->type == QVL_DTYPE_F16 || w->type == QVL_DTYPE_BF16)
     return kn_pack_amx_bf16(w, true);
-  if (w->type == QVL_DTYPE_Q8_0)
-    return kn_pack_amx_q8_0(w);
-  return amx_prev_pack(w); /* Q4_0: the tier below's X16_Q4_0 is the nibble form of the tiles */
+  if (w->type == QVL_DTYPE_Q8_0) /* (also when the tier below is the reference, which packs nothing) */
+    return kn_pack_x16(w);
+  return amx_prev_pack(w);
 }
 static qvl_status amx_pack_fast(kn_weight *w) {
   if (w->type == QVL_DTYPE_F16 || w->type == QVL_DTYPE_BF16)
     return kn_pack_amx_bf16(w, false);
   if (w->type == QVL_DTYPE_Q8_0)
-    return kn_pack_amx_q8_0(w);
+    return kn_pack_x16(w);
   return amx_prev_pack_fast ? amx_prev_pack_fast(w) : amx_prev_pack(w);
 }
+/* The int8 tile kernel for this weight, or NULL. */
+static const kn_mm_kernel *amx_int8(const kn_weight *w) {
+  if (!w->packed)
+    return NULL;
+  return w->layout == KN_LAYOUT_X16_Q8_0 ? &amx_mm_q8_0 : w->layout == KN_LAYOUT_X16_Q4_0 ? &amx_mm_q4_0 : NULL;
+}
+/* Untuned (a forced tier): tiles for F16/BF16, and for Q8_0/Q4_0 from AMX_INT8_MIN_TOKENS tokens. */
 static const kn_mm_kernel *amx_select(const kn_weight *w, int64_t n_tokens) {
   if (w->packed) {
     if (w->layout == KN_LAYOUT_AMX_BF16)
       return &amx_mm_bf16;
     if (w->layout == KN_LAYOUT_AMX_BF16X3)
       return &amx_mm_bf16x3;
-    if (w->layout == KN_LAYOUT_AMX_Q8_0)
-      return &amx_mm_q8_0;
-    if (w->layout == KN_LAYOUT_X16_Q4_0 && n_tokens >= AMX_Q4_MIN_TOKENS)
-      return &amx_mm_q4_0;
+    if (amx_int8(w) && n_tokens >= AMX_INT8_MIN_TOKENS)
+      return amx_int8(w);
   }
   return amx_prev_select(w, n_tokens);
+}
+/* Q8_0/Q4_0 from AMX_INT8_TILE_MIN tokens: the tier below's VNNI kernel or the tiles, on the same
+ * bytes with the same bits; which is faster depends on the core and the shape (on the first AMX
+ * CPU measured, the VNNI kernel won at 512 tokens: 792 against 502 GOP/s). */
+static int amx_candidates(const kn_weight *w, int64_t n_tokens, const kn_mm_kernel **k, const char **name, int max) {
+  const kn_mm_kernel *tiles = amx_int8(w);
+  if (!tiles || n_tokens < AMX_INT8_TILE_MIN || max < 2)
+    return 0;
+  k[0] = amx_prev_select(w, n_tokens);
+  name[0] = amx_prev_int8_name;
+  k[1] = tiles;
+  name[1] = amx_name;
+  return 2;
 }
 
 static void amx_install(kn_ops *ops, const char *name) {
   amx_prev_pack = ops->weight_pack;
   amx_prev_pack_fast = ops->weight_pack_fast;
   amx_prev_select = ops->mm_select;
+  amx_prev_int8_name = ops->choice[KN_OP_MM_Q8_0].kernel;
+  amx_name = name;
+  ops->mm_candidates = amx_candidates;
   ops->weight_pack = amx_pack;
   ops->weight_pack_fast = amx_pack_fast;
   ops->fast_int8 = false; /* F16/BF16 fast = bf16 tiles */
@@ -347,10 +384,12 @@ static void amx_install(kn_ops *ops, const char *name) {
   ops->choice[KN_OP_MM_FLOAT] =
       (kn_choice){name, "F16/BF16: split bf16 (hi+lo, three TDPBF16PS products); F32: the tier below"};
   ops->choice[KN_OP_MM_FAST] = (kn_choice){name, "F16/BF16: TDPBF16PS tiles, 32 tokens x 32 rows"};
-  ops->choice[KN_OP_MM_Q8_0] = (kn_choice){name, "TDPBSSD tiles per block, VNNI-identical float step"};
+  ops->choice[KN_OP_MM_Q8_0] =
+      (kn_choice){name, "1-3 tokens: the tier below; more: tiles (TDPBSUD per block, VNNI-identical float step) or "
+                        "the tier below, whichever the tuning measured faster (forced tier: tiles from 16 tokens)"};
   if (amx_prev_pack != kn_ops_ref.weight_pack) /* the tier below packs Q4_0 into X16 panels */
     ops->choice[KN_OP_MM_Q4_0] = (kn_choice){
-        name, ">= 16 tokens: TDPBSSD on nibbles widened per block, VNNI-identical float step; fewer: the tier below"};
+        name, "as Q8_0, the tiles on nibbles widened per block (TDPBSSD)"};
 }
 
 #endif
