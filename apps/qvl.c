@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "qvl.h"
+#include "qvl_tools.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -20,7 +21,8 @@ static void usage(FILE *f) {
           "  verify    check model files against recorded sha256: qvl verify MODEL|--hf REPO[:QUANT]\n"
           "  loadtest  concurrency table of a running server: qvl loadtest http://HOST:PORT --image F [--svg F]\n"
           "  make-random  write a random-weight model with the 2B shapes (benchmarks)\n"
-          "  bench     stage-by-stage speed and batched decode throughput: qvl bench -m MODEL.gguf [--mmproj F]\n",
+          "  bench     stage-by-stage speed and batched decode throughput: qvl bench -m MODEL.gguf [--mmproj F]\n"
+          "  tune      measure the kernels' choices on this CPU again: qvl tune -m MODEL.gguf [--mmproj F]\n",
           QVL_VERSION);
 }
 
@@ -29,6 +31,11 @@ int main(int argc, char **argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  /* Every command that loads weights reuses (or writes) the kernels' tuning in the cache folder;
+   * without a cache folder (no HOME) the process just measures for itself. */
+  (void)qvl_tune_use_cache();
+  if (!strcmp(argv[1], "tune"))
+    return cmd_tune(argc, argv);
   if (!strcmp(argv[1], "run"))
     return cmd_run(argc, argv);
   if (!strcmp(argv[1], "chat"))

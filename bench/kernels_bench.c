@@ -20,9 +20,13 @@
 #include <time.h>
 
 #include "base/timing.h"
+#include "commands/tune.h"
 #include "kernels/kernels.h"
+#include "kernels/kernels_impl.h"
 
 static double peak_bw = 25.0, peak_f32 = 300.0, peak_int8 = 770.0, peak_bf16 = 0.0;
+/* The tile peaks (AMX tiers only, measured with --peaks): tile kernels are rated against them. */
+static double peak_amx_bf16 = 0.0, peak_amx_int8 = 0.0;
 static double min_time = 0.5;
 static kn_precision g_prec = KN_PREC_EXACT;
 
@@ -73,6 +77,21 @@ static int make(bw *b, qvl_dtype type, int64_t n_in, int64_t n_out) {
 static void drop(bw *b) {
   kn_weight_free(&b->w);
   free(b->data);
+}
+
+/* Whether kn_matmul runs w on AMX tiles for n tokens (the tuning's pick, else the tier's own). */
+static bool on_tiles(const kn_weight *w, int64_t n) {
+  if (strncmp(kernels_isa(), "amx", 3))
+    return false;
+  if (w->layout == KN_LAYOUT_AMX_BF16 || w->layout == KN_LAYOUT_AMX_BF16X3)
+    return true;
+  const kn_ops *o = kn_active_ops();
+  const kn_mm_kernel *k[KN_TUNE_MAX_CAND];
+  const char *name[KN_TUNE_MAX_CAND];
+  int nc = o->mm_candidates ? o->mm_candidates(w, n, k, name, KN_TUNE_MAX_CAND) : 0;
+  int cls = n <= 3 ? KN_CLASS_GEMV : n < 16 ? KN_CLASS_SHORT : KN_CLASS_GEMM;
+  const kn_mm_kernel *run = w->pick[cls] ? w->pick[cls] : o->mm_select(w, n);
+  return nc >= 2 && run == k[nc - 1];
 }
 
 static bool is_quant(qvl_dtype t) {
@@ -129,6 +148,13 @@ static void bench_matmul(const char *label, qvl_dtype type, int64_t n_in, int64_
                                  (type == QVL_DTYPE_F16 || type == QVL_DTYPE_BF16));
   double peak = int8 ? peak_int8 : fast_bf16 ? peak_bf16 : peak_f32;
   const char *pk = int8 ? "int8" : fast_bf16 ? "bf16" : "fp32";
+  if (on_tiles(&ws[0].w, n_tok)) {
+    bool tile_int8 = is_quant(type);
+    if ((tile_int8 ? peak_amx_int8 : peak_amx_bf16) > 0) {
+      peak = tile_int8 ? peak_amx_int8 : peak_amx_bf16;
+      pk = tile_int8 ? "AMX int8" : "AMX bf16";
+    }
+  }
   printf("%-7s %-5s %-5s %6lld x %-6lld x %4lld tok  %9.3f ms (cpu %9.3f ms)  %7.2f GB/s  %7.1f "
          "GFLOP/s wall, %7.1f per cpu-time (%3.0f%% of %s peak %.0f)\n",
          label, dtype_name(type), kn_precision_name(g_prec), (long long)n_out, (long long)n_in,
@@ -293,8 +319,13 @@ int main(int argc, char **argv) {
     peak_f32 = f > 0 ? f : peak_f32;
     peak_bf16 = b;
     peak_int8 = q > 0 ? q : peak_int8;
+    peak_amx_bf16 = kn_peak_ops(KN_PEAK_AMX_BF16, peaks_s) / 1e9;
+    peak_amx_int8 = kn_peak_ops(KN_PEAK_AMX_INT8, peaks_s) / 1e9;
     printf("peaks (measured, per cpu-time x threads): fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s, "
-           "int8 dot %.0f GOP/s\n", peak_f32, peak_bf16, peak_int8);
+           "int8 dot %.0f GOP/s", peak_f32, peak_bf16, peak_int8);
+    if (peak_amx_bf16 > 0 || peak_amx_int8 > 0)
+      printf(", AMX tiles: bf16 %.0f GFLOP/s, int8 %.0f GOP/s", peak_amx_bf16, peak_amx_int8);
+    printf("\n");
   }
   printf("kernels_bench: isa %s, %d threads, precision %s; peaks: %.0f GB/s, %.0f GFLOP/s fp32, "
          "%.0f bf16, %.0f GOP/s int8\n",
@@ -354,5 +385,6 @@ int main(int argc, char **argv) {
     for (int c = 0; c < 2; c++)
       for (int f = 0; f < 2; f++)
         bench_kv_attention(c ? 4096 : 512, f == 1);
+  tune_print(stdout); /* what the tuning chose for the shapes above, with each candidate's rate */
   return 0;
 }

@@ -91,6 +91,14 @@ typedef struct qvl_bench_opts {
   const char *video_file;     /* that row on this clip instead of the synthetic one (NULL: synthetic) */
 } qvl_bench_opts;
 
+/* The kernels keep their tuning (docs/KERNELS.md "Tuning") in the cache folder's tuning/ (QVL_CACHE,
+ * else XDG_CACHE_HOME/qvl or ~/.cache/qvl), reused by later starts on the same CPU. Without this
+ * call a process measures again at each start. */
+QVL_API qvl_status qvl_tune_use_cache(void);
+/* `qvl tune`: forgets the tuning of this CPU, measures every weight shape of the model again
+ * (threads <= 0: the default) and prints the table on out. */
+QVL_API qvl_status qvl_tune(const char *model, const char *mmproj, int threads, FILE *out);
+
 /* prefill 512, decode 128, 32 batch steps, batches 1 2 4 8, constrained rows on. */
 QVL_API void qvl_bench_opts_default(qvl_bench_opts *o);
 /* `qvl bench`: stage-by-stage speed and batched decode throughput; a table (or JSON) on stdout. */

@@ -17,6 +17,7 @@
 #include "commands/bench_constrained.h"
 #include "commands/bench_gap.h"
 #include "commands/bench_image.h"
+#include "commands/tune.h"
 #include "commands/bench_question.h"
 #include "commands/bench_video.h"
 #include "engine/generate.h"
@@ -413,10 +414,12 @@ qvl_status qvl_bench(const qvl_bench_opts *opts) {
     cJSON_AddStringToObject(row, "why", rows[r].why);
     cJSON_AddItemToArray(disp, row);
   }
+  cJSON_AddItemToObject(out, "tuning", tune_json());
   if (!o.json) {
     printf("kernels (isa %s):\n", kernels_isa());
     for (int r = 0; r < n_rows; r++)
       printf("  %-28s %-24s %s\n", rows[r].op, rows[r].kernel, rows[r].why);
+    tune_print(stdout);
   }
   cJSON_AddNumberToObject(out, "threads", kernels_threads());
   cJSON_AddNumberToObject(out, "load_ms", (time_now_s() - t0) * 1e3);

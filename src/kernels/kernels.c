@@ -460,6 +460,8 @@ static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
   const char *tune_env = use_env ? getenv("QVL_TUNE") : NULL;
   if (tune_env && !strcmp(tune_env, "0"))
     kernels_set_tune_mode(KN_TUNE_OFF);
+  else if (tune_env && !strcmp(tune_env, "always")) /* also a forced tier: `QVL_ISA=amxsim qvl tune` */
+    kernels_set_tune_mode(KN_TUNE_ALWAYS);
   char sig[160];
   cpu_signature(sig, sizeof sig);
   kn_tune_set_key(sig, g_ops.name, g_threads);

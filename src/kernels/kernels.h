@@ -158,7 +158,15 @@ qvl_status kn_attention(const float *q, int64_t n_q, int64_t q_stride, const flo
  * Returns operations (2 per multiply-add) per second of thread CPU time, summed over the threads,
  * so the figure does not drop when other processes share the cores; 0 if the active ISA has no
  * such instruction. */
-typedef enum kn_peak_kind { KN_PEAK_F32_FMA, KN_PEAK_BF16_DOT, KN_PEAK_INT8_DOT } kn_peak_kind;
+/* KN_PEAK_AMX_BF16 / KN_PEAK_AMX_INT8: chains of TDPBF16PS / TDPBSSD on four C tiles (the AMX
+ * tiers only: the `amx` tier on the hardware, amxsim through the tile model). */
+typedef enum kn_peak_kind {
+  KN_PEAK_F32_FMA,
+  KN_PEAK_BF16_DOT,
+  KN_PEAK_INT8_DOT,
+  KN_PEAK_AMX_BF16,
+  KN_PEAK_AMX_INT8
+} kn_peak_kind;
 double kn_peak_ops(kn_peak_kind kind, double seconds_per_thread);
 
 /* kn_attention in a precision tier: KN_PREC_FAST may use bf16 dot products for q.k and p v (q, k,

@@ -193,12 +193,26 @@ static void load(void) {
   g_n_rows = n;
 }
 
+/* mkdir -p (the cache folder may not exist before the first download). */
+static bool make_dirs(const char *dir) {
+  char p[sizeof g_dir];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *s = p + 1; *s; s++)
+    if (*s == '/') {
+      *s = 0;
+      if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return false;
+      *s = '/';
+    }
+  return mkdir(p, 0755) == 0 || errno == EEXIST;
+}
+
 /* Under g_mu: writes every row (a temporary file renamed over the old one, so a reader never
  * sees half a file). A failure is logged: tuning still works in memory. */
 static void save(void) {
   if (!g_path[0])
     return;
-  if (mkdir(g_dir, 0755) != 0 && errno != EEXIST) {
+  if (!make_dirs(g_dir)) {
     log_warn("kernels: cannot create %s for the tuning file: %s", g_dir, strerror(errno));
     return;
   }

@@ -317,6 +317,7 @@ static const kn_mm_kernel amx_mm_q8_0 = {kn_act32_bytes, AMX_ACT32_QUANTIZE, amx
 static const kn_mm_kernel amx_mm_q4_0 = {kn_act32_bytes, AMX_ACT32_QUANTIZE, amx_tile_q4_0, PR, amx_scratch};
 
 /* The entries of the tier below, which the AMX entries fall back to for everything else. */
+static double (*amx_prev_peak)(kn_peak_kind kind, int64_t iters);
 static const char *amx_prev_int8_name; /* its Q8_0 kernel's name */
 static const char *amx_name;
 static qvl_status (*amx_prev_pack)(kn_weight *w);
@@ -344,6 +345,43 @@ static const kn_mm_kernel *amx_int8(const kn_weight *w) {
     return NULL;
   return w->layout == KN_LAYOUT_X16_Q8_0 ? &amx_mm_q8_0 : w->layout == KN_LAYOUT_X16_Q4_0 ? &amx_mm_q4_0 : NULL;
 }
+/* The tile peak (as ../shared/perf/amxpeak.c): per iteration four independent products, C0..C3
+ * from A4, A5 x B6, B7 (full 16 x 64-byte tiles of zeros), so the loop is bound by the tile unit's
+ * throughput, not a chain's latency. 16 x 16 outputs x 32 bf16 (64 int8) MACs x 2 per product. */
+static double amx_peak_loop(kn_peak_kind kind, int64_t iters) {
+  if (kind != KN_PEAK_AMX_BF16 && kind != KN_PEAK_AMX_INT8)
+    return amx_prev_peak ? amx_prev_peak(kind, iters) : 0;
+  static const uint8_t zeros[1024] __attribute__((aligned(64)));
+  static float sink[256] __attribute__((aligned(64)));
+  kn_tilecfg cfg;
+  amx_cfg(&cfg, 64, 16);
+  TL_CONFIG(&cfg);
+  TL_ZERO(0);
+  TL_ZERO(1);
+  TL_ZERO(2);
+  TL_ZERO(3);
+  TL_LOAD(4, zeros, 64);
+  TL_LOAD(5, zeros, 64);
+  TL_LOAD(6, zeros, 64);
+  TL_LOAD(7, zeros, 64);
+  for (int64_t i = 0; i < iters; i++) {
+    if (kind == KN_PEAK_AMX_BF16) {
+      TL_DPBF16(0, 4, 6);
+      TL_DPBF16(1, 4, 7);
+      TL_DPBF16(2, 5, 6);
+      TL_DPBF16(3, 5, 7);
+    } else {
+      TL_DPBSSD(0, 4, 6);
+      TL_DPBSSD(1, 4, 7);
+      TL_DPBSSD(2, 5, 6);
+      TL_DPBSSD(3, 5, 7);
+    }
+  }
+  TL_STORE(0, sink, 64); /* the results are used */
+  TL_RELEASE();
+  return (double)iters * 4 * 16 * 16 * (kind == KN_PEAK_AMX_BF16 ? 32 : 64) * 2;
+}
+
 /* Untuned (a forced tier): tiles for F16/BF16, and for Q8_0/Q4_0 from AMX_INT8_MIN_TOKENS tokens. */
 static const kn_mm_kernel *amx_select(const kn_weight *w, int64_t n_tokens) {
   if (w->packed) {
@@ -374,6 +412,8 @@ static void amx_install(kn_ops *ops, const char *name) {
   amx_prev_pack = ops->weight_pack;
   amx_prev_pack_fast = ops->weight_pack_fast;
   amx_prev_select = ops->mm_select;
+  amx_prev_peak = ops->peak_loop;
+  ops->peak_loop = amx_peak_loop;
   amx_prev_int8_name = ops->choice[KN_OP_MM_Q8_0].kernel;
   amx_name = name;
   ops->mm_candidates = amx_candidates;
