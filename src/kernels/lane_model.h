@@ -32,6 +32,20 @@ static inline l16 l16_load_ps(const float *p) {
   return r;
 }
 static inline void l16_store_ps(float *p, l16 a) { memcpy(p, a.v, sizeof a.v); }
+/* 16 IEEE halves widened (vcvtph2ps: exact, so any correct conversion gives these bits). */
+static inline l16 l16_load_f16_ps(const uint8_t *p) {
+  l16 r;
+  for (int i = 0; i < 16; i++) {
+    uint16_t h;
+    memcpy(&h, p + 2 * i, 2);
+    r.v[i] = fp16_to_f32(h);
+  }
+  return r;
+}
+/* (float)(p[i] - sub) for 16 int32 (vpsubd wraps, vcvtdq2ps rounds to nearest even, as the cast). */
+static inline l16 l16_cvt_sub_epi32(const int32_t *p, int32_t sub) {
+  L16_MAP((float)(int32_t)((uint32_t)p[i] - (uint32_t)sub));
+}
 static inline l16 l16_set1_ps(float a) { L16_MAP(a); }
 static inline l16 l16_add_ps(l16 a, l16 b) { L16_MAP(a.v[i] + b.v[i]); }
 static inline l16 l16_sub_ps(l16 a, l16 b) { L16_MAP(a.v[i] - b.v[i]); }

@@ -235,21 +235,17 @@ static void amx_block_bf16x3(const amx_blk *k) {
  * sum of the block): off = 128 takes the Q8_0 quants' storage offset back out. */
 static void amx_q8_epilogue(float *acc, const int32_t *c, const uint8_t *blk, const uint8_t *a, size_t sa,
                             int64_t n_in, int64_t b, int32_t off) {
-  float dw[16];
-  for (int j = 0; j < 16; j++) {
-    uint16_t h;
-    memcpy(&h, blk + 2 * j, 2);
-    dw[j] = fp16_to_f32(h);
-  }
+  /* 16 lanes (a row of 16 outputs) per token: at the tile rate a scalar step per value, or a call
+   * per scale conversion, costs more than the block's TDPBSUD itself */
+  l16 dw = l16_load_f16_ps(blk);
   for (int i = 0; i < 16; i++) {
     float dx;
     int32_t xs;
     const uint8_t *row = a + (size_t)i * sa + (size_t)n_in; /* act32: the scales, then the sums */
     memcpy(&dx, row + 4 * (size_t)b, 4);
     memcpy(&xs, row + 4 * (size_t)(n_in / 32) + 4 * (size_t)b, 4);
-    int32_t corr = off * xs;
-    for (int j = 0; j < 16; j++)
-      acc[i * 16 + j] = fmaf((float)(c[i * 16 + j] - corr), dw[j] * dx, acc[i * 16 + j]);
+    l16 isum = l16_cvt_sub_epi32(c + 16 * i, off * xs);
+    l16_store_ps(acc + 16 * i, l16_fmadd_ps(isum, l16_mul_ps(dw, l16_set1_ps(dx)), l16_load_ps(acc + 16 * i)));
   }
 }
 

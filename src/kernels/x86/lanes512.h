@@ -14,6 +14,10 @@
 typedef __m512 l16;
 
 static inline l16 l16_load_ps(const float *p) { return _mm512_loadu_ps(p); }
+static inline l16 l16_load_f16_ps(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+static inline l16 l16_cvt_sub_epi32(const int32_t *p, int32_t sub) {
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(p), _mm512_set1_epi32(sub)));
+}
 static inline void l16_store_ps(float *p, l16 a) { _mm512_storeu_ps(p, a); }
 static inline l16 l16_set1_ps(float a) { return _mm512_set1_ps(a); }
 static inline l16 l16_add_ps(l16 a, l16 b) { return _mm512_add_ps(a, b); }
