@@ -87,13 +87,13 @@ QVL_API void qvl_free(void *p);
 
 /* ---- process-wide settings ------------------------------------------------------------------ */
 
-/* The vision tower arithmetic of models loaded from now on: "fast" (the default: bf16 dot products
- * on F16/BF16 mmproj weights) or "exact" (fp32, as transformers). QVL_ERR_INVALID_ARG for anything
- * else. Call before loading, from one thread. */
+/* Deprecated: give qvl_model_params.precision and qvl_engine_params.kv_type instead (one process
+ * can then hold an exact and a fast model, or engines with f16 and f32 caches). These set the
+ * process default that a model or engine whose parameter is NULL takes: the vision tower's "fast"
+ * (the default) or "exact", and the KV cache's "f16" (the default) or "f32". QVL_ERR_INVALID_ARG for
+ * anything else. Call before loading / starting, from one thread. The library reads no environment
+ * variable for them (the qvl commands turn QVL_PRECISION / QVL_KV_TYPE into these parameters). */
 QVL_API qvl_status qvl_set_precision(const char *name);
-/* The KV cache element type of the sequences made from now on: "f16" (the default: half the memory
- * per token, keys and values rounded once when stored) or "f32" (exact). QVL_ERR_INVALID_ARG for
- * anything else. Call before starting engines, from one thread. */
 QVL_API qvl_status qvl_set_kv_type(const char *name);
 /* The kernel variant in use ("ref", "avx2", "avx512") and the worker threads. Any thread. */
 QVL_API const char *qvl_isa(void);
@@ -107,9 +107,12 @@ typedef struct qvl_model_params {
   int threads;           /* kernel worker threads (process-wide); 0: QVL_THREADS or physical cores */
   const char *dtype;     /* NULL: weights as stored; else re-encode the matrices at load: "f32",
                           * "bf16", "f16", "q8_0", "q4_0", "q4_k" */
+  const char *precision; /* the vision tower's arithmetic: "fast" (bf16 dot products on F16/BF16
+                          * mmproj weights) or "exact" (fp32, as transformers); NULL: the process
+                          * default ("fast"). Each model keeps its own. */
 } qvl_model_params;
 
-/* threads 0, dtype NULL. */
+/* threads 0, dtype NULL, precision NULL. */
 QVL_API void qvl_model_params_default(qvl_model_params *p);
 /* true when name is one of the dtype names above. Any thread. */
 QVL_API bool qvl_dtype_valid(const char *name);
@@ -179,6 +182,9 @@ typedef struct qvl_engine_params {
   int64_t image_cache_mb;    /* image-embedding cache (default 256; 0 = off) */
   int64_t prefix_cache_mb;   /* reusable prefix KV (default 512; 0 = off) */
   int64_t request_timeout_ms;/* 0 = none */
+  const char *kv_type;       /* the KV cache element type of this engine's sequences and prefix
+                              * cache: "f16" (half the memory per token, keys and values rounded once
+                              * when stored) or "f32" (exact); NULL: the process default ("f16") */
 } qvl_engine_params;
 
 QVL_API void qvl_engine_params_default(qvl_engine_params *p);

@@ -28,6 +28,8 @@ qvl_status qvl_engine_start(const qvl_model *m, const qvl_engine_params *params,
 #define TO_CONFIG(field) c.field = params->field;
     ENGINE_PARAMS(TO_CONFIG)
 #undef TO_CONFIG
+    if (params->kv_type && kv_type_parse(params->kv_type, &c.kv_type) != QVL_OK)
+      return qvl_errorf(QVL_ERR_INVALID_ARG, "kv_type '%s': expected f16 or f32", params->kv_type);
   }
   qvl_engine *e = calloc(1, sizeof *e);
   if (!e)

@@ -50,12 +50,15 @@ qvl_status qvl_model_load(const char *path, const char *mmproj, const qvl_model_
     return qvl_errorf(QVL_ERR_INVALID_ARG, "qvl_model_load: no model path");
   if (p->dtype && !qvl_dtype_valid(p->dtype))
     return qvl_errorf(QVL_ERR_INVALID_ARG, "dtype '%s': expected f32, bf16, f16, q8_0, q4_0 or q4_k", p->dtype);
+  kn_precision prec;
+  if (p->precision && kn_precision_parse(p->precision, &prec) != QVL_OK)
+    return qvl_errorf(QVL_ERR_INVALID_ARG, "precision '%s': expected exact or fast", p->precision);
   QVL_TRY(kernels_init(NULL, p->threads));
   qvl_model *m = calloc(1, sizeof *m);
   if (!m)
     return qvl_errorf(QVL_ERR_NOMEM, "qvl_model_load: out of memory");
   vlm_paths paths = {path, mmproj};
-  vlm_load_opts lo = {.hf_dir = NULL, .dtype = p->dtype};
+  vlm_load_opts lo = {.hf_dir = NULL, .dtype = p->dtype, .precision = p->precision};
   qvl_status s = vlm_load_with(&paths, &lo, &m->v);
   if (s != QVL_OK) {
     free(m);

@@ -261,10 +261,7 @@ static qvl_status bench_image_stages(vlm *m, const bench_opts *o, cJSON *out) {
                 kn_precision_name(prec));
         continue;
       }
-      kn_precision keep = vision_precision();
-      vision_set_precision(prec);
-      st = vision_load_gguf(o->mmproj, &vm);
-      vision_set_precision(keep);
+      st = vision_load_gguf_prec(o->mmproj, prec, &vm);
       if (st != QVL_OK)
         break;
     }

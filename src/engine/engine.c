@@ -478,6 +478,8 @@ void engine_cancel(engine *e, uint64_t id) {
   pthread_mutex_unlock(&e->mu);
 }
 
+kv_type engine_kv_type(const engine *e) { return e->c.kv_type; }
+
 void engine_get_stats(engine *e, engine_stats *out) {
   pthread_mutex_lock(&e->mu);
   *out = e->st;

@@ -151,5 +151,7 @@ typedef struct engine_stats {
 } engine_stats;
 
 void engine_get_stats(engine *e, engine_stats *out);
+/* The KV element type of every sequence of this engine (its config's, resolved). Any thread. */
+kv_type engine_kv_type(const engine *e);
 
 #endif

@@ -34,10 +34,11 @@ static qvl_status init_text(const decoder_hparams *hp, wtable *t, const qvl_dtyp
   return decoder_init(hp, &src, out);
 }
 
-static qvl_status init_vision(const vision_hparams *hp, wtable *t, const qvl_dtype *dt, vision_model **out) {
+static qvl_status init_vision(const vision_hparams *hp, wtable *t, const qvl_dtype *dt, kn_precision prec,
+                              vision_model **out) {
   QVL_TRY(convert_table(t, dt, WTABLE_VISION));
   tensor_source src = wtable_source(t);
-  return vision_init(hp, &src, out);
+  return vision_init_prec(hp, &src, prec, out);
 }
 
 /* The weight table of an open GGUF (g is taken) whose hyper-parameters were read with status
@@ -60,19 +61,19 @@ static qvl_status load_text_gguf(gguf *g, const qvl_dtype *dt, decoder_model **o
   return init_text(&hp, t, dt, out);
 }
 
-static qvl_status load_vision_gguf(const char *path, const qvl_dtype *dt, vision_model **out) {
+static qvl_status load_vision_gguf(const char *path, const qvl_dtype *dt, kn_precision prec, vision_model **out) {
   if (!dt)
-    return vision_load_gguf(path, out);
+    return vision_load_gguf_prec(path, prec, out);
   gguf *g;
   QVL_TRY(gguf_open(path, &g));
   vision_hparams hp;
   wtable *t;
   QVL_TRY(gguf_table(g, vision_hparams_from_gguf(g, &hp), &t));
-  return init_vision(&hp, t, dt, out);
+  return init_vision(&hp, t, dt, prec, out);
 }
 
 /* A Hugging Face directory: tokenizer.json, then the weight tables under GGUF names. */
-static qvl_status load_hf(const char *dir, const qvl_dtype *dt, vlm *m) {
+static qvl_status load_hf(const char *dir, const qvl_dtype *dt, kn_precision prec, vlm *m) {
   QVL_TRY(hf_model_open(dir, &m->hf));
   const hf_config *c = hf_model_config(m->hf);
   QVL_TRY(tokenizer_init_hf(hf_model_path(m->hf, "tokenizer.json"), &m->tok));
@@ -81,7 +82,7 @@ static qvl_status load_hf(const char *dir, const qvl_dtype *dt, vlm *m) {
   QVL_TRY(init_text(&c->text, t, dt, &m->text));
   if (c->has_vision) {
     QVL_TRY(hf_model_vision_weights(m->hf, &t));
-    QVL_TRY(init_vision(&c->vision, t, dt, &m->vision));
+    QVL_TRY(init_vision(&c->vision, t, dt, prec, &m->vision));
     QVL_TRY(vision_check_text(m->vision, m->text->hp.n_embd, m->text->hp.n_deepstack));
   }
   /* config.json names the image tokens; a tokenizer that disagrees would place images wrongly. */
@@ -122,6 +123,9 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
     return qvl_errorf(QVL_ERR_INVALID_ARG, "unknown weight type '%s' (expected f32, bf16, f16, q8_0, q4_0 or q4_k)",
                       dts);
   const qvl_dtype *dt = dts ? &dtype : NULL;
+  kn_precision prec = vision_precision();
+  if (o && o->precision)
+    QVL_TRY(kn_precision_parse(o->precision, &prec));
   const char *label = hf ? hf_dir : p->model;
   vlm *m = calloc(1, sizeof *m);
   if (!m)
@@ -130,7 +134,7 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
   qvl_status s = QVL_OK;
   m->sampling = model_sampling_qwen3vl();
   if (hf) {
-    s = load_hf(hf_dir, dt, m);
+    s = load_hf(hf_dir, dt, prec, m);
     if (s == QVL_OK) {
       model_sampling_from_hf(hf_model_config(m->hf), &m->sampling);
       m->thinking = chat_template_is_thinking(hf_model_chat_template(m->hf));
@@ -159,7 +163,7 @@ qvl_status vlm_load_with(const vlm_paths *p, const vlm_load_opts *o, vlm **out) 
     }
     gguf_close(g);
     if (s == QVL_OK && p->mmproj && *p->mmproj) {
-      s = load_vision_gguf(p->mmproj, dt, &m->vision);
+      s = load_vision_gguf(p->mmproj, dt, prec, &m->vision);
       if (s == QVL_OK)
         s = vision_check_text(m->vision, m->text->hp.n_embd, m->text->hp.n_deepstack);
       if (s != QVL_OK)

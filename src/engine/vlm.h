@@ -37,6 +37,8 @@ typedef struct vlm_load_opts {
   const char *hf_dir; /* a Hugging Face model directory instead of the GGUF files (paths NULL) */
   const char *dtype;  /* NULL: weights as stored; else re-encode the matrices at load ("f32", "bf16",
                        * "f16", "q8_0", "q4_0", "q4_k"; norms stay F32; model/wtable.h) */
+  const char *precision; /* the tower's tier, "exact" or "fast"; NULL: the process default
+                          * (vision_precision) */
 } vlm_load_opts;
 
 typedef struct vlm {

@@ -3,9 +3,9 @@
  * as float32 or as IEEE half (F16, the default: half the bytes per token; rows are rounded once
  * when appended and attention widens them to fp32 in registers, kn_attention_f16kv).
  *
- * The element type is one process-wide setting (kv_set_default_type, from `--kv-type` /
- * QVL_KV_TYPE) unless a caller asks for one explicitly, so the caches of one engine (and the
- * prefix cache's blocks) all have the same type.
+ * The element type is the engine's (engine_config.kv_type, qvl_engine_params.kv_type); a caller
+ * that names none gets the process default (kv_set_default_type: the deprecated qvl_set_kv_type,
+ * f16 unless set). The caches of one engine (and its prefix cache's blocks) all have one type.
  *
  * The decoder's per-layer code only sees a kv_view (where layer l's rows live, how many are
  * already stored), so a paged cache for batched serving can hand out views of its own without

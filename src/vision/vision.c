@@ -197,24 +197,17 @@ static qvl_status load_vec(const tensor_source *src, const char *name, int64_t n
   return dequant_alloc(t, n, 1, out);
 }
 
-/* Precision tier of towers loaded from now on (vision_set_precision); -1 = not set: QVL_PRECISION,
- * else fast. */
-static int g_precision = -1;
+/* The process default tier of towers loaded without one (vision_set_precision: the deprecated
+ * qvl_set_precision). The library reads no environment: the commands turn QVL_PRECISION into
+ * --precision (src/options). */
+static _Atomic int g_precision = KN_PREC_FAST;
 
 void vision_set_precision(kn_precision p) { g_precision = (int)p; }
 
-kn_precision vision_precision(void) {
-  if (g_precision >= 0)
-    return (kn_precision)g_precision;
-  const char *e = getenv("QVL_PRECISION");
-  kn_precision p = KN_PREC_FAST;
-  if (e && *e && kn_precision_parse(e, &p) != QVL_OK)
-    p = KN_PREC_FAST; /* an unusable value is reported by the programs that read it (qvl_precision_env) */
-  return p;
-}
+kn_precision vision_precision(void) { return (kn_precision)g_precision; }
 
 /* A matrix W[n_out][n_in] (ggml ne {n_in, n_out}) prepared for kn_matmul. */
-static qvl_status load_mat(const tensor_source *src, const char *name, int64_t n_in, int64_t n_out,
+static qvl_status load_mat(const tensor_source *src, kn_precision prec, const char *name, int64_t n_in, int64_t n_out,
                            kn_weight *w) {
   const tensor *t = find(src, name);
   if (!t)
@@ -222,17 +215,17 @@ static qvl_status load_mat(const tensor_source *src, const char *name, int64_t n
   char expect[64];
   snprintf(expect, sizeof expect, "{%lld, %lld}", (long long)n_in, (long long)n_out);
   QVL_TRY(check_tensor(src, t, n_in, n_out, 1, 1, expect));
-  qvl_status s = kn_weight_init_prec(w, t, vision_precision());
+  qvl_status s = kn_weight_init_prec(w, t, prec);
   if (s != QVL_OK)
     return qvl_error_prefix(s, "mmproj '%s': tensor '%s': ", src->label, name);
   return QVL_OK;
 }
 
-static qvl_status load_linear(const tensor_source *src, const char *prefix, int64_t n_in, int64_t n_out,
+static qvl_status load_linear(const tensor_source *src, kn_precision prec, const char *prefix, int64_t n_in, int64_t n_out,
                               kn_weight *w, float **b) {
   char name[96];
   snprintf(name, sizeof name, "%s.weight", prefix);
-  QVL_TRY(load_mat(src, name, n_in, n_out, w));
+  QVL_TRY(load_mat(src, prec, name, n_in, n_out, w));
   snprintf(name, sizeof name, "%s.bias", prefix);
   return load_vec(src, name, n_out, b);
 }
@@ -308,7 +301,7 @@ static qvl_status load_pos_embed(vision_model *m) {
   return dequant_alloc(t, Dv, n, &m->pos);
 }
 
-static qvl_status load_merger(const tensor_source *src, const vision_hparams *hp, vision_merger *mg,
+static qvl_status load_merger(const tensor_source *src, kn_precision prec, const vision_hparams *hp, vision_merger *mg,
                               int64_t layer) {
   const int64_t D4 = hp->n_embd * hp->merge * hp->merge;
   char p[64];
@@ -316,16 +309,16 @@ static qvl_status load_merger(const tensor_source *src, const vision_hparams *hp
   if (layer < 0) {
     mg->norm_dim = hp->n_embd;
     QVL_TRY(load_norm(src, "v.post_ln", hp->n_embd, &mg->norm_w, &mg->norm_b));
-    QVL_TRY(load_linear(src, "mm.0", D4, D4, &mg->fc1, &mg->fc1_b));
-    return load_linear(src, "mm.2", D4, hp->proj_dim, &mg->fc2, &mg->fc2_b);
+    QVL_TRY(load_linear(src, prec, "mm.0", D4, D4, &mg->fc1, &mg->fc1_b));
+    return load_linear(src, prec, "mm.2", D4, hp->proj_dim, &mg->fc2, &mg->fc2_b);
   }
   mg->norm_dim = D4;
   snprintf(p, sizeof p, "v.deepstack.%lld.norm", (long long)layer);
   QVL_TRY(load_norm(src, p, D4, &mg->norm_w, &mg->norm_b));
   snprintf(p, sizeof p, "v.deepstack.%lld.fc1", (long long)layer);
-  QVL_TRY(load_linear(src, p, D4, D4, &mg->fc1, &mg->fc1_b));
+  QVL_TRY(load_linear(src, prec, p, D4, D4, &mg->fc1, &mg->fc1_b));
   snprintf(p, sizeof p, "v.deepstack.%lld.fc2", (long long)layer);
-  return load_linear(src, p, D4, hp->proj_dim, &mg->fc2, &mg->fc2_b);
+  return load_linear(src, prec, p, D4, hp->proj_dim, &mg->fc2, &mg->fc2_b);
 }
 
 /* DeepStack mergers are found by tensor presence (as llama.cpp does; clip.vision.is_deepstack_layers
@@ -371,6 +364,7 @@ static qvl_status check_hparams(const vision_hparams *hp, const char *label) {
 
 static qvl_status vision_load(vision_model *m) {
   const tensor_source *src = &m->src;
+  const kn_precision prec = m->precision;
   const vision_hparams *hp = &m->hp;
   QVL_TRY(check_hparams(hp, src->label));
   const int64_t Dv = hp->n_embd;
@@ -385,17 +379,17 @@ static qvl_status vision_load(vision_model *m) {
     snprintf(p, sizeof p, "v.blk.%lld.ln1", (long long)i);
     QVL_TRY(load_norm(src, p, Dv, &l->ln1_w, &l->ln1_b));
     snprintf(p, sizeof p, "v.blk.%lld.attn_qkv", (long long)i);
-    QVL_TRY(load_linear(src, p, Dv, 3 * Dv, &l->qkv, &l->qkv_b));
+    QVL_TRY(load_linear(src, prec, p, Dv, 3 * Dv, &l->qkv, &l->qkv_b));
     snprintf(p, sizeof p, "v.blk.%lld.attn_out", (long long)i);
-    QVL_TRY(load_linear(src, p, Dv, Dv, &l->out, &l->out_b));
+    QVL_TRY(load_linear(src, prec, p, Dv, Dv, &l->out, &l->out_b));
     snprintf(p, sizeof p, "v.blk.%lld.ln2", (long long)i);
     QVL_TRY(load_norm(src, p, Dv, &l->ln2_w, &l->ln2_b));
     snprintf(p, sizeof p, "v.blk.%lld.ffn_up", (long long)i);
-    QVL_TRY(load_linear(src, p, Dv, hp->n_ff, &l->up, &l->up_b));
+    QVL_TRY(load_linear(src, prec, p, Dv, hp->n_ff, &l->up, &l->up_b));
     snprintf(p, sizeof p, "v.blk.%lld.ffn_down", (long long)i);
-    QVL_TRY(load_linear(src, p, hp->n_ff, Dv, &l->down, &l->down_b));
+    QVL_TRY(load_linear(src, prec, p, hp->n_ff, Dv, &l->down, &l->down_b));
   }
-  QVL_TRY(load_merger(src, hp, &m->merger, -1));
+  QVL_TRY(load_merger(src, m->precision, hp, &m->merger, -1));
   int n_ds = 0;
   for (int64_t i = 0; i < hp->n_layer; i++)
     n_ds += has_deepstack(src, i);
@@ -406,11 +400,16 @@ static qvl_status vision_load(vision_model *m) {
   }
   for (int64_t i = 0; i < hp->n_layer; i++)
     if (has_deepstack(src, i))
-      QVL_TRY(load_merger(src, hp, &m->deepstack[m->n_deepstack++], i));
+      QVL_TRY(load_merger(src, m->precision, hp, &m->deepstack[m->n_deepstack++], i));
   return QVL_OK;
 }
 
 qvl_status vision_init(const vision_hparams *hp, const tensor_source *src, vision_model **out) {
+  return vision_init_prec(hp, src, vision_precision(), out);
+}
+
+qvl_status vision_init_prec(const vision_hparams *hp, const tensor_source *src, kn_precision prec,
+                            vision_model **out) {
   *out = NULL;
   vision_model *m = calloc(1, sizeof *m);
   if (!m) {
@@ -420,7 +419,7 @@ qvl_status vision_init(const vision_hparams *hp, const tensor_source *src, visio
   }
   m->hp = *hp;
   m->src = *src;
-  m->precision = vision_precision();
+  m->precision = prec;
   if (!m->src.label)
     m->src.label = "(tensor source)";
   qvl_status s = vision_load(m);
@@ -433,6 +432,10 @@ qvl_status vision_init(const vision_hparams *hp, const tensor_source *src, visio
 }
 
 qvl_status vision_load_gguf_file(gguf *g, vision_model **out) {
+  return vision_load_gguf_file_prec(g, vision_precision(), out);
+}
+
+qvl_status vision_load_gguf_file_prec(gguf *g, kn_precision prec, vision_model **out) {
   *out = NULL;
   vision_hparams hp;
   qvl_status s = vision_hparams_from_gguf(g, &hp);
@@ -441,14 +444,18 @@ qvl_status vision_load_gguf_file(gguf *g, vision_model **out) {
     return s;
   }
   tensor_source src = tensor_source_gguf(g);
-  return vision_init(&hp, &src, out);
+  return vision_init_prec(&hp, &src, prec, out);
 }
 
 qvl_status vision_load_gguf(const char *path, vision_model **out) {
+  return vision_load_gguf_prec(path, vision_precision(), out);
+}
+
+qvl_status vision_load_gguf_prec(const char *path, kn_precision prec, vision_model **out) {
   *out = NULL;
   gguf *g = NULL;
   QVL_TRY(gguf_open(path, &g));
-  return vision_load_gguf_file(g, out);
+  return vision_load_gguf_file_prec(g, prec, out);
 }
 
 static void merger_free(vision_merger *mg) {

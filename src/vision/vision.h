@@ -108,13 +108,14 @@ typedef struct vision_model {
   int n_deepstack;
   vision_merger *deepstack; /* [n_deepstack], sorted by tapped layer */
   tensor_source src;      /* keeps the weights' storage alive */
-  kn_precision precision; /* tier the matrices were prepared for (vision_set_precision) */
+  kn_precision precision; /* tier the matrices were prepared for (the loader's, else vision_precision()) */
 } vision_model;
 
-/* Precision tier of the towers loaded after this call (docs/KERNELS.md "Precision tiers"): fast
- * (default; F16/BF16 matrices use bf16 dot products where the CPU has them) or exact (fp32 as
- * transformers; the strict f32 tolerance). Without a call, QVL_PRECISION=exact|fast, else fast.
- * Quantized matrices (Q8_0, Q4_0, ...) use int8 activation blocks in both tiers. */
+/* Precision tiers (docs/KERNELS.md "Precision tiers"): fast (the default; F16/BF16 matrices use bf16
+ * dot products where the CPU has them) or exact (fp32 as transformers; the strict f32 tolerance).
+ * Quantized matrices (Q8_0, Q4_0, ...) use int8 activation blocks in both tiers. Each tower has
+ * its own (the *_prec loaders; one process can hold an exact and a fast tower); the loaders
+ * without _prec take the process default below, fast unless set (the deprecated qvl_set_precision). */
 void vision_set_precision(kn_precision p);
 kn_precision vision_precision(void);
 
@@ -125,11 +126,15 @@ qvl_status vision_hparams_from_gguf(const gguf *g, vision_hparams *hp);
 /* Builds a model from hyperparameters and a tensor source, checking every tensor's presence, shape
  * and type. Takes ownership of src: src->release is called on failure too. */
 qvl_status vision_init(const vision_hparams *hp, const tensor_source *src, vision_model **out);
+qvl_status vision_init_prec(const vision_hparams *hp, const tensor_source *src, kn_precision prec,
+                            vision_model **out);
 
 /* Opens an mmproj GGUF and loads it (the file stays mapped until vision_free). */
 qvl_status vision_load_gguf(const char *path, vision_model **out);
+qvl_status vision_load_gguf_prec(const char *path, kn_precision prec, vision_model **out);
 /* Same, taking ownership of an already opened GGUF (closed on failure too). */
 qvl_status vision_load_gguf_file(gguf *g, vision_model **out);
+qvl_status vision_load_gguf_file_prec(gguf *g, kn_precision prec, vision_model **out);
 
 void vision_free(vision_model *m);
 

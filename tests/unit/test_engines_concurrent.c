@@ -2,16 +2,21 @@
  * answering its own greedy requests again and again from its own thread, give exactly the ids the
  * same requests get one after another. The kernels' scratch and activation buffers belong to the
  * calling thread, so a second caller (which runs its loops serially while the first holds the
- * worker pool) never shares them. `make test` also runs this program under ThreadSanitizer. */
+ * worker pool) never shares them. `make test` also runs this program under ThreadSanitizer.
+ * Settings per model and engine (issue 32): one process holds an exact and a fast tower of the
+ * same files, and engines with f16 and f32 KV caches, side by side. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "capi/api_impl.h"
+#include "kernels/kernels.h"
 #include "qvl.h"
 #include "test.h"
 
 #define E2E "tests/fixtures/models/e2e/gguf/"
 #define MICRO_B "tests/fixtures/models/micro-b/gguf/"
+#define MICRO_A "tests/fixtures/models/micro-a/gguf/"
 #define IMAGE "tests/fixtures/images/scene_64x128.png"
 #define N_PROMPTS 4
 #define MAX_IDS 12
@@ -100,22 +105,30 @@ static void *run_side(void *arg) {
   return NULL;
 }
 
-static qvl_model *load(const char *text, const char *mmproj) {
+static qvl_model *load_prec(const char *text, const char *mmproj, const char *precision) {
   qvl_model_params mp;
   qvl_model_params_default(&mp);
   mp.threads = 2;
+  mp.precision = precision;
   qvl_model *m = NULL;
   CHECK(qvl_model_load(text, mmproj, &mp, &m) == QVL_OK, "load %s: %s", text, qvl_last_error());
   return m;
 }
+static qvl_model *load(const char *text, const char *mmproj) { return load_prec(text, mmproj, NULL); }
 
 /* Engines on the models ma, mb (the same one twice, or two): sequential answers first, then both
  * engines at once. */
-static void side_by_side(const char *what, const qvl_model *ma, const qvl_model *mb, int rounds) {
+static void side_by_side(const char *what, const qvl_model *ma, const qvl_model *mb, const char *const kv[2],
+                         int rounds) {
   side s[2] = {{.name = "first"}, {.name = "second"}};
   const qvl_model *m[2] = {ma, mb};
   for (int i = 0; i < 2; i++) {
-    CHECK(qvl_engine_start(m[i], NULL, &s[i].e) == QVL_OK, "%s: start: %s", what, qvl_last_error());
+    qvl_engine_params ep;
+    qvl_engine_params_default(&ep);
+    ep.kv_type = kv ? kv[i] : NULL;
+    CHECK(qvl_engine_start(m[i], &ep, &s[i].e) == QVL_OK, "%s: start: %s", what, qvl_last_error());
+    if (s[i].e && kv && kv[i])
+      CHECK(engine_kv_type(s[i].e->e) == (strcmp(kv[i], "f32") ? KV_TYPE_F16 : KV_TYPE_F32), "%s: KV %s", what, kv[i]);
     s[i].vision = qvl_model_has_vision(m[i]);
     s[i].rounds = rounds;
   }
@@ -147,10 +160,38 @@ int main(int argc, char **argv) {
   qvl_model *a = load(E2E "e2e-Q8_0.gguf", E2E "mmproj-e2e-F16.gguf");
   qvl_model *b = load(MICRO_B "micro-b-Q8_0.gguf", MICRO_B "mmproj-micro-b-Q8_0.gguf");
   if (a)
-    side_by_side("two engines on one model", a, a, rounds);
+    side_by_side("two engines on one model", a, a, NULL, rounds);
   if (a && b)
-    side_by_side("engines on two models", a, b, rounds);
+    side_by_side("engines on two models", a, b, NULL, rounds);
+  static const char *const kv[2] = {"f32", "f16"};
+  if (a)
+    side_by_side("engines with f32 and f16 caches", a, a, kv, 1);
   qvl_model_free(a);
   qvl_model_free(b);
+  /* An exact and a fast tower of the same files in one process: each keeps its tier, and where the
+   * fast tier rounds (bf16 dot products, or int8 blocks), their image answers may differ while each
+   * equals itself when asked again beside the other. */
+  qvl_model *ex = load_prec(MICRO_A "micro-a-F16.gguf", MICRO_A "mmproj-micro-a-F16.gguf", "exact");
+  qvl_model *fa = load_prec(MICRO_A "micro-a-F16.gguf", MICRO_A "mmproj-micro-a-F16.gguf", "fast");
+  qvl_model *bad = NULL;
+  qvl_model_params mp;
+  qvl_model_params_default(&mp);
+  mp.precision = "slow";
+  CHECK(qvl_model_load(MICRO_A "micro-a-F16.gguf", NULL, &mp, &bad) == QVL_ERR_INVALID_ARG && !bad &&
+            strstr(qvl_last_error(), "precision 'slow'"),
+        "a bad precision: %s", qvl_last_error());
+  qvl_engine_params ep;
+  qvl_engine_params_default(&ep);
+  ep.kv_type = "f8";
+  qvl_engine *be = NULL;
+  CHECK(ex && qvl_engine_start(ex, &ep, &be) == QVL_ERR_INVALID_ARG && !be && strstr(qvl_last_error(), "kv_type 'f8'"),
+        "a bad kv_type: %s", qvl_last_error());
+  if (ex && fa) {
+    CHECK(ex->v->vision->precision == KN_PREC_EXACT && fa->v->vision->precision == KN_PREC_FAST,
+          "each model keeps its tier");
+    side_by_side("an exact and a fast model", ex, fa, NULL, rounds);
+  }
+  qvl_model_free(ex);
+  qvl_model_free(fa);
   return TEST_SUMMARY("test_engines_concurrent");
 }
