@@ -71,6 +71,8 @@ qvl_status video_clip_open(const void *data, size_t size, const video_limits *li
   }
   if (s == QVL_OK)
     s = video_sample_indices(out->info.total_frames, out->info.fps, smp, out->indices, n, &out->n);
+  if (s == QVL_OK) /* a clip whose sampled frames would cost too much decoding is refused now */
+    s = video_reader_plan(out->reader, out->indices, out->n, NULL);
   if (s == QVL_OK)
     s = video_smart_resize(out->n, out->info.height, out->info.width, smp->min_pixels, smp->max_pixels,
                            &out->height, &out->width);

@@ -32,7 +32,8 @@ void video_limits_default(video_limits *l) {
                       .max_dim = VIDEO_DEFAULT_MAX_DIM,
                       .max_frames = VIDEO_DEFAULT_MAX_FRAMES,
                       .max_seconds = VIDEO_DEFAULT_MAX_SECONDS,
-                      .max_decoded = VIDEO_DEFAULT_MAX_DECODED};
+                      .max_decoded = VIDEO_DEFAULT_MAX_DECODED,
+                      .max_decoded_pixels = VIDEO_DEFAULT_MAX_DECODED_PIXELS};
 }
 
 typedef struct pkt_entry {
@@ -396,6 +397,7 @@ qvl_status video_reader_open(const void *data, size_t size, const video_limits *
   if (!r->lim.max_frames) r->lim.max_frames = def.max_frames;
   if (!(r->lim.max_seconds > 0)) r->lim.max_seconds = def.max_seconds;
   if (!r->lim.max_decoded) r->lim.max_decoded = def.max_decoded;
+  if (!r->lim.max_decoded_pixels) r->lim.max_decoded_pixels = def.max_decoded_pixels;
   r->data = data;
   r->size = size;
   r->stop = stop;
@@ -490,10 +492,14 @@ static qvl_status drain(video_reader *r, read_state *rs) {
       return QVL_OK;
     if (e < 0)
       return av_fail(QVL_ERR_FORMAT, e, "the video stream is corrupt");
-    if (++rs->decoded > r->lim.max_decoded) {
+    if (++rs->decoded > r->lim.max_decoded ||
+        (double)rs->decoded * r->info.width * r->info.height > (double)r->lim.max_decoded_pixels) {
       av_frame_unref(r->frame);
-      return qvl_errorf(QVL_ERR_TOO_LARGE, "reading the sampled frames would decode more than %lld frames",
-                        (long long)r->lim.max_decoded);
+      return qvl_errorf(QVL_ERR_TOO_LARGE,
+                        "reading the sampled frames would decode more than %lld frames or %.0f gigapixels of "
+                        "%dx%d video; sample fewer frames (fps or num_frames), or send a shorter or smaller clip",
+                        (long long)r->lim.max_decoded, (double)r->lim.max_decoded_pixels / 1e9, r->info.width,
+                        r->info.height);
     }
     int64_t i = r->by_pts ? frame_index(r, r->frame->best_effort_timestamp != AV_NOPTS_VALUE
                                                   ? r->frame->best_effort_timestamp
@@ -535,11 +541,45 @@ static qvl_status maybe_seek(video_reader *r, read_state *rs) {
   return QVL_OK;
 }
 
-qvl_status video_reader_read(video_reader *r, const int64_t *idx, int n, video_frame_fn fn, void *user) {
+static qvl_status check_indices(const video_reader *r, const int64_t *idx, int n) {
   for (int i = 0; i < n; i++)
     if (idx[i] < 0 || idx[i] >= r->info.total_frames || (i > 0 && idx[i] <= idx[i - 1]))
       return qvl_errorf(QVL_ERR_INVALID_ARG, "frame index %lld (position %d) is out of order or outside 0..%lld",
                         (long long)idx[i], i, (long long)r->info.total_frames - 1);
+  return QVL_OK;
+}
+
+/* The read of video_reader_read replayed on the frame table: from the last frame output, a
+ * wanted frame costs the frames up to it, or those from its key frame when the reader would seek
+ * there (maybe_seek's rule); without timestamps everything up to the last wanted frame. An upper
+ * bound: frames nothing refers to are skipped when nobody wants them. */
+qvl_status video_reader_plan(const video_reader *r, const int64_t *idx, int n, int64_t *frames_out) {
+  QVL_TRY(check_indices(r, idx, n));
+  int64_t frames = 0, last = -1;
+  if (!r->by_pts)
+    frames = n > 0 ? idx[n - 1] + 1 : 0;
+  for (int k = 0; r->by_pts && k < n; k++) {
+    int64_t key = r->key_of[idx[k]];
+    if (key > last + 1 + r->seek_gap)
+      last = key - 1;
+    frames += idx[k] - last;
+    last = idx[k];
+  }
+  if (frames_out)
+    *frames_out = frames;
+  double px = (double)frames * r->info.width * r->info.height;
+  if (frames > r->lim.max_decoded || px > (double)r->lim.max_decoded_pixels)
+    return qvl_errorf(QVL_ERR_TOO_LARGE,
+                      "sampling %d frames from this %dx%d video means decoding about %lld frames (%.1f gigapixels: "
+                      "its key frames are far apart), more than one request may cost here (%lld frames, %.0f "
+                      "gigapixels); sample fewer frames (fps or num_frames), or send a shorter or smaller clip",
+                      n, r->info.width, r->info.height, (long long)frames, px / 1e9, (long long)r->lim.max_decoded,
+                      (double)r->lim.max_decoded_pixels / 1e9);
+  return QVL_OK;
+}
+
+qvl_status video_reader_read(video_reader *r, const int64_t *idx, int n, video_frame_fn fn, void *user) {
+  QVL_TRY(video_reader_plan(r, idx, n, NULL));
   if (r->used) {
     close_fmt(r);
     avcodec_free_context(&r->cc);

@@ -48,16 +48,21 @@ typedef struct video_limits {
   int64_t max_frames;       /* frames in the stream */
   double max_seconds;       /* duration (frames / fps) */
   int64_t max_decoded;      /* frames one read may decode (sampled + the ones in between) */
+  int64_t max_decoded_pixels; /* the same frames x width x height: the CPU a read may cost */
 } video_limits;
 
 /* 256 MiB, 4096x2304 per frame (4K UHD fits, 8K does not), 8192 px a side, 36000 frames (20 min at
- * 30 fps), 1200 s, 40000 decoded frames per read. */
+ * 30 fps), 1200 s, 40000 decoded frames per read, and 80 gigapixels decoded per read: at the ~2.4
+ * gigapixels per CPU second that H.264 decoding took on the issue-31 Xeon (36,000 frames of 4096x2304
+ * in ~140 s), about 33 s of CPU, which still lets a 20-minute 1080p clip be read frame by frame
+ * (75 gigapixels); that issue's 4K clip (340) is refused before anything is decoded. */
 #define VIDEO_DEFAULT_MAX_BYTES ((size_t)256 << 20)
 #define VIDEO_DEFAULT_MAX_FRAME_PIXELS ((int64_t)4096 * 2304)
 #define VIDEO_DEFAULT_MAX_DIM 8192
 #define VIDEO_DEFAULT_MAX_FRAMES ((int64_t)36000)
 #define VIDEO_DEFAULT_MAX_SECONDS 1200.0
 #define VIDEO_DEFAULT_MAX_DECODED ((int64_t)40000)
+#define VIDEO_DEFAULT_MAX_DECODED_PIXELS ((int64_t)80000000000)
 
 void video_limits_default(video_limits *l);
 
@@ -107,5 +112,10 @@ typedef qvl_status (*video_frame_fn)(void *user, int k, int64_t index, const ima
  * each one, converted to RGB, to fn (k = its position in idx). Every frame must have the header's
  * size (ERR_FORMAT otherwise); a wanted frame that never comes is ERR_FORMAT (truncated stream). */
 qvl_status video_reader_read(video_reader *r, const int64_t *idx, int n, video_frame_fn fn, void *user);
+/* What reading the frames idx[0..n) (ascending) will decode at most, from the key frames and the
+ * seek rule, before anything is decoded: ERR_TOO_LARGE naming the estimate when it exceeds
+ * max_decoded or max_decoded_pixels (video_reader_read checks it first too, and counts the frames
+ * really decoded against both as it goes). *frames_out (may be NULL): the estimate. */
+qvl_status video_reader_plan(const video_reader *r, const int64_t *idx, int n, int64_t *frames_out);
 
 #endif

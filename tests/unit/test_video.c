@@ -201,6 +201,59 @@ static void test_h264_mp4(void) {
   buf_free(&b);
 }
 
+/* The decode budget (issue 31): sampling frames 0, 8, 15, 23 of the H.264 clip (key frames rare)
+ * means decoding every frame up to 23, which the plan knows before decoding anything; a budget
+ * below that refuses the clip at video_clip_open with a message naming the estimate, one just
+ * above lets it through, and a reader held to a budget its read exceeds decodes nothing. */
+static int counted_frames;
+static qvl_status count_frame(void *user, int k, int64_t index, const image_rgb *rgb) {
+  (void)user, (void)k, (void)index, (void)rgb;
+  counted_frames++;
+  return QVL_OK;
+}
+
+static void test_decode_budget(void) {
+  buf b;
+  if (!test_read_file(FIX "/videos/clip_96x64_24f_12fps_h264.mp4", &b))
+    return;
+  video_reader *r = NULL;
+  int64_t idx[4] = {0, 8, 15, 23}, frames = 0;
+  CHECK(video_reader_open(b.data, b.len, NULL, NULL, NULL, &r) == QVL_OK, "open: %s", qvl_last_error());
+  if (r) {
+    video_reader_set_seek_gap(r, 1000000); /* never seek: every frame up to 23 */
+    CHECK(video_reader_plan(r, idx, 4, &frames) == QVL_OK && frames == 24, "plan: %lld frames", (long long)frames);
+    video_reader_close(r);
+  }
+  video_limits lim;
+  video_limits_default(&lim);
+  lim.max_decoded_pixels = (int64_t)96 * 64 * 4; /* four frames' worth */
+  video_sampling smp;
+  video_sampling_default(&smp);
+  video_clip c;
+  qvl_status s = video_clip_open(b.data, b.len, &lim, &smp, NULL, NULL, &c);
+  CHECK(s == QVL_ERR_TOO_LARGE && strstr(qvl_last_error(), "gigapixels") && strstr(qvl_last_error(), "sample fewer"),
+        "refused at open: %d %s", s, qvl_last_error());
+  if (s == QVL_OK)
+    video_clip_free(&c);
+  lim.max_decoded_pixels = (int64_t)96 * 64 * 24;
+  s = video_clip_open(b.data, b.len, &lim, &smp, NULL, NULL, &c);
+  CHECK(s == QVL_OK, "a budget of every frame: %s", qvl_last_error());
+  if (s == QVL_OK) {
+    CHECK(video_clip_decode(&c, false) == QVL_OK, "decoded within the budget: %s", qvl_last_error());
+    video_clip_free(&c);
+  }
+  lim.max_decoded_pixels = (int64_t)96 * 64 * 10;
+  CHECK(video_reader_open(b.data, b.len, &lim, NULL, NULL, &r) == QVL_OK, "open");
+  if (r) {
+    video_reader_set_seek_gap(r, 1000000);
+    counted_frames = 0;
+    CHECK(video_reader_read(r, idx, 4, count_frame, NULL) == QVL_ERR_TOO_LARGE && counted_frames == 0,
+          "a read over the budget decodes nothing: %d frames", counted_frames);
+    video_reader_close(r);
+  }
+  buf_free(&b);
+}
+
 typedef struct frames_copy {
   uint8_t *data;
   size_t frame;
@@ -344,6 +397,7 @@ static void test_bad_inputs(void) {
 }
 
 int main(void) {
+  test_decode_budget();
   test_frame_sampling();
   test_smart_resize();
   test_case_clip("micro-a/f32/video_basic", "clip_96x64_10f_5fps.mkv", 4096, 65536);

@@ -181,6 +181,19 @@ static qvl_status prep_stop(void *user) {
   return call_prep_check(k->srv, k->fd, k->deadline);
 }
 
+bool call_admit(server *s, struct MHD_Connection *c, conn_req *r) {
+  pthread_mutex_lock(&s->mu);
+  bool admitted = !atomic_load(&s->draining);
+  if (admitted) {
+    s->accepted++;
+    r->accepted = true;
+  }
+  pthread_mutex_unlock(&s->mu);
+  const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  r->fd = fdi ? fdi->connect_fd : -1;
+  return admitted;
+}
+
 double call_deadline(const server *s, const conn_req *r) {
   return s->cfg->timeout_s > 0 ? r->log.t0 + (double)s->cfg->timeout_s : 0;
 }

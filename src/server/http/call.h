@@ -79,6 +79,10 @@ bool call_client_gone(int fd);
 qvl_status call_prep_check(server *s, int fd, double deadline);
 /* When a request that arrived as r times out (timeout_s; 0 when there is none). */
 double call_deadline(const server *s, const conn_req *r);
+/* Admission, linearised with server_drain: false once draining has begun; otherwise r is counted in
+ * server.accepted, so the drain waits until its response has been sent (request_on_completed). Also
+ * records the connection's fd in r, for the stop checks that notice a client that left. */
+bool call_admit(server *s, struct MHD_Connection *c, conn_req *r);
 /* Where a request's images and videos may come from, and the caps on its videos, under this
  * server's settings (data: URLs, allow-listed fetches, --max-image-mb, --max-video-mb,
  * --video-max-seconds). */

@@ -39,17 +39,7 @@ static enum MHD_Result reply_result(struct MHD_Connection *c, server *s, conn_re
 
 enum MHD_Result chat_endpoint_serve(struct MHD_Connection *c, server *s, conn_req *r, bool job, compat_request *cr) {
   api_error e;
-  /* Admission, linearised with server_drain: once draining is set no request is admitted, and the
-   * drain waits for every admitted one until its response has been sent (request_on_completed). */
-  pthread_mutex_lock(&s->mu);
-  bool admitted = !atomic_load(&s->draining);
-  if (admitted) {
-    s->accepted++;
-    r->accepted = true;
-  }
-  pthread_mutex_unlock(&s->mu);
-  const union MHD_ConnectionInfo *fdi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-  r->fd = fdi ? fdi->connect_fd : -1;
+  bool admitted = call_admit(s, c, r);
   pthread_rwlock_rdlock(&s->be_lock);
   if (!admitted || !s->ready) {
     bool draining = !admitted;

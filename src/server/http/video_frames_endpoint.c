@@ -9,6 +9,7 @@
 #include "server/http/reply.h"
 #include "server/http/server_state.h"
 #include "server/openai/video_frames_wire.h"
+#include "image/budget.h"
 #include "video/thumbs.h"
 
 typedef struct frames_stop {
@@ -40,9 +41,15 @@ static bool data_url_fits(const char *url, size_t max_bytes, api_error *e) {
 
 enum MHD_Result video_frames_endpoint(struct MHD_Connection *c, server *s, conn_req *r, const request_target *t) {
   (void)t;
+  api_error e;
+  /* Counted by the drain like a chat request, and stopped when its client leaves (the fd). */
+  if (!call_admit(s, c, r)) {
+    static const char *const close_hdr[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
+    api_error_status(&e, QVL_ERR_BUSY, "shutting_down", NULL, "the server is shutting down");
+    return reply_error(c, s, r, &e, close_hdr);
+  }
   api_limits lim;
   call_fill_limits(s, &lim);
-  api_error e;
   video_frames_request req;
   if (!video_frames_parse(r->body.data ? r->body.data : "", r->body.len, &lim, &req, &e))
     return reply_error(c, s, r, &e, NULL);
@@ -61,10 +68,18 @@ enum MHD_Result video_frames_endpoint(struct MHD_Connection *c, server *s, conn_
   if (!data_url_fits(req.url, vlim.max_bytes, &e))
     goto out;
   st = image_source_read(req.url, &src, &bytes);
+  /* A decode slot, as the chat path's video decodes take: however many strips are asked for, video
+   * CPU stays under --max-decodes (and video_clip_open refuses a clip whose sampled frames would
+   * cost more decoding than one request may). */
+  bool slot = false;
+  if (st == QVL_OK)
+    slot = (st = image_budget_slot_take(s->budget, stop_check, &stop)) == QVL_OK;
   if (st == QVL_OK)
     st = video_clip_open(bytes.data, bytes.len, &vlim, &req.sampling, stop_check, &stop, &clip);
   if (st == QVL_OK)
     st = video_clip_thumbnails(&clip, req.thumb_width, req.thumb_height, &thumbs);
+  if (slot)
+    image_budget_slot_give(s->budget);
   if (st != QVL_OK) {
     api_error_from_status(&e, st, qvl_last_error());
     goto out;
