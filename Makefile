@@ -45,12 +45,24 @@ ISA_FLAGS_avx512_bf16 := $(ISA_FLAGS_avx512) -mavx512bf16
 ISA_FLAGS_amx := $(ISA_FLAGS_avx512_bf16) -mamx-tile -mamx-int8 -mamx-bf16
 ISA_FLAGS_amx_sim512 := $(ISA_FLAGS_avx512_bf16)
 
+# AMX kernels: written once (src/kernels/amx_gemm.c, amx_attn.c) and compiled once per target
+# (src/kernels/amx_target.h): the hardware's tiles (hw), the portable tile model (sim) and the tile
+# model with the hardware build's AVX-512 lanes (sim512). Objects are NAME-TARGET.o. The x86
+# targets compile to nothing on other machines, so the AVX-512 flags are given only on x86-64.
+AMX_KERNEL_SRC := src/kernels/amx_gemm.c src/kernels/amx_attn.c
+AMX_TARGETS := hw sim sim512
+ON_X86_64 := $(filter x86_64%,$(shell $(CC) -dumpmachine 2>/dev/null))
+AMX_FLAGS_hw := -DAMX_TARGET_HW $(if $(ON_X86_64),$(ISA_FLAGS_amx))
+AMX_FLAGS_sim := -DAMX_TARGET_SIM
+AMX_FLAGS_sim512 := -DAMX_TARGET_SIM512 $(if $(ON_X86_64),$(ISA_FLAGS_amx_sim512))
+amx_objs = $(foreach t,$(AMX_TARGETS),$(patsubst src/%.c,$(1)/src/%-$(t).o,$(AMX_KERNEL_SRC)))
+
 # The service's directories: in libqvl_service.a, which `qvl` (and the tests) link before libqvl.a.
 SVC_DIRS := src/server src/commands src/hub src/options
 ALL_SRC := $(shell find src -name '*.c' | sort)
 SVC_SRC := $(filter $(addsuffix /%,$(SVC_DIRS)),$(ALL_SRC))
-LIB_SRC := $(filter-out $(SVC_SRC),$(ALL_SRC))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIB_SRC := $(filter-out $(SVC_SRC) $(AMX_KERNEL_SRC),$(ALL_SRC))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(call amx_objs,$(BUILD))
 SVC_OBJ := $(SVC_SRC:%.c=$(BUILD)/%.o)
 # The web UI (web/) is compiled into the service by tools/embed.c; the generated source lives in the
 # build directory, so it is added here by hand (the glob above only sees src/).
@@ -96,6 +108,7 @@ $(BUILD)/src/%.o: src/%.c
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
 	$(Q)$(CC) $(CFLAGS_LIB) -c $< -o $@
+
 
 $(BUILD)/apps/%.o: apps/%.c
 	@mkdir -p $(dir $@)
@@ -156,7 +169,8 @@ FUZZ_DIR := build/fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
   -D_GNU_SOURCE -Iinclude -Isrc -pthread $(PKG_CFLAGS)
-FUZZ_LIB_OBJ := $(ALL_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/gen/web_assets.o
+FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(filter-out $(AMX_KERNEL_SRC),$(ALL_SRC))) \
+  $(call amx_objs,$(FUZZ_DIR)/obj) $(FUZZ_DIR)/obj/gen/web_assets.o
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(FUZZ_DIR)/%,$(FUZZ_SRC))
 
 $(FUZZ_DIR)/obj/src/kernels/x86/%.o: src/kernels/x86/%.c
@@ -172,6 +186,19 @@ $(FUZZ_DIR)/obj/src/%.o: src/%.c
 $(FUZZ_DIR)/obj/gen/web_assets.o: $(BUILD)/gen/web_assets.c
 	@mkdir -p $(dir $@)
 	$(Q)clang $(FUZZ_CFLAGS) -c $< -o $@
+
+# The AMX kernels, once per target (see AMX_KERNEL_SRC above), in every build and the fuzz build.
+define amx_target_rule
+$$(BUILD)/src/kernels/%-$(1).o: src/kernels/%.c
+	@mkdir -p $$(dir $$@)
+	$$(call say,CC,$$<:$(1))
+	$$(Q)$$(CC) $$(CFLAGS_LIB) $$(AMX_FLAGS_$(1)) -c $$< -o $$@
+$$(FUZZ_DIR)/obj/src/kernels/%-$(1).o: src/kernels/%.c
+	@mkdir -p $$(dir $$@)
+	$$(call say,FUZZCC,$$<:$(1))
+	$$(Q)clang $$(FUZZ_CFLAGS) $$(AMX_FLAGS_$(1)) -c $$< -o $$@
+endef
+$(foreach t,$(AMX_TARGETS),$(eval $(call amx_target_rule,$(t))))
 
 $(FUZZ_DIR)/libqvl-fuzz.a: $(FUZZ_LIB_OBJ)
 	@rm -f $@

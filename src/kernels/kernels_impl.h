@@ -247,6 +247,14 @@ void kn_amxsim_override(kn_ops *ops);
 /* The same on the tile model with the `amx` build's AVX-512 vector code (x86/amx_sim512.c): the test
  * tier `amxsim512` on AVX-512 BF16 CPUs. */
 void kn_amxsim512_override(kn_ops *ops);
+/* The AMX kernels' entry points, one per target object (amx_target.h; _hw and _sim512 exist on
+ * x86-64 only): each installs its matmul or attention entries on top of the tier below. */
+void kn_amx_gemm_install_hw(kn_ops *ops, const char *name);
+void kn_amx_attn_install_hw(kn_ops *ops, const char *name);
+void kn_amx_gemm_install_sim(kn_ops *ops, const char *name);
+void kn_amx_attn_install_sim(kn_ops *ops, const char *name);
+void kn_amx_gemm_install_sim512(kn_ops *ops, const char *name);
+void kn_amx_attn_install_sim512(kn_ops *ops, const char *name);
 
 /* Per-thread scratch owned by the dispatcher: at least `bytes`, 64-byte aligned, kept between
  * calls (grows, never shrinks). NULL on allocation failure. */

@@ -1,7 +1,7 @@
 /*
  * A portable C model of the 16-lane fp32 vector operations the AMX attention's softmax is written
- * with (l16_*), the partner of the tile model: amx_sim.c includes this, x86/amx.c and
- * x86/amx_sim512.c include x86/lanes512.h, which defines the same names on AVX-512 registers.
+ * with (l16_*), the partner of the tile model: the `sim` target of amx_target.h includes this, the
+ * `hw` and `sim512` targets x86/lanes512.h, which defines the same names on AVX-512 registers.
  * Each function here states the exact result the AVX-512 form gives (operand order of max/min,
  * rounding, the reduction tree, denormals and NaN in the bf16 conversion), so the three builds do the same float
  * operations and the test tier `amxsim512` can check the hardware build's vector code against this

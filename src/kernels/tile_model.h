@@ -8,9 +8,9 @@
  * even; the int8 forms add the four exact products of a group to the int32 accumulator (wrapping).
  *
  * One tile state per thread (like the hardware's). The AMX kernels are written against the TL_*
- * macros of x86/amx_gemm.h, which map to these functions in amx_sim.c (the `amxsim` tier, any
- * CPU) and to the intrinsics in x86/amx.c, so the tests run the kernels' packing, blocking and
- * accumulation logic here even without AMX. A violated limit is a fault: counted (kn_tm_faults),
+ * macros of amx_target.h, which map to these functions in the simulated targets (`amxsim`,
+ * `amxsim512`, any CPU) and to the intrinsics in the hardware one, so the tests run the kernels'
+ * packing, blocking and accumulation logic here even without AMX. A violated limit is a fault: counted (kn_tm_faults),
  * logged once, and the instruction does nothing.
  */
 #ifndef QVL_KERNELS_TILE_MODEL_H

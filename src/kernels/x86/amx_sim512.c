@@ -1,16 +1,15 @@
 /*
- * The `amxsim512` test tier: the AMX kernels on the portable tile model, as in amx_sim.c, but with
- * the AVX-512 vector operations (lanes512.h) the `amx` build runs, compiled with the AVX-512 BF16
- * flags. On any AVX-512 BF16 CPU it tests the hardware build's vector code, and the tests hold it
- * bit for bit to `amxsim` (the portable lane model).
+ * The `amxsim512` test tier: the AMX kernels built for the portable tile model with the AVX-512
+ * vector code of the `amx` build (AMX_TARGET_SIM512). On any AVX-512 BF16 CPU it tests the hardware
+ * build's vector code, and the tests hold it bit for bit to `amxsim` (the portable lane model).
  */
 #if defined(__x86_64__)
 
-#include "kernels/x86/lanes512.h"
+#include "kernels/kernels_impl.h"
 
-#define AMX_SIM_OVERRIDE kn_amxsim512_override
-#define AMX_SIM_NAME "amx (tile model, AVX-512 lanes)"
-#define AMX_ACT32_QUANTIZE kn_avx512_act32_quantize
-#include "kernels/amx_sim.c"
+void kn_amxsim512_override(kn_ops *ops) {
+  kn_amx_gemm_install_sim512(ops, "amx (tile model, AVX-512 lanes)");
+  kn_amx_attn_install_sim512(ops, "amx (tile model, AVX-512 lanes)");
+}
 
 #endif

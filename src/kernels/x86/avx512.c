@@ -867,7 +867,7 @@ PEAK_PROBE(peak_int8, __m512i, _mm512_set1_epi32(i),
 double kn_avx512_peak_loop(kn_peak_kind kind, int64_t iters) {
   /* per instruction: 16 lanes x (1 FMA | 2 bf16 MACs | 4 int8 MACs), 2 operations per MAC */
   if (kind != KN_PEAK_F32_FMA && kind != KN_PEAK_INT8_DOT)
-    return 0; /* bf16: avx512_bf16.c; tiles: amx_gemm.h */
+    return 0; /* bf16: avx512_bf16.c; tiles: amx_gemm.c */
   double per = kind == KN_PEAK_F32_FMA ? 32 : 128;
   double n = kind == KN_PEAK_F32_FMA ? peak_f32(iters) : peak_int8(iters);
   return n * 16 * per;

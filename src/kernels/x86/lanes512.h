@@ -1,6 +1,6 @@
 /*
  * The l16_* vector operations of the AMX attention's softmax on AVX-512 registers (F/DQ/BF16), for
- * x86/amx.c (the hardware's tiles) and x86/amx_sim512.c (the tile model). lane_model.h is the
+ * the hw and sim512 targets of the AMX kernels (amx_target.h). lane_model.h is the
  * portable model of exactly these results; the test tier `amxsim512` holds the two equal bit for bit.
  */
 #ifndef QVL_KERNELS_X86_LANES512_H

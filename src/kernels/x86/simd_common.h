@@ -1,5 +1,5 @@
 /*
- * Helpers shared by the x86 variant files (avx2.c, avx512.c, avx512_bf16.c, amx.c). Everything
+ * Helpers shared by the x86 variant files (avx2.c, avx512.c, avx512_bf16.c, and amx_attn.c). Everything
  * here is static inline and written with macros over the vector type, so each file compiles it
  * with its own -m flags: one source for the exp polynomial instead of a copy per ISA file.
  */

@@ -1,8 +1,9 @@
 /*
- * The AMX matmul kernels, written once against the TL_* tile operations and included twice:
- * x86/amx.c maps TL_* to the AMX intrinsics (the `amx` tier), amx_sim.c maps them to the portable
- * tile model (tile_model.h; the `amxsim` test tier on any CPU). Plain C apart from TL_*, so the
- * model runs exactly this code: packing (pack.c), blocking, padding and accumulation.
+ * The AMX matmul kernels, written once against the TL_* tile operations and compiled once per
+ * target by the build (amx_target.h: the hardware's tiles for the `amx` tier, the portable tile
+ * model for `amxsim`, the tile model with the AVX-512 lanes for `amxsim512`). Plain C apart from
+ * TL_* and the l16 lanes, so the model runs exactly this code: packing (pack.c), blocking, padding
+ * and accumulation.
  *
  * One block loop (amx_run) for every kernel: tiles configured at the start of a tile call on the
  * calling pool thread and released at its end; blocks of 32 tokens (A rows of two halves of 16)
@@ -28,14 +29,14 @@
  * batch and thread invariance hold. Partial blocks of tokens read a zero-padded copy of their
  * rows (per-thread scratch), never past the activation buffer.
  */
-#ifndef QVL_KERNELS_AMX_GEMM_H
-#define QVL_KERNELS_AMX_GEMM_H
+#include "kernels/amx_target.h"
+
+#ifdef AMX_TARGET_BUILT
 
 #include <math.h>
 #include <string.h>
 
 #include "kernels/kernels_impl.h"
-#include "kernels/tile_model.h"
 #include "tensor/dtype.h"
 
 #define AMX_OUT 4096  /* the block's four fp32 C results */
@@ -45,16 +46,6 @@
  * (tested). Below AMX_INT8_TILE_MIN tokens the tiles are never a candidate. */
 #define AMX_INT8_MIN_TOKENS 16
 #define AMX_INT8_TILE_MIN 4
-
-/* Palette 1: C0..C3 16 x 64 bytes, A4, A5 16 x a_colsb, B6, B7 b_rows x 64. */
-static void amx_cfg(kn_tilecfg *c, int a_colsb, int b_rows) {
-  memset(c, 0, sizeof *c);
-  c->palette = 1;
-  for (int t = 0; t < 8; t++) {
-    c->rows[t] = (uint8_t)(t < 6 ? 16 : b_rows);
-    c->colsb[t] = (uint16_t)(t == 4 || t == 5 ? a_colsb : 64);
-  }
-}
 
 /* One block as its kernel sees it: token half h (0, and 1 if two_t) x panel q (0, and 1 if
  * two_p). */
@@ -404,7 +395,7 @@ static int amx_candidates(const kn_weight *w, int64_t n_tokens, const kn_mm_kern
   return 2;
 }
 
-static void amx_install(kn_ops *ops, const char *name) {
+void AMX_SYM(kn_amx_gemm_install)(kn_ops *ops, const char *name) {
   amx_prev_pack = ops->weight_pack;
   amx_prev_pack_fast = ops->weight_pack_fast;
   amx_prev_select = ops->mm_select;

@@ -1,7 +1,7 @@
 /*
  * The AMX vision attention (fast tier, head_dim 64), written once against the TL_* tile
- * operations like amx_gemm.h (whose tile configuration it uses) and included by x86/amx.c (the
- * hardware's tiles) and amx_sim.c (the tile model), so the tests run this exact code without AMX.
+ * operations like amx_gemm.c and compiled once per target by the build (amx_target.h: the
+ * hardware's tiles, or the tile model), so the tests run this exact code without AMX.
  *
  * The kernel contract is kn_ops.attention_fast (kernels_impl.h): queries [q0, q1) of one head, or
  * of one KV group when the tier below tiles by group (attn_by_group, followed here so the exact
@@ -20,18 +20,18 @@
  * of the call and released at its end. Rounding is the AVX-512 bf16 kernel's (q scale, k, v, p in
  * bf16; scores, softmax and sums in fp32), so the same oracle and tolerance apply. A row's result
  * depends only on its query, its visible keys and the fixed block order: thread and batch
- * invariance hold. The including file defines the l16_* vector operations: x86/lanes512.h (AVX-512,
+ * invariance hold. The target defines the l16_* vector operations: x86/lanes512.h (AVX-512,
  * the `amx` and `amxsim512` builds) or lane_model.h (portable, `amxsim`), which give the same bits;
  * fmaf / l16_fmadd_ps are written out wherever a product feeds a sum, so every build does the same
  * float operations (no contraction choices left to the compiler).
  */
-#ifndef QVL_KERNELS_AMX_ATTN_H
-#define QVL_KERNELS_AMX_ATTN_H
+#include "kernels/amx_target.h"
+
+#ifdef AMX_TARGET_BUILT
 
 #include <math.h>
 #include <string.h>
 
-#include "kernels/x86/amx_gemm.h"
 #include "kernels/x86/simd_common.h"
 
 #define AMX_AT_HD 64   /* the head size handled (the vision tower's); others: the tier below */
@@ -263,7 +263,7 @@ static void amx_at_prep(const kn_attn *a, int kvh, int64_t b, void *out) {
   amx_at_kv_block(a, kvh, b * AMX_AT_KB, out);
 }
 
-static void amx_attn_install(kn_ops *ops, const char *name) {
+void AMX_SYM(kn_amx_attn_install)(kn_ops *ops, const char *name) {
   amx_at_prev = ops->attention_fast ? ops->attention_fast : ops->attention;
   amx_at_by_group = ops->attn_by_group;
   ops->attention_fast = amx_attention_fast;
