@@ -88,10 +88,14 @@ static bool on_tiles(const kn_weight *w, int64_t n) {
   const kn_ops *o = kn_active_ops();
   const kn_mm_kernel *k[KN_TUNE_MAX_CAND];
   const char *name[KN_TUNE_MAX_CAND];
-  int nc = o->mm_candidates ? o->mm_candidates(w, n, k, name, KN_TUNE_MAX_CAND) : 0;
+  int n_safe = 0;
+  int nc = kn_mm_candidates(w, n, k, name, KN_TUNE_MAX_CAND, &n_safe);
   int cls = n <= 3 ? KN_CLASS_GEMV : n < 16 ? KN_CLASS_SHORT : KN_CLASS_GEMM;
   const kn_mm_kernel *run = w->pick[cls] ? w->pick[cls] : o->mm_select(w, n);
-  return nc >= 2 && run == k[nc - 1];
+  for (int c = n_safe; c < nc; c++) /* the candidates after the safe ones are the tiles */
+    if (run == k[c])
+      return true;
+  return false;
 }
 
 static bool is_quant(qvl_dtype t) {

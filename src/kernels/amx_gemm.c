@@ -305,7 +305,6 @@ static const kn_mm_kernel amx_mm_q4_0 = {kn_act32_bytes, AMX_ACT32_QUANTIZE, amx
 
 /* The entries of the tier below, which the AMX entries fall back to for everything else. */
 static double (*amx_prev_peak)(kn_peak_kind kind, int64_t iters);
-static const char *amx_prev_int8_name; /* its Q8_0 kernel's name */
 static const char *amx_name;
 static qvl_status (*amx_prev_pack)(kn_weight *w);
 static qvl_status (*amx_prev_pack_fast)(kn_weight *w);
@@ -386,13 +385,11 @@ static const kn_mm_kernel *amx_select(const kn_weight *w, int64_t n_tokens) {
  * CPU measured, the VNNI kernel won at 512 tokens: 792 against 502 GOP/s). */
 static int amx_candidates(const kn_weight *w, int64_t n_tokens, const kn_mm_kernel **k, const char **name, int max) {
   const kn_mm_kernel *tiles = amx_int8(w);
-  if (!tiles || n_tokens < AMX_INT8_TILE_MIN || max < 2)
+  if (!tiles || n_tokens < AMX_INT8_TILE_MIN || max < 1)
     return 0;
-  k[0] = amx_prev_select(w, n_tokens);
-  name[0] = amx_prev_int8_name;
-  k[1] = tiles;
-  name[1] = amx_name;
-  return 2;
+  k[0] = tiles;
+  name[0] = amx_name;
+  return 1;
 }
 
 void AMX_SYM(kn_amx_gemm_install)(kn_ops *ops, const char *name) {
@@ -401,7 +398,6 @@ void AMX_SYM(kn_amx_gemm_install)(kn_ops *ops, const char *name) {
   amx_prev_select = ops->mm_select;
   amx_prev_peak = ops->peak_loop;
   ops->peak_loop = amx_peak_loop;
-  amx_prev_int8_name = ops->choice[KN_OP_MM_Q8_0].kernel;
   amx_name = name;
   ops->mm_candidates = amx_candidates;
   ops->weight_pack = amx_pack;

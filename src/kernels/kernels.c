@@ -152,6 +152,10 @@ static kn_ops g_ops;
 static threadpool *g_pool;
 static int g_threads = 1;
 static bool g_forced;            /* the tier was forced (QVL_ISA or the caller), not chosen */
+/* The x86 tiers below the active one that this CPU runs, lowest first: their kernels read the same
+ * X16 panels and give the same bits (test_tune), so the tuning may time them (kn_lower_tiers). */
+static kn_lower_tier g_lower[N_LOWER_MAX];
+static int g_n_lower;
 static pthread_key_t g_ctx_key; /* frees a thread's context when the thread exits */
 static pthread_once_t g_ctx_once = PTHREAD_ONCE_INIT;
 static _Thread_local kn_ctx *t_ctx;     /* this thread's own context, as a caller */
@@ -455,6 +459,11 @@ static qvl_status init_impl(const char *isa, int n_threads, bool use_env) {
   ops.name = g_tiers[pick].name;
   if (!want && pick != T_AMX) /* AMX's fast tier is tiles, not vdpbf16ps */
     probe_choices(&ops, use_env);
+  int own = pick == T_AMXSIM ? sim_base(&f) : pick == T_AMXSIM512 ? T_AVX512BF16 : pick;
+  g_n_lower = 0;
+  for (int t = T_AVX2; t < own && t < T_AMX && g_n_lower < N_LOWER_MAX; t++)
+    if (g_tiers[t].has(&f))
+      g_lower[g_n_lower++] = (kn_lower_tier){g_tiers[t].name, build_ops(t).mm_select};
   g_ops = ops;
   g_forced = want != NULL;
   const char *tune_env = use_env ? getenv("QVL_TUNE") : NULL;
@@ -502,6 +511,11 @@ static inline const kn_ops *ops(void) {
 
 const char *kernels_isa(void) { return ops()->name; }
 const kn_ops *kn_active_ops(void) { return ops(); }
+int kn_lower_tiers(const kn_lower_tier **out) {
+  ops();
+  *out = g_lower;
+  return g_n_lower;
+}
 int kernels_threads(void) {
   ops();
   return g_threads;

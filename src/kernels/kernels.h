@@ -68,7 +68,7 @@ qvl_status kernels_tune_reset(void);
 const char *kernels_tune_file(void);
 /* One tuned shape: weight type and size, token class, the candidates' names and measured rates
  * (GOP/s; 0 when the result came from the file without rates) and the index chosen. */
-#define KN_TUNE_MAX_CAND 4
+#define KN_TUNE_MAX_CAND 6
 typedef struct kn_tune_row {
   const char *type;
   int64_t n_in, n_out;

@@ -118,9 +118,9 @@ typedef struct kn_ops {
   bool fast_int8;
   /* The matmul kernel for this weight and batch size (never NULL). */
   const kn_mm_kernel *(*mm_select)(const kn_weight *w, int64_t n_tokens);
-  /* Optional: kernels that could run this packed weight for n_tokens, all giving mm_select's bits
-   * (the tuning times them and takes the fastest). The first is the tier below's kernel, the
-   * one kept unless another is measured faster. Returns the count (< 2: nothing to choose). */
+  /* Optional: kernels of this tier beyond mm_select that could run this packed weight for
+   * n_tokens with the same bits (the AMX tiles for X16 Q8_0/Q4_0); the tuning times them with the
+   * lower tiers' and mm_select's (kn_mm_candidates). Returns the count. */
   int (*mm_candidates)(const kn_weight *w, int64_t n_tokens, const kn_mm_kernel **k, const char **name, int max);
   void (*weight_row)(const kn_weight *w, int64_t r, float *out);
   void (*rmsnorm)(const float *x, const float *w, int64_t n_rows, int64_t n, float eps, float *y);
@@ -268,6 +268,21 @@ qvl_status kn_matmul_with(const kn_weight *w, const kn_mm_kernel *k, const float
                           const float *bias, float *y);
 /* The active table (after kernels_init). */
 const kn_ops *kn_active_ops(void);
+/* The x86 tiers below the active one that this CPU runs, lowest first, with their matmul
+ * selection: for the X16 layouts every tier's kernels give the same bits, so the tuning times them
+ * against the active tier's (a kernel never replaces a lower tier's unless measured faster). */
+#define N_LOWER_MAX 8
+typedef struct kn_lower_tier {
+  const char *name;
+  const kn_mm_kernel *(*select)(const kn_weight *w, int64_t n_tokens);
+} kn_lower_tier;
+int kn_lower_tiers(const kn_lower_tier **out);
+/* The tuning's candidates for w at n tokens (tune.c), lowest tier first: the lower tiers' kernels
+ * and the active tier's own for X16 panels (each kernel once), then the tier's extra candidates
+ * (kn_ops.mm_candidates: AMX tiles). *n_safe: how many come before the extras (the ones the
+ * tuning may keep without measuring, KN_TUNE_OFF). */
+int kn_mm_candidates(const kn_weight *w, int64_t n_tokens, const kn_mm_kernel **k, const char **name, int max,
+                     int *n_safe);
 /* tune.c: chooses w->pick for each class (called by kn_weight_init after packing); tier_forced
  * says whether kernels_init took a forced tier. Never fails: without a measurement it keeps the
  * first candidate. */

@@ -29,8 +29,9 @@
 
 #define TUNE_MARGIN 0.95   /* a later candidate must take at most this share of the best time */
 #define TUNE_MAX_ROWS 256  /* shapes remembered (a model has about ten) */
-#define TUNE_BUDGET_S 0.15 /* timed runs per candidate stop after this much (at least one run) */
+#define TUNE_BUDGET_S 0.1 /* timed rounds of a shape stop after this much (at least one round) */
 #define TUNE_MAX_RUNS 5
+#define TUNE_DROP 1.5     /* a candidate whose warm-up run took this many times the fastest one's is out */
 
 typedef struct tune_entry {
   qvl_dtype type;
@@ -54,7 +55,9 @@ static atomic_llong g_measurements;
 static char g_delay_name[48];
 static int g_delay_usec;
 
-int64_t kn_class_tokens(int cls) { return cls == KN_CLASS_GEMV ? 1 : cls == KN_CLASS_SHORT ? 8 : 128; }
+/* 64 for prefill and vision: the dispatcher gives each task up to 64 tokens, so more tokens repeat
+ * the same tile work (and would only make the measurement longer). */
+int64_t kn_class_tokens(int cls) { return cls == KN_CLASS_GEMV ? 1 : cls == KN_CLASS_SHORT ? 8 : 64; }
 const char *kn_class_name(int cls) {
   return cls == KN_CLASS_GEMV ? "1-3 tokens" : cls == KN_CLASS_SHORT ? "4-15 tokens" : ">=16 tokens";
 }
@@ -299,7 +302,9 @@ static double timed_run(const kn_weight *w, const kn_mm_kernel *k, const char *n
 }
 
 /* Times the candidates on n tokens of deterministic activations, taking each one's best run
- * (runs interleaved across candidates, so a change of machine load hits them alike); fills e. */
+ * (runs interleaved across candidates, so a change of machine load hits them alike); fills e.
+ * A candidate whose warm-up run was TUNE_DROP times slower than the fastest one's is not run
+ * again (it could not win by the margin), which keeps a large shape (the LM head) to a few runs. */
 static bool measure(const kn_weight *w, int64_t n, const kn_mm_kernel **k, const char **name, int nc,
                     tune_entry *e) {
   float *x = malloc(sizeof(float) * (size_t)(n * w->n_in));
@@ -310,13 +315,16 @@ static bool measure(const kn_weight *w, int64_t n, const kn_mm_kernel **k, const
     s = s * 1664525u + 1013904223u;
     x[i] = (float)((int32_t)(s >> 8) - (1 << 23)) / (float)(1 << 23);
   }
-  double best[KN_TUNE_MAX_CAND], spent = 0;
-  for (int c = 0; ok && c < nc; c++) /* warm-up: packing pages, scratch, caches */
-    ok = timed_run(w, k[c], name[c], x, n, y) >= 0;
-  for (int c = 0; c < nc; c++)
-    best[c] = 1e30;
-  for (int r = 0; ok && r < TUNE_MAX_RUNS && (r == 0 || spent < TUNE_BUDGET_S * nc); r++)
+  double best[KN_TUNE_MAX_CAND], warm[KN_TUNE_MAX_CAND], fastest = 1e30, spent = 0;
+  for (int c = 0; ok && c < nc; c++) { /* warm-up: packing pages, scratch, caches */
+    ok = (warm[c] = best[c] = timed_run(w, k[c], name[c], x, n, y)) >= 0;
+    if (ok && warm[c] < fastest)
+      fastest = warm[c];
+  }
+  for (int r = 0; ok && r < TUNE_MAX_RUNS && (r == 0 || spent < TUNE_BUDGET_S); r++)
     for (int c = 0; ok && c < nc; c++) {
+      if (warm[c] > TUNE_DROP * fastest)
+        continue;
       double t = timed_run(w, k[c], name[c], x, n, y);
       ok = t >= 0;
       spent += t;
@@ -345,12 +353,51 @@ static int cand_index(const char **name, int nc, const char *want) {
   return -1;
 }
 
-static void tune_class(kn_weight *w, int cls, bool tier_forced) {
+static bool is_x16(int layout) { return layout >= KN_LAYOUT_X16_F32 && layout <= KN_LAYOUT_X16_Q6_K; }
+
+static int add_cand(const kn_mm_kernel **k, const char **name, int nc, int max, const kn_mm_kernel *kk,
+                    const char *nm) {
+  if (!kk || kk == &kn_mm_ref || nc >= max)
+    return nc;
+  for (int c = 0; c < nc; c++)
+    if (k[c] == kk)
+      return nc; /* the same kernel under a lower tier's name */
+  k[nc] = kk;
+  name[nc] = nm;
+  return nc + 1;
+}
+
+int kn_mm_candidates(const kn_weight *w, int64_t n_tokens, const kn_mm_kernel **k, const char **name, int max,
+                     int *n_safe) {
   const kn_ops *o = kn_active_ops();
+  const kn_mm_kernel *extra[KN_TUNE_MAX_CAND];
+  const char *extra_name[KN_TUNE_MAX_CAND];
+  int ne = o->mm_candidates ? o->mm_candidates(w, n_tokens, extra, extra_name, KN_TUNE_MAX_CAND) : 0;
+  int nc = 0;
+  if (w->packed && is_x16(w->layout)) { /* panels every x86 tier reads, with the same bits */
+    const kn_lower_tier *lo;
+    int nl = kn_lower_tiers(&lo);
+    for (int i = 0; i < nl; i++)
+      nc = add_cand(k, name, nc, max, lo[i].select(w, n_tokens), lo[i].name);
+    const kn_mm_kernel *own = o->mm_select(w, n_tokens);
+    bool own_extra = false;
+    for (int i = 0; i < ne; i++)
+      own_extra |= own == extra[i];
+    if (!own_extra)
+      nc = add_cand(k, name, nc, max, own, o->name);
+  }
+  *n_safe = nc;
+  for (int i = 0; i < ne; i++)
+    nc = add_cand(k, name, nc, max, extra[i], extra_name[i]);
+  return nc;
+}
+
+static void tune_class(kn_weight *w, int cls, bool tier_forced) {
   const kn_mm_kernel *k[KN_TUNE_MAX_CAND];
   const char *name[KN_TUNE_MAX_CAND];
   int64_t n = kn_class_tokens(cls);
-  int nc = o->mm_candidates ? o->mm_candidates(w, n, k, name, KN_TUNE_MAX_CAND) : 0;
+  int n_safe = 0;
+  int nc = kn_mm_candidates(w, n, k, name, KN_TUNE_MAX_CAND, &n_safe);
   w->pick[cls] = NULL;
   if (nc < 2)
     return;
@@ -358,8 +405,10 @@ static void tune_class(kn_weight *w, int cls, bool tier_forced) {
   kn_tune_mode mode = g_mode;
   if (mode == KN_TUNE_OFF || (mode == KN_TUNE_AUTO && tier_forced)) {
     pthread_mutex_unlock(&g_mu);
-    if (mode == KN_TUNE_OFF) /* nothing measured: the tier below's kernel */
-      w->pick[cls] = k[0];
+    /* nothing measured: a forced tier's own selection; with tuning off the tier's own kernel, but
+     * never one only the tuning may choose (the AMX tiles), whose place the best tier below takes */
+    if (mode == KN_TUNE_OFF && n_safe > 0)
+      w->pick[cls] = k[n_safe - 1];
     return;
   }
   load();

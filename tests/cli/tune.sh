@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `qvl tune` and the tuning file in the cache folder (docs/KERNELS.md "Tuning"): on a tier without
 # a choice of kernels it says so; on the amxsim test tier (the AMX kernels through the tile model
-# over AVX-512, made to tune with QVL_TUNE=always) it measures the Q8_0 shapes of a model, prints
-# each candidate's rate and writes the file keyed by the CPU into $QVL_CACHE/tuning/, which a later
+# over AVX-512, made to tune with QVL_TUNE=always) it measures the Q8_0 shapes of a model against
+# every x86 tier below, prints each candidate's rate and writes the file keyed by the CPU into $QVL_CACHE/tuning/, which a later
 # `qvl bench` reads instead of measuring; a damaged file is ignored with a warning.
 set -u
 BUILD=${BUILD:-build/rel}
@@ -24,9 +24,11 @@ else
   check '[ $? -eq 0 ]' "tune on amxsim failed: $(head -3 "$tmp/err")"
   check 'grep -q "^tuning (isa amxsim, 2 threads, file $QVL_CACHE/tuning/kernels-" "$tmp/out"' \
     "table header: $(head -2 "$tmp/out")"
-  # every row: Q8_0, a class of 4+ tokens (1-3 tokens are never on tiles), two candidates with rates
-  rows=$(grep -c "^  Q8_0 .* tokens .*GOP/s: .* [0-9]*, amx (tile model) [0-9]*$" "$tmp/out")
-  check '[ "$rows" -ge 2 ] && ! grep -q "1-3 tokens" "$tmp/out"' "rows: $(cat "$tmp/out")"
+  # rows: Q8_0, every class, the x86 tiers from avx2 up with their rates; the tiles from 4 tokens,
+  # never for 1-3
+  rows=$(grep -c "^  Q8_0 .* tokens .*GOP/s: avx2 [0-9]*, .*avx512 [0-9]*, amx (tile model) [0-9]*$" "$tmp/out")
+  check '[ "$rows" -ge 2 ] && grep -q "^  Q8_0 .*1-3 tokens .*GOP/s: avx2 [0-9]*, " "$tmp/out" &&
+    ! grep "1-3 tokens" "$tmp/out" | grep -q amx' "rows: $(cat "$tmp/out")"
   f=$(ls "$QVL_CACHE"/tuning/kernels-*.tune 2>/dev/null | head -1)
   check '[ -n "$f" ] && head -2 "$f" | grep -q "^key .*|amxsim|2 threads|"' "tuning file: $f"
   # a later start reads the file: the rows are marked as from the file
