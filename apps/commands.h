@@ -13,5 +13,6 @@ int cmd_make_random(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
 
 #endif

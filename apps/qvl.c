@@ -22,7 +22,8 @@ static void usage(FILE *f) {
           "  loadtest  concurrency table of a running server: qvl loadtest http://HOST:PORT --image F [--svg F]\n"
           "  make-random  write a random-weight model with the 2B shapes (benchmarks)\n"
           "  bench     stage-by-stage speed and batched decode throughput: qvl bench -m MODEL.gguf [--mmproj F]\n"
-          "  tune      measure the kernels' choices on this CPU again: qvl tune -m MODEL.gguf [--mmproj F]\n",
+          "  tune      measure the kernels' choices on this CPU again: qvl tune -m MODEL.gguf [--mmproj F]\n"
+          "  batch     one prompt over a folder of images/videos, resumable: qvl batch -m M --mmproj F -p P -o OUT.jsonl DIR\n",
           QVL_VERSION);
 }
 
@@ -36,6 +37,8 @@ int main(int argc, char **argv) {
   (void)qvl_tune_use_cache();
   if (!strcmp(argv[1], "tune"))
     return cmd_tune(argc, argv);
+  if (!strcmp(argv[1], "batch"))
+    return cmd_batch(argc, argv);
   if (!strcmp(argv[1], "run"))
     return cmd_run(argc, argv);
   if (!strcmp(argv[1], "chat"))
