@@ -39,17 +39,23 @@ typedef struct chat_opts {
   const char *system;
   char **images; /* attached to the first message */
   int n_images;
+  char **videos; /* attached to the first message, after the images */
+  int n_videos;
   int64_t ctx, min_px, max_px;
 } chat_opts;
 
 static const qvl_opt o_system = {"system", NULL, QVL_OPT_STR, .meta = "TEXT", .help = "a system message"};
 static const qvl_opt o_image = {"image", NULL, QVL_OPT_LIST, .max = CHAT_MAX_IMAGES, .meta = "FILE",
                                 .help = "an image for the first message (repeatable)"};
+static const qvl_opt o_video = {"video", NULL, QVL_OPT_LIST, .max = CHAT_MAX_IMAGES, .meta = "FILE",
+                                .help = "a clip (MP4/MOV, MKV/WebM, animated GIF) for the first message, after the "
+                                        "images (repeatable; /video PATH attaches one later)"};
 
 static const qvl_opt_bind chat_binds[] = {
     MODEL_ARGS_BINDS(chat_opts, m),
     QVL_OPT_FIELD(o_system, chat_opts, system),
     QVL_OPT_LIST_FIELD(o_image, chat_opts, images, n_images),
+    QVL_OPT_LIST_FIELD(o_video, chat_opts, videos, n_videos),
     GEN_OPTS_BINDS(chat_opts, g),
     QVL_OPT_FIELD(qvl_opt_min_pixels, chat_opts, min_px),
     QVL_OPT_FIELD(qvl_opt_max_pixels, chat_opts, max_px),
@@ -369,6 +375,9 @@ static int chat_main(chat_opts *o, int argc, char **argv) {
   chat_reset(&c);
   for (int i = 0; i < o->n_images; i++)
     if (!add_image(&c, o->images[i], true))
+      rc = 2;
+  for (int i = 0; i < o->n_videos; i++)
+    if (!add_media(&c, o->videos[i], true, true))
       rc = 2;
 
   /* Ctrl-C: stop the current answer, never the program (no SA_RESTART: a blocked read returns) */

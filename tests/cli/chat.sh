@@ -17,10 +17,12 @@ sock=
 trap 'tm kill-server 2>/dev/null; [ -n "$sock" ] && rm -f "$sock"; rm -rf "$tmp"' EXIT
 
 # ---- piped standard input: no terminal, one message per line, answers on stdout ----------------
-# piped_chat NAME: standard input to qvl chat with the e2e model and projector (greedy, 8 tokens);
-# its standard output to $tmp/NAME.out, standard error to $tmp/NAME.err.
+# piped_chat NAME [ARGS...]: standard input to qvl chat with the e2e model and projector (greedy, 8
+# tokens) and ARGS; its standard output to $tmp/NAME.out, standard error to $tmp/NAME.err.
 piped_chat() {
-  timeout 120 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --temp 0 -n 8 >"$tmp/$1.out" 2>"$tmp/$1.err"
+  local name=$1
+  shift
+  timeout 120 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --temp 0 -n 8 "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"
 }
 printf '/image %s\nwhat is in this picture?\nand the colours?\n/stats\n/save %s\n' "$IMG" "$tmp/piped.json" | piped_chat piped
 rc=$?
@@ -38,6 +40,12 @@ check '[ $rc -eq 0 ] && grep -q "^turns 2 " "$tmp/video.out"' "video chat: 2 tur
 check 'grep -q "image cache hits 0, misses 1" "$tmp/video.out"' "video chat: one encode for two turns: $(grep turns "$tmp/video.out")"
 check 'grep -q "\"video_url\"" "$tmp/video.json"' "video chat: /save keeps the video part"
 check 'grep -q "video 1 attached" "$tmp/video.err"' "video chat: /video is acknowledged"
+# the same clip from the command line (--video, which --help lists beside --image)
+printf 'what happens in this clip?\n/stats\n/save %s\n' "$tmp/video-arg.json" | piped_chat video-arg --video "$VID"
+rc=$?
+check '[ $rc -eq 0 ] && grep -q "image cache hits 0, misses 1" "$tmp/video-arg.out" && grep -q "\"video_url\"" "$tmp/video-arg.json"' \
+  "chat --video: the clip goes with the first message (rc $rc): $(grep turns "$tmp/video-arg.out") $(tail -2 "$tmp/video-arg.err")"
+check '"$QVL" chat --help 2>&1 | grep -q -- "^  --video FILE"' "qvl chat --help lists --video"
 echo "" | timeout 60 "$QVL" chat -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image /nonexistent.png >/dev/null 2>"$tmp/err2"
 rc=$?
 check '[ $rc -eq 2 ] && grep -q "/nonexistent.png: No such file" "$tmp/err2"' "a missing --image is reported (rc $rc): $(cat "$tmp/err2")"
