@@ -30,6 +30,10 @@ check '[ $rc -eq 0 ]' "piped chat exits 0 at the end of input (rc $rc): $(tail -
 check 'grep -q "^turns 2 " "$tmp/piped.out"' "piped: /stats counts 2 turns: $(cat "$tmp/piped.out")"
 check 'grep -Eq "prefix cache hits [1-9]" "$tmp/piped.out"' "piped: the second turn reused the first one's KV"
 check 'grep -q "\"image_url\"" "$tmp/piped.json" && [ $(grep -c "\"role\":" "$tmp/piped.json") -eq 4 ]' "piped: /save wrote 2 user + 2 assistant messages"
+# inlined FILE MIME: the first data: URL of that type in FILE, decoded (a server reads no local paths,
+# so /save writes the attached files as data: URLs, which it takes back as they are)
+inlined() { grep -o "\"url\":[[:space:]]*\"data:$2;base64,[^\"]*\"" "$1" | head -1 | sed 's/.*base64,//; s/"$//' | base64 -d; }
+check 'inlined "$tmp/piped.json" image/png | cmp -s - "$IMG"' "piped: /save inlines the image as a data: URL: $(grep -m1 '"url"' "$tmp/piped.json" | head -c 120)"
 check '! grep -q "> " "$tmp/piped.err"' "piped: no prompt without a terminal"
 # a video (issue 23): attached with /video, asked about twice; the follow-up encodes nothing (the
 # first turn's KV, video rows included, comes from the prefix cache): one vision encode in all
@@ -38,7 +42,8 @@ printf '/video %s\nwhat happens in this clip?\nand at the end?\n/stats\n/save %s
 rc=$?
 check '[ $rc -eq 0 ] && grep -q "^turns 2 " "$tmp/video.out"' "video chat: 2 turns (rc $rc): $(tail -3 "$tmp/video.err")"
 check 'grep -q "image cache hits 0, misses 1" "$tmp/video.out"' "video chat: one encode for two turns: $(grep turns "$tmp/video.out")"
-check 'grep -q "\"video_url\"" "$tmp/video.json"' "video chat: /save keeps the video part"
+check 'grep -q "\"video_url\"" "$tmp/video.json" && inlined "$tmp/video.json" "video/[a-z-]*" | cmp -s - "$VID"' \
+  "video chat: /save keeps the video part, inlined: $(grep -m1 '"url"' "$tmp/video.json" | head -c 120)"
 check 'grep -q "video 1 attached" "$tmp/video.err"' "video chat: /video is acknowledged"
 # the same clip from the command line (--video, which --help lists beside --image)
 printf 'what happens in this clip?\n/stats\n/save %s\n' "$tmp/video-arg.json" | piped_chat video-arg --video "$VID"
