@@ -2,7 +2,7 @@
 # README.md's "Without a download" works as written: the SERVE_ARGS of its `make serve` line start
 # qvl serve on the fixture models, the page answers, and its curl example, run as printed (only the
 # port changed), gets an answer from the model id it names. A renamed flag, fixture file or model id
-# fails here.
+# fails here, as does a flag of any `qvl CMD` example in the docs that CMD no longer takes.
 set -u
 BUILD=${BUILD:-build/rel}
 cd "$(dirname "$0")/../.."
@@ -40,4 +40,22 @@ if [ -n "$args" ] && [ -n "$example" ]; then
     check 'curl -s "http://127.0.0.1:$port/v1/models" | grep -q "\"id\":\"$id\""' "/v1/models does not list '$id'"
   fi
 fi
+
+# Every flag of a `qvl CMD ...` example line in README.md and docs/*.md is one that `qvl CMD --help`
+# lists (comments after '#' are not the command): a renamed or removed flag fails here.
+cmds=" run chat serve bench tokenize dump convert verify make-random loadtest "
+n_examples=0
+for f in README.md docs/*.md; do
+  while IFS= read -r l; do
+    cmd=$(printf '%s' "$l" | sed -E 's/^[0-9]+:[[:space:]]*(\.\/)?qvl ([a-z-]+).*/\2/')
+    case $cmds in *" $cmd "*) ;; *) continue ;; esac
+    n_examples=$((n_examples + 1))
+    help=$("$QVL" "$cmd" --help 2>&1)
+    for fl in $(printf '%s' "${l#*:}" | sed 's/#.*//' | grep -oE '(^|[[:space:]])--[a-z0-9-]+' | tr -d ' \t'); do
+      check 'printf "%s\n" "$help" | grep -qE -- "^  (-[a-zA-Z], )?$fl( |\$)"' "$f:${l%%:*}: qvl $cmd has no $fl (qvl $cmd --help)"
+    done
+  done < <(grep -nE '^[[:space:]]*(\./)?qvl [a-z-]+ ' "$f")
+done
+check '[ $n_examples -ge 20 ]' "only $n_examples qvl command lines found in the docs"
+
 summary cli-readme
