@@ -39,17 +39,23 @@ typedef struct chat_opts {
   const char *system;
   char **images; /* attached to the first message */
   int n_images;
+  char **videos; /* attached to the first message, after the images */
+  int n_videos;
   int64_t ctx, min_px, max_px;
 } chat_opts;
 
 static const qvl_opt o_system = {"system", NULL, QVL_OPT_STR, .meta = "TEXT", .help = "a system message"};
 static const qvl_opt o_image = {"image", NULL, QVL_OPT_LIST, .max = CHAT_MAX_IMAGES, .meta = "FILE",
                                 .help = "an image for the first message (repeatable)"};
+static const qvl_opt o_video = {"video", NULL, QVL_OPT_LIST, .max = CHAT_MAX_IMAGES, .meta = "FILE",
+                                .help = "a clip (MP4/MOV, MKV/WebM, animated GIF) for the first message, after the "
+                                        "images (repeatable; /video PATH attaches one later)"};
 
 static const qvl_opt_bind chat_binds[] = {
     MODEL_ARGS_BINDS(chat_opts, m),
     QVL_OPT_FIELD(o_system, chat_opts, system),
     QVL_OPT_LIST_FIELD(o_image, chat_opts, images, n_images),
+    QVL_OPT_LIST_FIELD(o_video, chat_opts, videos, n_videos),
     GEN_OPTS_BINDS(chat_opts, g),
     QVL_OPT_FIELD(qvl_opt_min_pixels, chat_opts, min_px),
     QVL_OPT_FIELD(qvl_opt_max_pixels, chat_opts, max_px),
@@ -66,7 +72,7 @@ static const qvl_opt_cmd chat_cmd = {
     "  /image PATH    attach an image to the next message (repeatable)\n"
     "  /video PATH    attach a video (MP4, MKV, WebM, GIF; 2 frames per second) to the next message\n"
     "  /reset         start a new conversation\n"
-    "  /save FILE     write the conversation as JSON (OpenAI messages)\n"
+    "  /save FILE     write the conversation as JSON (OpenAI messages, files inlined as data: URLs)\n"
     "  /stats         tokens, time to first token, tok/s, cache hits\n"
     "  /tokens N      tokens per answer at most from now on (as -n)\n"
     "  /help, /quit   (Ctrl-C stops an answer; Ctrl-D leaves)\n"
@@ -168,8 +174,84 @@ static void print_stats(const chat *c) {
   fflush(stdout);
 }
 
+/* The bytes of a whole file (malloc'd), or NULL with errno set. */
+static void *read_whole(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  char *data = NULL;
+  size_t cap = 0;
+  *len = 0;
+  if (!f)
+    return NULL;
+  for (;;) {
+    if (*len == cap) {
+      char *d = realloc(data, cap = cap ? cap * 2 : 1 << 16);
+      if (!d)
+        break;
+      data = d;
+    }
+    size_t n = fread(data + *len, 1, cap - *len, f);
+    *len += n;
+    if (n == 0) {
+      bool ok = !ferror(f);
+      fclose(f);
+      if (ok)
+        return data;
+      free(data);
+      errno = EIO;
+      return NULL;
+    }
+  }
+  fclose(f);
+  free(data);
+  errno = ENOMEM;
+  return NULL;
+}
+
+/*
+ * A copy of the conversation that the server takes back as it is (POST /v1/chat/completions): the
+ * server reads no local files, so each attached file is inlined as the data: URL it accepts. NULL
+ * when a file can no longer be read (said on stderr) or memory runs out.
+ */
+static cJSON *portable_messages(const cJSON *msgs) {
+  cJSON *copy = cJSON_Duplicate(msgs, true), *m;
+  cJSON_ArrayForEach(m, copy) {
+    cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content"), *part;
+    if (!cJSON_IsArray(content))
+      continue;
+    cJSON_ArrayForEach(part, content) {
+      bool video = cJSON_HasObjectItem(part, "video_url");
+      cJSON *media = cJSON_GetObjectItemCaseSensitive(part, video ? "video_url" : "image_url");
+      cJSON *url = media ? cJSON_GetObjectItemCaseSensitive(media, "url") : NULL;
+      if (!cJSON_IsString(url) || !strncmp(url->valuestring, "data:", 5))
+        continue;
+      size_t len;
+      void *bytes = read_whole(url->valuestring, &len);
+      char *inl = NULL;
+      if (!bytes)
+        fprintf(stderr, "qvl chat: /save: %s: %s\n", url->valuestring, strerror(errno));
+      else if ((video ? qvl_video_data_url(bytes, len, &inl) : qvl_image_data_url(bytes, len, &inl)) != QVL_OK)
+        fprintf(stderr, "qvl chat: /save: %s: %s\n", url->valuestring, qvl_last_error());
+      free(bytes);
+      cJSON *s = inl ? cJSON_CreateString(inl) : NULL;
+      qvl_free(inl);
+      if (!s || !cJSON_ReplaceItemInObjectCaseSensitive(media, "url", s)) {
+        cJSON_Delete(s);
+        cJSON_Delete(copy);
+        return NULL;
+      }
+    }
+  }
+  return copy;
+}
+
 static void save(const chat *c, const char *path) {
-  char *js = cJSON_Print(c->msgs);
+  cJSON *msgs = portable_messages(c->msgs);
+  if (!msgs) {
+    fprintf(stderr, "qvl chat: /save %s: nothing written\n", path);
+    return;
+  }
+  char *js = cJSON_Print(msgs);
+  cJSON_Delete(msgs);
   FILE *f = js ? fopen(path, "w") : NULL;
   if (!f) {
     fprintf(stderr, "qvl chat: /save %s: %s\n", path, js ? strerror(errno) : "out of memory");
@@ -369,6 +451,9 @@ static int chat_main(chat_opts *o, int argc, char **argv) {
   chat_reset(&c);
   for (int i = 0; i < o->n_images; i++)
     if (!add_image(&c, o->images[i], true))
+      rc = 2;
+  for (int i = 0; i < o->n_videos; i++)
+    if (!add_media(&c, o->videos[i], true, true))
       rc = 2;
 
   /* Ctrl-C: stop the current answer, never the program (no SA_RESTART: a blocked read returns) */

@@ -101,7 +101,9 @@ static qvl_status add_media(void *dst, const qvl_opt_bind *b, const char *path, 
 }
 
 static const qvl_opt o_prompt = {"prompt", "-p", QVL_OPT_STR, .meta = "TEXT",
-                                 .help = "the user message ('-' reads it from standard input)"};
+                                 .help = "the user message ('-' reads it from standard input); required, except "
+                                         "that with --image/--video it defaults to \"Describe this image.\" "
+                                         "(\"... video.\", \"these ...\")"};
 static const qvl_opt o_system = {"system", NULL, QVL_OPT_STR, .meta = "TEXT", .help = "a system message"};
 static const qvl_opt o_raw = {"raw", NULL, QVL_OPT_BOOL,
                               .help = "use the prompt as is, without the chat template (no images)"};
@@ -202,6 +204,23 @@ static int run_once(const run_opts *o, const char *prompt) {
   return rc;
 }
 
+/*
+ * The question when -p is absent. Without images or videos there is none: a made-up one would get
+ * a confident answer to something nobody asked, so that stays an error naming -p. With them,
+ * describing them is what is meant (examples/describe.c asks the same), and the question is
+ * printed on stderr, so it is never a silent guess.
+ */
+static const char *default_question(const run_opts *o) {
+  int videos = 0;
+  for (int i = 0; i < o->n_media; i++)
+    videos += o->is_video[i];
+  if (videos == 0)
+    return o->n_media == 1 ? "Describe this image." : "Describe these images.";
+  if (videos == o->n_media)
+    return o->n_media == 1 ? "Describe this video." : "Describe these videos.";
+  return "Describe these images and videos.";
+}
+
 int cmd_run(int argc, char **argv) {
   run_opts o = {.max_px = qvl_default_max_pixels()};
   gen_opts_init(&o.g);
@@ -210,10 +229,17 @@ int cmd_run(int argc, char **argv) {
     return rc;
   if (args_apply_process("qvl run", o.m.precision, o.m.kv_type))
     return 2;
-  if (o.prompt && (rc = args_resolve_model("qvl run", &o.m)) != 0)
+  bool asked = o.prompt != NULL;
+  if (!o.prompt && o.n_media)
+    o.prompt = default_question(&o);
+  if (!o.prompt)
+    return args_usage_error(&run_cmd, &o,
+                            "-p PROMPT is required: the question to ask (-p - reads it from standard input)");
+  /* the prompt first: a usage error must not wait for a download */
+  if ((rc = args_resolve_model("qvl run", &o.m)) != 0)
     return rc;
-  if (!o.m.model || !o.prompt)
-    return args_usage_error(&run_cmd, &o, !o.m.model ? "-m MODEL.gguf is required" : "-p PROMPT is required");
+  if (!o.m.model)
+    return args_usage_error(&run_cmd, &o, "-m MODEL.gguf (or --hf REPO) is required");
   if (o.raw && (o.n_media || o.system)) {
     fprintf(stderr, "qvl run: --raw takes the prompt as is; it cannot be combined with --image, --video or --system\n");
     return 2;
@@ -230,6 +256,8 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "qvl run: --image and --video need the vision projector: --mmproj MMPROJ.gguf\n");
     return 2;
   }
+  if (!asked)
+    fprintf(stderr, "qvl run: no -p given; asking \"%s\"\n", o.prompt);
   const char *prompt = o.prompt;
   char *stdin_prompt = NULL;
   if (!strcmp(prompt, "-") && !(prompt = stdin_prompt = read_stdin()))

@@ -28,6 +28,7 @@ qvl_status qvl_verify(const char *path, const char *hf, FILE *out, qvl_verify_co
   if (hf) {
     hub_opts o = {0};
     o.offline = 1; /* verify what is in the cache; never download */
+    o.cache_only = "qvl verify checks the cache only";
     QVL_TRY(hub_resolve(&o, hf, &f));
     path = f.dir;
   }

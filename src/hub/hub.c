@@ -164,7 +164,55 @@ typedef struct resolve_state {
   hub_http c;
   char *dir; /* snapshot directory */
   int offline;
+  const char *cache_only; /* hub_opts.cache_only */
+  const char *offline_by; /* what made it offline, as set: "QVL_OFFLINE=1", "--offline", ... */
+  const char *go_online;  /* how the user undoes that: "unset QVL_OFFLINE", ... */
+  const char *quant;      /* the spec's ":QUANT", or NULL */
 } resolve_state;
+
+/* ---- what to do next ---- */
+
+/* What works without the hub: model files one has already, with the exact command (`make serve`
+ * is the first thing a newcomer runs), and the fixture models the README starts in one command. */
+#define HUB_LOCAL_FILES_ADVICE                                                                                   \
+  "To serve model files you already have: ./qvl serve -m MODEL.gguf --mmproj MMPROJ.gguf (with make: make serve " \
+  "SERVE_ARGS='-m MODEL.gguf --mmproj MMPROJ.gguf'); to try the page and the API without a download, see "      \
+  "README.md, \"Without a download\""
+
+/* Appends what to do next to this thread's message, which says what failed. */
+static qvl_status add_advice(qvl_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static qvl_status add_advice(qvl_status s, const char *fmt, ...) {
+  char failed[1024], next[1024];
+  snprintf(failed, sizeof failed, "%s", qvl_last_error());
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(next, sizeof next, fmt, ap);
+  va_end(ap);
+  return qvl_errorf(s, "%s. %s", failed, next);
+}
+
+/* Why the cache only, named as the user set it, so that the way back names that setting and no
+ * other (an unset QVL_OFFLINE is no advice to someone who passed --offline). */
+static void offline_reason(const hub_opts *o, resolve_state *rs) {
+  rs->cache_only = o->offline > 0 ? o->cache_only : NULL;
+  if (env_true("QVL_OFFLINE"))
+    rs->offline_by = "QVL_OFFLINE=1", rs->go_online = "unset QVL_OFFLINE";
+  else if (env_true("HF_HUB_OFFLINE"))
+    rs->offline_by = "HF_HUB_OFFLINE=1", rs->go_online = "unset HF_HUB_OFFLINE";
+  else
+    rs->offline_by = "--offline", rs->go_online = "leave out --offline";
+}
+
+/* The cache lacks what an offline resolution needs: how to get it, and what works meanwhile. */
+static qvl_status cache_lacks_advice(const resolve_state *rs, qvl_status s) {
+  if (rs->cache_only)
+    return add_advice(s, "%s: a command with --hf downloads it first (./qvl serve --hf %s%s%s)", rs->cache_only,
+                      rs->c.repo, rs->quant ? ":" : "", rs->quant ? rs->quant : "");
+  return add_advice(s,
+                    "It is offline because of %s: to download, %s with the hub reachable, or with QVL_HF_ENDPOINT "
+                    "set to a mirror of it. " HUB_LOCAL_FILES_ADVICE,
+                    rs->offline_by, rs->go_online);
+}
 
 /* Confirms a complete file against the listing: sha256 (LFS), else git blob id, else size. */
 static qvl_status check_content(const char *path, const hub_entry *e, char sha256_out[65]) {
@@ -286,10 +334,9 @@ static qvl_status read_listing(const resolve_state *rs, const char *root, hub_li
   buf b = {0};
   qvl_status s = buf_read_file(p, HUB_MAX_JSON_BYTES, &b);
   if (s == QVL_ERR_NOT_FOUND)
-    s = qvl_errorf(QVL_ERR_NOT_FOUND,
-                   "offline mode: repo '%s' (revision '%s') is not in the cache %s (no %s); run once with network "
-                   "access, or unset QVL_OFFLINE",
-                   rs->c.repo, rs->c.revision, root, p);
+    s = cache_lacks_advice(rs, qvl_errorf(QVL_ERR_NOT_FOUND,
+                                          "offline mode: repo '%s' (revision '%s') is not in the cache %s (no %s)",
+                                          rs->c.repo, rs->c.revision, root, p));
   cJSON *j = NULL;
   if (s == QVL_OK && !(j = cJSON_ParseWithLength(b.data, b.len)))
     s = qvl_errorf(QVL_ERR_FORMAT, "%s: not JSON (delete it and run once online)", p);
@@ -461,16 +508,37 @@ static qvl_status resolve_locked(resolve_state *rs, const char *root, const char
     free(shards);
   }
   if (s == QVL_OK && missing.len)
-    s = qvl_errorf(QVL_ERR_NOT_FOUND,
-                   "offline mode: the cache %s lacks %s for '%s%s%s'; run once with network access to download %s",
-                   rs->dir, missing.data, rs->c.repo, out->quant ? ":" : "", out->quant ? out->quant : "",
-                   strchr(missing.data, ',') ? "them" : "it");
+    s = cache_lacks_advice(rs, qvl_errorf(QVL_ERR_NOT_FOUND, "offline mode: the cache %s lacks %s for '%s%s%s'",
+                                          rs->dir, missing.data, rs->c.repo, out->quant ? ":" : "",
+                                          out->quant ? out->quant : ""));
   buf_free(&missing);
   free(paths);
   free(sl.idx);
   free(sl.role);
   hub_listing_free(&l);
   return s;
+}
+
+/*
+ * The hub could not be reached (s, with its message): says what works without it. When the cache
+ * holds the whole model (an offline resolution succeeds) that is the cache; otherwise a mirror or
+ * local files, never the cache, which would only fail again. Called with the snapshot locked.
+ */
+static qvl_status unreachable_advice(resolve_state *rs, const char *root, qvl_status s) {
+  char failed[1024];
+  snprintf(failed, sizeof failed, "%s", qvl_last_error());
+  hub_files probe;
+  memset(&probe, 0, sizeof probe);
+  int was_offline = rs->offline;
+  rs->offline = 1;
+  int cached = resolve_locked(rs, root, rs->quant, &probe) == QVL_OK;
+  rs->offline = was_offline;
+  hub_files_free(&probe);
+  qvl_errorf(s, "%s", failed);
+  if (cached)
+    return add_advice(s, "The cache %s holds this model already: set QVL_OFFLINE=1 (or pass --offline) to use it "
+                      "without the hub", rs->dir);
+  return add_advice(s, "To download through a mirror of the hub, set QVL_HF_ENDPOINT to its URL. " HUB_LOCAL_FILES_ADVICE);
 }
 
 qvl_status hub_resolve(const hub_opts *o, const char *spec, hub_files *out) {
@@ -509,6 +577,8 @@ qvl_status hub_resolve(const hub_opts *o, const char *spec, hub_files *out) {
   c->connect_timeout_s = o->connect_timeout_s > 0 ? o->connect_timeout_s : 30;
   c->low_speed_time_s = o->low_speed_time_s > 0 ? o->low_speed_time_s : 60;
   rs.offline = o->offline > 0 || env_true("QVL_OFFLINE") || env_true("HF_HUB_OFFLINE");
+  offline_reason(o, &rs);
+  rs.quant = quant;
   if (s == QVL_OK && !revision_is_safe(c->revision))
     s = qvl_errorf(QVL_ERR_INVALID_ARG, "revision '%.200s': expected a branch, tag or commit id", c->revision);
   char *rev_dir = NULL, *repo_dir = NULL;
@@ -554,8 +624,13 @@ qvl_status hub_resolve(const hub_opts *o, const char *spec, hub_files *out) {
   }
   if (s == QVL_OK && !rs.offline)
     s = hub_http_open(c);
-  if (s == QVL_OK)
+  if (s == QVL_OK) {
     s = resolve_locked(&rs, root, quant, out);
+    if (s != QVL_OK && c->unreachable) {
+      hub_files_free(out);
+      s = unreachable_advice(&rs, root, s);
+    }
+  }
   if (lock_fd >= 0)
     close(lock_fd); /* releases the flock */
   hub_http_close(c);

@@ -35,6 +35,8 @@ typedef struct hub_opts {
   const char *cache_dir; /* NULL: $QVL_CACHE, $XDG_CACHE_HOME/qvl, ~/.cache/qvl */
   const char *revision;  /* NULL: "main" */
   int offline;           /* 1: cache only; 0: $QVL_OFFLINE decides */
+  const char *cache_only; /* offline by nature, not by the user's choice: the caller, named in messages
+                           * ("qvl verify checks"); NULL: offline is --offline or the environment */
   int progress;          /* 0: bar if stderr is a terminal, else sparse log lines; -1: silent */
   int max_retries;       /* attempts after the first one on network errors; 0: default (4); <0: none */
   int retry_base_ms;     /* first backoff, doubled per retry; 0: default 1000 */
@@ -79,7 +81,9 @@ typedef struct hub_files {
  *    preprocessor_config.json, generation_config.json.
  * On failure *out is empty and the message says what went wrong: repo/file not found (404),
  * gated (401/403: set HF_TOKEN), network unreachable, disk full, checksum mismatch (the corrupt
- * download is deleted), or, offline, which files the cache lacks.
+ * download is deleted), or, offline, which files the cache lacks. Where the hub cannot be reached
+ * or the cache lacks the files, it also says what to do next: the cache when it holds the model
+ * (--offline), else serving local files (the exact command) or a mirror (QVL_HF_ENDPOINT).
  */
 qvl_status hub_resolve(const hub_opts *o, const char *spec, hub_files *out);
 void hub_files_free(hub_files *f);

@@ -348,13 +348,14 @@ static long backoff_ms(const hub_http *c, int attempt) {
   return ms > 60000 ? 60000 : ms;
 }
 
-static qvl_status network_error(const hub_http *c, CURLcode rc, const char *what, int attempts) {
+/* What to do next is hub.c's to say: it knows whether the cache could stand in for the hub. */
+static qvl_status network_error(hub_http *c, CURLcode rc, const char *what, int attempts) {
   if (rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_PROXY ||
-      (rc == CURLE_OPERATION_TIMEDOUT && !strstr(what, "download")))
-    return qvl_errorf(QVL_ERR_IO,
-                      "cannot reach the hub at %s while %s: %s (%d attempt%s). Check the network, or set "
-                      "QVL_OFFLINE=1 to use the cache only",
-                      c->endpoint, what, curl_easy_strerror(rc), attempts, attempts == 1 ? "" : "s");
+      (rc == CURLE_OPERATION_TIMEDOUT && !strstr(what, "download"))) {
+    c->unreachable = 1;
+    return qvl_errorf(QVL_ERR_IO, "cannot reach the hub at %s while %s: %s (%d attempt%s)", c->endpoint, what,
+                      curl_easy_strerror(rc), attempts, attempts == 1 ? "" : "s");
+  }
   return qvl_errorf(rc == CURLE_OPERATION_TIMEDOUT ? QVL_ERR_TIMEOUT : QVL_ERR_IO, "%s failed: %s (%d attempt%s)", what,
                     curl_easy_strerror(rc), attempts, attempts == 1 ? "" : "s");
 }
@@ -397,7 +398,18 @@ static qvl_status get_json(hub_http *c, const char *url, const char *what, cJSON
     int retry = (rc != CURLE_OK && curl_retryable(rc)) || (rc == CURLE_OK && http_retryable(x.code));
     if (retry && attempt < c->max_retries) {
       buf_free(&x.body);
-      sleep_ms(backoff_ms(c, attempt));
+      long ms = backoff_ms(c, attempt);
+      /* the retries of an unreachable hub take a while: say so rather than sit silent */
+      if (c->progress >= 0) {
+        char why[64];
+        if (rc != CURLE_OK)
+          snprintf(why, sizeof why, "%s", curl_easy_strerror(rc));
+        else
+          snprintf(why, sizeof why, "HTTP %ld", x.code);
+        fprintf(stderr, "qvl: %s: %s; trying again in %.1f s (attempt %d of %d)\n", what, why, ms / 1000.0,
+                attempt + 2, c->max_retries + 1);
+      }
+      sleep_ms(ms);
       continue;
     }
     qvl_status s = QVL_OK;

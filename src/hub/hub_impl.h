@@ -90,6 +90,7 @@ typedef struct hub_http {
   int low_speed_time_s;
   CURL *curl;
   struct curl_slist *headers;
+  int unreachable; /* the last failure was not reaching the hub at all (hub.c adds what to do then) */
 } hub_http;
 
 qvl_status hub_http_open(hub_http *c);

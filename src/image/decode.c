@@ -188,10 +188,11 @@ static qvl_status unknown_format(const uint8_t *p, size_t size, image_format f) 
   if (f != IMAGE_FORMAT_UNKNOWN)
     return qvl_errorf(QVL_ERR_UNSUPPORTED,
                       "%s images are not supported; send JPEG, PNG or WebP", image_format_name(f));
-  char hex[3 * 8 + 1] = "";
-  size_t n = size < 8 ? size : 8;
+  /* each byte as 0xNN: a bare "23" reads as the decimal number */
+  char hex[5 * 8 + 1] = "";
+  size_t n = size < 8 ? size : 8, len = 0;
   for (size_t i = 0; i < n; i++)
-    snprintf(hex + 3 * i, sizeof hex - 3 * i, "%s%02x", i ? " " : "", p[i]);
+    len += (size_t)snprintf(hex + len, sizeof hex - len, "%s0x%02x", i ? " " : "", p[i]);
   const char *hint = "";
   if (size && (p[0] == '<' || p[0] == '{' || p[0] == '['))
     hint = " (it looks like text, perhaps an HTML error page or JSON instead of the image)";

@@ -738,7 +738,7 @@ static qvl_status get_int(const gguf *g, const char *key, const char *want, cons
 /* An integer key whose value must lie in [lo, hi] (fit names the target type in the error). */
 static qvl_status get_int_in(const gguf *g, const char *key, const char *want, const char *fit, int64_t lo,
                              int64_t hi, int64_t *out) {
-  const gguf_kv *kv;
+  const gguf_kv *kv = NULL;
   QVL_TRY(get_int(g, key, want, &kv));
   if (type_is_signed(kv->type)) {
     if (kv->num.i < lo || kv->num.i > hi)
@@ -794,7 +794,7 @@ qvl_status gguf_get_str(const gguf *g, const char *key, const char **out) {
 }
 
 qvl_status gguf_get_int_array(const gguf *g, const char *key, int64_t **out, uint64_t *n) {
-  const gguf_kv *kv;
+  const gguf_kv *kv = NULL;
   *out = NULL;
   *n = 0;
   QVL_TRY(lookup(g, key, &kv));
@@ -824,7 +824,7 @@ qvl_status gguf_get_int_array(const gguf *g, const char *key, int64_t **out, uin
 }
 
 qvl_status gguf_get_f32_array(const gguf *g, const char *key, float **out, uint64_t *n) {
-  const gguf_kv *kv;
+  const gguf_kv *kv = NULL;
   *out = NULL;
   *n = 0;
   QVL_TRY(lookup(g, key, &kv));
@@ -861,4 +861,16 @@ const tensor *gguf_find_tensor(const gguf *g, const char *name) {
   int64_t found;
   index_probe(&g->tensor_index, g, tensor_name_of, name, strlen(name), &found);
   return found >= 0 ? &g->tensors[found] : NULL;
+}
+
+/* A string key equal to want; absent or of another type is no match (and sets no error). */
+static bool key_str_is(const gguf *g, const char *key, const char *want) {
+  int64_t i = gguf_find_key(g, key);
+  size_t len = 0;
+  const char *v = i >= 0 && gguf_key_type(g, i) == GGUF_TYPE_STRING ? gguf_key_str(g, i, &len) : NULL;
+  return v && len == strlen(want) && !memcmp(v, want, len);
+}
+
+bool gguf_is_mmproj(const gguf *g) {
+  return key_str_is(g, "general.architecture", "clip") || key_str_is(g, "general.type", "mmproj");
 }

@@ -83,4 +83,12 @@ int64_t gguf_n_tensors(const gguf *g);
 const tensor *gguf_tensor_at(const gguf *g, int64_t i);
 const tensor *gguf_find_tensor(const gguf *g, const char *name); /* NULL if absent */
 
+/* A vision projector (llama.cpp's mmproj: architecture "clip" or general.type "mmproj"), so that
+ * loading one as the text model can say which flag it belongs to. */
+bool gguf_is_mmproj(const gguf *g);
+/* The message for that mistake, one wording wherever it is caught. */
+#define GGUF_MMPROJ_AS_MODEL_FMT                                                                                  \
+  "%s is a vision projector (mmproj), not a text model: pass it with --mmproj, and the text model with -m "      \
+  "(-m MODEL.gguf --mmproj MMPROJ.gguf)"
+
 #endif

@@ -296,12 +296,12 @@ static qvl_status check_list_add(check_list *c, const char *path, size_t path_le
     if (h)
       c->sha = h;
     if (!p || !z || !h)
-      return qvl_errorf(QVL_ERR_NOMEM, "verify: out of memory");
+      return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
     c->cap = cap;
   }
   char *d = strndup(path, path_len);
   if (!d)
-    return qvl_errorf(QVL_ERR_NOMEM, "verify: out of memory");
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   c->path[c->n] = d;
   c->size[c->n] = size;
   memcpy(c->sha[c->n], sha, 64);
@@ -418,7 +418,7 @@ static qvl_status check_all(const char *base, const check_list *c, const char *s
   }
   if (s == QVL_OK && (n_bad || n_missing))
     s = qvl_errorf(QVL_ERR_MISMATCH,
-                   "verify: %u of %zu files recorded in %s are damaged or missing (re-download them): %s",
+                   "%u of %zu files recorded in %s are damaged or missing (re-download them): %s",
                    n_bad + n_missing, c->n, source, bad.data);
   buf_free(&bad);
   return s;
@@ -427,7 +427,7 @@ static qvl_status check_all(const char *base, const check_list *c, const char *s
 qvl_status verify_model(const char *path, verify_report *report) {
   struct stat st;
   if (stat(path, &st) != 0)
-    return qvl_errorf(QVL_ERR_NOT_FOUND, "verify: %s: %s", path, strerror(errno));
+    return qvl_errorf(QVL_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
   check_list c = {0};
   qvl_status s = QVL_OK;
   buf src = {0};
@@ -436,7 +436,7 @@ qvl_status verify_model(const char *path, verify_report *report) {
     base = strdup(path);
     int found = 0;
     if (!base)
-      s = qvl_errorf(QVL_ERR_NOMEM, "verify: out of memory");
+      s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
     if (s == QVL_OK)
       s = manifest_to_list(path, &c, &found);
     if (s == QVL_OK)
@@ -448,11 +448,11 @@ qvl_status verify_model(const char *path, verify_report *report) {
         s = sums_to_list(src.data, NULL, &c);
       else if (s == QVL_OK)
         s = qvl_errorf(QVL_ERR_NOT_FOUND,
-                       "verify: %s: no recorded checksums (expected %s or SHA256SUMS in the directory)", path,
+                       "%s: no recorded checksums (expected %s or SHA256SUMS in the directory)", path,
                        VERIFY_MANIFEST_NAME);
     }
     if (s == QVL_OK && c.n == 0)
-      s = qvl_errorf(QVL_ERR_NOT_FOUND, "verify: %s lists no files", src.data);
+      s = qvl_errorf(QVL_ERR_NOT_FOUND, "%s lists no files", src.data);
   } else {
     const char *slash = strrchr(path, '/');
     const char *name = slash ? slash + 1 : path;
@@ -462,7 +462,7 @@ qvl_status verify_model(const char *path, verify_report *report) {
       base = strdup("/");
     }
     if (!base)
-      s = qvl_errorf(QVL_ERR_NOMEM, "verify: out of memory");
+      s = qvl_errorf(QVL_ERR_NOMEM, "out of memory");
     if (s == QVL_OK)
       s = buf_printf(&src, "%s.sha256", path);
     if (s == QVL_OK && access(src.data, R_OK) == 0) {
@@ -485,7 +485,7 @@ qvl_status verify_model(const char *path, verify_report *report) {
           s = check_list_add(&c, name, strlen(name), z, h);
         else if (s == QVL_ERR_NOT_FOUND)
           s = qvl_errorf(QVL_ERR_NOT_FOUND,
-                         "verify: %s: no recorded checksum (expected %s.sha256 or an entry in %s)", path, path,
+                         "%s: no recorded checksum (expected %s.sha256 or an entry in %s)", path, path,
                          src.data);
       }
     }
@@ -503,7 +503,7 @@ qvl_status verify_quick(const char *path) {
   const char *name = slash ? slash + 1 : path;
   char *base = slash ? (slash == path ? strdup("/") : strndup(path, (size_t)(slash - path))) : strdup(".");
   if (!base)
-    return qvl_errorf(QVL_ERR_NOMEM, "verify: out of memory");
+    return qvl_errorf(QVL_ERR_NOMEM, "out of memory");
   uint64_t z;
   qvl_status s = verify_manifest_get(base, name, &z, NULL);
   if (s == QVL_ERR_NOT_FOUND) {

@@ -33,8 +33,10 @@ qvl_status image_source_read(const char *url, const image_source_opts *o, buf *o
       return o->fetch_remote_stoppable(o->fetch_user, url, cap, o->stop, o->stop_user, out);
     if (!o || !o->fetch_remote)
       return qvl_errorf(QVL_ERR_INVALID_ARG,
-                        "image URL '%.200s': http(s) image URLs are disabled; send the image as a "
-                        "data: URL (base64) or enable remote images with an allow-list",
+                        "image URL '%.200s': http(s) image URLs are not fetched here; send the image as a data: "
+                        "URL (base64), or start qvl serve with --allow-image-url PREFIX (allow_image_url in its "
+                        "config file) to fetch the images whose URLs start with PREFIX; on the command line, "
+                        "download the image and pass its file",
                         url);
     return o->fetch_remote(o->fetch_user, url, cap, out);
   }

@@ -70,12 +70,8 @@ qvl_status decoder_hparams_from_gguf(const gguf *g, decoder_hparams *hp) {
     return qvl_errorf(QVL_ERR_FORMAT,
                       "%s: missing required key 'general.architecture' (not a llama.cpp model file?)", path);
   QVL_TRY(gguf_get_str(g, "general.architecture", &arch));
-  const char *type = NULL;
-  if (gguf_find_key(g, "general.type") >= 0 && gguf_get_str(g, "general.type", &type) != QVL_OK)
-    type = NULL;
-  if (strcmp(arch, "clip") == 0 || (type && strcmp(type, "mmproj") == 0))
-    return qvl_errorf(QVL_ERR_UNSUPPORTED,
-                      "%s: this is an mmproj (vision projector) file; pass it with --mmproj", path);
+  if (gguf_is_mmproj(g))
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, GGUF_MMPROJ_AS_MODEL_FMT, path);
   if (strcmp(arch, "qwen3vl") != 0)
     return qvl_errorf(QVL_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported, expected qwen3vl", path,
                       arch);

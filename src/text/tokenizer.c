@@ -525,6 +525,9 @@ qvl_status tokenizer_init_gguf(const gguf *g, tokenizer **out) {
   *out = NULL;
   const char *path = gguf_path(g);
   const char *model = NULL, *pre = NULL;
+  /* the projector has no tokenizer, and is read first: the mistake is the file, not its keys */
+  if (gguf_find_key(g, "tokenizer.ggml.model") < 0 && gguf_is_mmproj(g))
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, GGUF_MMPROJ_AS_MODEL_FMT, path);
   if (gguf_find_key(g, "tokenizer.ggml.model") < 0)
     return qvl_errorf(QVL_ERR_FORMAT, "%s: no tokenizer in this file (key 'tokenizer.ggml.model' is missing)", path);
   QVL_TRY(gguf_get_str(g, "tokenizer.ggml.model", &model));

@@ -1,5 +1,6 @@
 #include "video/decode.h"
 
+#include <ctype.h>
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/imgutils.h>
@@ -15,6 +16,7 @@
 
 /* Demuxers we open (names as libavformat spells them; a demuxer's name is a comma list) */
 static const char *const allowed_formats[] = {"matroska", "webm", "mov", "mp4", "gif"};
+#define VIDEO_CONTAINERS "MP4/MOV, Matroska/WebM, animated GIF"
 /* Decoders we run (libdav1d / libaom-av1 are Debian's AV1 decoders) */
 static const char *const allowed_decoders[] = {"h264", "hevc", "vp8", "vp9", "libvpx", "libvpx-vp9", "av1",
                                                "libdav1d", "libaom-av1", "ffv1", "gif"};
@@ -114,6 +116,21 @@ static bool name_in(const char *names, const char *const *list, size_t n) {
   return false;
 }
 
+/* FFmpeg reads a still image through a demuxer named after its format ("jpeg_pipe", "png_pipe"):
+ * that format in capitals ("JPEG") into out, or false when name is no such demuxer. */
+static bool image_demuxer(const char *name, char *out, size_t cap) {
+  size_t n = strlen(name);
+  const char *suffix = "_pipe";
+  if (n <= strlen(suffix) || strcmp(name + n - strlen(suffix), suffix) != 0 || cap == 0)
+    return false;
+  n -= strlen(suffix);
+  size_t i = 0;
+  for (; i < n && i + 1 < cap; i++)
+    out[i] = (char)toupper((unsigned char)name[i]);
+  out[i] = 0;
+  return true;
+}
+
 static qvl_status av_fail(qvl_status st, int err, const char *what) {
   char msg[AV_ERROR_MAX_STRING_SIZE] = "";
   av_strerror(err, msg, sizeof msg);
@@ -150,9 +167,15 @@ static qvl_status open_fmt(video_reader *r) {
   if (!name_in(fmt->name, allowed_formats, sizeof allowed_formats / sizeof *allowed_formats)) {
     av_freep(&io->buffer);
     avio_context_free(&io);
-    return qvl_errorf(QVL_ERR_UNSUPPORTED,
-                      "the container '%s' is not accepted (accepted: MP4/MOV, Matroska/WebM, animated GIF)",
-                      fmt->name);
+    char image[32];
+    /* FFmpeg's demuxer name means nothing to whoever sent a photo as a video */
+    if (image_demuxer(fmt->name, image, sizeof image))
+      return qvl_errorf(QVL_ERR_UNSUPPORTED,
+                        "this is a %s image, not a video: send it as an image (an image_url part; --image or /image "
+                        "on the command line). Accepted video containers: " VIDEO_CONTAINERS,
+                        image);
+    return qvl_errorf(QVL_ERR_UNSUPPORTED, "the container '%s' (%s) is not accepted (accepted: " VIDEO_CONTAINERS ")",
+                      fmt->name, fmt->long_name ? fmt->long_name : "?");
   }
   AVFormatContext *fc = avformat_alloc_context();
   if (!fc) {

@@ -72,13 +72,15 @@ fi
 # 5. Errors: exit status 1 or 2 and a message that says what is wrong.
 expect_error "cannot open" "$QVL" run -m /nonexistent/model.gguf -p hi
 expect_error "not a GGUF" "$QVL" run -m tests/fixtures/images/rgb_128x64.png -p hi
-expect_error "mmproj" "$QVL" run -m "$E2E/mmproj-e2e-F16.gguf" -p hi
+expect_error "is a vision projector (mmproj), not a text model: pass it with --mmproj" "$QVL" run -m "$E2E/mmproj-e2e-F16.gguf" -p hi
+expect_error "pass it with --mmproj" "$QVL" tokenize -m "$E2E/mmproj-e2e-F16.gguf" hi
 expect_error "mmproj" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/e2e-Q8_0.gguf" -p hi
 expect_error "does not fit" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj tests/fixtures/models/micro-a/gguf/mmproj-micro-a-F32.gguf -p hi
 expect_error "exceeds the context" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --ctx 64 -n 60 -p "What is the capital of France?"
 expect_error "--mmproj" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --image tests/fixtures/images/rgb_128x64.png -p hi
 expect_error "aspect ratio" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image tests/fixtures/images/wide_404x2.png -p hi
-expect_error "image" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image tests/fixtures/README.md -p hi
+# the first bytes in hex a reader cannot take for decimal ("starting with 23" was the '#')
+expect_error "not a recognised image: [0-9]* bytes starting with 0x23 0x20 0x71" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image tests/fixtures/README.md -p hi
 expect_error "unknown option" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --bogus -p hi
 expect_error "expects" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --temp abc -p hi
 expect_error "unknown command" "$QVL" frobnicate
@@ -104,8 +106,32 @@ if "$QVL" run -m "$MA/micro-a-F32.gguf" --mmproj "$MA/mmproj-micro-a-F32.gguf" -
 else
   bad "qvl run --video failed: $(cat "$tmp/err")"
 fi
-expect_error "container 'png_pipe' is not accepted" "$QVL" run -m "$MA/micro-a-F32.gguf" --mmproj "$MA/mmproj-micro-a-F32.gguf" --video tests/fixtures/images/rgb_128x64.png -p hi
+# an image sent as a video: named as the image it is (not FFmpeg's 'png_pipe'), with the containers accepted
+expect_error "this is a PNG image, not a video: send it as an image" "$QVL" run -m "$MA/micro-a-F32.gguf" --mmproj "$MA/mmproj-micro-a-F32.gguf" --video tests/fixtures/images/rgb_128x64.png -p hi
+expect_error "this is a JPEG image, not a video.*Accepted video containers: MP4/MOV, Matroska/WebM, animated GIF" "$QVL" run -m "$MA/micro-a-F32.gguf" --mmproj "$MA/mmproj-micro-a-F32.gguf" --video tests/fixtures/images/photo_96x60.jpg -p hi
 expect_error "exclude each other" "$QVL" run -m "$MA/micro-a-F32.gguf" --mmproj "$MA/mmproj-micro-a-F32.gguf" --video tests/fixtures/videos/clip_96x64_10f_5fps.mkv --video-fps 1 --video-frames 4 -p hi
 expect_error "--mmproj" "$QVL" run -m "$MA/micro-a-F32.gguf" --video tests/fixtures/videos/clip_96x64_10f_5fps.mkv -p hi
+
+# 8. Messages that name their fix (issue 36).
+# remote images: the flag that enables them, not just "an allow-list"
+expect_error "start qvl serve with --allow-image-url PREFIX" "$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image http://127.0.0.1:9/a.png -p hi
+# qvl verify: its own prefix once ("qvl: verify: verify: ..." before)
+expect_error "^qvl: verify: /nonexistent/model.gguf: No such file" "$QVL" verify /nonexistent/model.gguf
+check '! grep -q "verify: verify:" "$tmp/err"' "verify: doubled prefix: $(cat "$tmp/err")"
+# verify --hf on an empty cache, offline by design: no QVL_OFFLINE that was never set, the way to fill it
+expect_error "qvl verify checks the cache only: a command with --hf downloads it first (./qvl serve --hf test/none:Q8_0)" \
+  env -u QVL_OFFLINE -u HF_HUB_OFFLINE QVL_CACHE="$tmp/no-cache" "$QVL" verify --hf test/none:Q8_0
+check '! grep -q "OFFLINE" "$tmp/err"' "verify --hf names an offline setting: $(cat "$tmp/err")"
+# no -p: an error naming -p (even with --hf, which used to get "-m is required"), before any download
+expect_error "-p PROMPT is required: the question to ask" "$QVL" run -m "$E2E/e2e-Q8_0.gguf"
+expect_error "-p PROMPT is required" env QVL_HF_ENDPOINT=http://127.0.0.1:9 QVL_CACHE="$tmp/no-cache" "$QVL" run --hf test/none
+check '[ ! -e "$tmp/no-cache" ]' "qvl run --hf without -p touched the cache"
+# ... except with an image: "Describe this image.", said on stderr, the same request as with -p
+"$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image tests/fixtures/images/rgb_64x64.png --temp 0 -n 4 --json >"$tmp/d1.json" 2>"$tmp/d1.err"
+"$QVL" run -m "$E2E/e2e-Q8_0.gguf" --mmproj "$E2E/mmproj-e2e-F16.gguf" --image tests/fixtures/images/rgb_64x64.png --temp 0 -n 4 --json -p "Describe this image." >"$tmp/d2.json" 2>/dev/null
+ptok() { tr -d '\n\t ' <"$1" | sed -n 's/.*"prompt_tokens":\([0-9]*\).*/\1/p'; }
+check 'grep -q "no -p given; asking \"Describe this image.\"" "$tmp/d1.err"' "image without -p: no note on stderr: $(cat "$tmp/d1.err")"
+check '[ -n "$(ptok "$tmp/d1.json")" ] && [ "$(ptok "$tmp/d1.json")" = "$(ptok "$tmp/d2.json")" ] && [ "$(LC_ALL=C json_ids "$tmp/d1.json")" = "$(LC_ALL=C json_ids "$tmp/d2.json")" ]' \
+  "image without -p is not the request with -p \"Describe this image.\": $(head -c 200 "$tmp/d1.json") vs $(head -c 200 "$tmp/d2.json")"
 
 summary cli

@@ -73,7 +73,8 @@ test("bad videos: 4xx with a message", async () => {
   const cases = [
     ["data:video/x-matroska;base64," + bytes.subarray(0, 300).toString("base64"), 400, /video 1/],
     ["data:video/mp4;base64," + Buffer.from("not a video at all, just text bytes here").toString("base64"), 400, /not a video|container/],
-    [dataUrl("scene_64x128.png"), 400, /container 'png_pipe' is not accepted/],
+    [dataUrl("scene_64x128.png"), 400, /this is a PNG image, not a video: send it as an image.*MP4\/MOV/],
+    [dataUrl("photo_96x60.jpg"), 400, /this is a JPEG image, not a video/],
     ["http://127.0.0.1:9/clip.mp4", 400, /./],
     ["/etc/passwd", 400, /./],
   ];

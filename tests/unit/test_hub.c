@@ -754,12 +754,41 @@ static void test_errors(const char *cache) {
   pthread_mutex_lock(&mu);
   gated = 0;
   pthread_mutex_unlock(&mu);
-  /* Nobody listening. */
-  o = opts_for(cache, dead_endpoint);
+}
+
+/* The advice that every dead end ends with: files one has, with the exact commands, and the
+ * fixture models (README.md, "Without a download"). */
+static int has_local_files_advice(const char *msg) {
+  return strstr(msg, "./qvl serve -m MODEL.gguf --mmproj MMPROJ.gguf") &&
+         strstr(msg, "make serve SERVE_ARGS='-m MODEL.gguf --mmproj MMPROJ.gguf'") &&
+         strstr(msg, "\"Without a download\"");
+}
+
+/* Nobody listening: what to do next depends on the cache. full holds test/e2e-GGUF:Q8_0 (and its
+ * listing); fresh does not exist yet. */
+static void test_unreachable(const char *full, const char *fresh) {
+  hub_opts o = opts_for(full, dead_endpoint);
+  o.max_retries = 1;
+  hub_files h;
+  qvl_status s = hub_resolve(&o, "test/e2e-GGUF:Q8_0", &h);
+  const char *m = qvl_last_error();
+  CHECK(s == QVL_ERR_IO && strstr(m, "cannot reach the hub") && strstr(m, "holds this model already") &&
+            strstr(m, "QVL_OFFLINE=1") && strstr(m, full),
+        "network down, model cached: %s", m);
+  /* the listing is cached, but no file of that quantization: the cache is no way out */
+  s = hub_resolve(&o, "test/e2e-GGUF:Q4_K_M", &h);
+  m = qvl_last_error();
+  CHECK(s == QVL_ERR_IO && strstr(m, "cannot reach the hub") && !strstr(m, "OFFLINE") && !strstr(m, "--offline") &&
+            strstr(m, "QVL_HF_ENDPOINT") && has_local_files_advice(m),
+        "network down, other quantization: %s", m);
+  /* an empty cache: never the advice to use it, a mirror or local files instead */
+  o = opts_for(fresh, dead_endpoint);
   o.max_retries = 1;
   s = hub_resolve(&o, "test/e2e-GGUF:Q8_0", &h);
-  CHECK(s == QVL_ERR_IO && strstr(qvl_last_error(), "cannot reach the hub") && strstr(qvl_last_error(), "QVL_OFFLINE"),
-        "network down: %s", qvl_last_error());
+  m = qvl_last_error();
+  CHECK(s == QVL_ERR_IO && strstr(m, "cannot reach the hub") && strstr(m, dead_endpoint) && !strstr(m, "OFFLINE") &&
+            !strstr(m, "--offline") && strstr(m, "set QVL_HF_ENDPOINT to its URL") && has_local_files_advice(m),
+        "network down, empty cache: %s", m);
 }
 
 static void test_offline(const char *cache, const char *empty_cache) {
@@ -786,10 +815,31 @@ static void test_offline(const char *cache, const char *empty_cache) {
   hub_opts e = opts_for(empty_cache, dead_endpoint);
   s = hub_resolve(&e, "test/e2e-GGUF:Q8_0", &h);
   CHECK(s == QVL_ERR_NOT_FOUND && strstr(qvl_last_error(), "offline") && strstr(qvl_last_error(), "not in the cache") &&
-            strstr(qvl_last_error(), empty_cache),
+            strstr(qvl_last_error(), empty_cache) && strstr(qvl_last_error(), "unset QVL_OFFLINE") &&
+            !strstr(qvl_last_error(), "--offline") && has_local_files_advice(qvl_last_error()),
         "offline empty: %s", qvl_last_error());
   CHECK(!exists(empty_cache), "offline created the cache");
   unsetenv("QVL_OFFLINE");
+  /* the way back names the setting that made it offline, and no other */
+  setenv("HF_HUB_OFFLINE", "1", 1);
+  s = hub_resolve(&e, "test/e2e-GGUF:Q8_0", &h);
+  CHECK(s == QVL_ERR_NOT_FOUND && strstr(qvl_last_error(), "unset HF_HUB_OFFLINE") &&
+            !strstr(qvl_last_error(), "QVL_OFFLINE") && has_local_files_advice(qvl_last_error()),
+        "HF_HUB_OFFLINE, empty: %s", qvl_last_error());
+  unsetenv("HF_HUB_OFFLINE");
+  e.offline = 1;
+  s = hub_resolve(&e, "test/e2e-GGUF:Q8_0", &h);
+  CHECK(s == QVL_ERR_NOT_FOUND && strstr(qvl_last_error(), "leave out --offline") &&
+            !strstr(qvl_last_error(), "QVL_OFFLINE") && has_local_files_advice(qvl_last_error()),
+        "--offline, empty: %s", qvl_last_error());
+  /* cache only by nature (qvl verify): how the files get there, nothing about offline settings */
+  e.cache_only = "qvl verify checks the cache only";
+  s = hub_resolve(&e, "test/e2e-GGUF:Q8_0", &h);
+  CHECK(s == QVL_ERR_NOT_FOUND && strstr(qvl_last_error(), "qvl verify checks the cache only") &&
+            strstr(qvl_last_error(), "./qvl serve --hf test/e2e-GGUF:Q8_0") &&
+            !strstr(qvl_last_error(), "QVL_OFFLINE") && !strstr(qvl_last_error(), "--offline"),
+        "cache only, empty: %s", qvl_last_error());
+  CHECK(!exists(empty_cache), "offline created the cache");
   /* Cached listing, file gone: the error names it. */
   char p[512];
   snprintf(p, sizeof p, "%s/test--e2e-GGUF/main/mmproj-e2e-F16.gguf", cache);
@@ -799,7 +849,8 @@ static void test_offline(const char *cache, const char *empty_cache) {
   o.offline = 1;
   s = hub_resolve(&o, "test/e2e-GGUF:Q8_0", &h);
   CHECK(s == QVL_ERR_NOT_FOUND && strstr(qvl_last_error(), "lacks mmproj-e2e-F16.gguf") &&
-            strstr(qvl_last_error(), "offline"),
+            strstr(qvl_last_error(), "offline") && strstr(qvl_last_error(), "leave out --offline") &&
+            has_local_files_advice(qvl_last_error()),
         "offline partial: %s", qvl_last_error());
   CHECK(rename(saved, p) == 0, "rename back");
 }
@@ -967,17 +1018,19 @@ int main(void) {
   snprintf(tmp_root, sizeof tmp_root, "%s/qvl-test-hub-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   CHECK(mkdtemp(tmp_root) != NULL, "mkdtemp: %s", strerror(errno));
   if (d && port && test_failed == 0) {
-    char c1[300], c2[300], c3[300], c4[300], c5[300];
+    char c1[300], c2[300], c3[300], c4[300], c5[300], c6[300];
     snprintf(c1, sizeof c1, "%s/full", tmp_root);
     snprintf(c2, sizeof c2, "%s/cut", tmp_root);
     snprintf(c3, sizeof c3, "%s/corrupt", tmp_root);
     snprintf(c4, sizeof c4, "%s/errors", tmp_root);
     snprintf(c5, sizeof c5, "%s/empty", tmp_root);
+    snprintf(c6, sizeof c6, "%s/unreached", tmp_root);
     test_download_gguf(c1);
     test_download_safetensors(c1);
     test_interrupted(c2);
     test_corrupt(c3);
     test_errors(c4);
+    test_unreachable(c4, c6);
     test_offline(c1, c5);
     test_verify(c1);
   }

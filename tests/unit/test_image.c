@@ -438,6 +438,13 @@ static void test_probe_and_sniff(void) {
   CHECK(image_decode("\0\0\0\x18" "ftypavif....", 16, NULL, &img, NULL) == QVL_ERR_UNSUPPORTED &&
             strstr(qvl_last_error(), "AVIF"),
         "AVIF: %s", qvl_last_error());
+  /* the first bytes in hex that cannot be read as decimal, all eight of them (issue 36) */
+  CHECK(image_decode("# qvl\n\nhello", 13, NULL, &img, NULL) == QVL_ERR_FORMAT &&
+            strstr(qvl_last_error(), "13 bytes starting with 0x23 0x20 0x71 0x76 0x6c 0x0a 0x0a 0x68;"),
+        "unknown bytes: %s", qvl_last_error());
+  CHECK(image_decode("ab", 2, NULL, &img, NULL) == QVL_ERR_FORMAT &&
+            strstr(qvl_last_error(), "2 bytes starting with 0x61 0x62;"),
+        "two unknown bytes: %s", qvl_last_error());
 }
 
 /* The pipeline on a 1xN strip, and patch order checked against an index formula written out

@@ -771,8 +771,11 @@ static void test_errors(void) {
 
   tiny_opts clip = {.arch = "clip", .type = "mmproj"};
   s = tiny_load(&clip, &m);
-  CHECK(s != QVL_OK && strstr(qvl_last_error(), "this is an mmproj (vision projector) file; pass it with --mmproj"),
+  CHECK(s != QVL_OK && strstr(qvl_last_error(), "is a vision projector (mmproj), not a text model: pass it with --mmproj"),
         "mmproj: %d %s", (int)s, qvl_last_error());
+  tiny_opts clip_arch = {.arch = "clip"};
+  s = tiny_load(&clip_arch, &m);
+  CHECK(s != QVL_OK && strstr(qvl_last_error(), "pass it with --mmproj"), "clip: %d %s", (int)s, qvl_last_error());
 
   const char *keys[] = {"qwen3vl.embedding_length", "qwen3vl.block_count", "qwen3vl.context_length",
                         "qwen3vl.attention.layer_norm_rms_epsilon", "qwen3vl.rope.dimension_sections",

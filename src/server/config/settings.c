@@ -57,7 +57,8 @@
   LIST(allow_image_url, allow_image_url, "http(s) URL prefix images may be fetched from (repeatable)")               \
   INT(image_fetch_timeout_s, 1, 3600, "time limit of one image download")                                            \
   LIST(cors_origin, cors_origin, "origin a browser page may call from, e.g. https://app.example.com or * (repeatable)") \
-  BOOL(stream_usage, "usage on the last chunk of every chat stream, even without include_usage")                     \
+  BOOL(stream_usage, "usage on the last chunk of every chat stream, even without include_usage (on by default; "  \
+                     "--stream-usage=false: only when a request asks)")                                              \
   BOOL(boxes, "grounding boxes/points of every answer in image pixels (message.boxes) unless a request says \"boxes\": false") \
   INT(job_ttl_s, 1, 86400 * 30, "how long finished jobs are kept")                                                   \
   INT(max_jobs, 1, 1000000, "stored jobs, finished or not")                                                          \
