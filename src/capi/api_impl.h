@@ -1,6 +1,6 @@
 /* What the public handles of include/qvl.h wrap (src/api/ only). */
-#ifndef QVL_API_IMPL_H
-#define QVL_API_IMPL_H
+#ifndef QVL_CAPI_API_IMPL_H
+#define QVL_CAPI_API_IMPL_H
 
 #include "engine/engine.h"
 #include "engine/vlm.h"

@@ -1,6 +1,6 @@
 /* The inside of a qvl_request (src/api/ only). */
-#ifndef QVL_API_REQUEST_IMPL_H
-#define QVL_API_REQUEST_IMPL_H
+#ifndef QVL_CAPI_REQUEST_IMPL_H
+#define QVL_CAPI_REQUEST_IMPL_H
 
 #include <cjson/cJSON.h>
 

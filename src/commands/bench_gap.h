@@ -1,5 +1,5 @@
-#ifndef QVL_APPS_BENCH_GAP_H
-#define QVL_APPS_BENCH_GAP_H
+#ifndef QVL_COMMANDS_BENCH_GAP_H
+#define QVL_COMMANDS_BENCH_GAP_H
 #include <cjson/cJSON.h>
 
 #include "engine/vlm.h"

@@ -1,5 +1,5 @@
-#ifndef QVL_API_TOOLS_BENCH_IMAGE_H
-#define QVL_API_TOOLS_BENCH_IMAGE_H
+#ifndef QVL_COMMANDS_BENCH_IMAGE_H
+#define QVL_COMMANDS_BENCH_IMAGE_H
 
 #include "base/buf.h"
 

@@ -1,7 +1,7 @@
 /* Process settings of `qvl serve` (CPU affinity, priority, log file and format), applied once at
  * start, before any thread exists, so every thread inherits them. */
-#ifndef QVL_API_TOOLS_SERVE_OPS_H
-#define QVL_API_TOOLS_SERVE_OPS_H
+#ifndef QVL_COMMANDS_SERVE_OPS_H
+#define QVL_COMMANDS_SERVE_OPS_H
 
 #include "server/config/settings.h"
 

@@ -4,8 +4,8 @@
  *   hub_http.c     libcurl GETs with bounded retries, readable errors, progress, resumable downloads
  *   hub.c          the cache: spec and cache root, snapshot directory, lock, manifest, hub_resolve
  */
-#ifndef QVL_MODEL_HUB_IMPL_H
-#define QVL_MODEL_HUB_IMPL_H
+#ifndef QVL_HUB_HUB_IMPL_H
+#define QVL_HUB_HUB_IMPL_H
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>

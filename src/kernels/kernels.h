@@ -12,8 +12,8 @@
  * caller that finds it busy runs its loop on its own thread (same results: they never depend on
  * the split).
  */
-#ifndef QVL_KERNELS_H
-#define QVL_KERNELS_H
+#ifndef QVL_KERNELS_KERNELS_H
+#define QVL_KERNELS_KERNELS_H
 
 #include <stdbool.h>
 #include <stdint.h>

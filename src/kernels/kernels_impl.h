@@ -7,8 +7,8 @@
  * into independent tiles and runs them on the pool; a tile's result must not depend on how the
  * work was split (that is what makes results bit-identical for any thread count).
  */
-#ifndef QVL_KERNELS_IMPL_H
-#define QVL_KERNELS_IMPL_H
+#ifndef QVL_KERNELS_KERNELS_IMPL_H
+#define QVL_KERNELS_KERNELS_IMPL_H
 
 #include "kernels/kernels.h"
 

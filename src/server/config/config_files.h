@@ -11,8 +11,8 @@
  *
  * Thread safety: reentrant (warnings go through base/log).
  */
-#ifndef QVL_SERVER_CONFIG_OPS_H
-#define QVL_SERVER_CONFIG_OPS_H
+#ifndef QVL_SERVER_CONFIG_CONFIG_FILES_H
+#define QVL_SERVER_CONFIG_CONFIG_FILES_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -13,8 +13,8 @@
  *
  * Thread safety: a loaded config is read-only; nothing here keeps global state.
  */
-#ifndef QVL_SERVER_CONFIG_H
-#define QVL_SERVER_CONFIG_H
+#ifndef QVL_SERVER_CONFIG_SETTINGS_H
+#define QVL_SERVER_CONFIG_SETTINGS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -9,8 +9,8 @@
  * usage chunk with stream_options.include_usage (or --stream-usage: usage on the last chunk), then
  * [DONE].
  */
-#ifndef QVL_SERVER_API_COMPLETIONS_H
-#define QVL_SERVER_API_COMPLETIONS_H
+#ifndef QVL_SERVER_DIALECTS_COMPLETIONS_H
+#define QVL_SERVER_DIALECTS_COMPLETIONS_H
 
 #include "server/dialects/dialect.h"
 

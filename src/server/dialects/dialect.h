@@ -21,8 +21,8 @@
  * Thread safety: a compat_request belongs to one connection; the formatter functions of one request
  * are never called concurrently.
  */
-#ifndef QVL_SERVER_COMPAT_H
-#define QVL_SERVER_COMPAT_H
+#ifndef QVL_SERVER_DIALECTS_DIALECT_H
+#define QVL_SERVER_DIALECTS_DIALECT_H
 
 #include <stdbool.h>
 #include <stddef.h>

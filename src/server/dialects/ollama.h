@@ -18,8 +18,8 @@
  * GET /api/tags, /api/ps, /api/version and POST /api/show describe the one loaded model; pull,
  * push, create, copy, delete, embed and blobs answer 501 with a message. Errors are {"error": "..."}.
  */
-#ifndef QVL_SERVER_API_OLLAMA_H
-#define QVL_SERVER_API_OLLAMA_H
+#ifndef QVL_SERVER_DIALECTS_OLLAMA_H
+#define QVL_SERVER_DIALECTS_OLLAMA_H
 
 #include "server/dialects/dialect.h"
 

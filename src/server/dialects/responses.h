@@ -22,8 +22,8 @@
  * response.output_item.done, and response.completed (response.incomplete when max_output_tokens cut
  * it short; error + response.failed when it fails midway), each as "event: TYPE\ndata: JSON\n\n".
  */
-#ifndef QVL_SERVER_API_RESPONSES_H
-#define QVL_SERVER_API_RESPONSES_H
+#ifndef QVL_SERVER_DIALECTS_RESPONSES_H
+#define QVL_SERVER_DIALECTS_RESPONSES_H
 
 #include "server/dialects/dialect.h"
 

@@ -12,8 +12,8 @@
  *
  * Thread safety: every function may be called from any thread (one mutex).
  */
-#ifndef QVL_SERVER_RESP_STORE_H
-#define QVL_SERVER_RESP_STORE_H
+#ifndef QVL_SERVER_DIALECTS_RESPONSES_STORE_H
+#define QVL_SERVER_DIALECTS_RESPONSES_STORE_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -11,8 +11,8 @@
  *
  * Thread safety: call fetch_global_init once before any thread uses fetch_remote.
  */
-#ifndef QVL_SERVER_FETCH_H
-#define QVL_SERVER_FETCH_H
+#ifndef QVL_SERVER_FETCH_FETCH_H
+#define QVL_SERVER_FETCH_FETCH_H
 
 #include <stdbool.h>
 

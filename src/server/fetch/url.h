@@ -9,8 +9,8 @@
  *
  * Thread safety: reentrant.
  */
-#ifndef QVL_SERVER_URL_H
-#define QVL_SERVER_URL_H
+#ifndef QVL_SERVER_FETCH_URL_H
+#define QVL_SERVER_FETCH_URL_H
 
 #include <stddef.h>
 

@@ -23,8 +23,8 @@
  * Thread safety: the notify and request functions are called from libmicrohttpd's threads; the
  * rest from the controlling thread.
  */
-#ifndef QVL_SERVER_CONN_GUARD_H
-#define QVL_SERVER_CONN_GUARD_H
+#ifndef QVL_SERVER_HTTP_CONN_GUARD_H
+#define QVL_SERVER_HTTP_CONN_GUARD_H
 
 #include <microhttpd.h>
 #include <stdbool.h>

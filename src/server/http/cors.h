@@ -10,8 +10,8 @@
  * x-stainless-*), cached for 10 minutes. Credentials (cookies) are never allowed: qvl's keys travel
  * in the Authorization header, which a page sends explicitly.
  */
-#ifndef QVL_SERVER_CORS_H
-#define QVL_SERVER_CORS_H
+#ifndef QVL_SERVER_HTTP_CORS_H
+#define QVL_SERVER_HTTP_CORS_H
 
 #include <microhttpd.h>
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* /metrics lines of the hostile-load guards: connections (conn_guard.h) and the image decoding
  * budget (image/budget.h), appended after metrics_format's. Thread safety: reentrant. */
-#ifndef QVL_SERVER_LOAD_METRICS_H
-#define QVL_SERVER_LOAD_METRICS_H
+#ifndef QVL_SERVER_HTTP_LOAD_METRICS_H
+#define QVL_SERVER_HTTP_LOAD_METRICS_H
 
 #include "base/buf.h"
 #include "image/budget.h"

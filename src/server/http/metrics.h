@@ -2,8 +2,8 @@
  * GET /metrics: the engine's statistics and the HTTP layer's counters in the Prometheus text
  * exposition format (version 0.0.4). Thread safety: reentrant.
  */
-#ifndef QVL_SERVER_METRICS_H
-#define QVL_SERVER_METRICS_H
+#ifndef QVL_SERVER_HTTP_METRICS_H
+#define QVL_SERVER_HTTP_METRICS_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -19,8 +19,8 @@
  * Thread safety: server_set_ready, server_drain and server_stop are called by one controlling
  * thread; the backend's functions are called from connection threads.
  */
-#ifndef QVL_SERVER_SERVER_H
-#define QVL_SERVER_SERVER_H
+#ifndef QVL_SERVER_HTTP_SERVER_H
+#define QVL_SERVER_HTTP_SERVER_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -10,8 +10,8 @@
  *      the history.
  * Thread safety: pure functions.
  */
-#ifndef QVL_SERVER_SESSION_H
-#define QVL_SERVER_SESSION_H
+#ifndef QVL_SERVER_HTTP_SESSION_H
+#define QVL_SERVER_HTTP_SESSION_H
 
 #include <cjson/cJSON.h>
 

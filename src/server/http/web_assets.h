@@ -9,8 +9,8 @@
  *
  * (answer 304 when the request's If-None-Match equals a->etag). Everything here is immutable
  * static data: safe to use from any thread, nothing to free. */
-#ifndef QVL_SERVER_WEB_ASSETS_H
-#define QVL_SERVER_WEB_ASSETS_H
+#ifndef QVL_SERVER_HTTP_WEB_ASSETS_H
+#define QVL_SERVER_HTTP_WEB_ASSETS_H
 
 #include <stddef.h>
 

@@ -13,8 +13,8 @@
  *
  * Thread safety: none; the caller holds the stream's mutex.
  */
-#ifndef QVL_SERVER_WRITE_WATCH_H
-#define QVL_SERVER_WRITE_WATCH_H
+#ifndef QVL_SERVER_HTTP_WRITE_WATCH_H
+#define QVL_SERVER_HTTP_WRITE_WATCH_H
 
 #include <stdbool.h>
 

@@ -22,8 +22,8 @@
  * wall-clock times and converts. Thread safety: every function may be called from any thread (one
  * mutex).
  */
-#ifndef QVL_SERVER_JOBS_H
-#define QVL_SERVER_JOBS_H
+#ifndef QVL_SERVER_JOBS_JOBS_H
+#define QVL_SERVER_JOBS_JOBS_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -17,8 +17,8 @@
  * One database per replica: two processes writing one file would see each other's jobs under ids
  * they do not own. Thread safety: none; the job store calls it under its mutex.
  */
-#ifndef QVL_SERVER_JOBS_DB_H
-#define QVL_SERVER_JOBS_DB_H
+#ifndef QVL_SERVER_JOBS_JOBS_DB_H
+#define QVL_SERVER_JOBS_JOBS_DB_H
 
 #include <stdbool.h>
 #include <stddef.h>

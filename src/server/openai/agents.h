@@ -7,8 +7,8 @@
  *
  * Thread safety: reentrant; no global state.
  */
-#ifndef QVL_SERVER_API_AGENTS_H
-#define QVL_SERVER_API_AGENTS_H
+#ifndef QVL_SERVER_OPENAI_AGENTS_H
+#define QVL_SERVER_OPENAI_AGENTS_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>

@@ -4,8 +4,8 @@
  *
  * Thread safety: reentrant; no global state.
  */
-#ifndef QVL_SERVER_API_H
-#define QVL_SERVER_API_H
+#ifndef QVL_SERVER_OPENAI_CHAT_WIRE_H
+#define QVL_SERVER_OPENAI_CHAT_WIRE_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>

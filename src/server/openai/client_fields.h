@@ -10,8 +10,8 @@
  *     web search, verbosity, non-text modalities) answer 400 naming them instead of
  *     being ignored.
  */
-#ifndef QVL_SERVER_API_EXTRA_H
-#define QVL_SERVER_API_EXTRA_H
+#ifndef QVL_SERVER_OPENAI_CLIENT_FIELDS_H
+#define QVL_SERVER_OPENAI_CLIENT_FIELDS_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>

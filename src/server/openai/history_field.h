@@ -7,8 +7,8 @@
  *
  * Thread safety: reentrant.
  */
-#ifndef QVL_SERVER_CHAT_HISTORY_H
-#define QVL_SERVER_CHAT_HISTORY_H
+#ifndef QVL_SERVER_OPENAI_HISTORY_FIELD_H
+#define QVL_SERVER_OPENAI_HISTORY_FIELD_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>

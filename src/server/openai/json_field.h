@@ -2,8 +2,8 @@
  * Checks of request JSON shared by every dialect (chat, Responses, completions, Ollama), below the
  * parsers that use them so that none of them calls another for these. Thread safety: pure functions.
  */
-#ifndef QVL_SERVER_JSON_FIELD_H
-#define QVL_SERVER_JSON_FIELD_H
+#ifndef QVL_SERVER_OPENAI_JSON_FIELD_H
+#define QVL_SERVER_OPENAI_JSON_FIELD_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>

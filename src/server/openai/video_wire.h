@@ -13,8 +13,8 @@
  *     --video-max-frames. Above a server cap (--video-max-frames, --video-max-pixels) it is a 400
  *     naming the field.
  */
-#ifndef QVL_SERVER_VIDEO_WIRE_H
-#define QVL_SERVER_VIDEO_WIRE_H
+#ifndef QVL_SERVER_OPENAI_VIDEO_WIRE_H
+#define QVL_SERVER_OPENAI_VIDEO_WIRE_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
