@@ -1,5 +1,5 @@
 /* Nested / transformers-style config files and the settings checks beyond plain ranges
- * (config_ops.h). */
+ * (config_files.h). */
 #include "server/config/config_files.h"
 
 #include <errno.h>

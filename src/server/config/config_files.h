@@ -1,5 +1,5 @@
 /*
- * The operator-facing side of `qvl serve` settings (config.h has the table):
+ * The operator-facing side of `qvl serve` settings (settings.h has the table):
  *  - config files in the nested, transformers-style layout that deployments of Qwen3-VL use
  *    (sections model: / generation: / system: ..., keys such as max_new_tokens, context_length,
  *    torch_dtype, max_wait_time, cpu_affinity, process_priority), rewritten onto our flat keys;

@@ -1,4 +1,4 @@
-/* Settings of `qvl serve` from defaults, a YAML file, the environment and flags (see config.h). */
+/* Settings of `qvl serve` from defaults, a YAML file, the environment and flags (see settings.h). */
 #include "server/config/settings.h"
 
 #include <ctype.h>
@@ -277,7 +277,7 @@ static qvl_status apply_flat_yaml(server_config *c, const char *text, size_t len
   return st;
 }
 
-/* Nested, transformers-style files are first rewritten onto the flat keys (config_ops.c). */
+/* Nested, transformers-style files are first rewritten onto the flat keys (config_files.c). */
 qvl_status server_config_apply_yaml(server_config *c, const char *text, size_t len, const char *name) {
   buf flat = {0};
   bool rewritten = false;
@@ -391,7 +391,7 @@ qvl_status server_config_load(server_config *c, int argc, char **argv, int first
     buf_free(&b);
     QVL_TRY(st);
   }
-  /* -m and --hf are one choice: a higher source's replaces a lower one's (config_ops.h) */
+  /* -m and --hf are one choice: a higher source's replaces a lower one's (config_files.h) */
   config_ops_model_choice(c, 0, NULL, 0, env);
   QVL_TRY(server_config_apply_env(c, env));
   config_ops_model_choice(c, argc, argv, first, NULL);

@@ -1,4 +1,4 @@
-/* OpenAI's legacy completions translated to and from the chat path (see api_completions.h). */
+/* OpenAI's legacy completions translated to and from the chat path (see completions.h). */
 #include "server/dialects/completions.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
  * OpenAI's legacy completions (POST /v1/completions) for raw-text callers, on the chat path (see
- * compat.h): the prompt goes to the model as given, without the chat template.
+ * dialect.h): the prompt goes to the model as given, without the chat template.
  *
  * `prompt` is a string, a token-id array, or an array holding one of those (one prompt per request:
  * more answer 400). The sampling fields are the chat endpoint's; `max_tokens` defaults to 16 as at

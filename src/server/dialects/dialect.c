@@ -1,4 +1,4 @@
-/* Helpers shared by the translators of the other APIs (see compat.h). */
+/* Helpers shared by the translators of the other APIs (see dialect.h). */
 #include "server/dialects/dialect.h"
 
 #include <stdlib.h>

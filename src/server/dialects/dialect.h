@@ -1,6 +1,6 @@
 /*
  * The other APIs qvl speaks besides OpenAI's chat completions — OpenAI's Responses API
- * (api_responses.c), legacy completions (api_completions.c) and Ollama's API (api_ollama.c) — all
+ * (responses.c), legacy completions (completions.c) and Ollama's API (ollama.c) — all
  * served by ONE generation path.
  *
  * Each endpoint is a translator plus a formatter. The translator turns the endpoint's request body
@@ -94,7 +94,7 @@ typedef bool (*compat_translate_fn)(const char *body, size_t len, const compat_c
 
 void compat_request_free(compat_request *r);
 
-/* ---- helpers shared by the translators (compat.c) ---- */
+/* ---- helpers shared by the translators (dialect.c) ---- */
 
 /* Starts a translation: clears out, sets its formatter and gives it a zeroed state of state_size
  * bytes (freed with out). NULL (e set) when out of memory. */

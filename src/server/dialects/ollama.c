@@ -1,4 +1,4 @@
-/* Ollama's API translated to and from the chat path (see api_ollama.h). */
+/* Ollama's API translated to and from the chat path (see ollama.h). */
 #include "server/dialects/ollama.h"
 
 #include <math.h>

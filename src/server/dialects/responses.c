@@ -1,4 +1,4 @@
-/* OpenAI's Responses API translated to and from the chat path (see api_responses.h). */
+/* OpenAI's Responses API translated to and from the chat path (see responses.h). */
 #include "server/dialects/responses.h"
 
 #include <stdio.h>

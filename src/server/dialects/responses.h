@@ -1,5 +1,5 @@
 /*
- * OpenAI's Responses API (POST /v1/responses) on top of the chat path (see compat.h).
+ * OpenAI's Responses API (POST /v1/responses) on top of the chat path (see dialect.h).
  *
  * A request is translated into a chat completion body: `input` (a string, or a list of message
  * items with input_text / input_image / output_text parts, item_reference, function_call and

@@ -1,4 +1,4 @@
-/* Tools, response_format and logprobs on chat completions (see api_agents.h). */
+/* Tools, response_format and logprobs on chat completions (see agents.h). */
 #include "server/openai/agents.h"
 
 #include "server/openai/boxes.h"

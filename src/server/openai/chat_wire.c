@@ -1,4 +1,4 @@
-/* The OpenAI chat API as JSON (see api.h). */
+/* The OpenAI chat API as JSON (see chat_wire.h). */
 #include "server/openai/chat_wire.h"
 #include "server/openai/json_field.h"
 #include "server/openai/video_wire.h"
@@ -145,7 +145,7 @@ static bool check_content_part(const cJSON *part, int mi, int pi, int *n_images,
     (*n_videos)++;
     return true;
   }
-  if (!strcmp(type->valuestring, "file")) { /* LlamaIndex's image part (api_extra.h) */
+  if (!strcmp(type->valuestring, "file")) { /* LlamaIndex's image part (client_fields.h) */
     if (!api_file_part_to_image((cJSON *)part, param, e))
       return false;
     (*n_images)++;
@@ -318,7 +318,7 @@ bool api_chat_parse(const char *body, size_t len, const api_limits *lim, api_cha
                   (long long)n);
     goto fail;
   }
-  /* tools, tool_choice, functions, response_format, logprobs (api_agents.c) */
+  /* tools, tool_choice, functions, response_format, logprobs (agents.c) */
   if (!api_agents_parse(root, &out->agent, &out->tools, &out->grammar, e))
     goto fail;
   out->agent.boxes = lim->boxes; /* "boxes": grounding answers in pixels (boxes.h) */

@@ -56,7 +56,7 @@ typedef struct api_chat_request {
   int n_images;
   int n_videos;
   video_sampling video;        /* sampling of every video (server/openai/video_wire.h) */
-  api_agent_opts agent;        /* tools / logprobs (api_agents.h) */
+  api_agent_opts agent;        /* tools / logprobs (agents.h) */
   const cJSON *tools;          /* inside root: for the chat template; NULL = none */
   grammar *grammar;            /* constrains the output (owned; NULL = free text); move it to the engine */
 } api_chat_request;

@@ -1,4 +1,4 @@
-/* Chat request fields added for other clients (see api_extra.h). */
+/* Chat request fields added for other clients (see client_fields.h). */
 #include "server/openai/client_fields.h"
 
 #include <math.h>

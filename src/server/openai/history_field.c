@@ -1,4 +1,4 @@
-/* The context policy on the HTTP side (see chat_history.h). */
+/* The context policy on the HTTP side (see history_field.h). */
 #include "server/openai/history_field.h"
 
 #include <stdio.h>
