@@ -193,7 +193,8 @@ static void test_caps(const vlm *m) {
   cJSON_Delete(two);
   cJSON *bad = video_message("{\"type\":\"video\",\"video\":\"../../images/scene_64x128.png\"}", NULL);
   opts_for(&o, CASE_DIR);
-  CHECK(vlm_prompt_build(m, bad, &o, &p) == QVL_ERR_UNSUPPORTED && strstr(qvl_last_error(), "png"), "an image as a video: %s", qvl_last_error());
+  CHECK(vlm_prompt_build(m, bad, &o, &p) == QVL_ERR_UNSUPPORTED && strstr(qvl_last_error(), "PNG image, not a video"), "an image as a video: %s",
+        qvl_last_error());
   cJSON_Delete(bad);
   /* a raw prompt cannot smuggle video pads in */
   int32_t ids[2] = {1, m->video_pad_id};
