@@ -835,7 +835,13 @@ function renderAll() {
   renderSidebar();
   renderAttachments();
   updateSendState();
-  scrollToBottom(true);
+  // A conversation opens at its last answer; an empty one at its heading (on a phone the empty
+  // state is taller than the screen, and its bottom would hide the heading under the top bar).
+  if (current && current.messages.length) scrollToBottom(true);
+  else {
+    autoStick = true;
+    $('chat').scrollTop = 0;
+  }
 }
 
 // The view follows new output while the reader is at the bottom; scrolling up stops that.

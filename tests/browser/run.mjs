@@ -287,6 +287,37 @@ test('empty state looks right (desktop and phone)', async () => {
   await phone.context().close();
 });
 
+// The heading of the empty state is on screen when the page opens, below the top bar, at both
+// widths (a phone's empty state is taller than its screen).
+async function headingVisible(page, what) {
+  const r = await page.evaluate(() => {
+    const h = document.getElementById('empty-title').getBoundingClientRect();
+    const bar = document.querySelector('.topbar').getBoundingClientRect();
+    return { top: h.top, bottom: h.bottom, barBottom: bar.bottom, scroll: document.getElementById('chat').scrollTop, vh: window.innerHeight };
+  });
+  assert(r.top >= r.barBottom && r.bottom <= r.vh, `${what}: the heading is at ${r.top}..${r.bottom}px, the top bar ends at ${r.barBottom}px (chat scrolled ${r.scroll}px)`);
+  eq(r.scroll, 0, `${what}: the empty state is scrolled`);
+}
+
+test('the page opens at the top: the heading is visible at load (desktop and phone)', async () => {
+  for (const [vp, name] of [[DESKTOP, 'desktop'], [PHONE, 'phone']]) {
+    const page = await newPage(vp, { scale: vp === PHONE ? 2 : 1 });
+    await page.waitForSelector('.status[data-state="ready"]');
+    await headingVisible(page, `${name} at load`);
+    const overflow = await page.evaluate(() => { const c = document.getElementById('chat'); return c.scrollHeight - c.clientHeight; });
+    if (vp === PHONE) assert(overflow > 0, `the phone's empty state fits its screen (${overflow}px): this test would not see the scroll`);
+    // "New conversation" from a conversation with messages opens at the top too.
+    await page.fill('#prompt', 'Hello');
+    await page.keyboard.press('Enter');
+    await waitAnswerDone(page, 1);
+    if (vp === PHONE) await page.click('#menu-btn');
+    await page.click('#new-chat');
+    await headingVisible(page, `${name} after New conversation`);
+    await shot(page, `${name}-opens-at-top`);
+    await page.context().close();
+  }
+});
+
 test('add, measure and remove images (picker, drop, paste)', async () => {
   const page = await newPage();
   await addScene(page);
