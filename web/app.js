@@ -379,6 +379,9 @@ function sizeInfo(img) {
 function renderAttachments() {
   const ul = $('attachments');
   ul.hidden = pending.length === 0;
+  // Something attached before the first question: the empty state drops its lead and shrinks its
+  // drop zone, so the task cards stay on screen above the taller composer.
+  $('app').classList.toggle('has-pending', pending.length > 0);
   $('dropzone').querySelector('.dz-main').textContent = pending.length ? 'Add another image or video' : 'Choose an image or a video';
   ul.replaceChildren(
     ...pending.map((p) => {

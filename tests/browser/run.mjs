@@ -318,6 +318,68 @@ test('the page opens at the top: the heading is visible at load (desktop and pho
   }
 });
 
+// A reply of POST /video/frames (docs/WEB_UI.md) for a clip of `groups` temporal groups of two
+// frames, 160×90 thumbnails each a different shade, served by request interception so that the
+// tests of the strip's layout run against either server.
+function cannedFrames(groups) {
+  const fps = 24;
+  const frames = [];
+  const data = [];
+  for (let i = 0; i < groups * 2; i++) {
+    const index = i * 12;
+    frames.push({ index, time_s: index / fps, group: Math.floor(i / 2) });
+    const px = Buffer.alloc(160 * 90 * 3);
+    for (let k = 0; k < px.length; k += 3) [px[k], px[k + 1], px[k + 2]] = [(i * 37) % 256, (k / 3) % 160, 200 - i * 9];
+    data.push(px.toString('base64'));
+  }
+  const groupsOut = Array.from({ length: groups }, (_, g) => ({ time_s: frames[2 * g].time_s, text: `<${(frames[2 * g].time_s).toFixed(1)} seconds>` }));
+  return {
+    width: 1280, height: 720, fps, duration_s: (groups * 24) / fps, total_frames: groups * 24,
+    video_tokens: groups * 60, resized_width: 320, resized_height: 192, frames, groups: groupsOut,
+    thumbnails: { width: 160, height: 90, data },
+  };
+}
+
+async function attachCannedVideo(page, groups, name = 'clip.mp4') {
+  await page.route('**/video/frames', (route) => route.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify(cannedFrames(groups)) }));
+  await page.setInputFiles('#file-input', { name, mimeType: 'video/mp4', buffer: Buffer.from('not decoded: /video/frames is answered by the test') });
+  await page.waitForSelector('.att-video.att-ready');
+}
+
+// Every task card is on screen as the page shows it (no scrolling), not covered, and answers a click.
+async function cardsUsable(page, what) {
+  const cards = page.locator('.preset-card');
+  const n = await cards.count();
+  assert(n >= 4, `${what}: ${n} task cards`);
+  for (let i = 0; i < n; i++) {
+    const r = await cards.nth(i).evaluate((c) => {
+      const b = c.getBoundingClientRect();
+      const chat = document.getElementById('chat').getBoundingClientRect();
+      const hit = document.elementFromPoint(b.left + b.width / 2, b.top + b.height / 2);
+      return { top: b.top, bottom: b.bottom, chatTop: chat.top, chatBottom: chat.bottom, height: b.height, hit: hit && c.contains(hit), at: hit ? hit.className || hit.tagName : null };
+    });
+    assert(r.height > 30, `${what}: card ${i} is ${r.height}px tall`);
+    assert(r.top >= r.chatTop && r.bottom <= r.chatBottom, `${what}: card ${i} (${r.top}..${r.bottom}px) outside the visible chat area (${r.chatTop}..${r.chatBottom}px)`);
+    assert(r.hit, `${what}: card ${i} is covered by ${r.at}`);
+  }
+  await page.locator('.preset-card[data-preset="describe"]').click({ timeout: 3000 });
+  eq(await page.inputValue('#prompt'), 'Describe this image in detail.', `${what}: the Describe card fills the prompt`);
+}
+
+test('attaching before the first question keeps the task cards usable (desktop and phone)', async () => {
+  for (const [vp, name] of [[DESKTOP, 'desktop'], [PHONE, 'phone']]) {
+    const page = await newPage(vp, { scale: vp === PHONE ? 2 : 1 });
+    await attachCannedVideo(page, 6);
+    await cardsUsable(page, `${name}, a video attached`);
+    await shot(page, `${name}-video-before-question`);
+    await page.fill('#prompt', '');
+    await addScene(page);
+    await cardsUsable(page, `${name}, a video and an image attached`);
+    await shot(page, `${name}-attached-before-question`);
+    await page.context().close();
+  }
+});
+
 test('add, measure and remove images (picker, drop, paste)', async () => {
   const page = await newPage();
   await addScene(page);
