@@ -276,7 +276,8 @@ test('empty state looks right (desktop and phone)', async () => {
   const page = await newPage();
   await page.waitForSelector('.status[data-state="ready"]');
   assert(await page.isVisible('#dropzone'), 'drop zone visible');
-  eq(await page.locator('.preset-card').count(), 4, 'preset cards');
+  eq(await page.locator('.preset-card[data-preset]').count(), 4, 'preset cards');
+  eq(await page.locator('.preset-card.extract-toggle').count(), 1, 'the table card');
   await shot(page, 'desktop-empty');
   await page.context().close();
   const phone = await newPage(PHONE, { scale: 2 });
@@ -376,6 +377,37 @@ test('attaching before the first question keeps the task cards usable (desktop a
     await addScene(page);
     await cardsUsable(page, `${name}, a video and an image attached`);
     await shot(page, `${name}-attached-before-question`);
+    await page.context().close();
+  }
+});
+
+test('"Extract as table" is a task card beside the others (desktop and phone)', async () => {
+  for (const [vp, name] of [[DESKTOP, 'desktop'], [PHONE, 'phone']]) {
+    const page = await newPage(vp, { scale: vp === PHONE ? 2 : 1 });
+    const r = await page.evaluate(() => {
+      const grid = document.querySelector('#empty .preset-cards');
+      const table = [...document.querySelectorAll('#empty .extract-toggle')];
+      const others = [...grid.querySelectorAll('.preset-card[data-preset]')];
+      const box = (e) => { const b = e.getBoundingClientRect(); return { top: Math.round(b.top), left: Math.round(b.left), height: Math.round(b.height), width: Math.round(b.width) }; };
+      return { n: table.length, inGrid: table.length === 1 && table[0].parentElement === grid, table: table[0] && box(table[0]), others: others.map(box) };
+    });
+    eq(r.n, 1, `${name}: table actions in the empty state`);
+    assert(r.inGrid, `${name}: the table action is not in the grid of task cards`);
+    if (vp === DESKTOP) {
+      for (const [i, o] of r.others.entries()) {
+        eq(r.table.top, o.top, `${name}: top of the table card against card ${i}`);
+        eq(r.table.height, o.height, `${name}: height of the table card against card ${i}`);
+      }
+      assert(r.table.left > Math.max(...r.others.map((o) => o.left)), `${name}: the table card is not after the others in the row`);
+    } else {
+      // Two columns: it closes the grid, right under the last row, as wide as the grid.
+      const lastBottom = Math.max(...r.others.map((o) => o.top + o.height));
+      assert(r.table.top > lastBottom && r.table.top - lastBottom <= 16, `${name}: the table card at ${r.table.top}px is not right under the cards (end at ${lastBottom}px)`);
+    }
+    await page.locator('#empty .extract-toggle').click();
+    assert(await page.isVisible('#extract-cols'), `${name}: the card opens the columns field`);
+    eq(await page.locator('#empty .extract-toggle').getAttribute('aria-expanded'), 'true', `${name}: aria-expanded`);
+    await shot(page, `${name}-table-card`);
     await page.context().close();
   }
 });
