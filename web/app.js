@@ -455,6 +455,37 @@ function fmtMs(ms) {
   return ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${Math.round(ms)} ms`;
 }
 
+// Cache badges say what a person would call reuse: earlier turns of this conversation, or an image
+// read before. The server counts every prompt token whose KV it took from its prefix cache
+// (timings.cached_prompt_tokens, also usage.prompt_tokens_details.cached_tokens) and sets
+// prefix_cache_hit whenever that count is above 0. But every prompt opens with the chat template's
+// fixed header, "<|im_start|>user\n" (3 tokens; with a system prompt, its block before that), which
+// any earlier request left in the cache, so a first question "hits" without reusing anything. The
+// rule, from the response alone:
+// - a follow-up (the request carries earlier turns) whose cached tokens exceed the header reused
+//   this conversation: "reused N tokens of this conversation", N the cached tokens;
+// - any question whose cached tokens cover the header and all its image tokens reused an image
+//   read before (the same picture in a new conversation): "reused N tokens: this image was read
+//   before";
+// - image_cache_hit (the image embeddings came from the image cache, the vision tower skipped)
+//   otherwise: "image from the cache", with its image tokens.
+// A first question reusing no more than the header (or a long system prompt) gets no badge.
+const TEMPLATE_HEADER_TOKENS = 3;
+function reuseBadge(m, followUp) {
+  const t = m.timings && typeof m.timings === 'object' ? m.timings : null;
+  const fin = (x) => typeof x === 'number' && Number.isFinite(x);
+  const cached = fin(t?.cached_prompt_tokens) ? t.cached_prompt_tokens : m.usage?.prompt_tokens_details?.cached_tokens;
+  const images = t && fin(t.image_tokens) ? t.image_tokens : 0;
+  const n = (x) => x.toLocaleString('en-US');
+  if (fin(cached) && followUp && cached > TEMPLATE_HEADER_TOKENS)
+    return { text: `reused ${n(cached)} tokens of this conversation`, title: 'The server kept its work on the earlier turns (the prefix cache) and did not read them again' };
+  if (fin(cached) && images > 0 && cached >= TEMPLATE_HEADER_TOKENS + images)
+    return { text: `reused ${n(cached)} tokens: this image was read before`, title: 'The server kept its work on this image from an earlier question (the prefix cache)' };
+  if (t && t.image_cache_hit === true && images > 0)
+    return { text: `image from the cache (${n(images)} tokens)`, title: 'The image was read before: its features came from the image cache' };
+  return null;
+}
+
 function timingItems(m) {
   const items = [];
   const t = m.timings && typeof m.timings === 'object' ? m.timings : null;
@@ -464,10 +495,6 @@ function timingItems(m) {
     if (fin(t.prefill_tok_s) && t.prefill_tok_s > 0) items.push({ text: `prefill ${fmtNum(t.prefill_tok_s)} tok/s`, title: 'Prompt processing speed' });
     if (fin(t.decode_tok_s) && t.decode_tok_s > 0) items.push({ text: `${fmtNum(t.decode_tok_s)} tok/s`, title: 'Generation speed' });
     if (fin(t.image_tokens) && t.image_tokens > 0) items.push({ text: `${t.image_tokens.toLocaleString('en-US')} image tokens` });
-    if (typeof t.image_cache_hit === 'boolean')
-      items.push({ text: t.image_cache_hit ? 'image cache hit' : 'image encoded', hit: t.image_cache_hit, title: 'Whether the image features came from the cache' });
-    if (typeof t.prefix_cache_hit === 'boolean')
-      items.push({ text: t.prefix_cache_hit ? 'prefix cache hit' : 'no prefix reuse', hit: t.prefix_cache_hit, title: 'Whether earlier turns were reused from the KV cache' });
   } else if (m.client) {
     if (fin(m.client.ttft_ms)) items.push({ text: `first token ${fmtMs(m.client.ttft_ms)}`, title: 'Measured in the browser' });
     if (fin(m.client.tok_s)) items.push({ text: `≈${fmtNum(m.client.tok_s)} tok/s`, title: 'Measured in the browser' });
@@ -676,7 +703,9 @@ function fillAssistant(msg) {
   const badges = [];
   if (msg.stopped) badges.push(el('span', { class: 'badge badge-warn', text: 'Stopped' }));
   if (msg.finish === 'length') badges.push(el('span', { class: 'badge badge-warn', text: 'Cut at max length' }));
-  const times = timingItems(msg).map((t) => el('span', { class: `t-item${t.hit ? ' t-hit' : ''}`, title: t.title, text: t.text }));
+  const reuse = reuseBadge(msg, current ? current.messages.indexOf(msg) > 1 : false);
+  if (reuse) badges.push(el('span', { class: 'badge badge-reuse', title: reuse.title, text: reuse.text }));
+  const times = timingItems(msg).map((t) => el('span', { class: 't-item', title: t.title, text: t.text }));
   if (msg.text) {
     const copyBtn = el('button', { type: 'button', class: 'icon-btn copy-btn', 'aria-label': 'Copy answer', title: 'Copy answer' }, icon(ICON_COPY));
     copyBtn.addEventListener('click', async () => {

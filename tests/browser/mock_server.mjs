@@ -254,7 +254,10 @@ async function completions(req, res) {
         decode_tok_s: (n * 1000) / Math.max(1, tEnd - tFirst),
         image_tokens: imageTokens,
         image_cache_hit: users.length > 1,
-        prefix_cache_hit: users.length > 1,
+        // As qvl serve: any earlier request left the template header (3 tokens) in the prefix
+        // cache, so a first question "hits" too; a follow-up reuses its earlier turns.
+        prefix_cache_hit: state.requests.length > 1,
+        cached_prompt_tokens: users.length > 1 ? prompt - 12 : state.requests.length > 1 ? 3 : 0,
       },
     }),
   );

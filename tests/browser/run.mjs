@@ -412,6 +412,59 @@ test('"Extract as table" is a task card beside the others (desktop and phone)', 
   }
 });
 
+// A PNG no earlier test sent (so no cache holds it): a gradient whose colours come from the clock.
+async function freshImage(page) {
+  const seed = Date.now() % 997;
+  const url = await page.evaluate((k) => {
+    const c = document.createElement('canvas');
+    c.width = 320;
+    c.height = 200;
+    const g = c.getContext('2d');
+    const grad = g.createLinearGradient(0, 0, 320, 200);
+    grad.addColorStop(0, `hsl(${k % 360} 70% 50%)`);
+    grad.addColorStop(1, `hsl(${(k * 7) % 360} 60% 70%)`);
+    g.fillStyle = grad;
+    g.fillRect(0, 0, 320, 200);
+    g.fillStyle = '#fff';
+    g.fillRect(20 + (k % 200), 40, 60, 60);
+    return c.toDataURL('image/png');
+  }, seed);
+  return Buffer.from(url.split(',')[1], 'base64');
+}
+
+test('cache badges: none on a first question, the reused tokens on a follow-up (desktop and phone)', async () => {
+  if (MODE === 'mock') await mock('/__mock/reset', {});
+  // An earlier request leaves the chat template's header in the server's prefix cache, so the
+  // first question below gets cached tokens and prefix_cache_hit: true without reusing anything.
+  const warm = await fetch(server.base + '/v1/chat/completions', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }) });
+  eq(warm.status, 200, 'warm-up request');
+  for (const [vp, name] of [[DESKTOP, 'desktop'], [PHONE, 'phone']]) {
+    const page = await newPage(vp, { scale: vp === PHONE ? 2 : 1 });
+    await page.setInputFiles('#file-input', { name: 'fresh.png', mimeType: 'image/png', buffer: await freshImage(page) });
+    await page.waitForSelector('.att');
+    await page.fill('#prompt', 'What colour is it?');
+    await page.keyboard.press('Enter');
+    const first = await waitAnswerDone(page, 1);
+    const saved = () => page.evaluate(() => JSON.parse(localStorage.getItem('qvl.conversations.v1'))[0].messages);
+    const t1 = (await saved())[1].timings;
+    assert(t1 && t1.prefix_cache_hit === true && t1.cached_prompt_tokens > 0, `${name}: the first question did not hit the header in the cache (${JSON.stringify(t1)}): this test would not see a wrong badge`);
+    eq(await first.locator('.badge-reuse').count(), 0, `${name}: a cache badge on the first question`);
+    const meta1 = await first.locator('.meta').textContent();
+    assert(!/cache|reused/i.test(meta1), `${name}: the first answer speaks of a cache: ${meta1}`);
+    await page.fill('#prompt', 'And the square?');
+    await page.keyboard.press('Enter');
+    const second = await waitAnswerDone(page, 2);
+    const t2 = (await saved())[3].timings;
+    assert(t2.cached_prompt_tokens > 3, `${name}: the follow-up reused ${t2.cached_prompt_tokens} tokens`);
+    const badge = second.locator('.badge-reuse');
+    eq(await badge.count(), 1, `${name}: cache badges on the follow-up`);
+    eq(await badge.textContent(), `reused ${t2.cached_prompt_tokens.toLocaleString('en-US')} tokens of this conversation`, `${name}: the follow-up's badge`);
+    assert(await badge.isVisible(), `${name}: the badge is not visible`);
+    await shot(page, `${name}-cache-badge`);
+    await page.context().close();
+  }
+});
+
 test('add, measure and remove images (picker, drop, paste)', async () => {
   const page = await newPage();
   await addScene(page);
@@ -475,8 +528,9 @@ test('ask about an image: answer streams in as markdown, with timings', async ()
     eq(await answer.locator('.md table tbody tr').count(), 3, 'markdown table rows');
     eq(await answer.locator('.md strong').first().textContent(), 'synthetic test scene', 'bold text');
     const timings = await answer.locator('.timings').textContent();
-    for (const want of ['first token', 'tok/s', '400 image tokens', 'image encoded', 'tokens'])
+    for (const want of ['first token', 'tok/s', '400 image tokens', 'tokens'])
       assert(timings.includes(want), `timings line lacks "${want}": ${timings}`);
+    eq(await answer.locator('.badge-reuse').count(), 0, 'a cache badge on a first question');
     const st = await mock('/__mock/state');
     const body = st.requests[0];
     eq(body.stream, true, 'stream flag');
@@ -564,8 +618,8 @@ test('multi-turn conversation, kept across a reload', async () => {
     eq(m.map((x) => x.role).join(','), 'user,assistant,user', 'history sent with the follow-up');
     eq(m[0].content[0].type, 'image_url', 'the image stays in the history');
     assert(m[1].content.includes('synthetic test scene'), 'previous answer sent back');
-    const t = await second.locator('.timings').textContent();
-    assert(t.includes('image cache hit') && t.includes('prefix cache hit'), `cache hits shown: ${t}`);
+    const t = await second.locator('.badge-reuse').textContent();
+    assert(/^reused [\d,]+ tokens of this conversation$/.test(t), `reuse badge of the follow-up: ${t}`);
   }
   await page.reload();
   await page.waitForSelector('html[data-ready="true"]');
