@@ -451,9 +451,6 @@ const views = new WeakMap(); // message object → its DOM parts
 function fmtNum(x, digits = 1) {
   return x >= 100 ? Math.round(x).toLocaleString('en-US') : x.toFixed(digits);
 }
-function fmtMs(ms) {
-  return ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${Math.round(ms)} ms`;
-}
 
 // Cache badges say what a person would call reuse: earlier turns of this conversation, or an image
 // read before. The server counts every prompt token whose KV it took from its prefix cache
@@ -486,24 +483,47 @@ function reuseBadge(m, followUp) {
   return null;
 }
 
-function timingItems(m) {
+// How the answer was made, in plain words, for the "Details" toggle under it: "first word after
+// 0.4 s", "read the image in 3.2 s". From the server's timings (docs/API.md), or without them the
+// browser's own measurements. `media` is "image" or "video".
+function secs(ms) {
+  const s = ms / 1000;
+  return `${s < 0.1 ? s.toFixed(2) : s < 10 ? s.toFixed(1) : Math.round(s)} s`;
+}
+function timingItems(m, media) {
   const items = [];
   const t = m.timings && typeof m.timings === 'object' ? m.timings : null;
   const fin = (x) => typeof x === 'number' && Number.isFinite(x);
+  const n = (x) => x.toLocaleString('en-US');
+  const u = m.usage || {};
   if (t) {
-    if (fin(t.ttft_ms)) items.push({ text: `first token ${fmtMs(t.ttft_ms)}`, title: 'Time to first token' });
-    if (fin(t.prefill_tok_s) && t.prefill_tok_s > 0) items.push({ text: `prefill ${fmtNum(t.prefill_tok_s)} tok/s`, title: 'Prompt processing speed' });
-    if (fin(t.decode_tok_s) && t.decode_tok_s > 0) items.push({ text: `${fmtNum(t.decode_tok_s)} tok/s`, title: 'Generation speed' });
-    if (fin(t.image_tokens) && t.image_tokens > 0) items.push({ text: `${t.image_tokens.toLocaleString('en-US')} image tokens` });
-  } else if (m.client) {
-    if (fin(m.client.ttft_ms)) items.push({ text: `first token ${fmtMs(m.client.ttft_ms)}`, title: 'Measured in the browser' });
-    if (fin(m.client.tok_s)) items.push({ text: `≈${fmtNum(m.client.tok_s)} tok/s`, title: 'Measured in the browser' });
+    if (fin(t.ttft_ms)) items.push({ text: `first word after ${secs(t.ttft_ms)}`, title: 'From sending the question to the first word of the answer' });
+    if (fin(t.queue_ms) && t.queue_ms >= 100) items.push({ text: `waited ${secs(t.queue_ms)} for a free slot`, title: 'The server was busy with other questions' });
+    if (fin(t.image_tokens) && t.image_tokens > 0) {
+      items.push({ text: `the ${media} counts as ${n(t.image_tokens)} tokens`, title: 'Its size in the model’s input; larger images see more detail and take longer' });
+      const read = (fin(t.vision_ms) ? t.vision_ms : 0) + (fin(t.preprocess_ms) ? t.preprocess_ms : 0);
+      if (fin(t.vision_ms) && t.vision_ms > 0) items.push({ text: `read the ${media} in ${secs(read)}`, title: 'Decoding and the vision encoder' });
+    }
+    const cached = fin(t.cached_prompt_tokens) ? t.cached_prompt_tokens : 0;
+    if (fin(t.prefill_ms) && t.prefill_ms > 0 && fin(u.prompt_tokens) && u.prompt_tokens > cached)
+      items.push({ text: `read ${n(u.prompt_tokens - cached)} tokens of question and history in ${secs(t.prefill_ms)}`, title: 'The prompt the model read before answering (the earlier turns it reused are not counted)' });
+    else if (fin(t.prefill_tok_s) && t.prefill_tok_s > 0) items.push({ text: `read the question at ${fmtNum(t.prefill_tok_s)} tokens a second` });
+    if (fin(u.completion_tokens))
+      items.push({ text: fin(t.decode_tok_s) && t.decode_tok_s > 0 ? `wrote ${n(u.completion_tokens)} tokens, ${fmtNum(t.decode_tok_s)} a second` : `wrote ${n(u.completion_tokens)} tokens` });
+  } else {
+    if (m.client && fin(m.client.ttft_ms)) items.push({ text: `first word after ${secs(m.client.ttft_ms)}`, title: 'Measured in this browser' });
+    if (fin(u.completion_tokens)) items.push({ text: `wrote ${n(u.completion_tokens)} tokens` });
+    if (m.client && fin(m.client.tok_s)) items.push({ text: `about ${fmtNum(m.client.tok_s)} tokens a second`, title: 'Measured in this browser' });
   }
-  if (m.usage && fin(m.usage.completion_tokens)) items.push({ text: `${m.usage.completion_tokens.toLocaleString('en-US')} tokens` });
-  const h = m.usage && m.usage.history; // qvl: the server dropped the oldest turns to fit its context
-  if (h && fin(h.dropped_turns) && h.dropped_turns > 0)
-    items.push({ text: `${h.dropped_turns} older turn${h.dropped_turns > 1 ? 's' : ''} dropped`, title: `The conversation did not fit the context: the server left out the oldest ${h.dropped_turns} turn(s)${h.dropped_images ? ` and ${h.dropped_images} image(s)` : ''} (${h.dropped_tokens} tokens)` });
   return items;
+}
+
+// The server left out the oldest turns to fit its context (qvl's history: "trim"): said beside the
+// answer, not hidden in the details, since the answer did not see them.
+function droppedBadge(m) {
+  const h = m.usage && m.usage.history;
+  if (!h || !(h.dropped_turns > 0)) return null;
+  return { text: `${h.dropped_turns} older turn${h.dropped_turns > 1 ? 's' : ''} left out`, title: `The conversation did not fit the context: the server left out the oldest ${h.dropped_turns} turn(s)${h.dropped_images ? ` and ${h.dropped_images} image(s)` : ''} (${h.dropped_tokens} tokens)` };
 }
 
 function imagesBefore(msg) {
@@ -705,7 +725,11 @@ function fillAssistant(msg) {
   if (msg.finish === 'length') badges.push(el('span', { class: 'badge badge-warn', text: 'Cut at max length' }));
   const reuse = reuseBadge(msg, current ? current.messages.indexOf(msg) > 1 : false);
   if (reuse) badges.push(el('span', { class: 'badge badge-reuse', title: reuse.title, text: reuse.text }));
-  const times = timingItems(msg).map((t) => el('span', { class: 't-item', title: t.title, text: t.text }));
+  const dropped = droppedBadge(msg);
+  if (dropped) badges.push(el('span', { class: 'badge badge-warn', title: dropped.title, text: dropped.text }));
+  const prev = current ? current.messages[current.messages.indexOf(msg) - 1] : null;
+  const media = (prev?.images ?? []).some((m) => m.kind === 'video') ? 'video' : 'image';
+  const times = timingItems(msg, media).map((t) => el('li', { class: 't-item', title: t.title, text: t.text }));
   if (msg.text) {
     const copyBtn = el('button', { type: 'button', class: 'icon-btn copy-btn', 'aria-label': 'Copy answer', title: 'Copy answer' }, icon(ICON_COPY));
     copyBtn.addEventListener('click', async () => {
@@ -721,7 +745,7 @@ function fillAssistant(msg) {
     v.meta.append(copyBtn);
   }
   v.meta.append(...badges);
-  if (times.length) v.meta.append(el('span', { class: 'timings', 'aria-label': 'Timings' }, ...times));
+  if (times.length) v.meta.append(el('details', { class: 'timings' }, el('summary', { class: 'timings-summary', text: 'Details' }), el('ul', { class: 'timing-list', 'aria-label': 'How it was answered' }, ...times)));
 }
 
 // Tool calls of an answer: each function's name and its arguments, pretty-printed, as text nodes.

@@ -465,6 +465,53 @@ test('cache badges: none on a first question, the reused tokens on a follow-up (
   }
 });
 
+// A stored answer with every timing the server sends (docs/API.md), as a reload shows it.
+function seedTimings(dataUrl) {
+  const now = Date.now();
+  localStorage.setItem('qvl.conversations.v1', JSON.stringify([{ id: 'timed', title: 'What is this?', created: now, updated: now, messages: [
+    { role: 'user', text: 'What is this?', images: [{ name: 'scene.png', type: 'image/png', bytes: 1000, dataUrl, width: 800, height: 500 }], at: now },
+    { role: 'assistant', text: 'A red circle, a blue square and a green triangle.', at: now,
+      usage: { prompt_tokens: 431, completion_tokens: 12, total_tokens: 443, prompt_tokens_details: { cached_tokens: 3 } },
+      timings: { ttft_ms: 412.5, prefill_tok_s: 34965.2, decode_tok_s: 19.46, image_tokens: 400, image_cache_hit: false, prefix_cache_hit: true,
+        cached_prompt_tokens: 3, queue_ms: 0.3, prompt_ms: 61, setup_ms: 0.8, preprocess_ms: 48.2, vision_ms: 3151.9, prefill_ms: 312.4, decode_ms: 565 } },
+  ] }]));
+}
+
+test('timings: closed under "Details", in plain words when opened (desktop and phone)', async () => {
+  const init = { fn: seedTimings, arg: 'data:image/png;base64,' + sceneBuf.toString('base64') };
+  for (const [vp, name] of [[DESKTOP, 'desktop'], [PHONE, 'phone']]) {
+    const page = await newPage(vp, { init, scale: vp === PHONE ? 2 : 1 });
+    if (vp === PHONE) await page.click('#menu-btn');
+    await page.click('.conv-open');
+    const answer = page.locator('.msg.assistant').first();
+    const summary = answer.locator('.timings summary');
+    await summary.waitFor();
+    eq(await summary.textContent(), 'Details', `${name}: the toggle`);
+    eq(await answer.locator('.t-item:visible').count(), 0, `${name}: timings shown before the toggle is opened`);
+    const shown = await answer.locator('.meta').innerText();
+    assert(!/tok\/s|prefill|token|cache/i.test(shown), `${name}: jargon in the closed footer: ${shown}`);
+    await shot(page, `${name}-timings-closed`);
+    await summary.click();
+    const items = await answer.locator('.t-item:visible').allInnerTexts();
+    eq(JSON.stringify(items), JSON.stringify([
+      'first word after 0.4 s',
+      'the image counts as 400 tokens',
+      'read the image in 3.2 s',
+      'read 428 tokens of question and history in 0.3 s',
+      'wrote 12 tokens, 19.5 a second',
+    ]), `${name}: the details in plain words`);
+    assert(!items.some((t) => /tok\/s|prefill|ttft|decode|cache hit/i.test(t)), `${name}: jargon in the details: ${items}`);
+    await shot(page, `${name}-timings-open`);
+    await summary.click();
+    eq(await answer.locator('.t-item:visible').count(), 0, `${name}: closed again`);
+    // The keyboard opens it too.
+    await summary.focus();
+    await page.keyboard.press('Enter');
+    eq(await answer.locator('.t-item:visible').count(), 5, `${name}: opened with Enter`);
+    await page.context().close();
+  }
+});
+
 test('add, measure and remove images (picker, drop, paste)', async () => {
   const page = await newPage();
   await addScene(page);
@@ -528,8 +575,8 @@ test('ask about an image: answer streams in as markdown, with timings', async ()
     eq(await answer.locator('.md table tbody tr').count(), 3, 'markdown table rows');
     eq(await answer.locator('.md strong').first().textContent(), 'synthetic test scene', 'bold text');
     const timings = await answer.locator('.timings').textContent();
-    for (const want of ['first token', 'tok/s', '400 image tokens', 'tokens'])
-      assert(timings.includes(want), `timings line lacks "${want}": ${timings}`);
+    for (const want of [/^Details/, /first word after \d/, /the image counts as 400 tokens/, /read the image in 0\.04 s/, /wrote \d+ tokens, [\d.,]+ a second/])
+      assert(want.test(timings), `timings lack ${want}: ${timings}`);
     eq(await answer.locator('.badge-reuse').count(), 0, 'a cache badge on a first question');
     const st = await mock('/__mock/state');
     const body = st.requests[0];
@@ -750,7 +797,7 @@ test('box overlay from a canned answer, at desktop and phone sizes', async () =>
     await answer.locator('.gbox').first().waitFor();
     await checkBoxGeometry(answer);
     const t = await answer.locator('.timings').textContent();
-    for (const want of ['first token 812 ms', 'prefill 512 tok/s', '21.7 tok/s', '400 image tokens', '96 tokens']) assert(t.includes(want), `timings: "${want}" not in ${t}`);
+    for (const want of ['first word after 0.8 s', 'read the question at 512 tokens a second', 'the image counts as 400 tokens', 'wrote 96 tokens, 21.7 a second']) assert(t.includes(want), `timings: "${want}" not in ${t}`);
     await answer.locator('.ground').evaluate((e) => e.scrollIntoView({ block: 'end' }));
     await shot(page, `${name}-grounding-canned`);
     if (vp === PHONE) {
