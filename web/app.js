@@ -324,7 +324,27 @@ function frameStrip(v, name) {
       ),
     ),
   );
-  return el('ol', { class: 'frame-strip', 'aria-label': `Frames of ${name} the model sees` }, ...groups);
+  return stripScroller(el('ol', { class: 'frame-strip', 'aria-label': `Frames of ${name} the model sees` }, ...groups), name);
+}
+
+// A strip wider than its bubble (a phone, a long clip) says so: a fade on the side with more frames
+// and an arrow that scrolls on; the groups snap into place. The classes follow the scroll position
+// and the strip's size.
+function stripScroller(strip, name) {
+  const more = el(
+    'button',
+    { type: 'button', class: 'strip-more', 'aria-label': `Show later frames of ${name}`, title: 'Later frames', onclick: () => strip.scrollBy({ left: strip.clientWidth * 0.8, behavior: 'smooth' }) },
+    icon('M9 5l7 7-7 7'),
+  );
+  const box = el('div', { class: 'frame-scroller' }, strip, more);
+  const update = () => {
+    const over = strip.scrollWidth - strip.clientWidth > 1;
+    box.classList.toggle('more-right', over && strip.scrollLeft + strip.clientWidth < strip.scrollWidth - 1);
+    box.classList.toggle('more-left', over && strip.scrollLeft > 1);
+  };
+  strip.addEventListener('scroll', update, { passive: true });
+  new ResizeObserver(update).observe(strip);
+  return box;
 }
 
 // The × button of a pending attachment (image or video): drops it and gives the focus back to the prompt.

@@ -512,6 +512,71 @@ test('timings: closed under "Details", in plain words when opened (desktop and p
   }
 });
 
+// The scroll affordance of a frame strip: whether it overflows, the arrow and the fades as shown.
+async function stripState(scroller) {
+  return scroller.evaluate((box) => {
+    const strip = box.querySelector('.frame-strip');
+    const arrow = box.querySelector('.strip-more');
+    const a = arrow.getBoundingClientRect();
+    const b = box.getBoundingClientRect();
+    const hit = a.width ? document.elementFromPoint(a.left + a.width / 2, a.top + a.height / 2) : null;
+    return {
+      overflow: strip.scrollWidth - strip.clientWidth,
+      scrollLeft: strip.scrollLeft,
+      snap: getComputedStyle(strip).scrollSnapType,
+      arrow: a.width > 0 && a.height > 0 && a.right <= b.right + 1 && !!hit && arrow.contains(hit),
+      fadeRight: Number(getComputedStyle(box, '::after').opacity),
+      fadeLeft: Number(getComputedStyle(box, '::before').opacity),
+    };
+  });
+}
+
+test('the frame strip shows that it scrolls: fade, arrow, snap (phone and desktop)', async () => {
+  for (const [vp, name] of [[PHONE, 'phone'], [DESKTOP, 'desktop']]) {
+    const page = await newPage(vp, { scale: vp === PHONE ? 2 : 1 });
+    // Two groups fit a desktop's attachment card: no affordance there. Six overflow everywhere.
+    if (vp === DESKTOP) {
+      await attachCannedVideo(page, 2, 'short.mp4');
+      const st = await stripState(page.locator('.att-video .frame-scroller'));
+      assert(st.overflow <= 0, `${name}: two groups overflow by ${st.overflow}px`);
+      assert(!st.arrow && st.fadeRight === 0 && st.fadeLeft === 0, `${name}: an affordance on a strip that does not scroll: ${JSON.stringify(st)}`);
+      await page.click('button[aria-label="Remove short.mp4"]');
+      await page.unroute('**/video/frames');
+    }
+    await attachCannedVideo(page, 6);
+    const box = page.locator('.att-video .frame-scroller');
+    let st = await stripState(box);
+    assert(st.overflow > 0, `${name}: six groups do not overflow the card (${st.overflow}px)`);
+    assert(st.arrow, `${name}: no visible arrow on a strip that scrolls: ${JSON.stringify(st)}`);
+    eq(st.fadeRight, 1, `${name}: the fade at the right edge`);
+    eq(st.fadeLeft, 0, `${name}: a fade at the left edge before scrolling`);
+    assert(/^x( proximity| mandatory)?$/.test(st.snap), `${name}: scroll-snap-type ${st.snap}`);
+    await shot(page, `${name}-strip-affordance`);
+    await box.locator('.strip-more').click();
+    await page.waitForFunction(() => document.querySelector('.att-video .frame-strip').scrollLeft > 0);
+    await page.waitForFunction(() => document.querySelector('.att-video .frame-scroller').classList.contains('more-left'));
+    eq((await stripState(box)).fadeLeft, 1, `${name}: the fade at the left edge after scrolling`);
+    await box.locator('.frame-strip').evaluate((s) => (s.scrollLeft = s.scrollWidth));
+    await page.waitForFunction(() => !document.querySelector('.att-video .frame-scroller').classList.contains('more-right'));
+    st = await stripState(box);
+    assert(!st.arrow && st.fadeRight === 0, `${name}: the affordance stays at the end of the strip: ${JSON.stringify(st)}`);
+    // The strip under the question, in the bubble, has it too.
+    await page.fill('#prompt', 'What happens?');
+    await page.keyboard.press('Enter');
+    await waitAnswerDone(page, 1);
+    const sent = page.locator('.msg.user .frame-scroller');
+    await sent.scrollIntoViewIfNeeded();
+    st = await stripState(sent);
+    if (vp === PHONE || st.overflow > 0) {
+      assert(st.overflow > 0, `${name}: the strip in the bubble does not overflow`);
+      assert(st.arrow && st.fadeRight === 1, `${name}: no affordance on the strip in the bubble: ${JSON.stringify(st)}`);
+    }
+    await shot(page, `${name}-strip-in-bubble`);
+    page.allowErrors = [/video/i]; // against the real server the canned clip is no video: an error card answers
+    await page.context().close();
+  }
+});
+
 test('add, measure and remove images (picker, drop, paste)', async () => {
   const page = await newPage();
   await addScene(page);
