@@ -514,6 +514,9 @@ test('timings: closed under "Details", in plain words when opened (desktop and p
 
 // The scroll affordance of a frame strip: whether it overflows, the arrow and the fades as shown.
 async function stripState(scroller) {
+  // As painted: after a whole frame (the affordance follows the strip's size from a ResizeObserver,
+  // which runs after layout, before paint).
+  await scroller.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
   return scroller.evaluate((box) => {
     const strip = box.querySelector('.frame-strip');
     const arrow = box.querySelector('.strip-more');
