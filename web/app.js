@@ -324,7 +324,27 @@ function frameStrip(v, name) {
       ),
     ),
   );
-  return el('ol', { class: 'frame-strip', 'aria-label': `Frames of ${name} the model sees` }, ...groups);
+  return stripScroller(el('ol', { class: 'frame-strip', 'aria-label': `Frames of ${name} the model sees` }, ...groups), name);
+}
+
+// A strip wider than its bubble (a phone, a long clip) says so: a fade on the side with more frames
+// and an arrow that scrolls on; the groups snap into place. The classes follow the scroll position
+// and the strip's size.
+function stripScroller(strip, name) {
+  const more = el(
+    'button',
+    { type: 'button', class: 'strip-more', 'aria-label': `Show later frames of ${name}`, title: 'Later frames', onclick: () => strip.scrollBy({ left: strip.clientWidth * 0.8, behavior: 'smooth' }) },
+    icon('M9 5l7 7-7 7'),
+  );
+  const box = el('div', { class: 'frame-scroller' }, strip, more);
+  const update = () => {
+    const over = strip.scrollWidth - strip.clientWidth > 1;
+    box.classList.toggle('more-right', over && strip.scrollLeft + strip.clientWidth < strip.scrollWidth - 1);
+    box.classList.toggle('more-left', over && strip.scrollLeft > 1);
+  };
+  strip.addEventListener('scroll', update, { passive: true });
+  new ResizeObserver(update).observe(strip);
+  return box;
 }
 
 // The × button of a pending attachment (image or video): drops it and gives the focus back to the prompt.
@@ -379,6 +399,9 @@ function sizeInfo(img) {
 function renderAttachments() {
   const ul = $('attachments');
   ul.hidden = pending.length === 0;
+  // Something attached before the first question: the empty state drops its lead and shrinks its
+  // drop zone, so the task cards stay on screen above the taller composer.
+  $('app').classList.toggle('has-pending', pending.length > 0);
   $('dropzone').querySelector('.dz-main').textContent = pending.length ? 'Add another image or video' : 'Choose an image or a video';
   ul.replaceChildren(
     ...pending.map((p) => {
@@ -448,32 +471,79 @@ const views = new WeakMap(); // message object → its DOM parts
 function fmtNum(x, digits = 1) {
   return x >= 100 ? Math.round(x).toLocaleString('en-US') : x.toFixed(digits);
 }
-function fmtMs(ms) {
-  return ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${Math.round(ms)} ms`;
+
+// Cache badges say what a person would call reuse: earlier turns of this conversation, or an image
+// read before. The server counts every prompt token whose KV it took from its prefix cache
+// (timings.cached_prompt_tokens, also usage.prompt_tokens_details.cached_tokens) and sets
+// prefix_cache_hit whenever that count is above 0. But every prompt opens with the chat template's
+// fixed header, "<|im_start|>user\n" (3 tokens; with a system prompt, its block before that), which
+// any earlier request left in the cache, so a first question "hits" without reusing anything. The
+// rule, from the response alone:
+// - a follow-up (the request carries earlier turns) whose cached tokens exceed the header reused
+//   this conversation: "reused N tokens of this conversation", N the cached tokens;
+// - any question whose cached tokens cover the header and all its image tokens reused an image
+//   read before (the same picture in a new conversation): "reused N tokens: this image was read
+//   before";
+// - image_cache_hit (the image embeddings came from the image cache, the vision tower skipped)
+//   otherwise: "image from the cache", with its image tokens.
+// A first question reusing no more than the header (or a long system prompt) gets no badge.
+const TEMPLATE_HEADER_TOKENS = 3;
+function reuseBadge(m, followUp) {
+  const t = m.timings && typeof m.timings === 'object' ? m.timings : null;
+  const fin = (x) => typeof x === 'number' && Number.isFinite(x);
+  const cached = fin(t?.cached_prompt_tokens) ? t.cached_prompt_tokens : m.usage?.prompt_tokens_details?.cached_tokens;
+  const images = t && fin(t.image_tokens) ? t.image_tokens : 0;
+  const n = (x) => x.toLocaleString('en-US');
+  if (fin(cached) && followUp && cached > TEMPLATE_HEADER_TOKENS)
+    return { text: `reused ${n(cached)} tokens of this conversation`, title: 'The server kept its work on the earlier turns (the prefix cache) and did not read them again' };
+  if (fin(cached) && images > 0 && cached >= TEMPLATE_HEADER_TOKENS + images)
+    return { text: `reused ${n(cached)} tokens: this image was read before`, title: 'The server kept its work on this image from an earlier question (the prefix cache)' };
+  if (t && t.image_cache_hit === true && images > 0)
+    return { text: `image from the cache (${n(images)} tokens)`, title: 'The image was read before: its features came from the image cache' };
+  return null;
 }
 
-function timingItems(m) {
+// How the answer was made, in plain words, for the "Details" toggle under it: "first word after
+// 0.4 s", "read the image in 3.2 s". From the server's timings (docs/API.md), or without them the
+// browser's own measurements. `media` is "image" or "video".
+function secs(ms) {
+  const s = ms / 1000;
+  return `${s < 0.1 ? s.toFixed(2) : s < 10 ? s.toFixed(1) : Math.round(s)} s`;
+}
+function timingItems(m, media) {
   const items = [];
   const t = m.timings && typeof m.timings === 'object' ? m.timings : null;
   const fin = (x) => typeof x === 'number' && Number.isFinite(x);
+  const n = (x) => x.toLocaleString('en-US');
+  const u = m.usage || {};
   if (t) {
-    if (fin(t.ttft_ms)) items.push({ text: `first token ${fmtMs(t.ttft_ms)}`, title: 'Time to first token' });
-    if (fin(t.prefill_tok_s) && t.prefill_tok_s > 0) items.push({ text: `prefill ${fmtNum(t.prefill_tok_s)} tok/s`, title: 'Prompt processing speed' });
-    if (fin(t.decode_tok_s) && t.decode_tok_s > 0) items.push({ text: `${fmtNum(t.decode_tok_s)} tok/s`, title: 'Generation speed' });
-    if (fin(t.image_tokens) && t.image_tokens > 0) items.push({ text: `${t.image_tokens.toLocaleString('en-US')} image tokens` });
-    if (typeof t.image_cache_hit === 'boolean')
-      items.push({ text: t.image_cache_hit ? 'image cache hit' : 'image encoded', hit: t.image_cache_hit, title: 'Whether the image features came from the cache' });
-    if (typeof t.prefix_cache_hit === 'boolean')
-      items.push({ text: t.prefix_cache_hit ? 'prefix cache hit' : 'no prefix reuse', hit: t.prefix_cache_hit, title: 'Whether earlier turns were reused from the KV cache' });
-  } else if (m.client) {
-    if (fin(m.client.ttft_ms)) items.push({ text: `first token ${fmtMs(m.client.ttft_ms)}`, title: 'Measured in the browser' });
-    if (fin(m.client.tok_s)) items.push({ text: `≈${fmtNum(m.client.tok_s)} tok/s`, title: 'Measured in the browser' });
+    if (fin(t.ttft_ms)) items.push({ text: `first word after ${secs(t.ttft_ms)}`, title: 'From sending the question to the first word of the answer' });
+    if (fin(t.queue_ms) && t.queue_ms >= 100) items.push({ text: `waited ${secs(t.queue_ms)} for a free slot`, title: 'The server was busy with other questions' });
+    if (fin(t.image_tokens) && t.image_tokens > 0) {
+      items.push({ text: `the ${media} counts as ${n(t.image_tokens)} tokens`, title: 'Its size in the model’s input; larger images see more detail and take longer' });
+      const read = (fin(t.vision_ms) ? t.vision_ms : 0) + (fin(t.preprocess_ms) ? t.preprocess_ms : 0);
+      if (fin(t.vision_ms) && t.vision_ms > 0) items.push({ text: `read the ${media} in ${secs(read)}`, title: 'Decoding and the vision encoder' });
+    }
+    const cached = fin(t.cached_prompt_tokens) ? t.cached_prompt_tokens : 0;
+    if (fin(t.prefill_ms) && t.prefill_ms > 0 && fin(u.prompt_tokens) && u.prompt_tokens > cached)
+      items.push({ text: `read ${n(u.prompt_tokens - cached)} tokens of question and history in ${secs(t.prefill_ms)}`, title: 'The prompt the model read before answering (the earlier turns it reused are not counted)' });
+    else if (fin(t.prefill_tok_s) && t.prefill_tok_s > 0) items.push({ text: `read the question at ${fmtNum(t.prefill_tok_s)} tokens a second` });
+    if (fin(u.completion_tokens))
+      items.push({ text: fin(t.decode_tok_s) && t.decode_tok_s > 0 ? `wrote ${n(u.completion_tokens)} tokens, ${fmtNum(t.decode_tok_s)} a second` : `wrote ${n(u.completion_tokens)} tokens` });
+  } else {
+    if (m.client && fin(m.client.ttft_ms)) items.push({ text: `first word after ${secs(m.client.ttft_ms)}`, title: 'Measured in this browser' });
+    if (fin(u.completion_tokens)) items.push({ text: `wrote ${n(u.completion_tokens)} tokens` });
+    if (m.client && fin(m.client.tok_s)) items.push({ text: `about ${fmtNum(m.client.tok_s)} tokens a second`, title: 'Measured in this browser' });
   }
-  if (m.usage && fin(m.usage.completion_tokens)) items.push({ text: `${m.usage.completion_tokens.toLocaleString('en-US')} tokens` });
-  const h = m.usage && m.usage.history; // qvl: the server dropped the oldest turns to fit its context
-  if (h && fin(h.dropped_turns) && h.dropped_turns > 0)
-    items.push({ text: `${h.dropped_turns} older turn${h.dropped_turns > 1 ? 's' : ''} dropped`, title: `The conversation did not fit the context: the server left out the oldest ${h.dropped_turns} turn(s)${h.dropped_images ? ` and ${h.dropped_images} image(s)` : ''} (${h.dropped_tokens} tokens)` });
   return items;
+}
+
+// The server left out the oldest turns to fit its context (qvl's history: "trim"): said beside the
+// answer, not hidden in the details, since the answer did not see them.
+function droppedBadge(m) {
+  const h = m.usage && m.usage.history;
+  if (!h || !(h.dropped_turns > 0)) return null;
+  return { text: `${h.dropped_turns} older turn${h.dropped_turns > 1 ? 's' : ''} left out`, title: `The conversation did not fit the context: the server left out the oldest ${h.dropped_turns} turn(s)${h.dropped_images ? ` and ${h.dropped_images} image(s)` : ''} (${h.dropped_tokens} tokens)` };
 }
 
 function imagesBefore(msg) {
@@ -673,7 +743,13 @@ function fillAssistant(msg) {
   const badges = [];
   if (msg.stopped) badges.push(el('span', { class: 'badge badge-warn', text: 'Stopped' }));
   if (msg.finish === 'length') badges.push(el('span', { class: 'badge badge-warn', text: 'Cut at max length' }));
-  const times = timingItems(msg).map((t) => el('span', { class: `t-item${t.hit ? ' t-hit' : ''}`, title: t.title, text: t.text }));
+  const reuse = reuseBadge(msg, current ? current.messages.indexOf(msg) > 1 : false);
+  if (reuse) badges.push(el('span', { class: 'badge badge-reuse', title: reuse.title, text: reuse.text }));
+  const dropped = droppedBadge(msg);
+  if (dropped) badges.push(el('span', { class: 'badge badge-warn', title: dropped.title, text: dropped.text }));
+  const prev = current ? current.messages[current.messages.indexOf(msg) - 1] : null;
+  const media = (prev?.images ?? []).some((m) => m.kind === 'video') ? 'video' : 'image';
+  const times = timingItems(msg, media).map((t) => el('li', { class: 't-item', title: t.title, text: t.text }));
   if (msg.text) {
     const copyBtn = el('button', { type: 'button', class: 'icon-btn copy-btn', 'aria-label': 'Copy answer', title: 'Copy answer' }, icon(ICON_COPY));
     copyBtn.addEventListener('click', async () => {
@@ -689,7 +765,7 @@ function fillAssistant(msg) {
     v.meta.append(copyBtn);
   }
   v.meta.append(...badges);
-  if (times.length) v.meta.append(el('span', { class: 'timings', 'aria-label': 'Timings' }, ...times));
+  if (times.length) v.meta.append(el('details', { class: 'timings' }, el('summary', { class: 'timings-summary', text: 'Details' }), el('ul', { class: 'timing-list', 'aria-label': 'How it was answered' }, ...times)));
 }
 
 // Tool calls of an answer: each function's name and its arguments, pretty-printed, as text nodes.
@@ -835,7 +911,13 @@ function renderAll() {
   renderSidebar();
   renderAttachments();
   updateSendState();
-  scrollToBottom(true);
+  // A conversation opens at its last answer; an empty one at its heading (on a phone the empty
+  // state is taller than the screen, and its bottom would hide the heading under the top bar).
+  if (current && current.messages.length) scrollToBottom(true);
+  else {
+    autoStick = true;
+    $('chat').scrollTop = 0;
+  }
 }
 
 // The view follows new output while the reader is at the bottom; scrolling up stops that.

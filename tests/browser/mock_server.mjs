@@ -253,8 +253,16 @@ async function completions(req, res) {
         prefill_tok_s: (prompt * 1000) / Math.max(1, tFirst - t0),
         decode_tok_s: (n * 1000) / Math.max(1, tEnd - tFirst),
         image_tokens: imageTokens,
+        vision_ms: imageTokens && users.length === 1 ? 40 : 0,
+        preprocess_ms: imageTokens ? 2 : 0,
+        prefill_ms: Math.max(1, tFirst - t0) - (imageTokens && users.length === 1 ? 40 : 0),
+        decode_ms: tEnd - tFirst,
+        queue_ms: 0,
         image_cache_hit: users.length > 1,
-        prefix_cache_hit: users.length > 1,
+        // As qvl serve: any earlier request left the template header (3 tokens) in the prefix
+        // cache, so a first question "hits" too; a follow-up reuses its earlier turns.
+        prefix_cache_hit: state.requests.length > 1,
+        cached_prompt_tokens: users.length > 1 ? prompt - 12 : state.requests.length > 1 ? 3 : 0,
       },
     }),
   );
